@@ -1,0 +1,183 @@
+"""The node state file: what route-sync tells the plugin about this Node.
+
+route-sync is its only writer (atomic rename); the plugin reads it on every ADD. JSON, because
+the plugin parses it per Pod and ``json`` is in the standard library (yaml costs ~20 ms to
+import).  The schema is versioned: a reader refuses a file whose ``version`` it does not know.
+
+    {
+      "version": 1,
+      "node": "node-a",
+      "mode": "encap",                    # encap | noEncap | hybrid | networkPolicyOnly
+      "bridge": "br-int",
+      "datapath": "netdev",               # netdev | system
+      "ovsdb": "unix:/run/openvswitch/db.sock",
+      "ovsRunDir": "/run/openvswitch",    # where <bridge>.mgmt lives (for ovs-ofctl)
+      "mtu": 1450,                        # Pod MTU (transport MTU minus tunnel overhead)
+      "podCIDRs": ["10.244.1.0/24", "fd00:10:244:1::/64"],
+      "clusterCIDRs": ["10.244.0.0/16", "fd00:10:244::/48"],
+      "gateway": {"name": "ferry-gw0", "mac": "..", "ofport": 2,
+                  "addresses": ["10.244.1.1/24", "fd00:10:244:1::1/64"]},
+      "tunnel": {"type": "vxlan", "port": "ferry-tun0", "ofport": 3} | null,
+      "peers": [{"name": "node-b", "addresses": ["192.168.77.2"],
+                 "podCIDRs": ["10.244.2.0/24"], "path": "tunnel", "mac": null}]
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+DEFAULT_STATE_FILE = "/var/run/ferry/node-state.json"
+MODES = ("encap", "noEncap", "hybrid", "networkPolicyOnly")
+PATHS = ("tunnel", "route", "underlay", "fast", "none")
+
+
+class StateError(Exception):
+    """The state file is absent, unreadable, of another version, or malformed."""
+
+
+@dataclass(frozen=True)
+class Gateway:
+    name: str
+    mac: str
+    ofport: int
+    addresses: list[str]  # CIDR notation: "10.244.1.1/24"
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    type: str
+    port: str
+    ofport: int
+
+
+@dataclass(frozen=True)
+class Peer:
+    name: str
+    addresses: list[str]
+    podCIDRs: list[str]
+    path: str
+    mac: str | None = None
+    macSource: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeState:
+    node: str
+    mode: str
+    bridge: str
+    datapath: str
+    ovsdb: str
+    ovsRunDir: str
+    mtu: int
+    podCIDRs: list[str]
+    gateway: Gateway
+    clusterCIDRs: list[str] = field(default_factory=list)
+    tunnel: Tunnel | None = None
+    peers: list[Peer] = field(default_factory=list)
+    version: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+
+def _require(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in d:
+        raise StateError(f"{where}: missing key {key!r}")
+    value = d[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise StateError(f"{where}: key {key!r} has the wrong type")
+    return value
+
+
+def parse(text: str | bytes, where: str = "node state") -> NodeState:
+    try:
+        d = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise StateError(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(d, dict):
+        raise StateError(f"{where}: not a JSON object")
+    version = _require(d, "version", int, where)
+    if version != SCHEMA_VERSION:
+        raise StateError(f"{where}: schema version {version}, this Ferry reads {SCHEMA_VERSION}")
+    mode = _require(d, "mode", str, where)
+    if mode not in MODES:
+        raise StateError(f"{where}: unknown mode {mode!r}")
+    gw = _require(d, "gateway", dict, where)
+    gateway = Gateway(
+        name=_require(gw, "name", str, where + ".gateway"),
+        mac=_require(gw, "mac", str, where + ".gateway"),
+        ofport=_require(gw, "ofport", int, where + ".gateway"),
+        addresses=[str(a) for a in _require(gw, "addresses", list, where + ".gateway")],
+    )
+    tunnel = None
+    if d.get("tunnel") is not None:
+        t = _require(d, "tunnel", dict, where)
+        tunnel = Tunnel(type=_require(t, "type", str, where + ".tunnel"),
+                        port=_require(t, "port", str, where + ".tunnel"),
+                        ofport=_require(t, "ofport", int, where + ".tunnel"))
+    peers = []
+    for i, p in enumerate(d.get("peers") or []):
+        w = f"{where}.peers[{i}]"
+        if not isinstance(p, dict):
+            raise StateError(f"{w}: not an object")
+        path = _require(p, "path", str, w)
+        if path not in PATHS:
+            raise StateError(f"{w}: unknown path {path!r}")
+        peers.append(Peer(name=_require(p, "name", str, w),
+                          addresses=[str(a) for a in _require(p, "addresses", list, w)],
+                          podCIDRs=[str(c) for c in _require(p, "podCIDRs", list, w)],
+                          path=path, mac=p.get("mac"), macSource=p.get("macSource")))
+    mtu = _require(d, "mtu", int, where)
+    if not 68 <= mtu <= 65535:
+        raise StateError(f"{where}: mtu {mtu} out of range")
+    return NodeState(
+        node=_require(d, "node", str, where),
+        mode=mode,
+        bridge=_require(d, "bridge", str, where),
+        datapath=_require(d, "datapath", str, where),
+        ovsdb=_require(d, "ovsdb", str, where),
+        ovsRunDir=_require(d, "ovsRunDir", str, where),
+        mtu=mtu,
+        podCIDRs=[str(c) for c in _require(d, "podCIDRs", list, where)],
+        clusterCIDRs=[str(c) for c in d.get("clusterCIDRs") or []],
+        gateway=gateway,
+        tunnel=tunnel,
+        peers=peers,
+    )
+
+
+def read(path: str = DEFAULT_STATE_FILE) -> NodeState:
+    """Read and validate the state file; :class:`StateError` when absent or invalid."""
+    try:
+        with open(path, "rb") as f:
+            return parse(f.read(), where=path)
+    except FileNotFoundError:
+        raise StateError(f"{path}: node state not written yet (is ferry-route-sync running?)") from None
+    except OSError as e:
+        raise StateError(f"{path}: {e.strerror}") from None
+
+
+def write(state: NodeState, path: str = DEFAULT_STATE_FILE) -> None:
+    """Atomically replace the state file (write to a temp file, fsync, rename)."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".node-state.", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(state.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,153 @@
+"""Ferry's OpenFlow pipeline, declared once for the plugin and route-sync.
+
+Everything both processes must agree on lives here: table numbers and names, the cookie
+layout (who owns a flow, which Pod or peer it belongs to), register bits, the virtual MAC
+of the tunnel path, and the names of the ports Ferry creates.  Standard library only: the
+plugin imports this on every ADD/DEL.
+
+Packet walk (IPv4 and IPv6 alike):
+
+    Classifier ──pod port──► SpoofGuard ──ARP / NS──► NeighborResponder
+         │                      └─IP─────────────────► L3Forwarding ──► L2Forwarding ──► port
+         ├─gateway port: ARP/NS ► NeighborResponder, IP ► L3Forwarding
+         ├─tunnel port: dst MAC := gateway MAC ───────► L3Forwarding
+         └─uplink (fast path): local Pod CIDR ────────► L3Forwarding
+
+* SpoofGuard admits a Pod's packet only with the Pod's own MAC and addresses (IP, ARP sender,
+  NA target), and drops router advertisements from Pods.
+* NeighborResponder answers ARP for the gateway and each local Pod (so nothing floods), and
+  steers IPv6 neighbour solicitations to the port that owns the target.
+* L3Forwarding rewrites routed packets (dst MAC = gateway MAC): to a local Pod, to a tunnel,
+  or (fast path) to the uplink.  What it does not match falls through unchanged.
+* L2Forwarding outputs by destination MAC: each Pod's MAC to its port, the gateway MAC to the
+  gateway port (host routing: the Node, external hosts, underlay-routed peers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class Table(IntEnum):
+    """OpenFlow tables, named for what they do (Antrea's convention)."""
+
+    CLASSIFIER = 0
+    SPOOF_GUARD = 10
+    NEIGHBOR_RESPONDER = 20
+    L3_FORWARDING = 30
+    L2_FORWARDING = 40
+
+
+class Owner(IntEnum):
+    """Top byte of a flow's cookie: which part of Ferry installed the flow."""
+
+    BASE = 0x01  # per-bridge flows (table-miss, gateway); route-sync, or the plugin on a lone Node
+    POD = 0x02  # per-Pod flows; the plugin
+    PEER = 0x03  # per-peer flows (tunnel, fast path); route-sync
+    NODE = 0x04  # per-Node flows that depend on mode (tunnel/uplink classifier); route-sync
+
+
+OWNER_SHIFT = 56
+ID_MASK = (1 << OWNER_SHIFT) - 1
+FULL_MASK = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class Cookie:
+    """A flow cookie: ``owner`` in the top byte, a 56-bit ``ident`` below.
+
+    ``match`` gives the ``cookie=V/M`` text that selects exactly the flows of one owner+ident
+    (install and delete are built on the same value, so they cannot disagree)."""
+
+    owner: Owner
+    ident: int = 0
+
+    @property
+    def value(self) -> int:
+        return (int(self.owner) << OWNER_SHIFT) | (self.ident & ID_MASK)
+
+    def match(self) -> str:
+        return f"0x{self.value:x}/0x{FULL_MASK:x}"
+
+    @staticmethod
+    def owner_match(owner: Owner) -> str:
+        """``cookie=V/M`` selecting every flow of one owner (e.g. all per-Pod flows)."""
+        return f"0x{int(owner) << OWNER_SHIFT:x}/0x{0xFF << OWNER_SHIFT:x}"
+
+    @staticmethod
+    def parse(value: int) -> "Cookie":
+        return Cookie(Owner(value >> OWNER_SHIFT), value & ID_MASK)
+
+
+def _hash56(*parts: str) -> int:
+    digest = hashlib.sha256("\x00".join(parts).encode()).digest()
+    return int.from_bytes(digest[:7], "big")
+
+
+def pod_cookie(container_id: str, ifname: str) -> Cookie:
+    """Cookie of one attachment's flows; a stale sandbox (other container ID) never matches."""
+    return Cookie(Owner.POD, _hash56(container_id, ifname))
+
+
+def peer_cookie(peer_name: str) -> Cookie:
+    return Cookie(Owner.PEER, _hash56(peer_name))
+
+
+BASE_COOKIE = Cookie(Owner.BASE, 0)
+NODE_COOKIE = Cookie(Owner.NODE, 0)
+
+# Destination MAC of packets that cross a tunnel; the receiving Node rewrites it to its own
+# gateway MAC in the Classifier, so L3Forwarding sees one "routed" MAC. Locally administered.
+VIRTUAL_MAC = "aa:bb:cc:dd:ee:ff"
+
+# Port and interface names (<= 15 bytes, IFNAMSIZ - 1).
+DEFAULT_BRIDGE = "br-int"
+GATEWAY_PORT = "ferry-gw0"
+TUNNEL_PORT = "ferry-tun0"
+HOST_VETH_PREFIX = "fry"  # + 12 hex digits of a hash of (container ID, ifname)
+IFNAMSIZ = 15
+
+# OVS external_ids keys written on each Pod's Port (route-sync replays Pod flows from them).
+EXT_CONTAINER_ID = "ferry-container-id"
+EXT_IFNAME = "ferry-ifname"
+EXT_POD_NAME = "ferry-pod-name"
+EXT_POD_NAMESPACE = "ferry-pod-namespace"
+EXT_IPS = "ferry-ips"  # comma-separated CIDRs
+EXT_MAC = "ferry-mac"
+EXT_NETNS = "ferry-netns"
+EXT_OWNER = "ferry-owner"  # "pod" on Pod ports, "node" on gateway/tunnel/uplink ports
+
+
+def host_veth_name(container_id: str, ifname: str, salt: int = 0) -> str:
+    """Host end of a Pod's veth: ``fry`` + 12 hex digits. ``salt`` > 0 resolves a collision."""
+    h = hashlib.sha256(f"{container_id}\x00{ifname}\x00{salt}".encode()).hexdigest()
+    return f"{HOST_VETH_PREFIX}{h[:12]}"
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One OpenFlow flow as plain data; ``text()`` renders it for ``ovs-ofctl add-flows``.
+
+    ``match`` and ``actions`` are in ovs-ofctl syntax and are built only from validated
+    values (MACs, addresses, ofports), never from raw user input."""
+
+    table: Table
+    priority: int
+    match: str
+    actions: str
+    cookie: Cookie = field(default=BASE_COOKIE)
+
+    def text(self) -> str:
+        match = f",{self.match}" if self.match else ""
+        return (f"table={int(self.table)},priority={self.priority},cookie=0x{self.cookie.value:x}"
+                f"{match},actions={self.actions}")
+
+    def key(self) -> tuple[int, int, str]:
+        """Identity in OpenFlow's sense: a second flow with the same key replaces this one."""
+        return (int(self.table), self.priority, self.match)
+
+
+def goto(table: Table) -> str:
+    return f"goto_table:{int(table)}"

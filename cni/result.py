@@ -1,0 +1,187 @@
+"""CNI results as plain data, encoded in the shape of the version the config asks for.
+
+0.3.0, 0.3.1 and 0.4.0 tag each IP with ``"version": "4"|"6"``; 1.0.0 and 1.1.0 drop that tag;
+1.1.0 adds the interface ``mtu``.  ``decode`` reads any of these shapes (``prevResult`` in
+CHECK/DEL, an IPAM plugin's answer)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from cni.errors import DECODE_FAILURE, CniError
+
+SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+
+def version_tuple(version: str) -> tuple[int, int, int]:
+    parts = version.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ValueError(f"not a version: {version!r}")
+    return (int(parts[0]), int(parts[1]), int(parts[2]))
+
+
+@dataclass
+class Interface:
+    name: str
+    mac: str = ""
+    sandbox: str = ""
+    mtu: int = 0
+
+
+@dataclass
+class IPConfig:
+    address: str  # CIDR: "10.244.1.5/24"
+    gateway: str = ""
+    interface: int | None = None  # index into Result.interfaces
+
+    @property
+    def family(self) -> int:
+        return ipaddress.ip_interface(self.address).version
+
+
+@dataclass
+class Route:
+    dst: str
+    gw: str = ""
+    mtu: int = 0
+
+
+@dataclass
+class DNS:
+    nameservers: list[str] = field(default_factory=list)
+    domain: str = ""
+    search: list[str] = field(default_factory=list)
+    options: list[str] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not (self.nameservers or self.domain or self.search or self.options)
+
+
+@dataclass
+class Result:
+    interfaces: list[Interface] = field(default_factory=list)
+    ips: list[IPConfig] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+    dns: DNS = field(default_factory=DNS)
+
+    def encode(self, cni_version: str) -> dict[str, Any]:
+        """The result as the JSON object of ``cni_version``."""
+        v = version_tuple(cni_version)
+        out: dict[str, Any] = {"cniVersion": cni_version}
+        if self.interfaces:
+            ifaces = []
+            for i in self.interfaces:
+                d: dict[str, Any] = {"name": i.name}
+                if i.mac:
+                    d["mac"] = i.mac
+                if i.mtu and v >= (1, 1, 0):
+                    d["mtu"] = i.mtu
+                if i.sandbox:
+                    d["sandbox"] = i.sandbox
+                ifaces.append(d)
+            out["interfaces"] = ifaces
+        if self.ips:
+            ips = []
+            for ip in self.ips:
+                d = {}
+                if v < (1, 0, 0):
+                    d["version"] = str(ip.family)
+                if ip.interface is not None:
+                    d["interface"] = ip.interface
+                d["address"] = ip.address
+                if ip.gateway:
+                    d["gateway"] = ip.gateway
+                ips.append(d)
+            out["ips"] = ips
+        if self.routes:
+            routes = []
+            for r in self.routes:
+                d = {"dst": r.dst}
+                if r.gw:
+                    d["gw"] = r.gw
+                if r.mtu and v >= (1, 1, 0):
+                    d["mtu"] = r.mtu
+                routes.append(d)
+            out["routes"] = routes
+        dns: dict[str, Any] = {}
+        if self.dns.nameservers:
+            dns["nameservers"] = list(self.dns.nameservers)
+        if self.dns.domain:
+            dns["domain"] = self.dns.domain
+        if self.dns.search:
+            dns["search"] = list(self.dns.search)
+        if self.dns.options:
+            dns["options"] = list(self.dns.options)
+        out["dns"] = dns
+        return out
+
+
+def _str(d: dict[str, Any], key: str, where: str, required: bool = False) -> str:
+    value = d.get(key, "")
+    if required and key not in d:
+        raise CniError(DECODE_FAILURE, f"{where}: missing {key!r}")
+    if not isinstance(value, str):
+        raise CniError(DECODE_FAILURE, f"{where}: {key!r} must be a string")
+    return value
+
+
+def _list(d: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = d.get(key) or []
+    if not isinstance(value, list):
+        raise CniError(DECODE_FAILURE, f"{where}: {key!r} must be a list")
+    return value
+
+
+def decode(obj: Any, where: str = "prevResult") -> Result:
+    """Parse a result of any supported version; :class:`CniError` 6 naming the bad field."""
+    if not isinstance(obj, dict):
+        raise CniError(DECODE_FAILURE, f"{where} must be a JSON object")
+    res = Result()
+    for n, i in enumerate(_list(obj, "interfaces", where)):
+        w = f"{where}.interfaces[{n}]"
+        if not isinstance(i, dict):
+            raise CniError(DECODE_FAILURE, f"{w} must be an object")
+        mtu = i.get("mtu", 0)
+        if not isinstance(mtu, int) or isinstance(mtu, bool):
+            raise CniError(DECODE_FAILURE, f"{w}.mtu must be an integer")
+        res.interfaces.append(Interface(name=_str(i, "name", w, True), mac=_str(i, "mac", w),
+                                        sandbox=_str(i, "sandbox", w), mtu=mtu))
+    for n, ip in enumerate(_list(obj, "ips", where)):
+        w = f"{where}.ips[{n}]"
+        if not isinstance(ip, dict):
+            raise CniError(DECODE_FAILURE, f"{w} must be an object")
+        address = _str(ip, "address", w, True)
+        gateway = _str(ip, "gateway", w)
+        try:
+            ipaddress.ip_interface(address)
+            if gateway:
+                ipaddress.ip_address(gateway)
+        except ValueError as e:
+            raise CniError(DECODE_FAILURE, f"{w}: {e}") from None
+        index = ip.get("interface")
+        if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0
+                                  or index >= len(res.interfaces)):
+            raise CniError(DECODE_FAILURE, f"{w}.interface must index {where}.interfaces")
+        res.ips.append(IPConfig(address=address, gateway=gateway, interface=index))
+    for n, r in enumerate(_list(obj, "routes", where)):
+        w = f"{where}.routes[{n}]"
+        if not isinstance(r, dict):
+            raise CniError(DECODE_FAILURE, f"{w} must be an object")
+        dst, gw = _str(r, "dst", w, True), _str(r, "gw", w)
+        try:
+            ipaddress.ip_network(dst, strict=False)
+            if gw:
+                ipaddress.ip_address(gw)
+        except ValueError as e:
+            raise CniError(DECODE_FAILURE, f"{w}: {e}") from None
+        res.routes.append(Route(dst=dst, gw=gw))
+    dns = obj.get("dns") or {}
+    if not isinstance(dns, dict):
+        raise CniError(DECODE_FAILURE, f"{where}.dns must be an object")
+    res.dns = DNS(nameservers=[str(x) for x in _list(dns, "nameservers", where + ".dns")],
+                  domain=_str(dns, "domain", where + ".dns"),
+                  search=[str(x) for x in _list(dns, "search", where + ".dns")],
+                  options=[str(x) for x in _list(dns, "options", where + ".dns")])
+    return res

@@ -1,0 +1,108 @@
+"""route-sync's plain data: what the Node sources give, and the desired state the planner computes.
+
+The planner (pure functions) turns ``(Config, local NodeRecord, peer NodeRecords, local facts)``
+into a :class:`DesiredState`; the appliers diff it against what is installed and apply only the
+difference.  Nothing here touches the system."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cni.pipeline import Flow
+
+MAC_ANNOTATION = "ferry.io/mac-address"
+TRANSPORT_ANNOTATION = "ferry.io/transport-addresses"
+
+# Routes route-sync installs carry this protocol number (rtnetlink RTPROT_*), so a restart
+# can list exactly its own routes ("adopt and clean") and never touch anyone else's.
+FERRY_ROUTE_PROTO = 0x66  # 102, unassigned in /etc/iproute2/rt_protos
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One Node as a source (Kubernetes or the embedded registry) describes it."""
+
+    name: str
+    transport_addresses: tuple[str, ...]  # "192.168.77.11", "fd00:77::11"
+    pod_cidrs: tuple[str, ...]  # "10.244.1.0/24", "fd00:10:244:1::/64"
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    def annotation(self, key: str) -> str | None:
+        return dict(self.annotations).get(key)
+
+
+@dataclass(frozen=True)
+class PeerPlan:
+    """The decision for one peer and one address family."""
+
+    peer: str
+    family: int  # 4 | 6
+    path: str  # "tunnel" | "route" | "underlay" | "fast" | "none"
+    transport_address: str | None  # the peer's underlay address of this family
+    pod_cidrs: tuple[str, ...]  # the peer's Pod CIDRs of this family
+    peer_gateway: str | None = None  # first address of the peer's Pod CIDR (tunnel host routes)
+    next_hop_mac: str | None = None  # fast path only
+    mac_source: str | None = None  # "annotation" | "neighbor" | None
+
+
+@dataclass(frozen=True)
+class HostRoute:
+    """A route in the Node's main table, installed with proto FERRY_ROUTE_PROTO."""
+
+    dst: str  # CIDR
+    gw: str | None
+    dev: str | None  # interface name; None = let the kernel pick from gw
+    onlink: bool = False
+
+
+@dataclass(frozen=True)
+class Neighbor:
+    """A permanent neighbour entry (IPv6 tunnel next hop on the gateway port)."""
+
+    ip: str
+    mac: str
+    dev: str
+
+
+@dataclass(frozen=True)
+class NftPlan:
+    """Ferry's own nftables table: masquerade Pod egress to non-Pod destinations, and
+    conntrack bypass for the tunnel's UDP port."""
+
+    table: str = "ferry"
+    masquerade: bool = True
+    local_pod_cidrs: tuple[str, ...] = ()
+    cluster_pod_cidrs: tuple[str, ...] = ()  # every Node's Pod CIDRs (a set in the table)
+    snat_exclude: tuple[str, ...] = ()  # further destinations not to masquerade (Node addresses)
+    tunnel_udp_port: int | None = None
+    uplink_ingress_drop: str | None = None  # netdev + uplink on the bridge: the renamed uplink
+
+
+@dataclass(frozen=True)
+class TunnelSpec:
+    type: str  # vxlan | geneve | gre | stt
+    port_name: str
+    dst_port: int | None  # UDP port (vxlan/geneve/stt), None for gre
+
+
+@dataclass(frozen=True)
+class UplinkSpec:
+    """Move the uplink onto the bridge: ``name`` becomes an internal port with the uplink's
+    MAC/addresses/routes and the physical link is renamed to ``renamed``."""
+
+    name: str  # "eth0"
+    renamed: str  # "eth0~"
+
+
+@dataclass
+class DesiredState:
+    mtu: int
+    gateway_addresses: tuple[str, ...]  # CIDRs on the gateway port
+    tunnel: TunnelSpec | None
+    uplink: UplinkSpec | None
+    peers: list[PeerPlan] = field(default_factory=list)
+    flows: list[Flow] = field(default_factory=list)  # owners BASE, NODE, PEER (never POD)
+    routes: set[HostRoute] = field(default_factory=set)
+    neighbors: set[Neighbor] = field(default_factory=set)
+    nft: NftPlan = field(default_factory=NftPlan)
+    forwarding: bool = True
