@@ -24,6 +24,7 @@ IPAM_EXHAUSTED = 110
 IPAM_FAILURE = 111
 INTERFACE_EXISTS = 120
 NETNS_GONE = 121
+CHECK_FAILED = 130  # CHECK found the attachment diverged from prevResult
 
 
 @dataclass

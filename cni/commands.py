@@ -1,0 +1,475 @@
+"""ADD, DEL, CHECK, STATUS and GC of the ``ferry`` plugin: thin steps over small backends.
+
+Each command reads the conf and the node state, then drives the lean system layer
+(``cni.netlink``, ``cni.ovsdb``, ``cni.ofctl``) and IPAM (``ipam.api``).  ADD pushes an undo
+for everything it creates, so a failure at any step leaves nothing behind.  Standard library
+only: this runs once per Pod."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import ipaddress
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from cni import config as cfg
+from cni import pipeline as pl
+from cni.errors import (CHECK_FAILED, INTERFACE_EXISTS, INVALID_CONFIG, IO_FAILURE, NETLINK_FAILURE, NETNS_GONE,
+                        NOT_READY, OVS_FAILURE, TRY_AGAIN_LATER, CniError)
+from cni.flows import GatewayPort, PodPort, base_flows, pod_flows
+from cni.request import Request
+from cni.result import DNS, Interface, IPConfig, Result, Route
+from cni.rollback import Rollback
+
+log = logging.getLogger("ferry")
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+@contextmanager
+def _locked(conf: cfg.PluginConfig, name: str) -> Iterator[None]:
+    """A short flock: per attachment (ADD/DEL/CHECK of one Pod), or "node" for lone-Node setup."""
+    os.makedirs(conf.lock_dir, mode=0o700, exist_ok=True)
+    path = os.path.join(conf.lock_dir, name + ".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _attachment_lock(conf: cfg.PluginConfig, req: Request):  # type: ignore[no-untyped-def]
+    h = hashlib.sha256(f"{req.container_id}\x00{req.ifname}".encode()).hexdigest()[:16]
+    return _locked(conf, "pod-" + h)
+
+
+def _random_mac() -> str:
+    b = bytearray(os.urandom(6))
+    b[0] = (b[0] & 0xFC) | 0x02  # unicast, locally administered
+    return ":".join(f"{x:02x}" for x in b)
+
+
+def _ovs(node: cfg.NodeContext):  # type: ignore[no-untyped-def]
+    from cni.ofctl import OpenFlow
+    from cni.ovsdb import Ovsdb
+
+    return Ovsdb(node.ovsdb), OpenFlow(node.bridge, node.ovs_run_dir)
+
+
+def _system_error(step: str, e: Exception) -> CniError:
+    """Wrap a system-layer failure in a CNI error that says which step failed."""
+    if isinstance(e, CniError):
+        return e
+    name = type(e).__name__
+    code = OVS_FAILURE if name.startswith(("Ovsdb", "Ofctl")) else NETLINK_FAILURE if name.startswith("Netlink") \
+        else IO_FAILURE
+    return CniError(code, f"{step}: {e}")
+
+
+def _ipam(conf_dict: dict, node: cfg.NodeContext):  # type: ignore[no-untyped-def]
+    from ipam import api as ipam_api
+
+    return ipam_api, ipam_api.parse_config(conf_dict, node.pod_cidrs)
+
+
+def _requested_ips(req: Request) -> list[str]:
+    out = [a for a in req.args.get("IP", "").split(",") if a]
+    runtime = req.config.get("runtimeConfig") or {}
+    if isinstance(runtime, dict):
+        ips = runtime.get("ips") or []
+        if not isinstance(ips, list) or not all(isinstance(x, str) for x in ips):
+            raise CniError(INVALID_CONFIG, "runtimeConfig.ips must be a list of addresses")
+        out += ips
+    return out
+
+
+@dataclass(frozen=True)
+class Gateway:
+    ofport: int
+    mac: str
+    addresses: tuple[str, ...]
+
+
+def _gateway_cidrs(pod_cidrs: list[str]) -> tuple[str, ...]:
+    out = []
+    for c in pod_cidrs:
+        net = ipaddress.ip_network(c, strict=False)
+        out.append(f"{net.network_address + 1}/{net.prefixlen}")
+    return tuple(out)
+
+
+def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl) -> tuple[Gateway, bool]:  # type: ignore[no-untyped-def]
+    """On a Node without route-sync: the bridge and gateway port, created when absent.
+    Returns the gateway and whether the base flows must be (re)installed."""
+    with _locked(conf, "node"):
+        created = False
+        if ovsdb.bridge(node.bridge) is None:
+            ovsdb.ensure_bridge(node.bridge, node.datapath)
+            created = True
+        port = ovsdb.port(pl.GATEWAY_PORT)
+        if port is None or port.ofport is None or port.ofport < 0:
+            ovsdb.add_port(node.bridge, pl.GATEWAY_PORT, {pl.EXT_OWNER: "node"}, iface_type="internal",
+                           mac=_random_mac())
+            port = ovsdb.port(pl.GATEWAY_PORT)
+            created = True
+        link = host_nl.link_get(pl.GATEWAY_PORT)
+        if link is None:
+            raise CniError(OVS_FAILURE, f"gateway port {pl.GATEWAY_PORT} has no kernel interface")
+        cidrs = _gateway_cidrs(node.pod_cidrs)
+        have = set(host_nl.addrs(link.index))
+        for c in cidrs:
+            if c not in have:
+                host_nl.addr_add(link.index, c, nodad=True)
+        if not link.up or link.mtu != node.mtu:
+            host_nl.link_set(link.index, up=True, mtu=node.mtu)
+        return Gateway(port.ofport, link.mac, cidrs), created
+
+
+def _gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl) -> tuple[Gateway, bool]:  # type: ignore[no-untyped-def]
+    if node.state is not None:
+        g = node.state.gateway
+        return Gateway(g.ofport, g.mac, tuple(g.addresses)), False
+    return _lone_gateway(conf, node, ovsdb, host_nl)
+
+
+def _pick_host_name(req: Request, node: cfg.NodeContext, ovsdb, of, host_nl) -> str:  # type: ignore[no-untyped-def]
+    """The host veth name; a leftover of an earlier failed attempt of this attachment is removed,
+    a name held by another attachment (a hash collision) moves us to the next salt."""
+    for salt in range(8):
+        name = pl.host_veth_name(req.container_id, req.ifname, salt)
+        if host_nl.link_get(name) is None:
+            return name
+        port = ovsdb.port(name)
+        ours = port is None or (port.external_ids.get(pl.EXT_CONTAINER_ID) == req.container_id
+                                and port.external_ids.get(pl.EXT_IFNAME) == req.ifname)
+        if ours:
+            log.warning("removing leftover %s of an earlier attempt of %s/%s", name, req.container_id, req.ifname)
+            of.del_flows(pl.pod_cookie(req.container_id, req.ifname))
+            if port is not None:
+                ovsdb.del_port(node.bridge, name)
+            host_nl.link_del(name)
+            return name
+    raise CniError(INTERFACE_EXISTS, f"no free host interface name for {req.container_id}/{req.ifname}")
+
+
+def _default_routes(ips: list[IPConfig]) -> list[Route]:
+    routes = []
+    for ip in ips:
+        if ip.gateway:
+            routes.append(Route(dst="0.0.0.0/0" if ip.family == 4 else "::/0", gw=ip.gateway))
+    return routes
+
+
+def _dns(conf: cfg.PluginConfig) -> DNS:
+    d = conf.dns
+    return DNS(nameservers=list(d.get("nameservers") or []), domain=str(d.get("domain") or ""),
+               search=list(d.get("search") or []), options=list(d.get("options") or []))
+
+
+def _open_netns(path: str) -> int:
+    from cni.netns import open_netns
+
+    try:
+        return open_netns(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise CniError(NETNS_GONE, f"CNI_NETNS {path!r} does not exist") from None
+    except OSError as e:
+        raise CniError(NETNS_GONE, f"CNI_NETNS {path!r} cannot be opened: {e.strerror}") from None
+
+
+# ---------------------------------------------------------------------------- ADD
+
+
+def add(req: Request) -> Result:
+    conf = cfg.parse(req.config)
+    node = cfg.node_context(conf, need_state=True)
+    if node.mode == "networkPolicyOnly":
+        raise CniError(INVALID_CONFIG, "networkPolicyOnly: chain ferry after the primary CNI (not supported yet)")
+    from cni.netlink import Netlink
+
+    ipam_api, ipam_conf = _ipam(req.config, node)
+    requested = _requested_ips(req)
+    podfd = _open_netns(req.netns)
+    try:
+        with _attachment_lock(conf, req), Netlink() as host_nl, Rollback() as undo:
+            ovsdb, of = _ovs(node)
+            step = "gateway"
+            try:
+                gw, install_base = _gateway(conf, node, ovsdb, host_nl)
+                step = f"netns {req.netns}"
+                pod_nl = Netlink.in_netns(podfd)
+            except (OSError, RuntimeError) as e:
+                raise _system_error(step, e) from None
+            with pod_nl:
+                if pod_nl.link_get(req.ifname) is not None:
+                    raise CniError(INTERFACE_EXISTS, f"interface {req.ifname!r} already exists in {req.netns}")
+                ips = ipam_api.allocate(ipam_conf, req.container_id, req.ifname, requested)
+                undo.push("IPAM addresses", lambda: ipam_api.release(ipam_conf, req.container_id, req.ifname))
+                for ip in ips:
+                    ip.interface = 1
+                try:
+                    step = "host interface name"
+                    host = _pick_host_name(req, node, ovsdb, of, host_nl)
+                    mac = _random_mac()
+                    step = f"veth {host}/{req.ifname}"
+                    host_nl.create_veth(host, req.ifname, podfd, node.mtu, peer_mac=mac)
+                    undo.push(f"veth {host}", lambda: host_nl.link_del(host))
+                    step = f"configure {req.ifname} in {req.netns}"
+                    _configure_pod_interface(pod_nl, podfd, req.ifname, ips, node)
+                    step = f"bring up {host}"
+                    host_nl.link_set(host, up=True)
+                    step = f"OVS port {host}"
+                    ofport = ovsdb.add_port(node.bridge, host, _external_ids(req, ips, mac))
+                    undo.push(f"OVS port {host}", lambda: ovsdb.del_port(node.bridge, host))
+                    step = "per-Pod flows"
+                    cookie = pl.pod_cookie(req.container_id, req.ifname)
+                    flows = pod_flows(PodPort(cookie, ofport, mac, tuple(i.address for i in ips)), gw.mac)
+                    if install_base:
+                        flows = base_flows(GatewayPort(gw.ofport, gw.mac, gw.addresses)) + flows
+                    of.add_flows(flows)
+                    undo.push("per-Pod flows", lambda: of.del_flows(cookie))
+                    step = "announce addresses"
+                    _announce(podfd, req.ifname, mac, ips)
+                except CniError:
+                    raise
+                except Exception as e:
+                    raise _system_error(step, e) from None
+            undo.commit()
+    finally:
+        os.close(podfd)
+    log.info("ADD %s/%s: %s on %s port %d, %s", req.container_id, req.ifname, host, node.bridge, ofport,
+             ",".join(i.address for i in ips))
+    return Result(
+        interfaces=[Interface(name=host), Interface(name=req.ifname, mac=mac, sandbox=req.netns, mtu=node.mtu)],
+        ips=ips, routes=_default_routes(ips), dns=_dns(conf))
+
+
+def _external_ids(req: Request, ips: list[IPConfig], mac: str) -> dict[str, str]:
+    ids = {
+        pl.EXT_OWNER: "pod",
+        pl.EXT_CONTAINER_ID: req.container_id,
+        pl.EXT_IFNAME: req.ifname,
+        pl.EXT_IPS: ",".join(i.address for i in ips),
+        pl.EXT_MAC: mac,
+        pl.EXT_NETNS: req.netns,
+    }
+    if req.args.get("K8S_POD_NAME"):
+        ids[pl.EXT_POD_NAME] = req.args["K8S_POD_NAME"]
+    if req.args.get("K8S_POD_NAMESPACE"):
+        ids[pl.EXT_POD_NAMESPACE] = req.args["K8S_POD_NAMESPACE"]
+    return ids
+
+
+def _configure_pod_interface(pod_nl, podfd: int, ifname: str, ips: list[IPConfig], node: cfg.NodeContext) -> None:  # type: ignore[no-untyped-def]
+    index = pod_nl.link_index(ifname)
+    if index is None:
+        raise CniError(NETLINK_FAILURE, f"{ifname} vanished from the Pod's netns")
+    lo = pod_nl.link_get("lo")
+    if lo is not None and not lo.up:
+        pod_nl.link_set(lo.index, up=True)
+    for ip in ips:
+        pod_nl.addr_add(index, ip.address, nodad=True)
+    pod_nl.link_set(index, up=True)
+    for r in _default_routes(ips):
+        pod_nl.route_add(r.dst, r.gw, index)
+    if node.datapath == "netdev":
+        from cni.ethtool import set_tx_checksum
+        from cni.netns import entered
+
+        with entered(podfd):
+            set_tx_checksum(ifname, False)
+
+
+def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig]) -> None:
+    """Gratuitous ARP / unsolicited NA, so peers that cached an old MAC for a reused address update."""
+    from cni.announce import gratuitous_arp, unsolicited_na
+    from cni.netns import entered
+
+    with entered(podfd):
+        for ip in ips:
+            addr = str(ipaddress.ip_interface(ip.address).ip)
+            try:
+                if ip.family == 4:
+                    gratuitous_arp(ifname, mac, addr)
+                else:
+                    unsolicited_na(ifname, mac, addr)
+            except OSError as e:  # an announcement is a courtesy, not a reason to fail ADD
+                log.warning("could not announce %s on %s: %s", addr, ifname, e)
+
+
+# ---------------------------------------------------------------------------- DEL
+
+
+def delete(req: Request) -> None:
+    conf = cfg.parse(req.config)
+    node = cfg.node_context(conf, need_state=False)
+    from cni.netlink import Netlink
+
+    with _attachment_lock(conf, req), Netlink() as host_nl:
+        ovsdb, of = _ovs(node)
+        step = "find OVS port"
+        try:
+            ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
+            step = "delete per-Pod flows"
+            of.del_flows(pl.pod_cookie(req.container_id, req.ifname))
+            names = {p.name for p in ports} | {pl.host_veth_name(req.container_id, req.ifname)}
+            for p in ports:
+                step = f"delete OVS port {p.name}"
+                ovsdb.del_port(node.bridge, p.name)
+            for name in sorted(names):
+                step = f"delete veth {name}"
+                host_nl.link_del(name)
+        except CniError:
+            raise
+        except Exception as e:
+            raise _system_error(step, e) from None
+        if conf.ipam or node.pod_cidrs:
+            try:
+                ipam_api, ipam_conf = _ipam(req.config, node)
+            except CniError as e:
+                if e.code != TRY_AGAIN_LATER:
+                    raise
+                log.warning("DEL %s/%s: no IPAM ranges known, nothing to release", req.container_id, req.ifname)
+            else:
+                ipam_api.release(ipam_conf, req.container_id, req.ifname)
+    log.info("DEL %s/%s done", req.container_id, req.ifname)
+
+
+# ---------------------------------------------------------------------------- CHECK
+
+
+def check(req: Request) -> None:
+    conf = cfg.parse(req.config)
+    node = cfg.node_context(conf, need_state=False)
+    prev = req.prev_result
+    if prev is None:
+        raise CniError(INVALID_CONFIG, "CHECK needs prevResult")
+    from cni.netlink import Netlink
+
+    problems: list[str] = []
+    podfd = _open_netns(req.netns)
+    try:
+        with Netlink.in_netns(podfd) as pod_nl:
+            problems += _check_sandbox(req, prev, pod_nl)
+    finally:
+        os.close(podfd)
+    ovsdb, of = _ovs(node)
+    ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
+    host_names = [i.name for i in prev.interfaces if not i.sandbox]
+    if not ports:
+        problems.append(f"OVS port for {req.container_id}/{req.ifname} is missing from bridge {node.bridge}")
+    else:
+        port = ports[0]
+        if host_names and port.name not in host_names:
+            problems.append(f"OVS port {port.name} is not the host interface {host_names[0]} of prevResult")
+        want_ips = ",".join(i.address for i in prev.ips)
+        if port.external_ids.get(pl.EXT_IPS) != want_ips:
+            problems.append(f"OVS port {port.name} external_ids {pl.EXT_IPS}={port.external_ids.get(pl.EXT_IPS)!r},"
+                            f" expected {want_ips!r}")
+        with Netlink() as host_nl:
+            if host_nl.link_get(port.name) is None:
+                problems.append(f"host veth {port.name} is missing")
+        cookie = pl.pod_cookie(req.container_id, req.ifname)
+        installed = of.dump_flows(cookie=cookie)
+        sandbox = next((i for i in prev.interfaces if i.sandbox), None)
+        if sandbox is not None and port.ofport and port.ofport > 0:
+            gw_mac = _gateway_mac(node, ovsdb)
+            want = pod_flows(PodPort(cookie, port.ofport, sandbox.mac, tuple(i.address for i in prev.ips)), gw_mac)
+            if len(installed) < len(want):
+                problems.append(f"per-Pod flows missing: {len(installed)} of {len(want)} installed "
+                                f"(cookie {cookie.match()})")
+    if conf.ipam or node.pod_cidrs:
+        ipam_api, ipam_conf = _ipam(req.config, node)
+        try:
+            ipam_api.check(ipam_conf, req.container_id, req.ifname, [i.address for i in prev.ips])
+        except CniError as e:
+            problems.append(e.msg)
+    if problems:
+        raise CniError(CHECK_FAILED, "; ".join(problems))
+
+
+def _gateway_mac(node: cfg.NodeContext, ovsdb) -> str:  # type: ignore[no-untyped-def]
+    if node.state is not None:
+        return node.state.gateway.mac
+    port = ovsdb.port(pl.GATEWAY_PORT)
+    return port.mac_in_use if port is not None else "00:00:00:00:00:00"
+
+
+def _check_sandbox(req: Request, prev: Result, pod_nl) -> list[str]:  # type: ignore[no-untyped-def]
+    problems = []
+    link = pod_nl.link_get(req.ifname)
+    sandbox = next((i for i in prev.interfaces if i.name == req.ifname and i.sandbox), None)
+    if link is None:
+        return [f"interface {req.ifname} is missing from {req.netns}"]
+    if sandbox is not None and sandbox.mac and link.mac.lower() != sandbox.mac.lower():
+        problems.append(f"interface {req.ifname} has MAC {link.mac}, prevResult says {sandbox.mac}")
+    if not link.up:
+        problems.append(f"interface {req.ifname} is down")
+    have = set(pod_nl.addrs(link.index))
+    for ip in prev.ips:
+        if ip.address not in have:
+            problems.append(f"address {ip.address} is missing from {req.ifname}")
+    for r in prev.routes:
+        family = ipaddress.ip_network(r.dst, strict=False).version
+        found = [x for x in pod_nl.routes(family=family, index=link.index)
+                 if ipaddress.ip_network(x.dst, strict=False) == ipaddress.ip_network(r.dst, strict=False)
+                 and (not r.gw or (x.gw and ipaddress.ip_address(x.gw) == ipaddress.ip_address(r.gw)))]
+        if not found:
+            problems.append(f"route {r.dst}" + (f" via {r.gw}" if r.gw else "") + f" is missing from {req.ifname}")
+    return problems
+
+
+# ---------------------------------------------------------------------------- STATUS, GC
+
+
+def status(req: Request) -> None:
+    conf = cfg.parse(req.config)
+    try:
+        node = cfg.node_context(conf, need_state=True)
+    except CniError as e:
+        raise CniError(NOT_READY, e.msg) from None
+    ovsdb, _ = _ovs(node)
+    try:
+        if node.state is not None and ovsdb.bridge(node.bridge) is None:
+            raise CniError(NOT_READY, f"bridge {node.bridge} does not exist")
+        if node.state is None:
+            ovsdb.bridge(node.bridge)  # reachable is enough: ADD creates the bridge on a lone Node
+    except CniError:
+        raise
+    except Exception as e:
+        raise CniError(NOT_READY, f"Open vSwitch is not reachable at {node.ovsdb}: {e}") from None
+    ipam_api, ipam_conf = _ipam(req.config, node)
+    ipam_api.status(ipam_conf)
+
+
+def gc(req: Request) -> None:
+    conf = cfg.parse(req.config)
+    node = cfg.node_context(conf, need_state=False)
+    valid = set()
+    for a in req.config.get("cni.dev/valid-attachments") or []:
+        if isinstance(a, dict):
+            valid.add((str(a.get("containerID", "")), str(a.get("ifname", ""))))
+    from cni.netlink import Netlink
+
+    ovsdb, of = _ovs(node)
+    released = []
+    with Netlink() as host_nl:
+        for port in ovsdb.find_ports({pl.EXT_OWNER: "pod"}):
+            cid, ifname = port.external_ids.get(pl.EXT_CONTAINER_ID, ""), port.external_ids.get(pl.EXT_IFNAME, "")
+            if (cid, ifname) in valid:
+                continue
+            of.del_flows(pl.pod_cookie(cid, ifname))
+            ovsdb.del_port(node.bridge, port.name)
+            host_nl.link_del(port.name)
+            released.append(f"{cid}/{ifname}")
+    if conf.ipam or node.pod_cidrs:
+        ipam_api, ipam_conf = _ipam(req.config, node)
+        for cid, ifname in ipam_api.gc(ipam_conf, valid):
+            released.append(f"{cid}/{ifname} (IPAM)")
+    log.info("GC released %d attachments: %s", len(released), ", ".join(released) or "-")

@@ -1,0 +1,149 @@
+"""The ``ferry`` entry of a conflist, validated, merged with the node state into what a command needs."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from cni import nodestate
+from cni.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CniError
+from cni.pipeline import DEFAULT_BRIDGE, GATEWAY_PORT, IFNAMSIZ
+
+DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
+DEFAULT_OVS_RUN_DIR = "/var/run/openvswitch"
+DATAPATHS = ("netdev", "system")
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """Ferry's own keys of the network config (see docs/design.md)."""
+
+    network: str
+    state_file: str = nodestate.DEFAULT_STATE_FILE
+    bridge: str | None = None
+    ovsdb: str | None = None
+    ovs_run_dir: str | None = None
+    datapath: str | None = None
+    mtu: int = 0
+    ipam: dict[str, Any] = field(default_factory=dict)
+    dns: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def explicit_ranges(self) -> bool:
+        return bool(self.ipam.get("ranges"))
+
+    @property
+    def lock_dir(self) -> str:
+        return os.path.join(os.path.dirname(self.state_file) or ".", "locks")
+
+
+def _opt_str(conf: dict[str, Any], key: str) -> str | None:
+    value = conf.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise CniError(INVALID_CONFIG, f"config field {key!r} must be a non-empty string")
+    return value
+
+
+def parse(conf: dict[str, Any]) -> PluginConfig:
+    """Validate Ferry's keys; every error names the field."""
+    bridge = _opt_str(conf, "bridge")
+    if bridge is not None and (len(bridge.encode()) > IFNAMSIZ or not bridge.replace("-", "").replace("_", "").isalnum()):
+        raise CniError(INVALID_CONFIG, f"config field 'bridge' {bridge!r} is not a valid bridge name")
+    datapath = _opt_str(conf, "datapath")
+    if datapath is not None and datapath not in DATAPATHS:
+        raise CniError(INVALID_CONFIG, f"config field 'datapath' must be one of {', '.join(DATAPATHS)}")
+    mtu = conf.get("mtu", 0)
+    if not isinstance(mtu, int) or isinstance(mtu, bool) or not (mtu == 0 or 68 <= mtu <= 65535):
+        raise CniError(INVALID_CONFIG, "config field 'mtu' must be an integer between 68 and 65535")
+    ipam = conf.get("ipam") or {}
+    if not isinstance(ipam, dict):
+        raise CniError(INVALID_CONFIG, "config field 'ipam' must be an object")
+    if ipam and ipam.get("type") not in ("ferry-ipam", None):
+        raise CniError(INVALID_CONFIG, f"config field 'ipam.type' {ipam.get('type')!r}: only 'ferry-ipam' is supported")
+    dns = conf.get("dns") or {}
+    if not isinstance(dns, dict):
+        raise CniError(INVALID_CONFIG, "config field 'dns' must be an object")
+    ovsdb = _opt_str(conf, "ovsdb")
+    if ovsdb is not None and not ovsdb.startswith("unix:"):
+        raise CniError(INVALID_CONFIG, "config field 'ovsdb' must be 'unix:<path to db.sock>'")
+    return PluginConfig(
+        network=str(conf.get("name", "")),
+        state_file=_opt_str(conf, "stateFile") or nodestate.DEFAULT_STATE_FILE,
+        bridge=bridge,
+        ovsdb=ovsdb,
+        ovs_run_dir=_opt_str(conf, "ovsRunDir"),
+        datapath=datapath,
+        mtu=mtu,
+        ipam=ipam,
+        dns=dns,
+    )
+
+
+@dataclass(frozen=True)
+class NodeContext:
+    """What a command needs to know about this Node, from the state file or (lone Node) the conf."""
+
+    bridge: str
+    ovsdb: str
+    ovs_run_dir: str
+    datapath: str
+    mtu: int
+    pod_cidrs: list[str]
+    mode: str
+    state: nodestate.NodeState | None  # None on a lone Node (no route-sync)
+
+    @property
+    def lone(self) -> bool:
+        return self.state is None
+
+
+def lone_pod_cidrs(conf: PluginConfig) -> list[str]:
+    """The subnets of the explicit IPAM ranges (first range of each set)."""
+    cidrs = []
+    for i, rset in enumerate(conf.ipam.get("ranges") or []):
+        if not isinstance(rset, list) or not rset or not isinstance(rset[0], dict):
+            raise CniError(INVALID_CONFIG, f"config field 'ipam.ranges[{i}]' must be a non-empty list of ranges")
+        try:
+            cidrs.append(str(ipaddress.ip_network(str(rset[0].get("subnet")), strict=False)))
+        except ValueError:
+            raise CniError(INVALID_CONFIG, f"config field 'ipam.ranges[{i}][0].subnet' is not a CIDR") from None
+    return cidrs
+
+
+def node_context(conf: PluginConfig, need_state: bool) -> NodeContext:
+    """Merge the node state (if any) with the conf. ``need_state``: ADD without explicit
+    ranges cannot run before route-sync has written the state file (code 11)."""
+    try:
+        state: nodestate.NodeState | None = nodestate.read(conf.state_file)
+    except nodestate.StateError as e:
+        if need_state and not conf.explicit_ranges:
+            raise CniError(TRY_AGAIN_LATER, str(e)) from None
+        state = None
+    if state is not None:
+        return NodeContext(
+            bridge=conf.bridge or state.bridge,
+            ovsdb=conf.ovsdb or state.ovsdb,
+            ovs_run_dir=conf.ovs_run_dir or state.ovsRunDir,
+            datapath=state.datapath,
+            mtu=conf.mtu or state.mtu,
+            pod_cidrs=list(state.podCIDRs),
+            mode=state.mode,
+            state=state,
+        )
+    return NodeContext(
+        bridge=conf.bridge or DEFAULT_BRIDGE,
+        ovsdb=conf.ovsdb or DEFAULT_OVSDB,
+        ovs_run_dir=conf.ovs_run_dir or DEFAULT_OVS_RUN_DIR,
+        datapath=conf.datapath or "system",
+        mtu=conf.mtu or 1500,
+        pod_cidrs=lone_pod_cidrs(conf) if conf.explicit_ranges else [],
+        mode="encap",
+        state=None,
+    )
+
+
+GATEWAY_NAME = GATEWAY_PORT

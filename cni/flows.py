@@ -1,0 +1,160 @@
+"""Planners for the base flows (one set per bridge) and the per-Pod flows, as plain data.
+
+Pure functions: addresses, MACs and ofports in, :class:`cni.pipeline.Flow` lists out.  The
+plugin installs the per-Pod flows and deletes them by the same cookie; route-sync (or the plugin
+on a lone Node) installs the base flows.  Values are validated here (``ipaddress``, MAC syntax)
+before they reach flow text, so nothing a user controls can change a flow's meaning."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cni.pipeline import BASE_COOKIE, Cookie, Flow, Table, goto
+
+_MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+
+# Priorities, so that related flows read in one place.
+PRIO_MISS = 0
+PRIO_DEFAULT = 190
+PRIO_MATCH = 200
+PRIO_GUARD_ALLOW_ND = 203
+PRIO_GUARD_DROP_NA = 204
+PRIO_GUARD_ALLOW_NA = 205
+PRIO_GUARD_DROP_RA = 210
+
+ICMP6_NS, ICMP6_NA, ICMP6_RA, ICMP6_REDIRECT = 135, 136, 134, 137
+
+
+def mac(value: str) -> str:
+    """A validated, lower-case MAC (raises ValueError)."""
+    v = value.lower()
+    if not _MAC_RE.match(v):
+        raise ValueError(f"not a MAC address: {value!r}")
+    return v
+
+
+def link_local(mac_address: str) -> str:
+    """The EUI-64 IPv6 link-local address the kernel derives from ``mac_address``."""
+    b = bytearray(bytes.fromhex(mac(mac_address).replace(":", "")))
+    b[0] ^= 0x02
+    eui = bytes(b[:3]) + b"\xff\xfe" + bytes(b[3:])
+    return str(ipaddress.IPv6Address(b"\xfe\x80" + b"\x00" * 6 + eui))
+
+
+def arp_responder_actions(answer_mac: str, answer_ip: str) -> str:
+    """Turn an ARP request into the reply "``answer_ip`` is at ``answer_mac``", sent back out
+    of the port it came in on."""
+    m = "0x" + mac(answer_mac).replace(":", "")
+    ip = ipaddress.IPv4Address(answer_ip)
+    return ("move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],"
+            f"mod_dl_src:{mac(answer_mac)},"
+            "load:0x2->NXM_OF_ARP_OP[],"
+            "move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],"
+            f"load:{m}->NXM_NX_ARP_SHA[],"
+            "move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],"
+            f"load:0x{int(ip):08x}->NXM_OF_ARP_SPA[],"
+            "IN_PORT")
+
+
+def _split(addresses: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Host addresses (no prefix) by family, from CIDRs or plain addresses."""
+    v4: list[str] = []
+    v6: list[str] = []
+    for a in addresses:
+        ip = ipaddress.ip_interface(a).ip
+        (v4 if ip.version == 4 else v6).append(str(ip))
+    return v4, v6
+
+
+@dataclass(frozen=True)
+class GatewayPort:
+    ofport: int
+    mac: str
+    addresses: tuple[str, ...]  # CIDRs or plain addresses of the gateway
+
+
+def base_flows(gw: GatewayPort) -> list[Flow]:
+    """Flows every bridge needs once: table misses, the gateway's own traffic and neighbours."""
+    gmac = mac(gw.mac)
+    port = int(gw.ofport)
+    v4, v6 = _split(gw.addresses)
+    c = BASE_COOKIE
+    flows = [
+        Flow(Table.CLASSIFIER, PRIO_MATCH, f"in_port={port},arp", goto(Table.NEIGHBOR_RESPONDER), c),
+        Flow(Table.CLASSIFIER, PRIO_MATCH, f"in_port={port},icmp6,icmp_type={ICMP6_NS}",
+             goto(Table.NEIGHBOR_RESPONDER), c),
+        Flow(Table.CLASSIFIER, PRIO_DEFAULT, f"in_port={port}", goto(Table.L3_FORWARDING), c),
+        Flow(Table.CLASSIFIER, PRIO_MISS, "", "drop", c),
+        Flow(Table.SPOOF_GUARD, PRIO_MISS, "", "drop", c),
+        Flow(Table.NEIGHBOR_RESPONDER, PRIO_MISS, "", "drop", c),
+        Flow(Table.L3_FORWARDING, PRIO_MISS, "", goto(Table.L2_FORWARDING), c),
+        Flow(Table.L2_FORWARDING, PRIO_MATCH, f"dl_dst={gmac}", f"output:{port}", c),
+        Flow(Table.L2_FORWARDING, PRIO_MISS, "", "drop", c),
+    ]
+    for ip in v4:
+        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, f"arp,arp_op=1,arp_tpa={ip}",
+                          arp_responder_actions(gmac, ip), c))
+    for ip in v6 + [link_local(gmac)]:
+        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH,
+                          f"icmp6,icmp_type={ICMP6_NS},nd_target={ip}", f"output:{port}", c))
+    return flows
+
+
+@dataclass(frozen=True)
+class PodPort:
+    cookie: Cookie
+    ofport: int
+    mac: str
+    addresses: tuple[str, ...]  # the Pod's CIDRs ("10.244.1.5/24") or plain addresses
+
+
+def pod_flows(pod: PodPort, gateway_mac: str) -> list[Flow]:
+    """The flows that make one Pod reachable and keep it from spoofing anyone."""
+    pmac, gmac = mac(pod.mac), mac(gateway_mac)
+    port = int(pod.ofport)
+    c = pod.cookie
+    v4, v6 = _split(pod.addresses)
+    src = f"in_port={port},dl_src={pmac}"
+    flows = [
+        Flow(Table.CLASSIFIER, PRIO_MATCH, f"in_port={port}", goto(Table.SPOOF_GUARD), c),
+        Flow(Table.L2_FORWARDING, PRIO_MATCH, f"dl_dst={pmac}", f"output:{port}", c),
+    ]
+    for ip in v4:
+        flows += [
+            Flow(Table.SPOOF_GUARD, PRIO_MATCH, f"{src},arp,arp_spa={ip},arp_sha={pmac}",
+                 goto(Table.NEIGHBOR_RESPONDER), c),
+            Flow(Table.SPOOF_GUARD, PRIO_MATCH, f"{src},ip,nw_src={ip}", goto(Table.L3_FORWARDING), c),
+            Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, f"arp,arp_op=1,arp_tpa={ip}",
+                 arp_responder_actions(pmac, ip), c),
+            Flow(Table.L3_FORWARDING, PRIO_MATCH, f"ip,dl_dst={gmac},nw_dst={ip}",
+                 f"mod_dl_src:{gmac},mod_dl_dst:{pmac},dec_ttl,{goto(Table.L2_FORWARDING)}", c),
+        ]
+    if v6:
+        ll = link_local(pmac)
+        flows += [
+            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, f"in_port={port},icmp6,icmp_type={ICMP6_RA}", "drop", c),
+            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, f"in_port={port},icmp6,icmp_type={ICMP6_REDIRECT}",
+                 "drop", c),
+            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_NA, f"in_port={port},icmp6,icmp_type={ICMP6_NA}", "drop", c),
+        ]
+        for own in v6 + [ll]:
+            flows += [
+                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_NA,
+                     f"{src},icmp6,icmp_type={ICMP6_NA},nd_target={own}", goto(Table.L3_FORWARDING), c),
+                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_ND, f"{src},icmp6,ipv6_src={own},icmp_type={ICMP6_NS}",
+                     goto(Table.NEIGHBOR_RESPONDER), c),
+                Flow(Table.SPOOF_GUARD, PRIO_MATCH, f"{src},ipv6,ipv6_src={own}", goto(Table.L3_FORWARDING), c),
+                Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, f"icmp6,icmp_type={ICMP6_NS},nd_target={own}",
+                     f"output:{port}", c),
+            ]
+        for ip in v6:
+            flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, f"ipv6,dl_dst={gmac},ipv6_dst={ip}",
+                              f"mod_dl_src:{gmac},mod_dl_dst:{pmac},dec_ttl,{goto(Table.L2_FORWARDING)}", c))
+    return flows
+
+
+def base_cookie_flows_match() -> str:
+    return BASE_COOKIE.match()
