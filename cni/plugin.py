@@ -1,0 +1,68 @@
+"""The ``ferry`` executable: the protocol core wired to the command handlers.
+
+``cni.commands`` (and with it netlink, OVSDB, IPAM) is imported only when a command that needs it
+runs; VERSION and every input error are answered by :mod:`cni.protocol` alone."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cni.request import Handlers, Request
+    from cni.result import Result
+
+
+def _add(req: Request) -> Result | None:
+    from cni import commands
+
+    return commands.add(req)
+
+
+def _delete(req: Request) -> None:
+    from cni import commands
+
+    commands.delete(req)
+
+
+def _check(req: Request) -> None:
+    from cni import commands
+
+    commands.check(req)
+
+
+def _status(req: Request) -> None:
+    from cni import commands
+
+    commands.status(req)
+
+
+def _gc(req: Request) -> None:
+    from cni import commands
+
+    commands.gc(req)
+
+
+def handlers() -> Handlers:
+    return {"ADD": _add, "DEL": _delete, "CHECK": _check, "STATUS": _status, "GC": _gc}
+
+
+def _read_stdin() -> bytes:
+    import sys
+
+    if sys.stdin is None:
+        return b""
+    if sys.stdin.isatty():  # someone typed `CNI_COMMAND=VERSION ferry`: do not wait for input
+        return b""
+    return sys.stdin.buffer.read()
+
+
+def main() -> int:
+    import os
+    import sys
+
+    from cni import protocol
+
+    return protocol.run(handlers(), os.environ, _read_stdin(), sys.stdout.buffer, sys.stderr)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
