@@ -1,0 +1,42 @@
+"""TX checksum offload on/off through the SIOCETHTOOL ioctl (what ``ethtool -K IF tx on|off`` does).
+
+A netdev (userspace) OVS datapath never fills in partial checksums, so a Pod's veth end must
+send complete ones: TX checksum offload off.  Acts in the calling thread's network namespace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import socket
+import struct
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_GTXCSUM = 0x16
+ETHTOOL_STXCSUM = 0x17
+
+
+class _EthtoolValue(ctypes.Structure):
+    _fields_ = [("cmd", ctypes.c_uint32), ("data", ctypes.c_uint32)]
+
+
+def _ethtool(ifname: str, cmd: int, data: int = 0) -> int:
+    name = ifname.encode()
+    if not name or len(name) > 15:
+        raise ValueError(f"bad interface name {ifname!r}")
+    value = _EthtoolValue(cmd, data)
+    # struct ifreq: char ifr_name[16]; union { void *ifr_data; ... } (padded to 40 bytes).
+    ifreq = struct.pack("16sP", name, ctypes.addressof(value)).ljust(40, b"\0")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+        fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifreq)
+    return int(value.data)
+
+
+def get_tx_checksum(ifname: str) -> bool:
+    """Whether any TX checksum offload is on for ``ifname``."""
+    return bool(_ethtool(ifname, ETHTOOL_GTXCSUM))
+
+
+def set_tx_checksum(ifname: str, on: bool) -> None:
+    """Turn every TX checksum offload of ``ifname`` on or off (the kernel adjusts TSO with it)."""
+    _ethtool(ifname, ETHTOOL_STXCSUM, 1 if on else 0)
