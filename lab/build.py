@@ -1,0 +1,261 @@
+"""``up`` and ``down``: apply a lab's plan to the system, and undo it from the manifest alone.
+
+``up`` records each object in the manifest before creating it, builds what is independent in
+parallel (every Node's OVS instance, the underlay, the files), and waits on real readiness
+(``--detach`` daemons, the route-sync state file), never on sleeps.  ``down`` kills every
+process living in one of the lab's namespaces, deletes the namespaces (and with them every
+link and bridge), and removes the lab's files; it works on a half-built lab too."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import yaml
+
+from lab import layout, netplan, ovs
+from lab.manifest import MANIFEST, Manifest
+from lab.sh import LabError, ip_batch, run
+from lab.topology import MAX_LAB_NAME, NodeSpec, Topology, check_name, node_netns
+
+NETNS_DIR = "/run/netns"
+TOPOLOGY_FILE = "topology.yaml"
+
+
+@dataclass(frozen=True)
+class Timing:
+    step: str
+    seconds: float
+
+
+def route_sync_command() -> str | None:
+    """``ferry-route-sync`` next to this interpreter (the venv), else on PATH."""
+    local = os.path.join(os.path.dirname(sys.executable), "ferry-route-sync")
+    if os.access(local, os.X_OK):
+        return local
+    return shutil.which("ferry-route-sync")
+
+
+def netns_exists(name: str) -> bool:
+    return os.path.exists(os.path.join(NETNS_DIR, name))
+
+
+def up(topo: Topology, topo_doc: dict, name: str, cni_bin: str, root: str | None = None,
+       log: Callable[[str], None] | None = None) -> Manifest:
+    """Build lab ``name``; on any failure the half-built lab is torn down and the error raised."""
+    check_name("lab", name, MAX_LAB_NAME)
+    directory = layout.lab_dir(name, root)
+    plan = netplan.plan(name, topo)
+    if os.path.exists(os.path.join(directory, MANIFEST)):
+        state = _peek_state(directory)
+        raise LabError(f"lab {name!r} already exists ({state}) in {directory}; "
+                       f"run `ferry-lab down --name {name}` first")
+    taken = [ns for ns in plan.namespaces if netns_exists(ns)]
+    if taken:
+        raise LabError(f"namespaces already exist, not created by a lab named {name!r} on record: "
+                       f"{', '.join(taken)}; remove them (ip netns del) or pick another --name")
+    try:
+        manifest = Manifest.create(directory, name)
+    except FileExistsError:
+        raise LabError(f"lab {name!r} is being created by another process ({directory})") from None
+    try:
+        _build(topo, topo_doc, name, cni_bin, directory, plan, manifest, log or (lambda s: None))
+    except BaseException:
+        down(name, root)
+        raise
+    return manifest
+
+
+def _build(topo: Topology, topo_doc: dict, name: str, cni_bin: str, directory: str,
+           plan: netplan.NetPlan, manifest: Manifest, log: Callable[[str], None]) -> None:
+    t0 = time.monotonic()
+    manifest.record("dir", path=directory)
+    layout.write_atomic(os.path.join(directory, TOPOLOGY_FILE), yaml.safe_dump(topo_doc, sort_keys=False))
+    manifest.set(cniBin=cni_bin, topology=os.path.join(directory, TOPOLOGY_FILE), started=time.time())
+    for ns in plan.namespaces:
+        manifest.record("netns", name=ns)
+    ip_batch(None, [f"netns add {ns}" for ns in plan.namespaces])
+    log(f"namespaces: {len(plan.namespaces)} ({time.monotonic() - t0:.2f}s)")
+
+    rs_cmd = route_sync_command() if topo.route_sync else None
+    lone = rs_cmd is None
+    if topo.route_sync and rs_cmd is None:
+        log("routeSync is set but ferry-route-sync is not installed: Nodes run the plugin's lone mode")
+
+    def node_files(node: NodeSpec) -> None:
+        paths = layout.node_paths(directory, node.name)
+        for d in paths.dirs():
+            os.makedirs(d, exist_ok=True)
+        layout.write_json(paths.conflist, layout.conflist(topo, node, paths, lone))
+        layout.write_atomic(os.path.join(layout.registry_dir(directory), f"{node.name}.yaml"),
+                            yaml.safe_dump(layout.registry_record(topo, node), sort_keys=False))
+
+    def node_ovs(node: NodeSpec) -> None:
+        paths = layout.node_paths(directory, node.name)
+        os.makedirs(paths.ovs, exist_ok=True)
+        ovs.start(node_netns(name, node.name), paths, manifest)
+
+    def network() -> None:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(lambda item: run(["sysctl", "-q", "-w", *item[1]], netns=item[0]),
+                          plan.sysctls.items()))
+            for stage in plan.stages:
+                list(pool.map(lambda item: ip_batch(item[0], item[1]), stage.items()))
+
+    for node in topo.nodes:
+        node_files(node)
+    with ThreadPoolExecutor(max_workers=len(topo.nodes) + 1) as pool:
+        futures = [pool.submit(network)] + [pool.submit(node_ovs, n) for n in topo.nodes]
+        for f in futures:
+            f.result()
+    log(f"underlay + OVS: {time.monotonic() - t0:.2f}s")
+
+    if rs_cmd is not None:
+        with ThreadPoolExecutor(max_workers=len(topo.nodes)) as pool:
+            list(pool.map(lambda n: start_route_sync(rs_cmd, topo, n, name, directory, manifest), topo.nodes))
+        log(f"route-sync ready: {time.monotonic() - t0:.2f}s")
+    manifest.set(state="up", routeSync=rs_cmd is not None, upSeconds=round(time.monotonic() - t0, 3))
+
+
+def start_route_sync(cmd: str, topo: Topology, node: NodeSpec, name: str, directory: str,
+                     manifest: Manifest) -> None:
+    assert topo.route_sync is not None
+    paths = layout.node_paths(directory, node.name)
+    layout.write_atomic(paths.route_sync_config,
+                        yaml.safe_dump(layout.route_sync_config(topo, node, paths, directory), sort_keys=False))
+    netns = node_netns(name, node.name)
+    with open(os.path.join(paths.log, "route-sync.out"), "ab") as logf:
+        proc = subprocess.Popen(["ip", "netns", "exec", netns, cmd, "run", "--config", paths.route_sync_config],
+                                env=ovs.env(paths), stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                                start_new_session=True)
+    manifest.record("pid", pid=proc.pid, netns=netns, what=f"route-sync {node.name}")
+    deadline = time.monotonic() + topo.route_sync.startTimeout
+    while not os.path.exists(paths.state_file):
+        if proc.poll() is not None:
+            raise LabError(f"ferry-route-sync on {node.name} exited (rc={proc.returncode}) before writing "
+                           f"{paths.state_file}; see {paths.log}/route-sync.out:\n{_tail(paths.log)}")
+        if time.monotonic() > deadline:
+            raise LabError(f"ferry-route-sync on {node.name} wrote no state file {paths.state_file} within "
+                           f"{topo.route_sync.startTimeout}s; see {paths.log}/route-sync.out:\n{_tail(paths.log)}")
+        time.sleep(0.05)
+
+
+def _tail(log_dir: str, n: int = 15) -> str:
+    try:
+        with open(os.path.join(log_dir, "route-sync.out"), errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+def _peek_state(directory: str) -> str:
+    try:
+        return Manifest.load(directory).state
+    except (OSError, ValueError):
+        return "half-written"
+
+
+# ------------------------------------------------------------------------------ down
+
+def _ns_inode(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def pids_in(namespaces: list[str]) -> list[int]:
+    """Every process whose network namespace is one of ``namespaces`` (``ip netns pids``)."""
+    wanted = {i for i in (_ns_inode(os.path.join(NETNS_DIR, ns)) for ns in namespaces) if i}
+    if not wanted:
+        return []
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _ns_inode(f"/proc/{entry}/ns/net") in wanted:
+            out.append(int(entry))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _recorded_pids(manifest: Manifest, directory: str) -> list[int]:
+    """Pids from pidfiles/records whose command line names this lab (guards against pid reuse)."""
+    pids = []
+    for e in manifest.of_kind("pidfile"):
+        pid = ovs.read_pid(e["path"])
+        if pid and directory in _cmdline(pid):
+            pids.append(pid)
+    for e in manifest.of_kind("pid"):
+        if directory in _cmdline(e["pid"]) or f"{manifest.name}-" in _cmdline(e["pid"]):
+            pids.append(e["pid"])
+    return pids
+
+
+def _stop(pids: set[int], grace: float = 2.0) -> None:
+    for p in pids:
+        ovs.signal_pid(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pids and time.monotonic() < deadline:
+        pids = {p for p in pids if _running(p)}
+        if pids:
+            time.sleep(0.01)
+    for p in pids:
+        ovs.signal_pid(p, signal.SIGKILL)
+    deadline = time.monotonic() + grace
+    while pids and time.monotonic() < deadline:
+        pids = {p for p in pids if _running(p)}
+        if pids:
+            time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie's namespace is already released)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def down(name: str, root: str | None = None) -> bool:
+    """Tear lab ``name`` down from its manifest; False when there was nothing to tear down."""
+    directory = layout.lab_dir(name, root)
+    if not os.path.exists(os.path.join(directory, MANIFEST)):
+        if os.path.isdir(directory):  # a manifest never got written: only our own directory exists
+            shutil.rmtree(directory, ignore_errors=True)
+            return True
+        return False
+    manifest = Manifest.load(directory)
+    namespaces = [e["name"] for e in manifest.of_kind("netns")]
+    # Processes first: a namespace with a live process outlives `ip netns del`.
+    _stop(set(pids_in(namespaces)) | set(_recorded_pids(manifest, directory)))
+    present = [ns for ns in namespaces if netns_exists(ns)]
+    if present:
+        ip_batch(None, [f"netns del {ns}" for ns in present])
+    for e in manifest.of_kind("file"):
+        try:
+            os.unlink(e["path"])
+        except FileNotFoundError:
+            pass
+    leftover = [ns for ns in namespaces if netns_exists(ns)]
+    if leftover:
+        manifest.set(state="down-failed")
+        raise LabError(f"could not delete namespaces {leftover}; manifest kept in {directory}")
+    for e in reversed(manifest.of_kind("dir")):
+        shutil.rmtree(e["path"], ignore_errors=True)
+    shutil.rmtree(directory, ignore_errors=True)
+    return True

@@ -1,0 +1,160 @@
+"""Where a lab keeps its files, and the files' contents (conflist, registry record,
+route-sync config) as plain data.  Pure: paths and dicts, no I/O except ``write_atomic``."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from lab.topology import NodeSpec, Topology, gateway_address, node_addresses, node_netns
+
+DEFAULT_ROOT = "/run/ferry-lab"
+NETWORK_NAME = "ferry"
+CNI_VERSION = "1.0.0"
+
+
+def lab_root() -> str:
+    return os.environ.get("FERRY_LAB_ROOT", DEFAULT_ROOT)
+
+
+def lab_dir(name: str, root: str | None = None) -> str:
+    return os.path.join(root or lab_root(), name)
+
+
+@dataclass(frozen=True)
+class NodePaths:
+    """Everything one simulated Node keeps on disk, under ``<lab>/nodes/<node>/``."""
+
+    root: str
+
+    @property
+    def ovs(self) -> str:  # OVS_RUNDIR = OVS_DBDIR = OVS_LOGDIR
+        return os.path.join(self.root, "ovs")
+
+    @property
+    def db_sock(self) -> str:
+        return os.path.join(self.ovs, "db.sock")
+
+    @property
+    def netconf(self) -> str:  # NETCONFPATH
+        return os.path.join(self.root, "net.d")
+
+    @property
+    def conflist(self) -> str:
+        return os.path.join(self.netconf, "10-ferry.conflist")
+
+    @property
+    def state_file(self) -> str:
+        return os.path.join(self.root, "state", "node-state.json")
+
+    @property
+    def ipam(self) -> str:
+        return os.path.join(self.root, "ipam")
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.root, "log")
+
+    @property
+    def cni_log(self) -> str:
+        return os.path.join(self.log, "cni.log")
+
+    @property
+    def route_sync_config(self) -> str:
+        return os.path.join(self.root, "route-sync.yaml")
+
+    @property
+    def route_sync_log(self) -> str:
+        return os.path.join(self.log, "route-sync.log")
+
+    @property
+    def pods(self) -> str:
+        return os.path.join(self.root, "pods")
+
+    def pod_result(self, pod: str) -> str:
+        return os.path.join(self.pods, f"{pod}.json")
+
+    def dirs(self) -> list[str]:
+        return [self.root, self.ovs, self.netconf, os.path.dirname(self.state_file), self.ipam,
+                self.log, self.pods]
+
+    def ovs_env(self) -> dict[str, str]:
+        return {"OVS_RUNDIR": self.ovs, "OVS_DBDIR": self.ovs, "OVS_LOGDIR": self.ovs}
+
+
+def node_paths(lab_directory: str, node: str) -> NodePaths:
+    return NodePaths(os.path.join(lab_directory, "nodes", node))
+
+
+def registry_dir(lab_directory: str) -> str:
+    return os.path.join(lab_directory, "registry")
+
+
+def conflist(topo: Topology, node: NodeSpec, paths: NodePaths, lone: bool) -> dict:
+    """The Node's ``10-ferry.conflist``.  ``lone``: no route-sync, so the plugin needs the MTU and
+    explicit IPAM ranges (the Node's Pod CIDRs) and builds the bridge itself."""
+    plugin = {
+        "type": "ferry",
+        "stateFile": paths.state_file,
+        "bridge": topo.bridge,
+        "ovsdb": f"unix:{paths.db_sock}",
+        "ovsRunDir": paths.ovs,
+        "datapath": node.datapath,
+        "mtu": topo.segment(node.segment).mtu if lone else 0,
+        "logFile": paths.cni_log,
+        "ipam": {"type": "ferry-ipam", "dataDir": paths.ipam,
+                 "ranges": [[{"subnet": c}] for c in node.pod_cidrs]},
+    }
+    return {"cniVersion": CNI_VERSION, "name": NETWORK_NAME, "plugins": [plugin]}
+
+
+def registry_record(topo: Topology, node: NodeSpec) -> dict:
+    return {"name": node.name, "transportAddresses": list(node_addresses(topo, node)),
+            "podCIDRs": list(node.pod_cidrs), "annotations": {}}
+
+
+def route_sync_config(topo: Topology, node: NodeSpec, paths: NodePaths, lab_directory: str) -> dict:
+    rs = topo.route_sync
+    assert rs is not None
+    return {
+        "nodeName": node.name,
+        "trafficEncapMode": rs.trafficEncapMode,
+        "tunnelType": rs.tunnelType,
+        "tunnelPort": rs.tunnelPort,
+        "transportInterface": "eth0",
+        "noSNAT": rs.noSNAT,
+        "defaultMTU": topo.segment(node.segment).mtu,
+        "bridge": topo.bridge,
+        "datapathType": node.datapath,
+        "ovsdb": f"unix:{paths.db_sock}",
+        "ovsRunDir": paths.ovs,
+        "stateFile": paths.state_file,
+        "podCIDRs": list(node.pod_cidrs),
+        "clusterCIDRs": list(topo.cluster_cidrs),
+        "nodeSource": {"type": "registry", "registryDir": registry_dir(lab_directory)},
+        "logFile": paths.route_sync_log,
+        "fastPath": rs.fastPath,
+    }
+
+
+def gateway_addresses(node: NodeSpec) -> list[str]:
+    return [gateway_address(c) for c in node.pod_cidrs]
+
+
+def node_namespace(lab: str, node: NodeSpec) -> str:
+    return node_netns(lab, node.name)
+
+
+def write_atomic(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+
+
+def write_json(path: str, data: dict) -> None:
+    write_atomic(path, json.dumps(data, indent=2) + "\n")

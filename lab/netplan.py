@@ -1,0 +1,112 @@
+"""The underlay as plain data: which namespaces, which iproute2 commands in which namespace,
+in which order, and which sysctls.  Pure; ``lab.build`` applies it.
+
+Every link is created inside a lab namespace with its peer created directly in the other
+namespace (``peer name eth0 netns N``): nothing ever lands in the root namespace, so deleting
+the lab's namespaces deletes every link, and links of two labs can never collide."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lab.topology import (
+    EXTERNAL_HOST,
+    NODE_HOST_BASE,
+    ROUTER_ON_SEGMENT,
+    Topology,
+    external_address,
+    external_netns,
+    host,
+    node_addresses,
+    node_netns,
+    router_address,
+    router_netns,
+    segment_netns,
+    with_prefix,
+)
+
+SEGMENT_BRIDGE = "br0"
+# No duplicate address detection anywhere in the lab: a tentative link-local address would
+# drop the first IPv6 neighbour exchanges right after `up` (addresses are unique by plan).
+NO_DAD = ("net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
+FORWARDING = ("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1",
+              "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
+
+
+@dataclass(frozen=True)
+class NetPlan:
+    namespaces: tuple[str, ...]
+    # stages run in order; within a stage, each namespace's batch may run in parallel
+    stages: tuple[dict[str, list[str]], ...]
+    sysctls: dict[str, tuple[str, ...]] = field(default_factory=dict)  # applied before the stages
+
+
+def plan(lab: str, topo: Topology) -> NetPlan:
+    router = router_netns(lab)
+    ext = external_netns(lab)
+    segs = {s.name: segment_netns(lab, s.name) for s in topo.segments}
+    nodes = {n.name: node_netns(lab, n.name) for n in topo.nodes}
+    namespaces = (*segs.values(), router, ext, *nodes.values())
+
+    # Stage 1: bridges and every veth (created from the segment / router side).
+    create: dict[str, list[str]] = {ns: ["link set lo up"] for ns in namespaces}
+    for s in topo.segments:
+        ns = segs[s.name]
+        create[ns] += [f"link add {SEGMENT_BRIDGE} mtu {s.mtu} type bridge stp_state 0 forward_delay 0",
+                       f"link set {SEGMENT_BRIDGE} up",
+                       f"link add router mtu {s.mtu} type veth peer name eth-{s.name} mtu {s.mtu} netns {router}",
+                       f"link set router master {SEGMENT_BRIDGE} up"]
+    for n in topo.nodes:
+        s = topo.segment(n.segment)
+        create[segs[s.name]] += [
+            f"link add {n.name} mtu {s.mtu} type veth peer name eth0 mtu {s.mtu} netns {nodes[n.name]}",
+            f"link set {n.name} master {SEGMENT_BRIDGE} up"]
+    create[router] += [f"link add eth-ext type veth peer name eth0 netns {ext}"]
+
+    # Stage 2: addresses and routes, each namespace on its own.
+    config: dict[str, list[str]] = {}
+    r = config.setdefault(router, [])
+    for s in topo.segments:
+        r += [f"link set eth-{s.name} up",
+              f"addr add {with_prefix(s.ipv4, ROUTER_ON_SEGMENT)} dev eth-{s.name}",
+              f"addr add {with_prefix(s.ipv6, ROUTER_ON_SEGMENT)} dev eth-{s.name} nodad"]
+    r += ["link set eth-ext up",
+          f"addr add {with_prefix(topo.external_ipv4, ROUTER_ON_SEGMENT)} dev eth-ext",
+          f"addr add {with_prefix(topo.external_ipv6, ROUTER_ON_SEGMENT)} dev eth-ext nodad"]
+    if topo.route_pod_cidrs:
+        for n in topo.nodes:
+            v4, v6 = node_addresses(topo, n)
+            for c in n.pod_cidrs:
+                r.append(f"route add {c} via {v4 if ':' not in c else v6}")
+    e4 = host(topo.external_ipv4, ROUTER_ON_SEGMENT)
+    e6 = host(topo.external_ipv6, ROUTER_ON_SEGMENT)
+    config[ext] = ["link set eth0 up",
+                   f"addr add {with_prefix(topo.external_ipv4, EXTERNAL_HOST)} dev eth0",
+                   f"addr add {with_prefix(topo.external_ipv6, EXTERNAL_HOST)} dev eth0 nodad",
+                   f"route add default via {e4}", f"route add ::/0 via {e6}"]
+    for n in topo.nodes:
+        s = topo.segment(n.segment)
+        g4, g6 = router_address(topo, n.segment)
+        config[nodes[n.name]] = [
+            "link set eth0 up",
+            f"addr add {with_prefix(s.ipv4, NODE_HOST_BASE + n.index)} dev eth0",
+            f"addr add {with_prefix(s.ipv6, NODE_HOST_BASE + n.index)} dev eth0 nodad",
+            f"route add default via {g4}", f"route add ::/0 via {g6}"]
+    sysctls = {ns: NO_DAD for ns in namespaces}
+    for ns in (router, *nodes.values()):
+        sysctls[ns] = NO_DAD + FORWARDING
+    return NetPlan(namespaces=namespaces, stages=(create, config), sysctls=sysctls)
+
+
+def address_book(lab: str, topo: Topology) -> dict[str, str]:
+    """Every underlay address → the namespace that holds it (for ``tcp`` servers, ``show``)."""
+    book: dict[str, str] = {}
+    for n in topo.nodes:
+        for a in node_addresses(topo, n):
+            book[a] = node_netns(lab, n.name)
+    for s in topo.segments:
+        for a in router_address(topo, s.name):
+            book[a] = router_netns(lab)
+    for a in external_address(topo):
+        book[a] = external_netns(lab)
+    return book

@@ -1,0 +1,86 @@
+"""One private OVS instance (ovsdb-server + ovs-vswitchd) per simulated Node, started inside
+the Node's namespace with its own OVS_RUNDIR/OVS_DBDIR/OVS_LOGDIR (shared/notes/testbed.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from lab.layout import NodePaths
+from lab.manifest import Manifest
+from lab.sh import LabError, run
+
+SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
+DAEMONS = ("ovsdb-server", "ovs-vswitchd")
+
+
+def pidfile(paths: NodePaths, daemon: str) -> str:
+    return os.path.join(paths.ovs, f"{daemon}.pid")
+
+
+def env(paths: NodePaths) -> dict[str, str]:
+    return {**os.environ, **paths.ovs_env()}
+
+
+def start(netns: str, paths: NodePaths, manifest: Manifest, timeout: float = 10.0) -> None:
+    """Create the database and start both daemons; returns when ovs-vswitchd is connected.
+
+    ``--detach`` returns only once each daemon is ready (pidfile written, db socket listening,
+    vswitchd configured from the db), so no polling is needed."""
+    e = env(paths)
+    os.makedirs(paths.ovs, exist_ok=True)
+    db = os.path.join(paths.ovs, "conf.db")
+    if not os.path.exists(db):
+        run(["ovsdb-tool", "create", db, SCHEMA], env=e)
+    for d in DAEMONS:
+        manifest.record("pidfile", path=pidfile(paths, d), netns=netns)
+    run(["ovsdb-server", db, f"--remote=punix:{paths.db_sock}", f"--pidfile={pidfile(paths, 'ovsdb-server')}",
+         f"--log-file={os.path.join(paths.ovs, 'ovsdb-server.log')}", "--detach", "--no-chdir"],
+        netns=netns, env=e, timeout=timeout)
+    run(["ovs-vsctl", f"--db=unix:{paths.db_sock}", f"--timeout={int(timeout)}", "--no-wait", "init"],
+        env=e, timeout=timeout)
+    run(["ovs-vswitchd", f"unix:{paths.db_sock}", f"--pidfile={pidfile(paths, 'ovs-vswitchd')}",
+         f"--log-file={os.path.join(paths.ovs, 'ovs-vswitchd.log')}", "--detach", "--no-chdir"],
+        netns=netns, env=e, timeout=timeout)
+
+
+def read_pid(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def vswitchd_answers(paths: NodePaths, timeout: float = 5.0) -> bool:
+    pid = read_pid(pidfile(paths, "ovs-vswitchd"))
+    if pid is None:
+        return False
+    ctl = os.path.join(paths.ovs, f"ovs-vswitchd.{pid}.ctl")
+    cp = run(["ovs-appctl", f"--timeout={int(timeout)}", "-t", ctl, "version"], env=env(paths), check=False)
+    return cp.returncode == 0 and "ovs-vswitchd" in cp.stdout
+
+
+def vsctl(paths: NodePaths, *args: str, timeout: float = 10.0) -> str:
+    cp = run(["ovs-vsctl", f"--db=unix:{paths.db_sock}", f"--timeout={int(timeout)}", *args],
+             env=env(paths), timeout=timeout + 2)
+    return cp.stdout
+
+
+def signal_pid(pid: int, sig: int = signal.SIGTERM) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError as e:
+        raise LabError(f"cannot signal pid {pid}: {e}") from None

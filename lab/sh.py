@@ -1,0 +1,40 @@
+"""Running commands, in a namespace or not: the one place lab code starts processes.
+
+No shell anywhere: argv lists only.  Errors carry the command and its stderr."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+
+
+class LabError(RuntimeError):
+    """A lab operation failed; the message says what and how to recover."""
+
+
+def in_netns(netns: str | None, argv: Sequence[str]) -> list[str]:
+    return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+
+
+def run(argv: Sequence[str], *, netns: str | None = None, env: Mapping[str, str] | None = None,
+        input: str | None = None, check: bool = True, timeout: float = 30.0
+        ) -> subprocess.CompletedProcess[str]:
+    cmd = in_netns(netns, argv)
+    try:
+        cp = subprocess.run(cmd, check=False, input=input, env=dict(env) if env is not None else None,
+                            capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise LabError(f"timed out after {timeout}s: {' '.join(cmd)}") from None
+    except FileNotFoundError as e:
+        raise LabError(f"command not found: {e.filename}") from None
+    if check and cp.returncode != 0:
+        raise LabError(f"{' '.join(cmd)} failed (rc={cp.returncode}): {cp.stderr.strip() or cp.stdout.strip()}")
+    return cp
+
+
+def ip_batch(netns: str | None, lines: Sequence[str]) -> None:
+    """Apply iproute2 commands in one process (``ip -batch -``), in ``netns`` when given."""
+    if not lines:
+        return
+    argv = ["ip", "-n", netns, "-batch", "-"] if netns else ["ip", "-batch", "-"]
+    run(argv, input="\n".join(lines) + "\n")

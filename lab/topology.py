@@ -1,0 +1,297 @@
+"""A lab's topology as plain data: parsed from YAML, defaults filled in, addresses derived.
+
+Pure: nothing here touches the system.  ``load``/``parse`` turn YAML into a :class:`Topology`;
+everything ``up`` needs (namespace names, addresses, Pod CIDRs, routes) is computed from it by
+the functions below, so tests can check the plan without root.
+
+YAML (every key optional; ``lab/topologies/default.yaml`` is the default)::
+
+    datapath: netdev                     # netdev | system (per Node overridable)
+    clusterCIDRs: [10.244.0.0/16, fd00:10:244::/48]
+    segments:
+      a: {ipv4: 192.168.77.0/24, ipv6: fd00:77::/64, mtu: 1500}
+      b: {ipv4: 192.168.88.0/24, ipv6: fd00:88::/64, mtu: 1500}
+    router:
+      routePodCIDRs: false               # routes to each Node's Pod CIDRs via the Node
+      external: {ipv4: 192.168.99.0/24, ipv6: fd00:99::/64}
+    nodes:
+      - {name: node-1, segment: a}       # optional: datapath, podCIDRs, address index
+    routeSync: null                      # or {trafficEncapMode: encap, tunnelType: vxlan, ...}
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_TOPOLOGY = os.path.join(os.path.dirname(__file__), "topologies", "default.yaml")
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+MAX_LAB_NAME = 12
+MAX_NODE_NAME = 15  # the Node's name is its veth name inside the segment namespace
+DATAPATHS = ("netdev", "system")
+ENCAP_MODES = ("encap", "noEncap", "hybrid", "networkPolicyOnly")
+ROUTER_ON_SEGMENT = 1  # host index of the router on every segment / the external link
+EXTERNAL_HOST = 2  # host index of the external host on the external link
+NODE_HOST_BASE = 10  # node i (1-based, lab-wide) is host NODE_HOST_BASE + i on its segment
+
+
+class TopologyError(ValueError):
+    """The topology file is malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    name: str
+    ipv4: str  # "192.168.77.0/24"
+    ipv6: str  # "fd00:77::/64"
+    mtu: int = 1500
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    segment: str
+    index: int  # 1-based, lab-wide: gives the host part and the Pod CIDRs
+    datapath: str
+    pod_cidrs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RouteSyncSpec:
+    """The ``routeSync`` block; keys are passed on to route-sync's config file."""
+
+    trafficEncapMode: str = "encap"
+    tunnelType: str = "vxlan"
+    tunnelPort: int = 4789
+    noSNAT: bool = False
+    fastPath: bool = False
+    startTimeout: float = 20.0
+
+
+@dataclass(frozen=True)
+class Topology:
+    segments: tuple[Segment, ...]
+    nodes: tuple[NodeSpec, ...]
+    cluster_cidrs: tuple[str, ...] = ("10.244.0.0/16", "fd00:10:244::/48")
+    route_pod_cidrs: bool = False
+    external_ipv4: str = "192.168.99.0/24"
+    external_ipv6: str = "fd00:99::/64"
+    route_sync: RouteSyncSpec | None = None
+    bridge: str = "br-int"
+
+    def segment(self, name: str) -> Segment:
+        for s in self.segments:
+            if s.name == name:
+                return s
+        raise TopologyError(f"no segment {name!r}")
+
+    def node(self, name: str) -> NodeSpec:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise TopologyError(f"no node {name!r} (nodes: {', '.join(n.name for n in self.nodes)})")
+
+
+# ---------------------------------------------------------------- addressing (pure)
+
+def host(cidr: str, index: int) -> str:
+    """The ``index``-th address of ``cidr``, without prefix length."""
+    net = ipaddress.ip_network(cidr, strict=False)
+    if index >= net.num_addresses:
+        raise TopologyError(f"host index {index} outside {cidr}")
+    return str(net.network_address + index)
+
+
+def with_prefix(cidr: str, index: int) -> str:
+    return f"{host(cidr, index)}/{ipaddress.ip_network(cidr, strict=False).prefixlen}"
+
+
+def node_addresses(topo: Topology, node: NodeSpec) -> tuple[str, str]:
+    """The Node's transport addresses (IPv4, IPv6), without prefix length."""
+    seg = topo.segment(node.segment)
+    return host(seg.ipv4, NODE_HOST_BASE + node.index), host(seg.ipv6, NODE_HOST_BASE + node.index)
+
+
+def router_address(topo: Topology, segment: str) -> tuple[str, str]:
+    seg = topo.segment(segment)
+    return host(seg.ipv4, ROUTER_ON_SEGMENT), host(seg.ipv6, ROUTER_ON_SEGMENT)
+
+
+def external_address(topo: Topology) -> tuple[str, str]:
+    return host(topo.external_ipv4, EXTERNAL_HOST), host(topo.external_ipv6, EXTERNAL_HOST)
+
+
+def default_pod_cidrs(cluster_cidrs: tuple[str, ...], index: int) -> tuple[str, ...]:
+    """Node ``index``'s Pod CIDRs: the index-th /24 (IPv4) and /64 (IPv6) of the cluster CIDRs."""
+    out = []
+    for c in cluster_cidrs:
+        net = ipaddress.ip_network(c, strict=False)
+        new_prefix = 24 if net.version == 4 else 64
+        if new_prefix <= net.prefixlen:
+            raise TopologyError(f"cluster CIDR {c} too small to split into per-Node /{new_prefix}")
+        size = 1 << ((32 if net.version == 4 else 128) - new_prefix)
+        sub = ipaddress.ip_network((int(net.network_address) + index * size, new_prefix))
+        if not sub.subnet_of(net):  # type: ignore[arg-type]
+            raise TopologyError(f"node index {index} outside cluster CIDR {c}")
+        out.append(str(sub))
+    return tuple(out)
+
+
+def gateway_address(pod_cidr: str) -> str:
+    return host(pod_cidr, 1)
+
+
+# ---------------------------------------------------------------- names (pure)
+
+def node_netns(lab: str, node: str) -> str:
+    return f"{lab}-{node}"
+
+
+def segment_netns(lab: str, segment: str) -> str:
+    return f"{lab}-seg-{segment}"
+
+
+def router_netns(lab: str) -> str:
+    return f"{lab}-router"
+
+
+def external_netns(lab: str) -> str:
+    return f"{lab}-ext"
+
+
+def pod_netns(lab: str, node: str, pod: str) -> str:
+    return f"{lab}-{node}-{pod}"
+
+
+def check_name(kind: str, name: str, limit: int) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name) or len(name) > limit:
+        raise TopologyError(f"{kind} name {name!r}: lowercase letters, digits and '-', at most {limit}")
+    return name
+
+
+# ---------------------------------------------------------------- parsing (pure)
+
+def _cidr(value: Any, version: int, where: str) -> str:
+    try:
+        net = ipaddress.ip_network(str(value), strict=True)
+    except ValueError as e:
+        raise TopologyError(f"{where}: {e}") from None
+    if net.version != version:
+        raise TopologyError(f"{where}: {value} is not IPv{version}")
+    return str(net)
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TopologyError(f"{where}: expected a mapping")
+    return value
+
+
+def parse(data: Any) -> Topology:
+    d = _mapping(data, "topology")
+    known = {"datapath", "clusterCIDRs", "segments", "router", "nodes", "routeSync", "bridge", "name"}
+    unknown = set(d) - known
+    if unknown:
+        raise TopologyError(f"topology: unknown keys {sorted(unknown)}")
+    datapath = d.get("datapath", "netdev")
+    if datapath not in DATAPATHS:
+        raise TopologyError(f"datapath {datapath!r}: one of {DATAPATHS}")
+    cluster = tuple(str(ipaddress.ip_network(str(c), strict=True))
+                    for c in d.get("clusterCIDRs", ["10.244.0.0/16", "fd00:10:244::/48"]))
+    segs_in = _mapping(d.get("segments") or {"a": {}, "b": {}}, "segments")
+    segments = []
+    defaults = {"a": ("192.168.77.0/24", "fd00:77::/64"), "b": ("192.168.88.0/24", "fd00:88::/64")}
+    for i, (name, s) in enumerate(segs_in.items()):
+        check_name("segment", str(name), 8)
+        s = _mapping(s, f"segments.{name}")
+        d4, d6 = defaults.get(name, (f"192.168.{100 + i}.0/24", f"fd00:{100 + i:x}::/64"))
+        mtu = int(s.get("mtu", 1500))
+        if not 1280 <= mtu <= 9000:
+            raise TopologyError(f"segments.{name}.mtu {mtu}: 1280..9000")
+        segments.append(Segment(str(name), _cidr(s.get("ipv4", d4), 4, f"segments.{name}.ipv4"),
+                                _cidr(s.get("ipv6", d6), 6, f"segments.{name}.ipv6"), mtu))
+    router = _mapping(d.get("router"), "router")
+    ext = _mapping(router.get("external"), "router.external")
+    nodes_in = d.get("nodes")
+    if nodes_in is None:
+        nodes_in = [{"name": "node-1", "segment": "a"}, {"name": "node-2", "segment": "a"},
+                    {"name": "node-3", "segment": "b"}]
+    if not isinstance(nodes_in, list) or not nodes_in:
+        raise TopologyError("nodes: expected a non-empty list")
+    seg_names = {s.name for s in segments}
+    nodes: list[NodeSpec] = []
+    for i, n in enumerate(nodes_in, start=1):
+        n = _mapping(n, f"nodes[{i - 1}]")
+        name = check_name("node", str(n.get("name", f"node-{i}")), MAX_NODE_NAME)
+        if name == "router":
+            raise TopologyError("node name 'router' is reserved")
+        seg = str(n.get("segment", segments[0].name))
+        if seg not in seg_names:
+            raise TopologyError(f"node {name}: unknown segment {seg!r}")
+        dp = n.get("datapath", datapath)
+        if dp not in DATAPATHS:
+            raise TopologyError(f"node {name}: datapath {dp!r}: one of {DATAPATHS}")
+        index = int(n.get("index", i))
+        pod_cidrs = tuple(str(ipaddress.ip_network(str(c), strict=True)) for c in n["podCIDRs"]) \
+            if "podCIDRs" in n else default_pod_cidrs(cluster, index)
+        nodes.append(NodeSpec(name, seg, index, dp, pod_cidrs))
+    if len({n.name for n in nodes}) != len(nodes):
+        raise TopologyError("nodes: duplicate names")
+    if len({n.index for n in nodes}) != len(nodes):
+        raise TopologyError("nodes: duplicate index")
+    rs_in = d.get("routeSync")
+    route_sync = None
+    if rs_in:
+        rs = _mapping(rs_in, "routeSync")
+        allowed = set(RouteSyncSpec.__dataclass_fields__)
+        if set(rs) - allowed:
+            raise TopologyError(f"routeSync: unknown keys {sorted(set(rs) - allowed)}")
+        route_sync = RouteSyncSpec(**rs)
+        if route_sync.trafficEncapMode not in ENCAP_MODES:
+            raise TopologyError(f"routeSync.trafficEncapMode: one of {ENCAP_MODES}")
+    return Topology(
+        segments=tuple(segments), nodes=tuple(nodes), cluster_cidrs=cluster,
+        route_pod_cidrs=bool(router.get("routePodCIDRs", False)),
+        external_ipv4=_cidr(ext.get("ipv4", "192.168.99.0/24"), 4, "router.external.ipv4"),
+        external_ipv6=_cidr(ext.get("ipv6", "fd00:99::/64"), 6, "router.external.ipv6"),
+        route_sync=route_sync, bridge=str(d.get("bridge", "br-int")),
+    )
+
+
+def load(path: str | None = None) -> Topology:
+    import yaml
+
+    with open(path or DEFAULT_TOPOLOGY) as f:
+        return parse(yaml.safe_load(f))
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """Which connectivity categories the configuration promises (``check`` runs only these)."""
+
+    configured: frozenset[str] = field(default_factory=frozenset)
+    reason: dict[str, str] = field(default_factory=dict)
+
+
+CATEGORIES = ("same-node", "pod-to-node", "same-subnet", "other-subnet", "pod-to-remote-node",
+              "pod-to-external")
+
+
+def expectation(topo: Topology, route_sync_running: bool) -> Expectation:
+    """Same-Node and Pod→own-Node always work (the Node's gateway); everything that leaves the
+    Node needs a way back to the Pod CIDR: route-sync (tunnels/routes/masquerade) or the router's
+    routes to every Pod CIDR (``routePodCIDRs``)."""
+    configured = {"same-node", "pod-to-node"}
+    reason: dict[str, str] = {}
+    cross = ("same-subnet", "other-subnet", "pod-to-remote-node", "pod-to-external")
+    if route_sync_running or topo.route_pod_cidrs:
+        configured.update(cross)
+    else:
+        for c in cross:
+            reason[c] = "not configured: no route-sync and router.routePodCIDRs is false"
+    return Expectation(frozenset(configured), reason)
