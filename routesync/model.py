@@ -106,3 +106,19 @@ class DesiredState:
     neighbors: set[Neighbor] = field(default_factory=set)
     nft: NftPlan = field(default_factory=NftPlan)
     forwarding: bool = True
+
+
+# --- added by route-sync part A (planner/daemon): the appliers' report and interface -------------
+
+@dataclass(frozen=True)
+class LocalFacts:
+    """What the appliers report about this Node after preparing the bridge and its ports; the
+    planner needs it to build flows (ofports, MACs) and to decide paths (transport networks)."""
+
+    gateway_ofport: int
+    gateway_mac: str
+    tunnel_ofport: int | None  # None when there is no tunnel port
+    uplink_name: str  # the transport interface as the host sees it now ("eth0")
+    uplink_addresses: tuple[str, ...]  # CIDRs on it: "192.168.77.11/24", "fd00:77::11/64"
+    transport_mtu: int
+    uplink_mac: str | None = None

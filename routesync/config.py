@@ -1,0 +1,240 @@
+"""route-sync's configuration: ``/etc/ferry/route-sync.yaml`` (or ``--config``) into a :class:`Config`.
+
+Every key is validated here, once; a bad value or an unknown key raises :class:`ConfigError` with
+the key's name in the message, and the CLI exits non-zero with it.  Nothing else in route-sync
+re-validates the config."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from cni.nodestate import DEFAULT_STATE_FILE
+from cni.pipeline import DEFAULT_BRIDGE, IFNAMSIZ
+
+DEFAULT_CONFIG_FILE = "/etc/ferry/route-sync.yaml"
+
+MODES = ("encap", "noEncap", "hybrid", "networkPolicyOnly")
+TUNNEL_TYPES = ("vxlan", "geneve", "gre", "stt")
+DEFAULT_TUNNEL_PORTS: dict[str, int | None] = {"vxlan": 4789, "geneve": 6081, "stt": 7471, "gre": None}
+DATAPATHS = ("netdev", "system")
+MAC_SOURCES = ("annotation", "neighbor", "both")
+SOURCE_TYPES = ("registry", "kubernetes")
+DEFAULT_REGISTRY_DIR = "/var/lib/ferry/registry"
+
+
+class ConfigError(ValueError):
+    """A config key is unknown or has a bad value; the message names the key."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        super().__init__(f"config key {key!r}: {problem}")
+
+
+@dataclass(frozen=True)
+class NodeSourceConfig:
+    type: str = "registry"  # registry | kubernetes
+    registry_dir: str = DEFAULT_REGISTRY_DIR
+    kubeconfig: str | None = None  # kubernetes: None = in-cluster, then ~/.kube/config
+    poll_interval: float = 0.1  # registry: seconds between directory scans
+
+
+@dataclass(frozen=True)
+class Config:
+    node_name: str
+    mode: str = "encap"
+    tunnel_type: str = "vxlan"
+    tunnel_port: int | None = 4789
+    transport_interface: str = "eth0"
+    transport_interface_cidrs: tuple[str, ...] = ()
+    no_snat: bool = False
+    default_mtu: int = 0
+    bridge: str = DEFAULT_BRIDGE
+    datapath_type: str = "netdev"
+    ovsdb: str = "unix:/var/run/openvswitch/db.sock"
+    ovs_run_dir: str = "/var/run/openvswitch"
+    state_file: str = DEFAULT_STATE_FILE
+    pod_cidrs: tuple[str, ...] = ()
+    cluster_cidrs: tuple[str, ...] = ()
+    node_source: NodeSourceConfig = field(default_factory=NodeSourceConfig)
+    fast_path: bool = False
+    mac_source: str = "annotation"
+    resync_seconds: float = 60.0
+    log_file: str | None = None
+
+    @property
+    def tunnelled(self) -> bool:
+        return self.mode in ("encap", "hybrid")
+
+
+# --- value checkers: each takes (key, raw value) and returns the typed value or raises -------------
+
+def _str(key: str, v: Any) -> str:
+    if not isinstance(v, str) or not v:
+        raise ConfigError(key, f"expected a non-empty string, got {v!r}")
+    return v
+
+
+def _bool(key: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ConfigError(key, f"expected true or false, got {v!r}")
+    return v
+
+
+def _int(key: str, v: Any, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ConfigError(key, f"expected an integer in [{lo}, {hi}], got {v!r}")
+    return v
+
+
+def _choice(key: str, v: Any, choices: tuple[str, ...]) -> str:
+    if isinstance(v, str):
+        for c in choices:
+            if c.lower() == v.lower():
+                return c
+    raise ConfigError(key, f"expected one of {', '.join(choices)}, got {v!r}")
+
+
+def _ifname(key: str, v: Any) -> str:
+    name = _str(key, v)
+    if len(name.encode()) > IFNAMSIZ or "/" in name or any(c.isspace() for c in name):
+        raise ConfigError(key, f"not a valid interface name: {name!r}")
+    return name
+
+
+def _cidrs(key: str, v: Any, host_bits: bool) -> tuple[str, ...]:
+    if isinstance(v, str):
+        v = [s.strip() for s in v.split(",") if s.strip()]
+    if not isinstance(v, list):
+        raise ConfigError(key, f"expected a list of CIDRs, got {v!r}")
+    out: list[str] = []
+    for item in v:
+        try:
+            if host_bits:  # an interface address: "192.168.77.11/24"
+                out.append(str(ipaddress.ip_interface(str(item))))
+            else:
+                out.append(str(ipaddress.ip_network(str(item), strict=True)))
+        except ValueError as e:
+            raise ConfigError(key, f"bad CIDR {item!r} ({e})") from None
+    families = [ipaddress.ip_network(c, strict=False).version for c in out]
+    if not host_bits and len(families) != len(set(families)) and key == "podCIDRs":
+        raise ConfigError(key, "at most one Pod CIDR per address family")
+    return tuple(out)
+
+
+def _ovsdb(key: str, v: Any) -> str:
+    s = _str(key, v)
+    if not s.startswith(("unix:", "tcp:", "ssl:")):
+        raise ConfigError(key, f"expected unix:PATH, tcp:IP:PORT or ssl:IP:PORT, got {s!r}")
+    return s
+
+
+def _node_source(key: str, v: Any) -> NodeSourceConfig:
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected a mapping, got {v!r}")
+    allowed = {"type", "registryDir", "kubeconfig", "pollInterval"}
+    for k in v:
+        if k not in allowed:
+            raise ConfigError(f"{key}.{k}", "unknown key")
+    kind = _choice(f"{key}.type", v.get("type", "registry"), SOURCE_TYPES)
+    if kind == "registry" and "kubeconfig" in v:
+        raise ConfigError(f"{key}.kubeconfig", "only valid with type kubernetes")
+    if kind == "kubernetes" and "registryDir" in v:
+        raise ConfigError(f"{key}.registryDir", "only valid with type registry")
+    poll = v.get("pollInterval", 0.1)
+    if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0.01 <= poll <= 5:
+        raise ConfigError(f"{key}.pollInterval", f"expected seconds in [0.01, 5], got {poll!r}")
+    return NodeSourceConfig(
+        type=kind,
+        registry_dir=_str(f"{key}.registryDir", v.get("registryDir", DEFAULT_REGISTRY_DIR)),
+        kubeconfig=_str(f"{key}.kubeconfig", v["kubeconfig"]) if v.get("kubeconfig") is not None else None,
+        poll_interval=float(poll),
+    )
+
+
+_KEYS = {
+    "nodeName", "trafficEncapMode", "tunnelType", "tunnelPort", "transportInterface",
+    "transportInterfaceCIDRs", "noSNAT", "defaultMTU", "bridge", "datapathType", "ovsdb", "ovsRunDir",
+    "stateFile", "podCIDRs", "clusterCIDRs", "nodeSource", "fastPath", "macSource", "resyncSeconds",
+    "logFile",
+}
+
+
+def from_dict(raw: Any) -> Config:
+    """Validate a parsed YAML document; :class:`ConfigError` names the first bad key."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError("<root>", "expected a mapping of keys to values")
+    for k in raw:
+        if k not in _KEYS:
+            raise ConfigError(str(k), "unknown key")
+    g = raw.get
+    node_name = _str("nodeName", g("nodeName")) if g("nodeName") is not None else socket.gethostname()
+    if len(node_name) > 253 or "/" in node_name or node_name.startswith("."):
+        raise ConfigError("nodeName", f"not a valid Node name: {node_name!r}")
+    mode = _choice("trafficEncapMode", g("trafficEncapMode", "encap"), MODES)
+    datapath = _choice("datapathType", g("datapathType", "netdev"), DATAPATHS)
+    tunnel_type = _choice("tunnelType", g("tunnelType", "vxlan"), TUNNEL_TYPES)
+    if tunnel_type == "stt" and datapath == "netdev":
+        raise ConfigError("tunnelType", "stt is not supported by the netdev (userspace) datapath; "
+                          "use vxlan, geneve or gre, or datapathType system")
+    default_port = DEFAULT_TUNNEL_PORTS[tunnel_type]
+    if g("tunnelPort") is not None:
+        if tunnel_type == "gre":
+            raise ConfigError("tunnelPort", "gre has no UDP port")
+        tunnel_port: int | None = _int("tunnelPort", g("tunnelPort"), 1, 65535)
+    else:
+        tunnel_port = default_port
+    no_snat = _bool("noSNAT", g("noSNAT", False))
+    if no_snat and mode != "noEncap":
+        raise ConfigError("noSNAT", f"only valid with trafficEncapMode noEncap (mode is {mode})")
+    fast_path = _bool("fastPath", g("fastPath", False))
+    if fast_path and mode not in ("noEncap", "hybrid"):
+        raise ConfigError("fastPath", f"only valid with trafficEncapMode noEncap or hybrid (mode is {mode})")
+    default_mtu = g("defaultMTU", 0)
+    if default_mtu != 0:
+        default_mtu = _int("defaultMTU", default_mtu, 68, 65535)
+    resync = g("resyncSeconds", 60)
+    if isinstance(resync, bool) or not isinstance(resync, (int, float)) or not 0.1 <= resync <= 86400:
+        raise ConfigError("resyncSeconds", f"expected seconds in [0.1, 86400], got {resync!r}")
+    return Config(
+        node_name=node_name,
+        mode=mode,
+        tunnel_type=tunnel_type,
+        tunnel_port=tunnel_port,
+        transport_interface=_ifname("transportInterface", g("transportInterface", "eth0")),
+        transport_interface_cidrs=_cidrs("transportInterfaceCIDRs", g("transportInterfaceCIDRs", []), True),
+        no_snat=no_snat,
+        default_mtu=default_mtu,
+        bridge=_ifname("bridge", g("bridge", DEFAULT_BRIDGE)),
+        datapath_type=datapath,
+        ovsdb=_ovsdb("ovsdb", g("ovsdb", "unix:/var/run/openvswitch/db.sock")),
+        ovs_run_dir=_str("ovsRunDir", g("ovsRunDir", "/var/run/openvswitch")),
+        state_file=_str("stateFile", g("stateFile", DEFAULT_STATE_FILE)),
+        pod_cidrs=_cidrs("podCIDRs", g("podCIDRs", []), False),
+        cluster_cidrs=_cidrs("clusterCIDRs", g("clusterCIDRs", []), False),
+        node_source=_node_source("nodeSource", g("nodeSource", {"type": "registry"})),
+        fast_path=fast_path,
+        mac_source=_choice("macSource", g("macSource", "annotation"), MAC_SOURCES),
+        resync_seconds=float(resync),
+        log_file=_str("logFile", g("logFile")) if g("logFile") is not None else None,
+    )
+
+
+def load(path: str = DEFAULT_CONFIG_FILE) -> Config:
+    """Read and validate a YAML config file."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError("<file>", f"{path} does not exist") from None
+    except OSError as e:
+        raise ConfigError("<file>", f"{path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError("<file>", f"{path} is not valid YAML ({e})") from None
+    return from_dict(raw)

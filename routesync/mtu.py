@@ -1,0 +1,34 @@
+"""The Pod MTU: transport MTU minus what the tunnel adds to every packet.
+
+Overheads count everything the encapsulation puts around the inner IP packet, over an IPv4
+underlay: outer IPv4 header (20) + the tunnel's own headers + the inner Ethernet header (14).
+
+* vxlan 50 = 20 + UDP 8 + VXLAN 8 + 14
+* geneve 50 = 20 + UDP 8 + Geneve 8 (no options; Ferry sets none) + 14
+* gre 42 = 20 + GRE 8 (with the key that ``key=flow`` adds) + 14 (OVS's GRE carries Ethernet)
+* stt 72 = 20 + TCP 20 + STT 18 + 14 (the issue's draft said 54: that omits the TCP header)
+
+An IPv6 underlay's header is 40 bytes instead of 20: +20.
+"""
+
+from __future__ import annotations
+
+TUNNEL_OVERHEAD = {"vxlan": 50, "geneve": 50, "gre": 42, "stt": 72}
+IPV6_EXTRA = 20
+MAX_MTU = 65000
+MIN_MTU = 1280  # below this IPv6 cannot run; we refuse to derive less and fall back to it
+
+
+def pod_mtu(transport_mtu: int, mode: str, tunnel_type: str, ipv6_underlay: bool = False,
+            default_mtu: int = 0) -> int:
+    """The MTU for Pod interfaces and the gateway port.
+
+    ``default_mtu`` > 0 overrides everything.  The tunnel overhead is deducted in encap and
+    hybrid (hybrid tunnels some peers; one MTU for all keeps a Pod's MTU independent of where
+    its peer lives).  Capped at 65000 (loopback-like transports report 65536)."""
+    if default_mtu > 0:
+        return default_mtu
+    mtu = transport_mtu
+    if mode in ("encap", "hybrid"):
+        mtu -= TUNNEL_OVERHEAD[tunnel_type] + (IPV6_EXTRA if ipv6_underlay else 0)
+    return max(min(mtu, MAX_MTU), 68)

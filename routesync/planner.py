@@ -1,0 +1,263 @@
+"""The planner: Nodes + config + local facts in, :class:`model.DesiredState` out.  Pure.
+
+Decision per peer and address family (:func:`decide`):
+
+    mode               peer in a local transport subnet   peer elsewhere
+    encap              tunnel                             tunnel
+    hybrid             route                              tunnel
+    noEncap            route                              underlay (the underlay routes Pod CIDRs)
+    networkPolicyOnly  none                               none
+
+Everything is recomputed from scratch on every reconcile; the appliers diff."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+
+from cni import nodestate
+from cni.flows import GatewayPort, base_flows
+from cni.pipeline import GATEWAY_PORT, TUNNEL_PORT, VIRTUAL_MAC
+
+from . import mtu as mtu_mod
+from .config import Config
+from .model import (
+    MAC_ANNOTATION,
+    DesiredState,
+    HostRoute,
+    LocalFacts,
+    Neighbor,
+    NftPlan,
+    NodeRecord,
+    PeerPlan,
+    TunnelSpec,
+    UplinkSpec,
+)
+from .peerflows import node_flows, peer_flows
+
+IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class PlanError(Exception):
+    """The local Node cannot be planned yet (e.g. it has no Pod CIDR)."""
+
+
+def decide(mode: str, local_transport_networks: Iterable[str | IPNet], peer_address: str | None) -> str:
+    """The path to one peer for one family: tunnel | route | underlay | none.
+
+    ``peer_address`` is the peer's transport address of that family (None: it has none; then a
+    direct route is impossible and hybrid tunnels over the other family, noEncap leaves it to the
+    underlay)."""
+    if mode == "networkPolicyOnly":
+        return "none"
+    if mode == "encap":
+        return "tunnel"
+    same_subnet = False
+    if peer_address is not None:
+        ip = ipaddress.ip_address(peer_address)
+        same_subnet = any(ip in ipaddress.ip_network(n, strict=False) for n in local_transport_networks
+                          if ipaddress.ip_network(n, strict=False).version == ip.version)
+    if mode == "hybrid":
+        return "route" if same_subnet else "tunnel"
+    if mode == "noEncap":
+        return "route" if same_subnet else "underlay"
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+def first_address(cidr: str) -> str:
+    """The gateway address of a Pod CIDR: its first host, with the CIDR's prefix length."""
+    net = ipaddress.ip_network(cidr, strict=False)
+    return f"{net.network_address + 1}/{net.prefixlen}"
+
+
+def _family(addr: str) -> int:
+    return ipaddress.ip_interface(addr).version
+
+
+def _by_family(addrs: Sequence[str], family: int) -> list[str]:
+    return [a for a in addrs if _family(a) == family]
+
+
+def _host(addr: str) -> str:
+    return str(ipaddress.ip_interface(addr).ip)
+
+
+def uplink_renamed(name: str) -> str:
+    """The physical uplink's name once moved onto the bridge: ``eth0`` → ``eth0~``."""
+    return name[:14] + "~"
+
+
+def local_pod_cidrs(config: Config, local: NodeRecord) -> tuple[str, ...]:
+    cidrs = local.pod_cidrs or config.pod_cidrs
+    if not cidrs:
+        raise PlanError(f"Node {local.name} has no Pod CIDR (neither in its record nor in podCIDRs)")
+    return tuple(str(ipaddress.ip_network(c, strict=False)) for c in cidrs)
+
+
+def transport_networks(config: Config, facts: LocalFacts) -> tuple[str, ...]:
+    addrs = config.transport_interface_cidrs or facts.uplink_addresses
+    return tuple(str(ipaddress.ip_interface(a).network) for a in addrs)
+
+
+def local_transport_addresses(config: Config, local: NodeRecord, facts: LocalFacts) -> tuple[str, ...]:
+    if local.transport_addresses:
+        return tuple(_host(a) for a in local.transport_addresses)
+    return tuple(_host(a) for a in (config.transport_interface_cidrs or facts.uplink_addresses))
+
+
+def _underlay_for(family: int, addresses: Sequence[str]) -> str | None:
+    """The transport address a tunnel for Pod ``family`` uses: same family first, else the other."""
+    same = _by_family(addresses, family)
+    if same:
+        return same[0]
+    other = _by_family(addresses, 10 - family)  # 4 <-> 6
+    return other[0] if other else None
+
+
+def peer_plans(config: Config, networks: Sequence[str], peer: NodeRecord) -> list[PeerPlan]:
+    plans: list[PeerPlan] = []
+    peer_addrs = [_host(a) for a in peer.transport_addresses]
+    for family in (4, 6):
+        cidrs = tuple(str(ipaddress.ip_network(c, strict=False)) for c in peer.pod_cidrs
+                      if ipaddress.ip_network(c, strict=False).version == family)
+        if not cidrs:
+            continue
+        same = _by_family(peer_addrs, family)
+        path = decide(config.mode, networks, same[0] if same else None)
+        transport = same[0] if same else None
+        if path == "tunnel":
+            transport = _underlay_for(family, peer_addrs)
+            if transport is None:  # a peer with no transport address cannot be tunnelled to
+                path = "none"
+        plans.append(PeerPlan(
+            peer=peer.name, family=family, path=path, transport_address=transport, pod_cidrs=cidrs,
+            peer_gateway=_host(first_address(cidrs[0])) if path == "tunnel" else None,
+            next_hop_mac=None, mac_source=None,  # a next-hop MAC is the fast path's (later issue)
+        ))
+    return plans
+
+
+def host_routes(plan: PeerPlan) -> tuple[set[HostRoute], set[Neighbor]]:
+    routes: set[HostRoute] = set()
+    neighbors: set[Neighbor] = set()
+    if plan.path == "route" and plan.transport_address:
+        for c in plan.pod_cidrs:
+            routes.add(HostRoute(dst=c, gw=plan.transport_address, dev=None))
+    elif plan.path == "tunnel" and plan.peer_gateway:
+        gw = plan.peer_gateway
+        if plan.family == 4:
+            for c in plan.pod_cidrs:
+                routes.add(HostRoute(dst=c, gw=gw, dev=GATEWAY_PORT, onlink=True))
+        else:
+            routes.add(HostRoute(dst=f"{gw}/128", gw=None, dev=GATEWAY_PORT))
+            neighbors.add(Neighbor(ip=gw, mac=VIRTUAL_MAC, dev=GATEWAY_PORT))
+            for c in plan.pod_cidrs:
+                routes.add(HostRoute(dst=c, gw=gw, dev=GATEWAY_PORT))
+    return routes, neighbors
+
+
+def tunnel_spec(config: Config) -> TunnelSpec | None:
+    if not config.tunnelled:
+        return None
+    return TunnelSpec(type=config.tunnel_type, port_name=TUNNEL_PORT, dst_port=config.tunnel_port)
+
+
+def uplink_spec(config: Config) -> UplinkSpec | None:
+    """OVS userspace tunnels and the fast path need the uplink on the bridge (netdev only)."""
+    if config.datapath_type != "netdev" or not (config.tunnelled or config.fast_path):
+        return None
+    return UplinkSpec(name=config.transport_interface, renamed=uplink_renamed(config.transport_interface))
+
+
+def gateway_addresses(config: Config, local: NodeRecord) -> tuple[str, ...]:
+    """The gateway's CIDRs.  networkPolicyOnly: none (the primary CNI owns addressing)."""
+    if config.mode == "networkPolicyOnly":
+        return ()
+    return tuple(first_address(c) for c in local_pod_cidrs(config, local))
+
+
+def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: LocalFacts) -> DesiredState:
+    """The complete desired state of this Node."""
+    pod_cidrs = local_pod_cidrs(config, local)
+    gw_addrs = gateway_addresses(config, local)
+    networks = transport_networks(config, facts)
+    tunnel = tunnel_spec(config)
+    uplink = uplink_spec(config)
+    local_addrs = local_transport_addresses(config, local, facts)
+
+    ipv6_underlay = False
+    if tunnel is not None:
+        used = {_underlay_for(_family(c), local_addrs) for c in pod_cidrs}
+        ipv6_underlay = any(a is not None and _family(a) == 6 for a in used)
+    mtu = mtu_mod.pod_mtu(facts.transport_mtu, config.mode, config.tunnel_type, ipv6_underlay,
+                          config.default_mtu)
+
+    tunnel_ofport = facts.tunnel_ofport if tunnel is not None else None
+    flows = base_flows(GatewayPort(facts.gateway_ofport, facts.gateway_mac, gw_addrs))
+    flows += node_flows(tunnel_ofport, facts.gateway_mac)
+
+    plans: list[PeerPlan] = []
+    routes: set[HostRoute] = set()
+    neighbors: set[Neighbor] = set()
+    for peer in sorted(peers, key=lambda p: p.name):
+        if peer.name == local.name:
+            continue
+        for p in peer_plans(config, networks, peer):
+            plans.append(p)
+            flows += peer_flows(p, facts.gateway_mac, tunnel_ofport)
+            r, n = host_routes(p)
+            routes |= r
+            neighbors |= n
+
+    cluster = set(pod_cidrs) | set(config.cluster_cidrs)
+    for peer in peers:
+        cluster |= {str(ipaddress.ip_network(c, strict=False)) for c in peer.pod_cidrs}
+    nft = NftPlan(
+        masquerade=not (config.no_snat or config.mode == "networkPolicyOnly"),
+        local_pod_cidrs=pod_cidrs,
+        cluster_pod_cidrs=tuple(sorted(cluster)),
+        tunnel_udp_port=tunnel.dst_port if tunnel is not None else None,
+        uplink_ingress_drop=uplink.renamed if uplink is not None else None,
+    )
+    return DesiredState(mtu=mtu, gateway_addresses=gw_addrs, tunnel=tunnel, uplink=uplink, peers=plans,
+                        flows=flows, routes=routes, neighbors=neighbors, nft=nft,
+                        forwarding=True)
+
+
+def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: LocalFacts) -> nodestate.NodeState:
+    """What the plugin reads: written by the daemon when it differs from the last one written."""
+    tunnel = None
+    if desired.tunnel is not None and facts.tunnel_ofport is not None:
+        tunnel = nodestate.Tunnel(type=desired.tunnel.type, port=desired.tunnel.port_name,
+                                  ofport=facts.tunnel_ofport)
+    return nodestate.NodeState(
+        node=config.node_name,
+        mode=config.mode,
+        bridge=config.bridge,
+        datapath=config.datapath_type,
+        ovsdb=config.ovsdb,
+        ovsRunDir=config.ovs_run_dir,
+        mtu=desired.mtu,
+        podCIDRs=list(local_pod_cidrs(config, local)),
+        clusterCIDRs=list(desired.nft.cluster_pod_cidrs),
+        gateway=nodestate.Gateway(name=GATEWAY_PORT, mac=facts.gateway_mac, ofport=facts.gateway_ofport,
+                                  addresses=list(desired.gateway_addresses)),
+        tunnel=tunnel,
+        peers=[nodestate.Peer(name=p.peer, addresses=[p.transport_address] if p.transport_address else [],
+                              podCIDRs=list(p.pod_cidrs), path=p.path, mac=p.next_hop_mac,
+                              macSource=p.mac_source)
+               for p in desired.peers],
+    )
+
+
+def self_record(config: Config, local: NodeRecord | None, facts: LocalFacts) -> NodeRecord:
+    """This Node's record as route-sync publishes it: its transport addresses, Pod CIDRs and the
+    ``ferry.io/mac-address`` annotation (the uplink MAC, for peers' fast path)."""
+    annotations = dict(local.annotations) if local is not None else {}
+    if facts.uplink_mac:
+        annotations[MAC_ANNOTATION] = facts.uplink_mac
+    addrs = (local.transport_addresses if local is not None and local.transport_addresses
+             else tuple(_host(a) for a in (config.transport_interface_cidrs or facts.uplink_addresses)))
+    cidrs = (local.pod_cidrs if local is not None and local.pod_cidrs else config.pod_cidrs)
+    return NodeRecord(name=config.node_name, transport_addresses=tuple(addrs), pod_cidrs=tuple(cidrs),
+                      annotations=tuple(sorted(annotations.items())))
