@@ -78,8 +78,7 @@ def fmt(addr: int, bits: int) -> str:
 
 def parse_address(text: str) -> tuple[int, int]:
     """``(int, bits)`` of an address, with or without a ``/prefix``; ValueError when invalid."""
-    if not isinstance(text, str):
-        raise ValueError(f"{text!r} is not a string")
+    text = str(text)
     addr = ipaddress.ip_interface(text.strip()).ip if "/" in text else ipaddress.ip_address(text.strip())
     return int(addr), addr.max_prefixlen
 
@@ -150,7 +149,7 @@ def parse_range_sets(obj: Any, where: str = "ipam.ranges") -> tuple[RangeSet, ..
     for i, rs in enumerate(obj):
         if not isinstance(rs, list) or not rs:
             raise CniError(INVALID_CONFIG, f"{where}[{i}]: must be a non-empty list of ranges")
-        ranges = []
+        ranges: list[Range] = []
         for j, rd in enumerate(rs):
             w = f"{where}[{i}][{j}]"
             r = parse_range(rd, w)

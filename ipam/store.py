@@ -71,7 +71,7 @@ class Record:
     @staticmethod
     def from_json(d: Any) -> Record:
         if not isinstance(d, dict) or not isinstance(d.get("ips"), list):
-            raise ValueError("record is not an object with an 'ips' list")
+            raise TypeError("record is not an object with an 'ips' list")
         return Record(str(d["containerID"]), str(d["ifname"]),
                       tuple(StoredIP(str(i["address"]), str(i.get("gateway", ""))) for i in d["ips"]))
 
@@ -293,9 +293,9 @@ class Txn:
             owner = self.owner(n)
             if held.get(n) != owner:
                 problems.append(f"ips/{n}: claimed by {owner}, record says {held.get(n)}")
-        for ip, key in held.items():
-            if ip not in claims:
-                problems.append(f"{ip}: in the record of {key} but not claimed")
+        for addr, key in held.items():
+            if addr not in claims:
+                problems.append(f"{addr}: in the record of {key} but not claimed")
         if _exists(self.root_fd, JOURNAL):
             problems.append("journal present while the lock is held")
         return problems
@@ -339,7 +339,7 @@ class _Locked:
             self._close()
             raise
 
-    def __exit__(self, exc_type: type | None, exc: BaseException | None, tb: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self._close()
         if isinstance(exc, OSError):
             raise CniError(IO_FAILURE, f"ipam store {self.path}: {exc.strerror or exc}") from exc
