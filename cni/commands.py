@@ -273,17 +273,23 @@ def _configure_pod_interface(pod_nl, podfd: int, ifname: str, ips: list[IPConfig
     lo = pod_nl.link_get("lo")
     if lo is not None and not lo.up:
         pod_nl.link_set(lo.index, up=True)
+    has_v6 = any(ip.family == 6 for ip in ips)
+    if has_v6 or node.datapath == "netdev":
+        from cni.netns import entered
+
+        with entered(podfd):
+            if has_v6:  # no DAD for the link-local either: the interface is usable at once
+                with open(f"/proc/sys/net/ipv6/conf/{ifname}/accept_dad", "w") as f:
+                    f.write("0")
+            if node.datapath == "netdev":  # the userspace datapath never fills in partial checksums
+                from cni.ethtool import set_tx_checksum
+
+                set_tx_checksum(ifname, False)
     for ip in ips:
         pod_nl.addr_add(index, ip.address, nodad=True)
     pod_nl.link_set(index, up=True)
     for r in _default_routes(ips):
         pod_nl.route_add(r.dst, r.gw, index)
-    if node.datapath == "netdev":
-        from cni.ethtool import set_tx_checksum
-        from cni.netns import entered
-
-        with entered(podfd):
-            set_tx_checksum(ifname, False)
 
 
 def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig]) -> None:

@@ -1,0 +1,159 @@
+"""One Node (a netns with its own OVS, netdev bridge) and Pods plugged through the real cnitool."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.ovs import OvsInstance, netns  # noqa: E402
+
+CNITOOL = os.environ.get("CNITOOL", "/opt/cni-tools/cnitool")
+NETWORK = "ferrynet"
+
+
+@pytest.fixture(scope="session")
+def cni_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A CNI_PATH with Ferry's launchers (and Debian's plugins), written fresh for this run."""
+    d = tmp_path_factory.mktemp("cni-bin")
+    subprocess.run([sys.executable, "-m", "cni.launcher", str(d)], cwd=ROOT, check=True, capture_output=True)
+    return str(d)
+
+
+def run(argv: list[str], check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{argv} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+@dataclass
+class Pod:
+    name: str
+    netns: str
+    result: dict
+
+    @property
+    def path(self) -> str:
+        return f"/run/netns/{self.netns}"
+
+    def ip(self, family: int) -> str:
+        for i in self.result.get("ips", []):
+            a = i["address"].split("/")[0]
+            if (":" in a) == (family == 6):
+                return a
+        raise KeyError(family)
+
+    @property
+    def mac(self) -> str:
+        return next(i["mac"] for i in self.result["interfaces"] if i.get("sandbox"))
+
+    @property
+    def host_veth(self) -> str:
+        return next(i["name"] for i in self.result["interfaces"] if not i.get("sandbox"))
+
+    def exec(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
+        return run(["ip", "netns", "exec", self.netns, *argv], check=check, timeout=timeout)
+
+
+@dataclass
+class Node:
+    name: str
+    ovs: OvsInstance
+    dir: Path
+    cni_bin: str
+    cni_version: str = "1.0.0"  # cnitool 1.1.2 (Debian) reads results up to 1.0.0
+    ranges: list = field(default_factory=lambda: [[{"subnet": "10.244.1.0/24"}],
+                                                  [{"subnet": "fd00:10:244:1::/64"}]])
+    pods: list[Pod] = field(default_factory=list)
+    bridge: str = "br-int"
+
+    @property
+    def netconf_dir(self) -> Path:
+        return self.dir / "net.d"
+
+    @property
+    def ipam_dir(self) -> Path:
+        return self.dir / "ipam"
+
+    def plugin_conf(self) -> dict:
+        return {
+            "type": "ferry",
+            "stateFile": str(self.dir / "state" / "node-state.json"),
+            "bridge": self.bridge,
+            "ovsdb": self.ovs.db,
+            "ovsRunDir": self.ovs.run_dir,
+            "datapath": "netdev",
+            "logFile": str(self.dir / "cni.log"),
+            "ipam": {"type": "ferry-ipam", "dataDir": str(self.ipam_dir), "ranges": self.ranges},
+        }
+
+    def write_conflist(self, **overrides) -> None:
+        self.netconf_dir.mkdir(parents=True, exist_ok=True)
+        conf = dict(self.plugin_conf(), **overrides)
+        conflist = {"cniVersion": self.cni_version, "name": NETWORK, "plugins": [conf]}
+        (self.netconf_dir / "10-ferry.conflist").write_text(json.dumps(conflist, indent=2))
+
+    def cnitool(self, op: str, netns_path: str, args: str = "", check: bool = False) -> subprocess.CompletedProcess:
+        env = dict(os.environ, NETCONFPATH=str(self.netconf_dir), CNI_PATH=self.cni_bin,
+                   CNI_ARGS=args, CNI_CACHE_DIR=str(self.dir / "cache"))
+        return run(["ip", "netns", "exec", self.name, CNITOOL, op, NETWORK, netns_path], check=check, env=env)
+
+    def add_pod(self, name: str) -> Pod:
+        ns = f"{self.name}-{name}"
+        run(["ip", "netns", "add", ns])
+        p = self.cnitool("add", f"/run/netns/{ns}", args=f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}")
+        if p.returncode != 0:
+            run(["ip", "netns", "del", ns], check=False)
+            raise AssertionError(f"ADD {name} failed:\n{p.stdout}\n{p.stderr}")
+        pod = Pod(name, ns, json.loads(p.stdout))
+        self.pods.append(pod)
+        return pod
+
+    def del_pod(self, pod: Pod) -> subprocess.CompletedProcess:
+        p = self.cnitool("del", pod.path)
+        return p
+
+    def exec(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        return run(["ip", "netns", "exec", self.name, *argv], check=check, env=dict(os.environ, **self.ovs_env))
+
+    @property
+    def ovs_env(self) -> dict[str, str]:
+        return {"OVS_RUNDIR": self.ovs.dir, "OVS_DBDIR": self.ovs.dir, "OVS_LOGDIR": self.ovs.dir}
+
+    def flows(self, cookie_match: str | None = None) -> list[str]:
+        args = [f"cookie={cookie_match}"] if cookie_match else []
+        out = self.ovs.ofctl("dump-flows", self.bridge, *args)
+        return [line for line in out.splitlines() if "cookie=" in line]
+
+    def ports(self) -> list[str]:
+        out = self.ovs.vsctl("list-ports", self.bridge)
+        return [p for p in out.split() if p]
+
+    def links(self) -> list[str]:
+        out = self.exec("ip", "-o", "link", "show").stdout
+        return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines()]
+
+
+@pytest.fixture
+def node(cni_bin: str, tmp_path: Path) -> Iterator[Node]:
+    name = f"tp-{secrets.token_hex(3)}"
+    with netns(name) as ns, OvsInstance(name, netns=ns) as ovs:
+        n = Node(name=ns, ovs=ovs, dir=tmp_path, cni_bin=cni_bin)
+        n.write_conflist()
+        try:
+            yield n
+        finally:
+            for pod in n.pods:
+                n.del_pod(pod)
+                run(["ip", "netns", "del", pod.netns], check=False)
