@@ -9,7 +9,9 @@
         ovs.run_dir   # where <bridge>.mgmt lives (for cni.ofctl.OpenFlow)
 
 Each instance has its own OVS_RUNDIR/OVS_DBDIR/OVS_LOGDIR (see shared/notes/testbed.md), so
-several run side by side without the OVS kernel module (use datapath_type=netdev).  ``stop()``
+several run side by side without the OVS kernel module (use datapath_type=netdev).  Run each
+instance in its own namespace (``netns=``) when several may run at once: a netdev datapath
+creates tap devices (``ovs-netdev``, internal ports) in vswitchd's namespace.  ``stop()``
 kills both daemons and removes the directory.  Names you pass should carry your test area's
 prefix; the directory name also gets a random suffix.
 """
@@ -106,6 +108,9 @@ class OvsInstance:
         return _run(["ovs-appctl", "-t", f"{self.dir}/ovs-vswitchd.ctl", *args], self.env)
 
     def stop(self) -> None:
+        if len(self._pids) == 2:  # vswitchd up: let it remove its datapaths and tap devices
+            subprocess.run(["ovs-appctl", "-t", f"{self.dir}/ovs-vswitchd.ctl", "--timeout=5", "exit",
+                            "--cleanup"], check=False, capture_output=True, env=self.env)
         for pid in reversed(self._pids):
             try:
                 os.kill(pid, signal.SIGTERM)
