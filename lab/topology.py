@@ -295,3 +295,18 @@ def expectation(topo: Topology, route_sync_running: bool) -> Expectation:
         for c in cross:
             reason[c] = "not configured: no route-sync and router.routePodCIDRs is false"
     return Expectation(frozenset(configured), reason)
+
+
+def to_doc(topo: Topology) -> dict[str, Any]:
+    """The YAML document that ``parse`` turns back into ``topo`` (stored in the lab dir)."""
+    rs = topo.route_sync
+    return {
+        "bridge": topo.bridge,
+        "clusterCIDRs": list(topo.cluster_cidrs),
+        "segments": {s.name: {"ipv4": s.ipv4, "ipv6": s.ipv6, "mtu": s.mtu} for s in topo.segments},
+        "router": {"routePodCIDRs": topo.route_pod_cidrs,
+                   "external": {"ipv4": topo.external_ipv4, "ipv6": topo.external_ipv6}},
+        "nodes": [{"name": n.name, "segment": n.segment, "index": n.index, "datapath": n.datapath,
+                   "podCIDRs": list(n.pod_cidrs)} for n in topo.nodes],
+        "routeSync": None if rs is None else {k: getattr(rs, k) for k in RouteSyncSpec.__dataclass_fields__},
+    }

@@ -1,0 +1,445 @@
+"""The lab as a library, for pytest fixtures, benchmarks and the CLI.
+
+    with Lab.up(name="tl1") as lab:              # default topology; or a path/dict/Topology
+        a = lab.add_pod("node-1", "a")            # the real plugin, through cnitool
+        b = lab.add_pod("node-1", "b")
+        assert lab.ping(a, b.ipv4) and lab.tcp(a, b.ipv6)
+        lab.node("node-1").exec(["ovs-ofctl", "dump-flows", "br-int"])   # its netns + OVS env
+        lab.node("node-1").ovs_port_stats("ferry-gw0").rx_packets
+
+``Lab.attach(name)`` reopens a lab another process built (all state is on disk)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import yaml
+
+from lab import build, layout, ovs
+from lab import topology as topology_mod
+from lab.manifest import MANIFEST, Manifest
+from lab.sh import LabError, in_netns, run
+from lab.topology import (
+    NodeSpec,
+    Topology,
+    check_name,
+    external_address,
+    external_netns,
+    node_addresses,
+    node_netns,
+    pod_netns,
+    router_netns,
+    to_doc,
+)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ECHO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "echo.py")
+ECHO_PORT = 7777
+CNI_CACHE = "/var/lib/cni/results"
+
+
+def default_cni_bin() -> str:
+    return os.environ.get("FERRY_CNI_BIN") or os.path.join(REPO, "build", "cni-bin")
+
+
+def cnitool() -> str:
+    return os.environ.get("CNITOOL", "/opt/cni-tools/cnitool")
+
+
+def ensure_cni_bin(path: str) -> str:
+    """``path`` holding ``ferry``; written with ``python -m cni.launcher`` when absent."""
+    if not os.access(os.path.join(path, "ferry"), os.X_OK):
+        run([sys.executable, "-m", "cni.launcher", path], env={**os.environ, "PYTHONPATH": REPO})
+    return path
+
+
+def cnitool_container_id(netns_path: str) -> str:
+    """cnitool's container ID for a netns path (sha512 of the path, first 10 bytes)."""
+    return "cnitool-" + hashlib.sha512(netns_path.encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One connectivity probe's outcome; truthy when it passed."""
+
+    ok: bool
+    detail: str = ""
+    ms: float | None = None
+    peer: str | None = None  # tcp: the source address the server saw
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass(frozen=True)
+class PortStats:
+    rx_packets: int
+    tx_packets: int
+    rx_bytes: int
+    tx_bytes: int
+    rx_dropped: int
+    tx_dropped: int
+    raw: dict[str, int] = field(default_factory=dict)
+
+
+def _strip(cidr: str) -> str:
+    return cidr.split("/")[0]
+
+
+@dataclass
+class Pod:
+    lab: Lab
+    node: str
+    name: str
+    netns: str
+    ips: list[str]  # CIDR notation, from the CNI result
+    mac: str | None
+    result: dict[str, Any]
+
+    @property
+    def ipv4(self) -> str | None:
+        return next((_strip(a) for a in self.ips if ":" not in a), None)
+
+    @property
+    def ipv6(self) -> str | None:
+        return next((_strip(a) for a in self.ips if ":" in a), None)
+
+    def address(self, family: int) -> str | None:
+        return self.ipv4 if family == 4 else self.ipv6
+
+    def exec(self, argv: Sequence[str], check: bool = False, timeout: float = 30.0
+             ) -> subprocess.CompletedProcess[str]:
+        return run(argv, netns=self.netns, check=check, timeout=timeout)
+
+
+@dataclass
+class Host:
+    """A namespace of the underlay (router, external host)."""
+
+    name: str
+    netns: str
+    addresses: tuple[str, ...]
+
+    def exec(self, argv: Sequence[str], check: bool = False, timeout: float = 30.0
+             ) -> subprocess.CompletedProcess[str]:
+        return run(argv, netns=self.netns, check=check, timeout=timeout)
+
+
+@dataclass
+class Node:
+    lab: Lab
+    spec: NodeSpec
+    netns: str
+    paths: layout.NodePaths
+    addresses: tuple[str, str]  # transport IPv4, IPv6
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def ipv4(self) -> str:
+        return self.addresses[0]
+
+    @property
+    def ipv6(self) -> str:
+        return self.addresses[1]
+
+    def address(self, family: int) -> str:
+        return self.addresses[0 if family == 4 else 1]
+
+    def exec(self, argv: Sequence[str], check: bool = False, timeout: float = 30.0
+             ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` in the Node's namespace with its OVS_RUNDIR/OVS_DBDIR/OVS_LOGDIR."""
+        return run(argv, netns=self.netns, env=ovs.env(self.paths), check=check, timeout=timeout)
+
+    def vsctl(self, *args: str) -> str:
+        return ovs.vsctl(self.paths, *args)
+
+    def ofctl(self, *args: str, bridge: str | None = None) -> str:
+        br = bridge or self.lab.topology.bridge
+        cp = self.exec(["ovs-ofctl", *args[:1], f"unix:{os.path.join(self.paths.ovs, br)}.mgmt", *args[1:]],
+                       check=True)
+        return cp.stdout
+
+    def vswitchd_answers(self) -> bool:
+        return ovs.vswitchd_answers(self.paths)
+
+    def ovs_port_stats(self, port: str) -> PortStats:
+        """Live OpenFlow port counters (``ovs-ofctl dump-ports``; the OVSDB ``statistics`` column
+        lags by up to 5 s)."""
+        out = self.ofctl("dump-ports", port)
+        raw: dict[str, int] = {}
+        for direction in ("rx", "tx"):
+            m = re.search(rf"{direction} pkts=(\d+|\?), bytes=(\d+|\?), drop=(\d+|\?)", out)
+            if not m:
+                raise LabError(f"{self.name}: no counters for port {port}: {out.strip()}")
+            for key, value in zip(("packets", "bytes", "dropped"), m.groups(), strict=True):
+                raw[f"{direction}_{key}"] = int(value) if value.isdigit() else 0
+        return PortStats(raw["rx_packets"], raw["tx_packets"], raw["rx_bytes"], raw["tx_bytes"],
+                         raw["rx_dropped"], raw["tx_dropped"], raw)
+
+    def state(self) -> dict[str, Any] | None:
+        """The Node's state file (written by route-sync), or None."""
+        try:
+            with open(self.paths.state_file) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def pods(self) -> list[Pod]:
+        out = []
+        try:
+            names = sorted(os.listdir(self.paths.pods))
+        except OSError:
+            return []
+        for fn in names:
+            if fn.endswith(".json"):
+                pod = self.lab._load_pod(self.name, fn[:-5])
+                if pod:
+                    out.append(pod)
+        return out
+
+
+class Lab:
+    """A running lab.  Build with :meth:`up`, reopen with :meth:`attach`, remove with :meth:`down`."""
+
+    def __init__(self, name: str, topology: Topology, directory: str, cni_bin: str, root: str | None):
+        self.name = name
+        self.topology = topology
+        self.dir = directory
+        self.cni_bin = cni_bin
+        self.root = root
+        self._echo_lock = threading.Lock()
+        self._nodes = {n.name: Node(self, n, node_netns(name, n.name), layout.node_paths(directory, n.name),
+                                    node_addresses(topology, n)) for n in topology.nodes}
+
+    # ---------------------------------------------------------------- lifecycle
+    @classmethod
+    def up(cls, topology: Topology | str | dict | None = None, name: str = "demo",
+           cni_bin: str | None = None, root: str | None = None,
+           log: Callable[[str], None] | None = None) -> Lab:
+        topo, doc = _topology(topology)
+        cni_bin = os.path.abspath(cni_bin or default_cni_bin())
+        build.up(topo, doc, name, cni_bin, root, log=log)
+        return cls(name, topo, layout.lab_dir(name, root), cni_bin, root)
+
+    @classmethod
+    def attach(cls, name: str = "demo", root: str | None = None) -> Lab:
+        directory = layout.lab_dir(name, root)
+        try:
+            m = Manifest.load(directory)
+        except FileNotFoundError:
+            raise LabError(f"no lab named {name!r} ({directory}); start one with `ferry-lab up --name {name}`") \
+                from None
+        if m.state != "up":
+            raise LabError(f"lab {name!r} is {m.state}; `ferry-lab down --name {name}` and up again")
+        with open(os.path.join(directory, build.TOPOLOGY_FILE)) as f:
+            topo = topology_mod.parse(yaml.safe_load(f))
+        return cls(name, topo, directory, m.info.get("cniBin") or default_cni_bin(), root)
+
+    def down(self) -> None:
+        build.down(self.name, self.root)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    @property
+    def manifest(self) -> Manifest:
+        return Manifest.load(self.dir)
+
+    @property
+    def route_sync(self) -> bool:
+        """True when route-sync runs on the Nodes (else the plugin's lone-Node mode)."""
+        return bool(self.manifest.info.get("routeSync"))
+
+    # ---------------------------------------------------------------- parts
+    def node(self, name: str) -> Node:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise LabError(f"no node {name!r} in lab {self.name} (nodes: {', '.join(self._nodes)})") from None
+
+    @property
+    def nodes(self) -> list[Node]:
+        return list(self._nodes.values())
+
+    @property
+    def router(self) -> Host:
+        addrs = tuple(a for s in self.topology.segments for a in topology_mod.router_address(self.topology, s.name))
+        return Host("router", router_netns(self.name), addrs)
+
+    @property
+    def external(self) -> Host:
+        return Host("external", external_netns(self.name), external_address(self.topology))
+
+    def pods(self) -> list[Pod]:
+        return [p for n in self.nodes for p in n.pods()]
+
+    def pod(self, node: str, name: str) -> Pod:
+        p = self._load_pod(node, name)
+        if p is None:
+            raise LabError(f"no pod {name!r} on {node} in lab {self.name}")
+        return p
+
+    # ---------------------------------------------------------------- pods
+    def _cni_env(self, node: Node, pod: str) -> dict[str, str]:
+        return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+                "NETCONFPATH": node.paths.netconf, "CNI_PATH": self.cni_bin,
+                "CNI_ARGS": f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod}"}
+
+    def add_pod(self, node: str, name: str, timeout: float = 30.0) -> Pod:
+        """Create a netns and plug it with the ``ferry`` plugin via ``cnitool add`` in the Node's netns."""
+        n = self.node(node)
+        check_name("pod", name, 20)
+        netns = pod_netns(self.name, node, name)
+        if build.netns_exists(netns):
+            raise LabError(f"pod {name} on {node} exists already (netns {netns})")
+        ensure_cni_bin(self.cni_bin)
+        m = self.manifest
+        m.record("netns", name=netns)
+        netns_path = os.path.join(build.NETNS_DIR, netns)
+        cache = os.path.join(CNI_CACHE, f"{layout.NETWORK_NAME}-{cnitool_container_id(netns_path)}-eth0")
+        m.record("file", path=cache)
+        run(["ip", "netns", "add", netns])
+        run(["ip", "-n", netns, "link", "set", "lo", "up"])
+        cp = run([cnitool(), "add", layout.NETWORK_NAME, netns_path], netns=n.netns,
+                 env=self._cni_env(n, name), check=False, timeout=timeout)
+        if cp.returncode != 0:
+            run(["ip", "netns", "del", netns], check=False)
+            m.forget("netns", name=netns)
+            raise LabError(f"cnitool add {name} on {node} failed (rc={cp.returncode}): "
+                           f"{(cp.stdout + cp.stderr).strip()}\n  plugin log: {n.paths.cni_log}")
+        try:
+            result = json.loads(cp.stdout)
+        except ValueError:
+            raise LabError(f"cnitool add {name}: result is not JSON: {cp.stdout[:500]!r}") from None
+        layout.write_json(n.paths.pod_result(name), {"netns": netns, "result": result})
+        pod = self._pod_from(node, name, netns, result)
+        return pod
+
+    def del_pod(self, node: str, name: str, timeout: float = 30.0) -> None:
+        n = self.node(node)
+        netns = pod_netns(self.name, node, name)
+        netns_path = os.path.join(build.NETNS_DIR, netns)
+        cp = run([cnitool(), "del", layout.NETWORK_NAME, netns_path], netns=n.netns,
+                 env=self._cni_env(n, name), check=False, timeout=timeout)
+        for pid in build.pids_in([netns]):
+            ovs.signal_pid(pid, 9)
+        run(["ip", "netns", "del", netns], check=False)
+        try:
+            os.unlink(n.paths.pod_result(name))
+        except FileNotFoundError:
+            pass
+        m = self.manifest
+        m.forget("netns", name=netns)
+        if cp.returncode != 0:
+            raise LabError(f"cnitool del {name} on {node} failed (rc={cp.returncode}): "
+                           f"{(cp.stdout + cp.stderr).strip()}")
+        cache = os.path.join(CNI_CACHE, f"{layout.NETWORK_NAME}-{cnitool_container_id(netns_path)}-eth0")
+        m.forget("file", path=cache)
+
+    def _load_pod(self, node: str, name: str) -> Pod | None:
+        try:
+            with open(self.node(node).paths.pod_result(name)) as f:
+                d = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return self._pod_from(node, name, d["netns"], d["result"])
+
+    def _pod_from(self, node: str, name: str, netns: str, result: dict[str, Any]) -> Pod:
+        ifaces = result.get("interfaces") or []
+        mac = next((i.get("mac") for i in ifaces if i.get("sandbox")), None)
+        ips = [ip["address"] for ip in result.get("ips") or []]
+        return Pod(self, node, name, netns, ips, mac, result)
+
+    # ---------------------------------------------------------------- probes
+    def _where(self, addr: str) -> str:
+        """The namespace holding ``addr`` (a Pod, a Node, the router or the external host)."""
+        for n in self.nodes:
+            if addr in n.addresses:
+                return n.netns
+            for p in n.pods():
+                if addr in (p.ipv4, p.ipv6):
+                    return p.netns
+        for h in (self.router, self.external):
+            if addr in h.addresses:
+                return h.netns
+        for n in self.nodes:  # a Pod gateway address lives on its Node
+            if addr in layout.gateway_addresses(n.spec):
+                return n.netns
+        raise LabError(f"address {addr} is not in lab {self.name}")
+
+    def ensure_echo(self, netns: str) -> None:
+        """Start the TCP echo server in ``netns`` unless one runs (recorded under the lab dir)."""
+        with self._echo_lock:
+            rec = os.path.join(self.dir, "echo", f"{netns}.pid")
+            pid = ovs.read_pid(rec)
+            if pid and ECHO in build._cmdline(pid):
+                return
+            os.makedirs(os.path.dirname(rec), exist_ok=True)
+            errlog = os.path.join(os.path.dirname(rec), f"{netns}.log")
+            with open(errlog, "ab") as err:
+                proc = subprocess.Popen(
+                    in_netns(netns, [sys.executable, "-I", "-S", ECHO, "serve", str(ECHO_PORT)]),
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, start_new_session=True, text=True)
+            line = proc.stdout.readline() if proc.stdout else ""
+            if proc.stdout:
+                proc.stdout.close()
+            if line.strip() != "ready":
+                proc.kill()
+                raise LabError(f"echo server in {netns} did not start; see {errlog}")
+            self.manifest.record("pid", pid=proc.pid, netns=netns, what="echo")
+            layout.write_atomic(rec, f"{proc.pid}\n")
+
+    def ping(self, src: Pod | Host | Node, dst: str, count: int = 1, timeout: float = 2.0) -> Probe:
+        t0 = time.monotonic()
+        cp = src.exec(["ping", "-n", "-q", "-c", str(count), "-W", str(max(1, int(timeout))), dst],
+                      timeout=timeout * count + 5)
+        ms = round((time.monotonic() - t0) * 1000, 1)
+        ok = cp.returncode == 0
+        detail = "" if ok else (cp.stdout.strip().splitlines() or [cp.stderr.strip()])[-1]
+        return Probe(ok, detail, ms)
+
+    def tcp(self, src: Pod | Host | Node, dst: str, size: int = 65536, timeout: float = 3.0) -> Probe:
+        """Send ``size`` bytes to an echo server in ``dst``'s namespace and check they come back."""
+        self.ensure_echo(self._where(dst))
+        cp = src.exec([sys.executable, "-I", "-S", ECHO, "connect", dst, str(ECHO_PORT), str(size), str(timeout)],
+                      timeout=timeout + 10)
+        try:
+            r = json.loads(cp.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return Probe(False, f"client failed: {cp.stderr.strip()[-200:]}")
+        return Probe(bool(r["ok"]), r.get("error") or "", r.get("ms"), r.get("peer"))
+
+
+def _topology(topology: Topology | str | dict | None) -> tuple[Topology, dict]:
+    if isinstance(topology, Topology):
+        return topology, to_doc(topology)
+    if topology is None or isinstance(topology, str):
+        with open(topology or topology_mod.DEFAULT_TOPOLOGY) as f:
+            doc = yaml.safe_load(f) or {}
+    else:
+        doc = topology
+    topo = topology_mod.parse(doc)
+    return topo, to_doc(topo)
+
+
+def exists(name: str, root: str | None = None) -> bool:
+    return os.path.exists(os.path.join(layout.lab_dir(name, root), MANIFEST))
+
+
+__all__ = ["Host", "Lab", "LabError", "Node", "Pod", "PortStats", "Probe", "exists"]
