@@ -115,18 +115,18 @@ def _open_append(path: str) -> int:
         return os.open(path, flags, 0o640)
 
 
-def settings(config: Mapping[str, Any] | None) -> tuple[str, int, list[str]]:
+def settings(config: Mapping[str, Any] | None, default_file: str = DEFAULT_FILE) -> tuple[str, int, list[str]]:
     """(file, level, complaints) from a network config's ``logFile`` / ``logLevel``.
 
     Bad values never fail a CNI call: the default is used and the complaint is logged."""
     complaints: list[str] = []
-    path, level_name = DEFAULT_FILE, DEFAULT_LEVEL
+    path, level_name = default_file, DEFAULT_LEVEL
     if config:
-        raw_path = config.get("logFile", DEFAULT_FILE)
+        raw_path = config.get("logFile", default_file)
         if isinstance(raw_path, str) and "\0" not in raw_path:
             path = raw_path  # "" turns the file off
         else:
-            complaints.append(f"logFile must be a path string, got {raw_path!r:.80}; using {DEFAULT_FILE}")
+            complaints.append(f"logFile must be a path string, got {raw_path!r:.80}; using {default_file}")
         raw_level = config.get("logLevel", DEFAULT_LEVEL)
         if isinstance(raw_level, str) and raw_level.lower() in LEVELS:
             level_name = raw_level.lower()
@@ -137,10 +137,52 @@ def settings(config: Mapping[str, Any] | None) -> tuple[str, int, list[str]]:
 
 
 def open_log(config: Mapping[str, Any] | None, stderr: TextIO | None, command: str = "",
-             container_id: str = "") -> Log:
+             container_id: str = "", default_file: str | None = None) -> Log:
     """The log for one invocation; nothing is opened until the first line is written."""
-    path, level, complaints = settings(config)
+    path, level, complaints = settings(config, DEFAULT_FILE if default_file is None else default_file)
     log = Log(path, level, stderr, command, container_id)
     for c in complaints:
         log.warning(c)
     return log
+
+
+class _Detach:
+    """Undo of :func:`attach_stdlib`: removes the forwarding handler again."""
+
+    __slots__ = ("_handler", "_logger", "_old_level", "_old_propagate")
+
+    def __init__(self, logger: Any, handler: Any, old_level: int, old_propagate: bool) -> None:
+        self._logger, self._handler = logger, handler
+        self._old_level, self._old_propagate = old_level, old_propagate
+
+    def __call__(self) -> None:
+        self._logger.removeHandler(self._handler)
+        self._logger.setLevel(self._old_level)
+        self._logger.propagate = self._old_propagate
+
+
+def attach_stdlib(log: Log, name: str = "ferry") -> _Detach:
+    """Forward stdlib ``logging.getLogger(name)`` records (cni.commands, cni.rollback) into ``log``.
+
+    Called only on the paths that import those modules anyway (``logging`` is already loaded
+    there); returns the undo, so an in-process caller (tests) keeps no handler behind."""
+    import logging
+
+    class Forward(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            try:
+                msg = record.getMessage()
+            except Exception:  # noqa: BLE001 - a bad format string must not fail the CNI call
+                msg = f"{record.msg!r} {record.args!r}"
+            if record.exc_info and record.exc_info[1] is not None:
+                log.failure(msg, record.exc_info[1])
+            else:
+                log.event(record.levelno, msg)
+
+    logger = logging.getLogger(name)
+    handler = Forward()
+    undo = _Detach(logger, handler, logger.level, logger.propagate)
+    logger.addHandler(handler)
+    logger.setLevel(log.level)
+    logger.propagate = False  # no root/lastResort handler printing a second copy to stderr
+    return undo

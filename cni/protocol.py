@@ -275,14 +275,16 @@ def error_document(cni_version: str, code: int, msg: str, details: str = "") -> 
 # The entry point
 
 def run(handlers: Handlers, environ: Mapping[str, str], stdin: bytes, stdout: BinaryIO,
-        stderr: TextIO | None) -> int:
-    """Serve one CNI invocation; the exit code (0 success, 1 failure)."""
+        stderr: TextIO | None, *, log_file: str | None = None) -> int:
+    """Serve one CNI invocation; the exit code (0 success, 1 failure).
+
+    ``log_file`` replaces the default log file (the config's ``logFile`` still wins)."""
     from cni.log import open_log
 
     command = environ.get("CNI_COMMAND", "")
     config, decode_problem = load_config(stdin)
     log = open_log(config if isinstance(config, dict) else None, stderr, command,
-                   environ.get("CNI_CONTAINERID", ""))
+                   environ.get("CNI_CONTAINERID", ""), default_file=log_file)
     try:
         if command == "VERSION":  # the fast path: nothing beyond json and the log
             log.debug("VERSION")
@@ -308,7 +310,13 @@ def _serve(handlers: Handlers, environ: Mapping[str, str], config: Any, decode_p
         if handler is None:
             raise errors.CniError(errors.INTERNAL, f"{req.command} is not implemented by this plugin")
         log.info(f"start netns={req.netns or '-'} ifname={req.ifname or '-'}")
-        result = handler(req)
+        from cni.log import attach_stdlib
+
+        detach = attach_stdlib(log)
+        try:
+            result = handler(req)
+        finally:
+            detach()
         if req.command == "ADD":
             if result is None:
                 raise errors.CniError(errors.INTERNAL, "ADD produced no result")
