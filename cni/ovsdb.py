@@ -199,11 +199,13 @@ class Ovsdb:
         r = rows[0]["rows"][0]
         return BridgeInfo(r["name"], r["datapath_type"], _uuid(r["_uuid"]))
 
-    def ensure_bridge(self, name: str, datapath_type: str) -> None:
-        """Create ``name`` (fail_mode=secure: no NORMAL flow) unless a bridge of that name exists.
+    def ensure_bridge(self, name: str, datapath_type: str, timeout: float = 5.0) -> None:
+        """Create ``name`` (fail_mode=secure: no NORMAL flow) unless a bridge of that name exists,
+        then wait until vswitchd has brought it up (its local port has an ofport, so the
+        ``<bridge>.mgmt`` socket exists for ovs-ofctl).
 
-        One transaction, guarded by a ``wait`` that fails when the bridge exists, so two
-        callers racing cannot create it twice."""
+        The create is one transaction guarded by a ``wait`` that fails when the bridge exists,
+        so two callers racing cannot create it twice; the readiness ``wait`` is pipelined."""
         ops = [
             _absent("Bridge", name),
             {"op": "insert", "table": "Interface", "uuid-name": "iface",
@@ -217,10 +219,22 @@ class Ovsdb:
             {"op": "mutate", "table": "Open_vSwitch", "where": [],
              "mutations": [["bridges", "insert", ["named-uuid", "br"]]]},
         ]
+        ready = [_wait_ofport(name, timeout)]
+        self._connect().settimeout(max(self.timeout, timeout + 2))
+        first = self._send("transact", [DB, *ops])
+        second = self._send("transact", [DB, *ready])
         try:
-            self.transact(*ops)
+            _check(self._receive(first), ops)
         except _WaitTimedOut:
-            return  # it exists already
+            pass  # it exists already
+        except OvsdbError:
+            self.close()
+            raise
+        try:
+            _check(self._receive(second), ready)
+        except _WaitTimedOut:
+            raise OvsdbError(f"bridge {name}: vswitchd did not bring it up within {timeout}s "
+                             "(is ovs-vswitchd running?)") from None
 
     # -- ports
 
@@ -249,8 +263,7 @@ class Ovsdb:
         ]
         where = [["name", "==", name]]
         wait = [
-            {"op": "wait", "table": "Interface", "where": where, "columns": ["ofport"],
-             "until": "!=", "rows": [{"ofport": ["set", []]}], "timeout": int(timeout * 1000)},
+            _wait_ofport(name, timeout),
             _select("Interface", where, ["ofport", "error"]),
         ]
         self._connect().settimeout(max(self.timeout, timeout + 2))
@@ -324,6 +337,14 @@ def _absent(table: str, name: str) -> dict[str, Any]:
     """A ``wait`` op that fails at once when a row named ``name`` exists."""
     return {"op": "wait", "table": table, "where": [["name", "==", name]], "columns": ["name"],
             "until": "==", "rows": [], "timeout": 0}
+
+
+def _wait_ofport(iface: str, timeout: float) -> dict[str, Any]:
+    """A ``wait`` op that returns once vswitchd has written the interface's ``ofport``.
+
+    (Or at once when no such interface row exists: zero rows differ from the one given.)"""
+    return {"op": "wait", "table": "Interface", "where": [["name", "==", iface]], "columns": ["ofport"],
+            "until": "!=", "rows": [{"ofport": ["set", []]}], "timeout": int(timeout * 1000)}
 
 
 def _err(info: PortInfo | None) -> str:

@@ -1,0 +1,126 @@
+"""cni.ovsdb against a private ovsdb-server + ovs-vswitchd, cross-checked with ovsdbapp / ovs-vsctl."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from cni.netlink import Netlink
+from cni.netns import open_netns
+from cni.ovsdb import Ovsdb, OvsdbError, PortExistsError
+from tests.ovs import OvsInstance
+from tests.system.conftest import uniq
+
+pytestmark = pytest.mark.root
+BR = "fs-br"
+
+
+@pytest.fixture
+def db(ovs: OvsInstance) -> Iterator[Ovsdb]:
+    with Ovsdb(ovs.db) as client:
+        client.ensure_bridge(BR, "netdev")
+        yield client
+
+
+def veth_in(ovs: OvsInstance) -> str:
+    """A veth inside vswitchd's namespace (peer ``<name>p`` too); returns the OVS-side name."""
+    name = uniq("v")
+    with Netlink.in_netns(f"/run/netns/{ovs.netns}") as nl:
+        fd = open_netns(f"/run/netns/{ovs.netns}")
+        try:
+            nl.create_veth(name, name[:-1] + "p", fd, mtu=1500)
+        finally:
+            os.close(fd)
+        nl.link_set(name, up=True)
+    return name
+
+
+def ovsdbapp_api(remote: str):  # type: ignore[no-untyped-def]
+    from ovsdbapp.backend.ovs_idl import connection
+    from ovsdbapp.schema.open_vswitch import impl_idl
+
+    idl = connection.OvsdbIdl.from_server(remote, "Open_vSwitch")
+    conn = connection.Connection(idl=idl, timeout=10)
+    return impl_idl.OvsdbIdl(conn), conn
+
+
+def vsctl_json(ovs: OvsInstance, *args: str) -> object:
+    return json.loads(ovs.vsctl(*args))
+
+
+def test_ensure_bridge_creates_secure_bridge_once(ovs: OvsInstance, db: Ovsdb) -> None:
+    info = db.bridge(BR)
+    assert info is not None and info.datapath_type == "netdev"
+    db.ensure_bridge(BR, "system")  # exists: no-op, nothing changes
+    assert db.bridge(BR) == info
+    assert ovs.vsctl("list-br").split() == [BR]
+    assert ovs.vsctl("get", "bridge", BR, "fail_mode").strip() == "secure"
+    assert ovs.vsctl("get", "bridge", BR, "datapath_type").strip() == "netdev"
+    assert ovs.vsctl("get", "bridge", BR, "_uuid").strip() == info.uuid
+    # fail_mode=secure: vswitchd installed no NORMAL flow.
+    assert "NORMAL" not in ovs.ofctl("dump-flows", BR)
+    assert db.bridge("fs-none") is None
+
+
+def test_add_find_del_port_seen_by_ovsdbapp(ovs: OvsInstance, db: Ovsdb) -> None:
+    name = veth_in(ovs)
+    ext = {"ferry-owner": "pod", "ferry-container-id": "c0ffee", "ferry-ifname": "eth0"}
+    ofport = db.add_port(BR, name, ext)
+    assert ofport == int(ovs.vsctl("get", "interface", name, "ofport"))
+    assert ofport > 0
+    api, conn = ovsdbapp_api(ovs.db)
+    try:
+        assert api.db_get("Port", name, "external_ids").execute(check_error=True) == ext
+        assert api.db_get("Interface", name, "external_ids").execute(check_error=True) == ext
+        assert name in api.list_ports(BR).execute(check_error=True)
+    finally:
+        conn.stop()
+    info = db.port(name)
+    assert info is not None
+    assert (info.name, info.ofport, info.external_ids, info.iface_type, info.error) == (name, ofport, ext, "", None)
+    assert info.mac_in_use == ovs.vsctl("get", "interface", name, "mac_in_use").strip().strip('"')
+    other = veth_in(ovs)
+    db.add_port(BR, other, {"ferry-owner": "pod", "ferry-container-id": "other"})
+    assert [p.name for p in db.find_ports({"ferry-container-id": "c0ffee"})] == [name]
+    assert [p.name for p in db.find_ports({"ferry-owner": "pod"})] == sorted([name, other])
+    assert db.find_ports({"ferry-container-id": "c0ffee", "ferry-ifname": "eth1"}) == []
+    assert {p.name for p in db.ports(BR)} == {BR, name, other}
+    assert db.del_port(BR, name) is True
+    assert db.del_port(BR, name) is False
+    assert db.port(name) is None
+    assert sorted(ovs.vsctl("list-ports", BR).split()) == [other]
+    # OVSDB garbage-collected the Interface row too.
+    assert name not in ovs.vsctl("--columns=name", "list", "interface")
+
+
+def test_internal_port_with_mac(ovs: OvsInstance, db: Ovsdb) -> None:
+    ofport = db.add_port(BR, "fs-gw0", {"ferry-owner": "node"}, iface_type="internal", mac="02:aa:00:00:00:01")
+    assert ofport == int(ovs.vsctl("get", "interface", "fs-gw0", "ofport"))
+    info = db.port("fs-gw0")
+    assert info is not None and info.iface_type == "internal" and info.mac_in_use == "02:aa:00:00:00:01"
+    with Netlink.in_netns(f"/run/netns/{ovs.netns}") as nl:  # the tap device exists with that MAC
+        link = nl.link_get("fs-gw0")
+        assert link is not None and link.mac == "02:aa:00:00:00:01"
+
+
+def test_add_port_errors(ovs: OvsInstance, db: Ovsdb) -> None:
+    with pytest.raises(OvsdbError, match="No such device"):
+        db.add_port(BR, "fs-nodev", {"x": "y"})
+    assert db.port("fs-nodev") is None  # the failed port was removed again
+    name = veth_in(ovs)
+    with pytest.raises(OvsdbError, match="does not exist"):
+        db.add_port("fs-nobr", name, {})
+    db.add_port(BR, name, {})
+    with pytest.raises(PortExistsError):
+        db.add_port(BR, name, {})
+    assert db.port(name) is not None and db.port(name).ofport > 0  # type: ignore[union-attr]
+
+
+def test_missing_socket_names_the_path(tmp_path: object) -> None:
+    sock = f"{tmp_path}/db.sock"
+    with pytest.raises(OvsdbError) as e:
+        Ovsdb(f"unix:{sock}").bridge("x")
+    assert sock in str(e.value) and "ovsdb-server is not running" in str(e.value)
