@@ -44,7 +44,7 @@ def test_walk_starts_after_cursor_and_wraps_across_ranges() -> None:
                      "10.1.0.2", "10.1.0.3", "10.1.0.4", "10.1.0.5", "10.1.0.6",
                      "10.2.0.2", "10.2.0.3"]
     # A cursor outside the set (config changed) starts from the beginning.
-    assert [fmt(a, 32) for _, a in iter_from(rs, ip("192.168.0.1"))][0] == "10.1.0.2"
+    assert next(fmt(a, 32) for _, a in iter_from(rs, ip("192.168.0.1"))) == "10.1.0.2"
 
 
 @pytest.mark.parametrize(("ranges", "field", "words"), [
