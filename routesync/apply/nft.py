@@ -1,0 +1,160 @@
+"""Ferry's own nftables tables, each written as a whole in one ``nft -f -`` transaction.
+
+* ``table inet ferry``: sets of cluster/local Pod CIDRs and no-SNAT destinations per family; a
+  ``postrouting`` nat chain masquerading Pod egress to anything outside the cluster Pod CIDRs
+  and the Node's own addresses (absent with noSNAT); ``notrack`` for the tunnel's UDP port in
+  raw prerouting/output.
+* ``table netdev ferry_uplink``: with the uplink on a netdev bridge, drop everything at the
+  renamed uplink's ingress hook so the kernel does not process what OVS already read
+  (AF_PACKET taps see the packet before that hook).
+
+Replacement is atomic: ``table X {}`` + ``delete table X`` + the definition, in one transaction.
+Each table carries ``comment "ferry:<sha>"`` of its rendering: ``sync`` reads it back and
+writes nothing when it matches (a table deleted or rewritten by hand is restored).  Only these
+two tables are ever touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from routesync.model import NftPlan
+
+LOG = logging.getLogger(__name__)
+
+UPLINK_TABLE = "ferry_uplink"
+
+
+class NftError(RuntimeError):
+    pass
+
+
+def _collapse(cidrs: Iterable[str], version: int) -> list[str]:
+    nets = [ipaddress.ip_network(c, strict=False) for c in cidrs]
+    nets = [n for n in nets if n.version == version]
+    return [str(n) for n in ipaddress.collapse_addresses(nets)]  # type: ignore[arg-type]
+
+
+def _set(name: str, version: int, elements: list[str]) -> str:
+    kind = "ipv4_addr" if version == 4 else "ipv6_addr"
+    elems = f" elements = {{ {', '.join(elements)} }}" if elements else ""
+    return f"\tset {name} {{ type {kind}; flags interval;{elems} }}\n"
+
+
+def _fingerprint(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _wrap(family: str, table: str, body: str) -> str:
+    """Atomic replace of one table, with its fingerprint comment."""
+    return (f"table {family} {table} {{}}\ndelete table {family} {table}\n"
+            f"table {family} {table} {{\n\tcomment \"ferry:{_fingerprint(body)}\"\n{body}}}\n")
+
+
+def render_inet(plan: NftPlan) -> str:
+    """The body (inside ``table inet <plan.table> { }``) for ``plan``; pure."""
+    body = ""
+    local = {v: _collapse(plan.local_pod_cidrs, v) for v in (4, 6)}
+    cluster = {v: _collapse(tuple(plan.cluster_pod_cidrs) + tuple(plan.local_pod_cidrs), v)
+               for v in (4, 6)}
+    exclude = {v: _collapse(plan.snat_exclude, v) for v in (4, 6)}
+    for v in (4, 6):
+        body += _set(f"cluster{v}", v, cluster[v])
+        body += _set(f"local{v}", v, local[v])
+        body += _set(f"nosnat{v}", v, exclude[v])
+    rules = []
+    if plan.masquerade:
+        for v, ip in ((4, "ip"), (6, "ip6")):
+            if local[v]:
+                rules.append(f"\t\t{ip} saddr @local{v} {ip} daddr != @cluster{v} "
+                             f"{ip} daddr != @nosnat{v} masquerade\n")
+    if rules:
+        body += ("\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; "
+                 "policy accept;\n" + "".join(rules) + "\t}\n")
+    if plan.tunnel_udp_port:
+        port = int(plan.tunnel_udp_port)
+        for chain, hook in (("raw_prerouting", "prerouting"), ("raw_output", "output")):
+            body += (f"\tchain {chain} {{\n\t\ttype filter hook {hook} priority raw; "
+                     f"policy accept;\n\t\tudp dport {port} notrack\n\t}}\n")
+    return body
+
+
+def render_uplink(device: str) -> str:
+    """Body of the netdev table dropping at ``device``'s ingress (multi-line: nft refuses the
+    same text on one line)."""
+    if not device or '"' in device or len(device) > 15:
+        raise ValueError(f"bad device name {device!r}")
+    return (f"\tchain uplink_in {{\n\t\ttype filter hook ingress device \"{device}\" "
+            f"priority -500; policy drop;\n\t}}\n")
+
+
+@dataclass
+class NftDiff:
+    inet_written: bool = False
+    uplink_written: bool = False
+    uplink_deleted: bool = False
+
+
+class NftApplier:
+    """nft in the current namespace, or in ``netns`` (via ``ip netns exec``)."""
+
+    def __init__(self, netns: str | None = None, table: str = "ferry") -> None:
+        self.netns = netns
+        self.table = table
+
+    def _argv(self, *args: str) -> list[str]:
+        prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
+        return [*prefix, "nft", *args]
+
+    def _nft(self, *args: str, stdin: str | None = None, check: bool = True
+             ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(self._argv(*args), input=stdin, capture_output=True, text=True,
+                              check=False)
+        if check and proc.returncode != 0:
+            raise NftError(f"nft {' '.join(args)}: {proc.stderr.strip()}")
+        return proc
+
+    def fingerprint(self, family: str, table: str) -> str | None:
+        """The ``ferry:<sha>`` comment of an installed table, None when absent/foreign."""
+        proc = self._nft("list", "table", family, table, check=False)
+        if proc.returncode != 0:
+            return None
+        for line in proc.stdout.splitlines():
+            line = line.strip()
+            if line.startswith('comment "ferry:'):
+                return line.split(":", 1)[1].rstrip('"')
+        return None
+
+    def _write(self, family: str, table: str, body: str) -> bool:
+        if self.fingerprint(family, table) == _fingerprint(body):
+            return False
+        self._nft("-f", "-", stdin=_wrap(family, table, body))
+        return True
+
+    def _delete(self, family: str, table: str) -> bool:
+        if self._nft("list", "table", family, table, check=False).returncode != 0:
+            return False
+        self._nft("-f", "-", stdin=f"table {family} {table} {{}}\ndelete table {family} {table}\n")
+        return True
+
+    def sync(self, plan: NftPlan) -> NftDiff:
+        diff = NftDiff(inet_written=self._write("inet", plan.table, render_inet(plan)))
+        diff.uplink_written, diff.uplink_deleted = self.set_uplink_drop(plan.uplink_ingress_drop)
+        if diff.inet_written or diff.uplink_written or diff.uplink_deleted:
+            LOG.info("nftables: %s", diff)
+        return diff
+
+    def set_uplink_drop(self, device: str | None) -> tuple[bool, bool]:
+        """(written, deleted): the netdev ingress drop on ``device``, or none."""
+        if device:
+            return self._write("netdev", UPLINK_TABLE, render_uplink(device)), False
+        return False, self._delete("netdev", UPLINK_TABLE)
+
+    def delete(self) -> None:
+        self._delete("inet", self.table)
+        self._delete("netdev", UPLINK_TABLE)
