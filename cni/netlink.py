@@ -18,7 +18,6 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
 
 # Message types and flags (linux/netlink.h, linux/rtnetlink.h).
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -234,7 +233,7 @@ class Netlink:
     def close(self) -> None:
         self._sock.close()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Netlink:  # noqa: PYI034 (typing costs ms to import)
         return self
 
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,

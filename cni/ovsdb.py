@@ -14,7 +14,11 @@ import json
 import socket
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+
+# ``typing`` is not imported at run time (a few ms on every ADD): annotations are strings.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 DB = "Open_vSwitch"
 OPENFLOW_PROTOCOLS = ("OpenFlow10", "OpenFlow13", "OpenFlow14", "OpenFlow15")
@@ -138,7 +142,7 @@ class Ovsdb:
             self._sock = None
             self._buf = ""
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Ovsdb:  # noqa: PYI034 (typing costs ms to import)
         return self
 
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
