@@ -1,0 +1,111 @@
+"""``ferry-route-sync``: run | show | teardown (install-cni: a later issue)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from typing import Any
+
+import click
+
+from .config import DEFAULT_CONFIG_FILE, Config, ConfigError, load
+
+CONFIG_OPT = click.option("--config", "config_path", default=DEFAULT_CONFIG_FILE, show_default=True,
+                          help="route-sync YAML config")
+
+
+def _load(path: str) -> Config:
+    try:
+        return load(path)
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _logging(cfg: Config, verbose: bool) -> None:
+    handler: logging.Handler = (logging.FileHandler(cfg.log_file) if cfg.log_file
+                                else logging.StreamHandler(sys.stderr))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+@click.group()
+def main() -> None:
+    """Ferry's per-Node companion: Node registry, tunnels, host routes, masquerade, MTU."""
+
+
+@main.command()
+@CONFIG_OPT
+@click.option("-v", "--verbose", is_flag=True)
+def run(config_path: str, verbose: bool) -> None:
+    """Reconcile this Node until SIGTERM/SIGINT."""
+    cfg = _load(config_path)
+    _logging(cfg, verbose)
+    from .apply import make_appliers
+    from .daemon import Daemon
+    from .sources import make_source
+
+    source = make_source(cfg)
+    appliers = make_appliers(cfg)
+    daemon = Daemon(cfg, source, appliers)
+
+    def _stop(signum: int, _frame: Any) -> None:
+        logging.getLogger(__name__).info("signal %d: stopping", signum)
+        daemon.stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    logging.getLogger(__name__).info("route-sync %s: mode %s, source %s", cfg.node_name, cfg.mode,
+                                     cfg.node_source.type)
+    try:
+        daemon.run()
+    finally:
+        source.close()
+        appliers.close()
+
+
+@main.command()
+@CONFIG_OPT
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@click.option("--state-file", default=None, help="read this state file instead of the config's")
+def show(config_path: str, as_json: bool, state_file: str | None) -> None:
+    """Per-peer decisions from the node state file."""
+    from cni import nodestate
+
+    from . import show as show_mod
+
+    path = state_file or _load(config_path).state_file
+    try:
+        state = nodestate.read(path)
+    except nodestate.StateError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(show_mod.as_json(state) if as_json else show_mod.as_table(state), nl=as_json)
+
+
+@main.command()
+@CONFIG_OPT
+def teardown(config_path: str) -> None:
+    """Undo everything route-sync installed on this Node (incl. the uplink move) and remove the
+    state file and this Node's registry record."""
+    import os
+
+    cfg = _load(config_path)
+    _logging(cfg, False)
+    from .apply import make_appliers
+
+    appliers = make_appliers(cfg)
+    try:
+        appliers.teardown(cfg)
+    finally:
+        appliers.close()
+    try:
+        os.unlink(cfg.state_file)
+    except FileNotFoundError:
+        pass
+    if cfg.node_source.type == "registry":
+        from .sources.registry import RegistrySource
+
+        RegistrySource(cfg.node_source.registry_dir, cfg.node_name).remove_self()
+    click.echo(f"route-sync state removed from {cfg.node_name}")

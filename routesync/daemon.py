@@ -1,0 +1,165 @@
+"""The route-sync loop: Node source → planner → appliers → state file → own record.
+
+One thread does every reconcile, so nothing is applied twice at once.  A reconcile runs
+
+* when the source reports a change (after a short debounce, so a burst is one pass),
+* every ``resyncSeconds`` (re-assert: a route deleted by hand comes back),
+* when ovs-vswitchd restarted (its flows are gone; the appliers report a new generation),
+* after a failure, with exponential backoff (0.2 s doubling to 30 s); a failing step is
+  logged and retried, it never ends the process.
+
+On start nothing special happens: the appliers diff against what is installed (flows by cookie,
+routes by protocol number, Ferry's nft table), so what an earlier run left is adopted, and what
+is no longer wanted is removed."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from cni import nodestate
+
+from . import planner
+from .model import DesiredState, LocalFacts, NodeRecord, TunnelSpec, UplinkSpec
+from .sources import NodeSource, SourceError
+
+if TYPE_CHECKING:
+    from .config import Config
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE = 0.005  # seconds: collect a burst of changes into one reconcile
+OVS_CHECK_INTERVAL = 1.0
+BACKOFF_MIN, BACKOFF_MAX = 0.2, 30.0
+
+
+class Appliers(Protocol):
+    """Part B's side (``routesync.apply.make_appliers``); see /tmp notes of the contract."""
+
+    def prepare(self, config: Config, tunnel: TunnelSpec | None, uplink: UplinkSpec | None,
+                gateway_addresses: tuple[str, ...]) -> LocalFacts: ...
+
+    def apply(self, desired: DesiredState) -> None: ...
+
+    def ovs_generation(self) -> int: ...
+
+    def teardown(self, config: Config) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class ReconcileResult:
+    ok: bool
+    duration: float
+    peers: int = 0
+    state_written: bool = False
+    error: str | None = None
+
+
+class Daemon:
+    def __init__(self, config: Config, source: NodeSource, appliers: Appliers,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.source = source
+        self.appliers = appliers
+        self.clock = clock
+        self.stop = threading.Event()
+        self.last_state: nodestate.NodeState | None = None
+        self.last_desired: DesiredState | None = None
+        self.reconciles = 0
+        self.failures = 0
+        # Node change seen → applied, seconds (the latest 1,000).
+        self.change_latencies: collections.deque[float] = collections.deque(maxlen=1000)
+
+    # -- one pass ------------------------------------------------------------------------------
+    def reconcile(self) -> ReconcileResult:
+        t0 = self.clock()
+        cfg = self.config
+        try:
+            nodes = self.source.list()
+            local = next((n for n in nodes if n.name == cfg.node_name), None)
+            base = local or NodeRecord(cfg.node_name, (), cfg.pod_cidrs)
+            gw = planner.gateway_addresses(cfg, base)
+            facts = self.appliers.prepare(cfg, planner.tunnel_spec(cfg), planner.uplink_spec(cfg), gw)
+            me = planner.self_record(cfg, local, facts)
+            if me != local:
+                self.source.publish_self(me)
+            peers = [n for n in nodes if n.name != cfg.node_name]
+            desired = planner.plan(cfg, me, peers, facts)
+            self.appliers.apply(desired)
+            state = planner.node_state(cfg, me, desired, facts)
+            written = self._write_state(state)
+            self.last_desired = desired
+            self.reconciles += 1
+            return ReconcileResult(True, self.clock() - t0, len(peers), written)
+        except Exception as e:
+            self.failures += 1
+            level = logging.INFO if isinstance(e, (planner.PlanError, SourceError)) else logging.ERROR
+            log.log(level, "reconcile failed (%s: %s); will retry", type(e).__name__, e,
+                    exc_info=level == logging.ERROR)
+            return ReconcileResult(False, self.clock() - t0, error=f"{type(e).__name__}: {e}")
+
+    def _write_state(self, state: nodestate.NodeState) -> bool:
+        if state == self.last_state:
+            return False
+        try:
+            if nodestate.read(self.config.state_file) == state:  # an earlier run wrote the same
+                self.last_state = state
+                return False
+        except nodestate.StateError:
+            pass
+        nodestate.write(state, self.config.state_file)
+        self.last_state = state
+        log.info("state file %s written (%d peers, mtu %d)", self.config.state_file, len(state.peers), state.mtu)
+        return True
+
+    # -- the loop ------------------------------------------------------------------------------
+    def run(self) -> None:
+        cfg = self.config
+        self.source.start()
+        dirty = True
+        change_seen: float | None = None
+        backoff = BACKOFF_MIN
+        retry_at = 0.0
+        next_resync = 0.0
+        try:
+            ovs_gen = self.appliers.ovs_generation()
+        except Exception:  # noqa: BLE001
+            ovs_gen = 0
+        next_ovs_check = self.clock() + OVS_CHECK_INTERVAL
+        while not self.stop.is_set():
+            now = self.clock()
+            if (dirty and now >= retry_at) or now >= next_resync:
+                result = self.reconcile()
+                now = self.clock()
+                if result.ok:
+                    if change_seen is not None:
+                        self.change_latencies.append(now - change_seen)
+                        log.debug("change applied in %.1f ms", (now - change_seen) * 1e3)
+                    dirty, change_seen, backoff = False, None, BACKOFF_MIN
+                    next_resync = now + cfg.resync_seconds
+                else:
+                    dirty, retry_at = True, now + backoff
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+            deadline = min(next_resync, next_ovs_check, retry_at if dirty else next_resync)
+            if self.source.wait_for_change(max(0.0, deadline - self.clock())):
+                if change_seen is None:
+                    change_seen = self.clock()
+                self.stop.wait(DEBOUNCE)
+                dirty, retry_at = True, 0.0
+            if self.clock() >= next_ovs_check:
+                next_ovs_check = self.clock() + OVS_CHECK_INTERVAL
+                try:
+                    gen = self.appliers.ovs_generation()
+                except Exception as e:  # noqa: BLE001
+                    log.warning("cannot read the ovs-vswitchd generation: %s", e)
+                    continue
+                if gen != ovs_gen:
+                    log.warning("ovs-vswitchd restarted (generation %s -> %s): re-installing", ovs_gen, gen)
+                    ovs_gen, dirty, retry_at = gen, True, 0.0

@@ -1,0 +1,44 @@
+"""``ferry-route-sync show``: the per-peer decisions from the node state file, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from cni.nodestate import NodeState
+
+COLUMNS = ("PEER", "TRANSPORT", "POD CIDRS", "PATH", "MTU", "NEXT-HOP MAC", "MAC SOURCE")
+
+
+def rows(state: NodeState) -> list[dict[str, Any]]:
+    return [{
+        "peer": p.name,
+        "transport": ",".join(p.addresses) or None,
+        "podCIDRs": list(p.podCIDRs),
+        "path": p.path,
+        "mtu": state.mtu,
+        "nextHopMAC": p.mac,
+        "macSource": p.macSource,
+    } for p in sorted(state.peers, key=lambda p: (p.name, p.podCIDRs))]
+
+
+def as_json(state: NodeState) -> str:
+    return json.dumps({"node": state.node, "mode": state.mode, "mtu": state.mtu,
+                       "podCIDRs": state.podCIDRs, "gateway": asdict(state.gateway),
+                       "tunnel": asdict(state.tunnel) if state.tunnel else None,
+                       "peers": rows(state)}, indent=2)
+
+
+def as_table(state: NodeState) -> str:
+    tunnel = f"{state.tunnel.type} ({state.tunnel.port}, ofport {state.tunnel.ofport})" if state.tunnel else "none"
+    head = (f"node {state.node}  mode {state.mode}  mtu {state.mtu}  pod CIDRs {', '.join(state.podCIDRs)}\n"
+            f"gateway {state.gateway.name} {state.gateway.mac} {', '.join(state.gateway.addresses) or '-'}"
+            f"  tunnel {tunnel}\n")
+    cells = [COLUMNS] + [(r["peer"], r["transport"] or "-", ",".join(r["podCIDRs"]), r["path"], str(r["mtu"]),
+                          r["nextHopMAC"] or "-", r["macSource"] or "-") for r in rows(state)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    if len(cells) == 1:
+        lines.append("(no peers)")
+    return head + "\n".join(lines) + "\n"

@@ -1,0 +1,221 @@
+"""Kubernetes Node source: list + watch Node objects with the official client.
+
+A background thread keeps a cache of :class:`NodeRecord` by Node name:
+
+* list (``GET /api/v1/nodes``), remember ``metadata.resourceVersion``, replace the cache;
+* watch from that version with bookmarks (``?watch=true&allowWatchBookmarks=true``):
+  ADDED/MODIFIED/DELETED update the cache, BOOKMARK only advances the version;
+* an ERROR event with code 410 (Gone: the version is too old) forces a re-list at once;
+  any other failure waits with exponential backoff (0.2 s doubling to 30 s) and re-lists.
+
+Objects are read as plain JSON dicts (``return_type=object``): the model classes cost far more
+than the three fields Ferry reads (``spec.podCIDRs``, ``status.addresses``, annotations)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+from ..model import TRANSPORT_ANNOTATION, NodeRecord
+from . import NodeSource, SourceError, validate_record
+
+log = logging.getLogger(__name__)
+
+FERRY_ANNOTATION_PREFIX = "ferry.io/"
+BACKOFF_MIN, BACKOFF_MAX = 0.2, 30.0
+WATCH_TIMEOUT = 300  # seconds; the server closes the watch, we resume from the last version
+PATCH_CONTENT_TYPE = "application/merge-patch+json"
+
+
+def record_from_node(node: dict[str, Any]) -> NodeRecord:
+    """A Node object (JSON) → NodeRecord; ValueError when it lacks what Ferry needs."""
+    meta = node.get("metadata") or {}
+    name = meta.get("name")
+    if not isinstance(name, str):
+        raise ValueError("Node without metadata.name")  # noqa: TRY004
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if isinstance(k, str) and k.startswith(FERRY_ANNOTATION_PREFIX) and isinstance(v, str)}
+    spec = node.get("spec") or {}
+    cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
+    if TRANSPORT_ANNOTATION in annotations:
+        addrs = [a.strip() for a in annotations[TRANSPORT_ANNOTATION].split(",") if a.strip()]
+    else:
+        addrs = [str(a.get("address")) for a in (node.get("status") or {}).get("addresses") or []
+                 if isinstance(a, dict) and a.get("type") == "InternalIP"]
+    return validate_record(NodeRecord(
+        name=name,
+        transport_addresses=tuple(str(a) for a in addrs),
+        pod_cidrs=tuple(str(c) for c in cidrs),
+        annotations=tuple(sorted(annotations.items())),
+    ))
+
+
+class KubeSource(NodeSource):
+    def __init__(self, node_name: str, api_client: Any) -> None:
+        from kubernetes import client
+
+        self.node_name = node_name
+        self.api = client.CoreV1Api(api_client)
+        self._lock = threading.Lock()
+        self._changed = threading.Event()
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._nodes: dict[str, NodeRecord] = {}
+        self._annotations: dict[str, dict[str, str]] = {}  # ferry.io/* annotations as the server has them
+        self._thread: threading.Thread | None = None
+        self._watch: Any = None
+        self.resource_version: str | None = None
+        self.relists = 0  # observable for tests and `show`
+        self.errors = 0
+
+    @classmethod
+    def from_kubeconfig(cls, node_name: str, kubeconfig: str | None) -> KubeSource:
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        else:
+            try:
+                config.load_incluster_config(client_configuration=cfg)
+            except config.ConfigException:
+                config.load_kube_config(client_configuration=cfg)
+        return cls(node_name, client.ApiClient(cfg))
+
+    # -- the watch loop --------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kube-nodes", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        w = self._watch
+        if w is not None:
+            w.stop()
+            resp = getattr(w, "_resp", None)
+            if resp is not None and hasattr(resp, "shutdown"):  # urllib3 >= 2.3: unblock the read
+                try:
+                    resp.shutdown()
+                except Exception:  # noqa: BLE001, S110
+                    pass
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+        self.api.api_client.close()
+
+    def _relist(self) -> None:
+        resp: Any = self.api.list_node(_preload_content=False, _request_timeout=30)
+        body = json.loads(resp.data)
+        nodes: dict[str, NodeRecord] = {}
+        anns: dict[str, dict[str, str]] = {}
+        for item in body.get("items") or []:
+            self._store(item, nodes, anns)
+        with self._lock:
+            self._nodes, self._annotations = nodes, anns
+        self.resource_version = body["metadata"]["resourceVersion"]
+        self.relists += 1
+        self._synced.set()
+        self._changed.set()
+
+    @staticmethod
+    def _store(obj: dict[str, Any], nodes: dict[str, NodeRecord], anns: dict[str, dict[str, str]]) -> None:
+        try:
+            rec = record_from_node(obj)
+        except (ValueError, TypeError) as e:
+            log.warning("kube: skipping Node %r: %s", (obj.get("metadata") or {}).get("name"), e)
+            return
+        nodes[rec.name] = rec
+        anns[rec.name] = dict(rec.annotations)
+
+    def _watch_once(self) -> None:
+        from kubernetes import watch
+
+        self._watch = w = watch.Watch(return_type=object)
+        if self._stop.is_set():
+            return
+        for ev in w.stream(self.api.list_node, resource_version=self.resource_version,
+                           allow_watch_bookmarks=True, timeout_seconds=WATCH_TIMEOUT,
+                           _request_timeout=WATCH_TIMEOUT + 30):
+            if self._stop.is_set():
+                break
+            kind, obj = ev.get("type"), ev.get("raw_object") or {}
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if kind == "BOOKMARK":
+                self.resource_version = rv or self.resource_version
+                continue
+            if kind not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            with self._lock:
+                if kind == "DELETED":
+                    name = str((obj.get("metadata") or {}).get("name"))
+                    self._nodes.pop(name, None)
+                    self._annotations.pop(name, None)
+                else:
+                    self._store(obj, self._nodes, self._annotations)
+            if rv:
+                self.resource_version = rv
+            self._changed.set()
+
+    def _run(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        need_list = True
+        backoff = BACKOFF_MIN
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._relist()
+                    need_list = False
+                self._watch_once()
+                backoff = BACKOFF_MIN
+            except ApiException as e:
+                if e.status == 410:
+                    log.info("kube: watch version %s expired (410 Gone), re-listing", self.resource_version)
+                    need_list = True
+                    continue
+                self._fail(e)
+                need_list = True
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+            except Exception as e:  # noqa: BLE001
+                if self._stop.is_set():
+                    break
+                self._fail(e)
+                need_list = True
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+
+    def _fail(self, e: BaseException) -> None:
+        self.errors += 1
+        log.warning("kube: Node list/watch failed (%s: %s); retrying", type(e).__name__, e)
+
+    # -- NodeSource ---------------------------------------------------------------------------
+    def list(self) -> list[NodeRecord]:
+        self.start()
+        if not self._synced.wait(timeout=10):
+            raise SourceError("Kubernetes Nodes not listed yet")
+        self._changed.clear()
+        with self._lock:
+            return [self._nodes[n] for n in sorted(self._nodes)]
+
+    def wait_for_change(self, timeout: float) -> bool:
+        return self._changed.wait(timeout)
+
+    def publish_self(self, record: NodeRecord) -> None:
+        """Patch this Node's ``ferry.io/*`` annotations (merge patch: other keys untouched)."""
+        if record.name != self.node_name:
+            raise ValueError(f"this source publishes {self.node_name!r} only, not {record.name!r}")
+        want = {k: v for k, v in record.annotations if k.startswith(FERRY_ANNOTATION_PREFIX)}
+        with self._lock:
+            have = self._annotations.get(record.name)
+        if have is not None and all(have.get(k) == v for k, v in want.items()):
+            return
+        if not want:
+            return
+        self.api.patch_node(record.name, {"metadata": {"annotations": want}},
+                            _content_type=PATCH_CONTENT_TYPE, _request_timeout=30,
+                            _preload_content=False)
+        with self._lock:
+            self._annotations.setdefault(record.name, {}).update(want)
