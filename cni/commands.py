@@ -114,13 +114,20 @@ def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl)
             created = True
         port = ovsdb.port(pl.GATEWAY_PORT)
         if port is None or port.ofport is None or port.ofport < 0:
-            ovsdb.add_port(node.bridge, pl.GATEWAY_PORT, {pl.EXT_OWNER: "node"}, iface_type="internal",
-                           mac=_random_mac())
+            gw_mac = _random_mac()
+            ovsdb.add_port(node.bridge, pl.GATEWAY_PORT, {pl.EXT_OWNER: "node", pl.EXT_MAC: gw_mac},
+                           iface_type="internal", mac=gw_mac)
             port = ovsdb.port(pl.GATEWAY_PORT)
             created = True
         link = host_nl.link_get(pl.GATEWAY_PORT)
         if link is None:
             raise CniError(OVS_FAILURE, f"gateway port {pl.GATEWAY_PORT} has no kernel interface")
+        # ovs-vswitchd applies Interface:mac after it assigns the ofport; set it ourselves so the
+        # kernel, OVS and the flows agree from the first moment (the ARP responder answers with it).
+        gw_mac = port.external_ids.get(pl.EXT_MAC) or link.mac
+        if link.mac != gw_mac:
+            host_nl.link_set(link.index, mac=gw_mac)
+            link = host_nl.link_get(pl.GATEWAY_PORT)
         cidrs = _gateway_cidrs(node.pod_cidrs)
         have = set(host_nl.addrs(link.index))
         for c in cidrs:
@@ -222,6 +229,9 @@ def add(req: Request) -> Result:
                     undo.push(f"veth {host}", lambda: host_nl.link_del(host))
                     step = f"configure {req.ifname} in {req.netns}"
                     _configure_pod_interface(pod_nl, podfd, req.ifname, ips, node)
+                    if node.datapath == "netdev":
+                        step = f"isolate {host} from the Node's stack"
+                        _isolate_host_end(host)
                     step = f"bring up {host}"
                     host_nl.link_set(host, up=True)
                     step = f"OVS port {host}"
@@ -290,6 +300,23 @@ def _configure_pod_interface(pod_nl, podfd: int, ifname: str, ips: list[IPConfig
     pod_nl.link_set(index, up=True)
     for r in _default_routes(ips):
         pod_nl.route_add(r.dst, r.gw, index)
+
+
+def _isolate_host_end(host: str) -> None:
+    """Keep the Node's own stack out of the Pod's traffic on the userspace datapath.
+
+    ovs-vswitchd reads a ``netdev`` bridge's veth ports with AF_PACKET, but the kernel still
+    processes every frame that arrives on the host end: it would answer the Pod's ARP for the
+    gateway address with the veth's own MAC and take the Pod's packets itself, around OVS and
+    its SpoofGuard. With ARP replies off (arp_ignore=8), IPv6 off and strict reverse-path
+    filtering on the host end, every frame the Pod sends is addressed to a MAC that is not
+    the veth's, and the kernel drops it as "other host" (a kernel OVS datapath steals frames
+    before the stack sees them, so ``system`` needs none of this)."""
+    for path, value in ((f"/proc/sys/net/ipv4/conf/{host}/arp_ignore", "8"),
+                        (f"/proc/sys/net/ipv4/conf/{host}/rp_filter", "1"),
+                        (f"/proc/sys/net/ipv6/conf/{host}/disable_ipv6", "1")):
+        with open(path, "w") as f:
+            f.write(value)
 
 
 def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig]) -> None:
