@@ -36,7 +36,18 @@ class Timing:
 
 
 def route_sync_command() -> str | None:
-    """``ferry-route-sync`` next to this interpreter (the venv), else on PATH."""
+    """$FERRY_ROUTE_SYNC, else ``ferry-route-sync`` next to this interpreter (the venv) or on PATH,
+    provided its module exists (the console script is installed before the code lands)."""
+    override = os.environ.get("FERRY_ROUTE_SYNC")
+    if override:
+        return override
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("routesync.cli") is None:
+            return None
+    except ImportError:
+        return None
     local = os.path.join(os.path.dirname(sys.executable), "ferry-route-sync")
     if os.access(local, os.X_OK):
         return local

@@ -166,3 +166,13 @@ def test_up_timing(lab_factory: Callable[..., Lab]) -> None:
     down_s = time.monotonic() - t0
     print(f"up {up_s:.3f}s down {down_s:.3f}s")
     assert up_s < 5 and down_s < 5
+
+
+def test_route_sync_that_dies_fails_up_cleanly(monkeypatch: pytest.MonkeyPatch,
+                                               new_lab_name: Callable[[], str]) -> None:
+    """route-sync exiting before it writes the state file: a clear error, and nothing left behind."""
+    monkeypatch.setenv("FERRY_ROUTE_SYNC", "/bin/false")
+    name = new_lab_name()
+    with pytest.raises(LabError, match=r"ferry-route-sync on node-\d exited \(rc=1\) before writing"):
+        Lab.up({"routeSync": {"trafficEncapMode": "encap", "startTimeout": 5}}, name=name, cni_bin="/nonexistent")
+    assert_gone(name, layout.lab_dir(name))
