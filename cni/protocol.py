@@ -151,7 +151,6 @@ def parse_request(environ: Mapping[str, str], stdin: bytes) -> Request:
 
 def _parse(environ: Mapping[str, str], config: Any, decode_problem: str) -> Request:
     from cni import errors
-    from cni.request import Request
 
     def fail(code: int, msg: str, details: str = "") -> CniError:
         return errors.CniError(code, msg, details)
@@ -164,6 +163,8 @@ def _parse(environ: Mapping[str, str], config: Any, decode_problem: str) -> Requ
         raise fail(errors.INVALID_ENV, f"CNI_COMMAND {command!r:.{_SHOW}} is not a CNI command",
                    "one of " + ", ".join(COMMANDS))
     if command == "VERSION":
+        from cni.request import Request
+
         return Request(command="VERSION", cni_version=_version_answer(config))
 
     missing = [name for name in REQUIRED_ENV[command] if not environ.get(name)]
@@ -220,6 +221,8 @@ def _parse(environ: Mapping[str, str], config: Any, decode_problem: str) -> Requ
     if command == "GC":
         config = dict(config)
         config[VALID_ATTACHMENTS] = _valid_attachments(config)
+
+    from cni.request import Request  # only now: an input error never pays for typing/ipaddress
 
     return Request(command=command, cni_version=version, container_id=container_id, netns=netns,
                    ifname=ifname, args=args, path=path, config=config, prev_result=prev_result)

@@ -108,4 +108,6 @@ def test_version_and_input_errors_import_little(cni_bin: str) -> None:
     for heavy in ("cni.commands", "cni.result", "cni.request", "dataclasses", "ipaddress", "logging", "typing"):
         assert heavy not in version, heavy
     error = modules(dict(ENV, CNI_IFNAME="a/b"), conf(logFile="/dev/null"))
-    assert "cni.errors" in error and "cni.commands" not in error and "logging" not in error
+    assert "cni.errors" in error
+    for heavy in ("cni.commands", "cni.request", "cni.result", "ipaddress", "logging", "typing"):
+        assert heavy not in error, heavy

@@ -1,0 +1,1 @@
+"""Ferry's benchmarks: each module runnable as ``python -m bench.<name>``."""
