@@ -424,3 +424,11 @@ class OvsApplier:
     def delete_flows(self, cookie: Cookie) -> None:
         self._ofctl("add-flows", "--bundle", extra=("-",),
                     stdin=f"delete cookie={cookie.match()}\n")
+
+    def replace_group(self, cookie: Cookie, flows: list[Flow]) -> None:
+        """Replace one cookie group atomically (delete + add in one bundle)."""
+        for f in flows:
+            if f.cookie != cookie:
+                raise ValueError(f"flow {f.text()} is not of cookie {cookie}")
+        text = bundle_text([], [cookie.value], [], {cookie.value: flows})
+        self._ofctl("add-flows", "--bundle", extra=("-",), stdin=text)

@@ -1,0 +1,375 @@
+"""The reversible move of the uplink onto the integration bridge.
+
+Why: OVS userspace tunnels (``datapath_type=netdev``) only work when the tunnel endpoint
+address sits on an OVS internal port of the bridge that holds the uplink
+(../shared/notes/testbed.md, "One bridge holding the uplink").
+
+Decision: the uplink goes onto ``br-int`` itself, not onto a separate ``br-phy`` joined by
+patch ports.  One bridge means one flow pipeline that sees the uplink, the tunnel port, the
+gateway and the Pods together: the fast path (a later issue) outputs a Pod's packet straight to
+the uplink in one table lookup, received tunnel and underlay traffic needs no patch-port hop,
+and there is one OVS instance state to restore.  The cost is that host traffic crosses
+br-int's Classifier; two NODE flows (cookie ``UPLINK_COOKIE``, low priority) pass it between
+the physical link and the internal port, below anything the fast path adds.
+
+Steps (``move``), each idempotent, with the original recorded in ``<state_dir>/uplink.json``
+before anything changes:
+
+1. record name, ifindex, MAC, MTU, global addresses and routes (all tables except local,
+   not ``proto kernel``) of the uplink;
+2. rename ``eth0`` → ``eth0~`` (live rename; down/rename/up on kernels that refuse it);
+3. attach ``eth0~`` to the bridge, create internal port ``eth0`` with the uplink's MAC and MTU;
+4. install the pass-through flows;
+5. addresses and routes onto the internal port, then off the physical link;
+6. on netdev, drop at ``eth0~``'s ingress (the kernel must not also process what OVS read).
+
+``restore`` undoes it in the opposite order (addresses back on the physical link before the
+internal port goes away, so the Node keeps an address throughout) and deletes the state file.
+``repair`` (at start) continues whatever the state file says was in progress: a half-done move
+is completed, a half-done restore finished.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import json
+import logging
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from cni.pipeline import Cookie, Flow, Owner, Table
+from routesync.apply.nft import NftApplier
+from routesync.apply.ovs import OvsApplier
+from routesync.model import UplinkSpec
+
+LOG = logging.getLogger(__name__)
+
+UPLINK_COOKIE = Cookie(Owner.NODE, 1)
+UPLINK_PRIORITY = 10  # Classifier; the fast path's uplink flows go above this
+STATE_VERSION = 1
+RTPROT_KERNEL = 2
+RT_TABLE_LOCAL = 255
+OVS_KINDS = ("tun", "openvswitch")  # an OVS internal port: tap (netdev) or openvswitch (system)
+
+
+class UplinkError(RuntimeError):
+    pass
+
+
+@dataclass
+class RouteRecord:
+    family: int
+    dst: str  # CIDR
+    gateway: str | None
+    table: int
+    proto: int
+    scope: int
+    type: int
+    priority: int | None
+    prefsrc: str | None
+    onlink: bool
+
+
+@dataclass
+class UplinkState:
+    name: str
+    renamed: str
+    bridge: str
+    ifindex: int
+    mac: str
+    mtu: int
+    addresses: list[str]
+    routes: list[RouteRecord]
+    phase: str = "moving"  # moving | moved | restoring
+    version: int = STATE_VERSION
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> UplinkState:
+        raw = json.loads(text)
+        if raw.get("version") != STATE_VERSION:
+            raise UplinkError(f"uplink state version {raw.get('version')} unknown")
+        raw["routes"] = [RouteRecord(**r) for r in raw["routes"]]
+        return UplinkState(**raw)
+
+
+def uplink_flows(physical_ofport: int, internal_ofport: int) -> list[Flow]:
+    """Host traffic between the physical uplink and the internal port that took its name."""
+    return [
+        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, f"in_port={physical_ofport}",
+             f"output:{internal_ofport}", UPLINK_COOKIE),
+        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, f"in_port={internal_ofport}",
+             f"output:{physical_ofport}", UPLINK_COOKIE),
+    ]
+
+
+class UplinkMover:
+    """Moves ``spec.name`` onto ``ovs``'s bridge and back; state in ``state_dir/uplink.json``."""
+
+    def __init__(self, ovs: OvsApplier, spec: UplinkSpec, state_dir: str,
+                 datapath_type: str = "netdev", netns: str | None = None,
+                 nft: NftApplier | None = None) -> None:
+        from pyroute2 import IPRoute
+
+        self.ovs = ovs
+        self.spec = spec
+        self.state_path = os.path.join(state_dir, "uplink.json")
+        self.datapath_type = datapath_type
+        self.netns = netns
+        self.nft = nft or NftApplier(netns=netns)
+        self.ipr: Any = IPRoute(netns=netns) if netns else IPRoute()
+        # test hook: called with each step's name after it completed (a test raises to "crash")
+        self.after_step: Callable[[str], None] = lambda step: None
+
+    def close(self) -> None:
+        self.ipr.close()
+
+    # -- state file
+    def load(self) -> UplinkState | None:
+        try:
+            with open(self.state_path) as f:
+                return UplinkState.from_json(f.read())
+        except FileNotFoundError:
+            return None
+
+    def _save(self, state: UplinkState) -> None:
+        d = os.path.dirname(self.state_path) or "."
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".uplink.")
+        with os.fdopen(fd, "w") as f:
+            f.write(state.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.state_path)
+
+    # -- kernel view
+    def _link(self, ref: str | int) -> Any | None:
+        try:
+            links = self.ipr.get_links(ref) if isinstance(ref, int) else \
+                self.ipr.get_links(ifname=ref)
+        except Exception:  # noqa: BLE001 - pyroute2 raises NetlinkError(ENODEV) for a missing link
+            return None
+        return links[0] if links else None
+
+    @staticmethod
+    def _kind(link: Any) -> str | None:
+        info = link.get_attr("IFLA_LINKINFO")
+        return info.get_attr("IFLA_INFO_KIND") if info else None
+
+    def _addresses(self, index: int) -> list[str]:
+        out = []
+        for a in self.ipr.get_addr(index=index):
+            ip = ipaddress.ip_address(a.get_attr("IFA_ADDRESS"))
+            if not ip.is_link_local:
+                out.append(f"{ip}/{a['prefixlen']}")
+        return sorted(out)
+
+    def _routes(self, index: int) -> list[RouteRecord]:
+        out = []
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for r in self.ipr.get_routes(family=family, table=0):
+                table = r.get_attr("RTA_TABLE") or r["table"]
+                if r.get_attr("RTA_OIF") != index or table == RT_TABLE_LOCAL:
+                    continue
+                if r["proto"] == RTPROT_KERNEL or r["type"] != 1:  # unicast only
+                    continue
+                dst = r.get_attr("RTA_DST") or ("0.0.0.0" if family == socket.AF_INET else "::")
+                out.append(RouteRecord(
+                    family=family, dst=f"{dst}/{r['dst_len']}", gateway=r.get_attr("RTA_GATEWAY"),
+                    table=table, proto=r["proto"], scope=r["scope"], type=r["type"],
+                    priority=r.get_attr("RTA_PRIORITY"), prefsrc=r.get_attr("RTA_PREFSRC"),
+                    onlink=bool(r["flags"] & 4)))
+        return sorted(out, key=lambda x: (x.family, x.gateway is not None, x.dst))
+
+    def snapshot(self, name: str) -> dict[str, Any]:
+        """Name, MAC, MTU, addresses and routes of ``name`` (what restore must give back)."""
+        link = self._link(name)
+        if link is None:
+            raise UplinkError(f"no link {name!r}")
+        return {"name": link.get_attr("IFLA_IFNAME"), "mac": link.get_attr("IFLA_ADDRESS"),
+                "mtu": link.get_attr("IFLA_MTU"), "addresses": self._addresses(link["index"]),
+                "routes": [asdict(r) for r in self._routes(link["index"])],
+                "up": bool(link["flags"] & 1)}
+
+    def _record(self) -> UplinkState:
+        link = self._link(self.spec.name)
+        if link is None:
+            raise UplinkError(f"uplink {self.spec.name!r} not found")
+        if self._kind(link) in OVS_KINDS:
+            raise UplinkError(f"{self.spec.name!r} is already an OVS internal port, but no "
+                              f"state file {self.state_path} says how it got there")
+        idx = link["index"]
+        return UplinkState(name=self.spec.name, renamed=self.spec.renamed, bridge=self.ovs.bridge,
+                           ifindex=idx, mac=link.get_attr("IFLA_ADDRESS"),
+                           mtu=link.get_attr("IFLA_MTU"), addresses=self._addresses(idx),
+                           routes=self._routes(idx))
+
+    def _physical(self, st: UplinkState) -> Any:
+        link = self._link(st.ifindex)
+        if link is not None and link.get_attr("IFLA_IFNAME") in (st.name, st.renamed) \
+                and self._kind(link) not in OVS_KINDS:
+            return link
+        for name in (st.renamed, st.name):
+            link = self._link(name)
+            if link is not None and self._kind(link) not in OVS_KINDS:
+                return link
+        raise UplinkError(f"the physical uplink ({st.name}/{st.renamed}) is gone")
+
+    def _rename(self, index: int, new: str) -> None:
+        try:
+            self.ipr.link("set", index=index, ifname=new)
+        except Exception as e:
+            if getattr(e, "code", None) != errno.EBUSY:
+                raise
+            self.ipr.link("set", index=index, state="down")  # kernels without live rename
+            self.ipr.link("set", index=index, ifname=new)
+            self.ipr.link("set", index=index, state="up")
+
+    def _wait_link(self, name: str, timeout: float = 10.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            link = self._link(name)
+            if link is not None and self._kind(link) in OVS_KINDS:
+                return link
+            if time.monotonic() > deadline:
+                raise UplinkError(f"internal port {name} did not appear in the kernel")
+            time.sleep(0.01)
+
+    def _put_addresses(self, index: int, cidrs: list[str]) -> None:
+        have = set(self._addresses(index))
+        for c in cidrs:
+            if c in have:
+                continue
+            i = ipaddress.ip_interface(c)
+            self.ipr.addr("add", index=index, address=str(i.ip), prefixlen=i.network.prefixlen,
+                          **({"flags": 0x02} if i.version == 6 else {}))  # IFA_F_NODAD
+
+    def _drop_addresses(self, index: int, cidrs: list[str]) -> None:
+        have = set(self._addresses(index))
+        for c in cidrs:
+            if c in have:
+                i = ipaddress.ip_interface(c)
+                self.ipr.addr("del", index=index, address=str(i.ip),
+                              prefixlen=i.network.prefixlen)
+
+    def _put_routes(self, index: int, routes: list[RouteRecord]) -> None:
+        for r in routes:
+            args: dict[str, Any] = {"dst": r.dst, "oif": index, "table": r.table,
+                                    "proto": r.proto, "scope": r.scope, "type": r.type,
+                                    "family": r.family}
+            if r.gateway:
+                args["gateway"] = r.gateway
+            if r.priority is not None:
+                args["priority"] = r.priority
+            if r.prefsrc:
+                args["prefsrc"] = r.prefsrc
+            if r.onlink:
+                args["flags"] = 4
+            self.ipr.route("replace", **args)
+
+    # -- the move
+    def move(self) -> UplinkState:
+        """Move (or finish moving) the uplink onto the bridge; idempotent."""
+        st = self.load()
+        if st is None:
+            st = self._record()
+            self._save(st)  # BEFORE changing anything
+            self.after_step("recorded")
+        if st.phase == "restoring":
+            raise UplinkError("a restore is in progress; run repair() first")
+        st.phase = "moving"
+        self._save(st)
+        phys = self._physical(st)
+        idx = phys["index"]
+        if phys.get_attr("IFLA_IFNAME") != st.renamed:
+            self._rename(idx, st.renamed)
+        self.ipr.link("set", index=idx, state="up")
+        self.after_step("renamed")
+        of_phys = self.ovs.attach_port(st.renamed)
+        of_int = self.ovs.ensure_internal_port(st.name, mac=st.mac, mtu=st.mtu)
+        st.ports = {st.renamed: of_phys, st.name: of_int}
+        self._save(st)
+        internal = self._wait_link(st.name)
+        self.after_step("attached")
+        self.ovs.replace_group(UPLINK_COOKIE, uplink_flows(of_phys, of_int))
+        self.after_step("flows")
+        iidx = internal["index"]
+        self.ipr.link("set", index=iidx, state="up")
+        self._put_addresses(iidx, st.addresses)
+        self._put_routes(iidx, st.routes)
+        self.after_step("addressed")
+        self._drop_addresses(idx, st.addresses)
+        self.after_step("unaddressed")
+        if self.datapath_type == "netdev":
+            self.nft.set_uplink_drop(st.renamed)
+        st.phase = "moved"
+        self._save(st)
+        self.after_step("moved")
+        LOG.info("uplink %s moved onto %s (physical now %s)", st.name, st.bridge, st.renamed)
+        return st
+
+    def flows(self) -> list[Flow]:
+        """The pass-through flows while moved (the daemon adds them to its desired flows)."""
+        st = self.load()
+        if st is None or st.phase != "moved" or not st.ports:
+            return []
+        return uplink_flows(st.ports[st.renamed], st.ports[st.name])
+
+    def restore(self) -> bool:
+        """Give the original link back its name, MAC, MTU, addresses and routes; idempotent.
+        Returns False when nothing was moved."""
+        st = self.load()
+        if st is None:
+            return False
+        st.phase = "restoring"
+        self._save(st)
+        phys = self._physical(st)
+        idx = phys["index"]
+        self.nft.set_uplink_drop(None)
+        self.after_step("undropped")
+        self.ipr.link("set", index=idx, state="up")
+        self._put_addresses(idx, st.addresses)
+        self._put_routes(idx, st.routes)
+        self.after_step("readdressed")
+        self.ovs.delete_flows(UPLINK_COOKIE)
+        api = self.ovs.api
+        with api.transaction(check_error=True) as txn:
+            txn.add(api.del_port(st.name, bridge=st.bridge, if_exists=True))
+            txn.add(api.del_port(st.renamed, bridge=st.bridge, if_exists=True))
+        self.after_step("detached")
+        deadline = time.monotonic() + 10
+        while (lk := self._link(st.name)) is not None and self._kind(lk) in OVS_KINDS:
+            if time.monotonic() > deadline:
+                raise UplinkError(f"internal port {st.name} still exists")
+            time.sleep(0.01)
+        if phys.get_attr("IFLA_IFNAME") != st.name:
+            self._rename(idx, st.name)
+        link = self._link(idx)
+        if link.get_attr("IFLA_MTU") != st.mtu:
+            self.ipr.link("set", index=idx, mtu=st.mtu)
+        if link.get_attr("IFLA_ADDRESS") != st.mac:
+            self.ipr.link("set", index=idx, address=st.mac)
+        self._put_routes(idx, st.routes)  # routes that went with the internal port's removal
+        os.unlink(self.state_path)
+        LOG.info("uplink %s restored", st.name)
+        return True
+
+    def repair(self) -> str:
+        """At start: finish what the state file says was in progress. Returns what it did."""
+        st = self.load()
+        if st is None:
+            return "nothing"
+        if st.phase == "restoring":
+            self.restore()
+            return "restored"
+        self.move()
+        return "moved" if st.phase == "moving" else "checked"
