@@ -92,7 +92,7 @@ def plan(lab: str, topo: Topology) -> NetPlan:
             f"addr add {with_prefix(s.ipv4, NODE_HOST_BASE + n.index)} dev eth0",
             f"addr add {with_prefix(s.ipv6, NODE_HOST_BASE + n.index)} dev eth0 nodad",
             f"route add default via {g4}", f"route add ::/0 via {g6}"]
-    sysctls = {ns: NO_DAD for ns in namespaces}
+    sysctls: dict[str, tuple[str, ...]] = {ns: NO_DAD for ns in namespaces}
     for ns in (router, *nodes.values()):
         sysctls[ns] = NO_DAD + FORWARDING
     return NetPlan(namespaces=namespaces, stages=(create, config), sysctls=sysctls)
