@@ -143,16 +143,16 @@ class Daemon:
                         self.change_latencies.append(now - change_seen)
                         log.debug("change applied in %.1f ms", (now - change_seen) * 1e3)
                     dirty, change_seen, backoff = False, None, BACKOFF_MIN
-                    next_resync = now + cfg.resync_seconds
                 else:
                     dirty, retry_at = True, now + backoff
                     backoff = min(backoff * 2, BACKOFF_MAX)
+                next_resync = now + cfg.resync_seconds
             deadline = min(next_resync, next_ovs_check, retry_at if dirty else next_resync)
             if self.source.wait_for_change(max(0.0, deadline - self.clock())):
                 if change_seen is None:
                     change_seen = self.clock()
                 self.stop.wait(DEBOUNCE)
-                dirty, retry_at = True, 0.0
+                dirty = True  # a pending retry keeps its backoff: a change does not cut it short
             if self.clock() >= next_ovs_check:
                 next_ovs_check = self.clock() + OVS_CHECK_INTERVAL
                 try:

@@ -171,6 +171,12 @@ class RegistrySource(NodeSource):
         except FileNotFoundError:
             pass
         write_atomic(path, text)
+        if self._listed is not None:  # our own write is no news to us (we planned with it already)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                return
+            self._listed[record.name] = (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def remove_self(self) -> None:
         """Delete this Node's record (teardown)."""

@@ -12,7 +12,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlparse
 
 
@@ -149,7 +149,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         st = self.state
         url = urlparse(self.path)
         q = {k: v[0] for k, v in parse_qs(url.query).items()}
@@ -213,7 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
                 pass
             self.close_connection = True
 
-    def do_PATCH(self) -> None:  # noqa: N802
+    def do_PATCH(self) -> None:
         st = self.state
         st.requests.append((time.monotonic(), "PATCH", self.path))
         name = self.path.rsplit("/", 1)[-1].split("?")[0]
@@ -243,7 +243,7 @@ class KubeServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> KubeServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

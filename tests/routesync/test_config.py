@@ -55,7 +55,7 @@ def test_bad_values_name_the_key(raw: dict, key: str) -> None:  # type: ignore[t
     assert repr(key) in str(e.value)
 
 
-def test_noSNAT_and_fastPath_accepted_where_valid() -> None:  # noqa: N802
+def test_noSNAT_and_fastPath_accepted_where_valid() -> None:
     assert from_dict({"nodeName": "n", "trafficEncapMode": "noEncap", "noSNAT": True}).no_snat
     assert from_dict({"nodeName": "n", "trafficEncapMode": "hybrid", "fastPath": True}).fast_path
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
 
@@ -104,7 +105,7 @@ def test_server_errors_back_off_then_recover(server: KubeServer, tmp_path) -> No
         assert set(names(src)) == {"node-a", "node-b"}
         assert src.errors == 3
         lists = [t for t, m, p in server.state.requests if m == "GET" and "watch" not in p]
-        gaps = [b - a for a, b in zip(lists, lists[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(lists)]
         assert len(gaps) == 3
         assert gaps[0] >= 0.18 and gaps[1] >= 0.38 and gaps[2] >= 0.78  # 0.2, 0.4, 0.8 s
     finally:

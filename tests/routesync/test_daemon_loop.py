@@ -1,0 +1,136 @@
+"""The daemon loop with the real registry source and a recording stand-in for part B's appliers
+(the loop's own behaviour: reconcile on change, state file, retry on failure, own record).
+The end-to-end run with the real appliers is in the root tests."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+from cni import nodestate
+from routesync.config import from_dict
+from routesync.daemon import Daemon
+from routesync.model import MAC_ANNOTATION, DesiredState, LocalFacts, NodeRecord
+from routesync.sources.registry import RegistrySource
+
+
+class RecordingAppliers:
+    def __init__(self) -> None:
+        self.applied: list[DesiredState] = []
+        self.fail_next = 0
+        self.generation = 1
+        self.prepared = 0
+
+    def prepare(self, config, tunnel, uplink, gateway_addresses):  # type: ignore[no-untyped-def]
+        self.prepared += 1
+        return LocalFacts(2, "02:00:00:00:01:01", 3 if tunnel else None, "eth0", ("192.168.77.11/24",), 1500,
+                          "02:00:00:00:00:11")
+
+    def apply(self, desired: DesiredState) -> None:
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            raise RuntimeError("ovs-ofctl: connection refused")
+        self.applied.append(desired)
+
+    def ovs_generation(self) -> int:
+        return self.generation
+
+    def teardown(self, config) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def until(cond, timeout=5.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+def start(tmp_path, **kw):  # type: ignore[no-untyped-def]
+    cfg = from_dict({"nodeName": "node-a", "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "state.json"),
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg"),
+                                    "pollInterval": 0.05}, **kw})
+    apl = RecordingAppliers()
+    d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a", poll_interval=0.05), apl)
+    t = threading.Thread(target=d.run, daemon=True)
+    t.start()
+    return d, apl, t
+
+
+def test_publishes_itself_writes_state_and_follows_peers(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    d, apl, t = start(tmp_path)
+    other = RegistrySource(str(tmp_path / "reg"), "node-b")
+    try:
+        until(lambda: (tmp_path / "state.json").exists())
+        st = nodestate.read(str(tmp_path / "state.json"))
+        assert (st.node, st.mtu, st.podCIDRs, st.peers) == ("node-a", 1450, ["10.244.1.0/24"], [])
+        mine = {r.name: r for r in other.list()}["node-a"]
+        assert mine.transport_addresses == ("192.168.77.11",)
+        assert mine.annotation(MAC_ANNOTATION) == "02:00:00:00:00:11"
+
+        latencies = []
+        for i in range(10):
+            n = len(apl.applied)
+            t0 = time.monotonic()
+            other.publish_self(NodeRecord("node-b", (f"192.168.77.{50 + i}",), ("10.244.2.0/24",)))
+            until(lambda n=n, i=i: len(apl.applied) > n and apl.applied[-1].peers
+                  and apl.applied[-1].peers[0].transport_address == f"192.168.77.{50 + i}")
+            latencies.append(time.monotonic() - t0)
+        assert max(latencies) < 1.0
+        print(f"registry change -> applied: p50 {statistics.median(latencies) * 1e3:.0f} ms, "
+              f"max {max(latencies) * 1e3:.0f} ms")
+        until(lambda: nodestate.read(str(tmp_path / "state.json")).peers[0].addresses == ["192.168.77.59"])
+        n_written = d.reconciles
+        mtime = (tmp_path / "state.json").stat().st_mtime_ns
+        apl.generation = 2  # "ovs-vswitchd restarted": a full reconcile, state unchanged → not rewritten
+        until(lambda: d.reconciles > n_written, timeout=3)
+        assert (tmp_path / "state.json").stat().st_mtime_ns == mtime
+
+        other.remove_self()
+        until(lambda: nodestate.read(str(tmp_path / "state.json")).peers == [])
+        assert apl.applied[-1].routes == set()
+    finally:
+        d.stop.set()
+        t.join(5)
+    assert not t.is_alive()
+
+
+def test_failed_apply_is_retried_with_backoff_not_fatal(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "reg").mkdir()
+    RegistrySource(str(tmp_path / "reg"), "node-b").publish_self(
+        NodeRecord("node-b", ("192.168.77.12",), ("10.244.2.0/24",)))
+    cfg_apl = RecordingAppliers()
+    cfg_apl.fail_next = 3
+    cfg = from_dict({"nodeName": "node-a", "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "s.json"),
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
+    d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a"), cfg_apl)
+    t = threading.Thread(target=d.run, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    try:
+        until(lambda: cfg_apl.applied, timeout=5)
+        elapsed = time.monotonic() - t0
+        assert d.failures == 3
+        assert elapsed >= 0.2 + 0.4 + 0.8 - 0.05  # backoff doubled between attempts
+        assert not (tmp_path / "s.json").exists() or nodestate.read(str(tmp_path / "s.json")).peers
+        until(lambda: (tmp_path / "s.json").exists())
+    finally:
+        d.stop.set()
+        t.join(5)
+
+
+def test_no_pod_cidr_waits_instead_of_crashing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cfg = from_dict({"nodeName": "node-a", "stateFile": str(tmp_path / "s.json"),
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
+    apl = RecordingAppliers()
+    d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a"), apl)
+    r = d.reconcile()
+    assert not r.ok and "no Pod CIDR" in (r.error or "")
+    assert not (tmp_path / "s.json").exists()
+    (tmp_path / "reg" / "node-a.yaml").write_text("name: node-a\npodCIDRs: [10.244.7.0/24]\n")
+    assert d.reconcile().ok
+    assert nodestate.read(str(tmp_path / "s.json")).podCIDRs == ["10.244.7.0/24"]
