@@ -42,7 +42,7 @@ def parse_record(text: str, expected_name: str) -> NodeRecord:
     import yaml
 
     try:
-        d = yaml.safe_load(text)
+        d = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # the C safe loader: 5x faster
     except yaml.YAMLError as e:
         raise ValueError(f"not valid YAML ({e})") from None
     if not isinstance(d, dict):
