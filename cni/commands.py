@@ -193,6 +193,27 @@ def _open_netns(path: str) -> int:
 # ---------------------------------------------------------------------------- ADD
 
 
+class _Step:
+    """The step a command is at, so a system-layer failure says where it happened."""
+
+    def __init__(self) -> None:
+        self.name = "start"
+
+    def __call__(self, name: str) -> None:
+        self.name = name
+
+
+@contextmanager
+def _reported(step: _Step) -> Iterator[None]:
+    """Turn any failure below into a CNI error naming the step (CniErrors pass unchanged)."""
+    try:
+        yield
+    except CniError:
+        raise
+    except Exception as e:
+        raise _system_error(step.name, e) from None
+
+
 def add(req: Request) -> Result:
     conf = cfg.parse(req.config)
     node = cfg.node_context(conf, need_state=True)
@@ -203,53 +224,47 @@ def add(req: Request) -> Result:
     ipam_api, ipam_conf = _ipam(req.config, node)
     requested = _requested_ips(req)
     podfd = _open_netns(req.netns)
+    step = _Step()
     try:
-        with _attachment_lock(conf, req), Netlink() as host_nl, Rollback() as undo:
+        with _reported(step), _attachment_lock(conf, req), Netlink() as host_nl, Rollback() as undo:
             ovsdb, of = _ovs(node)
-            step = "gateway"
-            try:
-                gw, install_base = _gateway(conf, node, ovsdb, host_nl)
-                step = f"netns {req.netns}"
-                pod_nl = Netlink.in_netns(podfd)
-            except (OSError, RuntimeError) as e:
-                raise _system_error(step, e) from None
-            with pod_nl:
+            step("gateway")
+            gw, install_base = _gateway(conf, node, ovsdb, host_nl)
+            step(f"netns {req.netns}")
+            with Netlink.in_netns(podfd) as pod_nl:
                 if pod_nl.link_get(req.ifname) is not None:
                     raise CniError(INTERFACE_EXISTS, f"interface {req.ifname!r} already exists in {req.netns}")
+                step("IPAM")
                 ips = ipam_api.allocate(ipam_conf, req.container_id, req.ifname, requested)
                 undo.push("IPAM addresses", lambda: ipam_api.release(ipam_conf, req.container_id, req.ifname))
                 for ip in ips:
                     ip.interface = 1
-                try:
-                    step = "host interface name"
-                    host = _pick_host_name(req, node, ovsdb, of, host_nl)
-                    mac = _random_mac()
-                    step = f"veth {host}/{req.ifname}"
-                    host_nl.create_veth(host, req.ifname, podfd, node.mtu, peer_mac=mac)
-                    undo.push(f"veth {host}", lambda: host_nl.link_del(host))
-                    step = f"configure {req.ifname} in {req.netns}"
-                    _configure_pod_interface(pod_nl, podfd, req.ifname, ips, node)
-                    if node.datapath == "netdev":
-                        step = f"isolate {host} from the Node's stack"
-                        _isolate_host_end(host)
-                    step = f"bring up {host}"
-                    host_nl.link_set(host, up=True)
-                    step = f"OVS port {host}"
-                    ofport = ovsdb.add_port(node.bridge, host, _external_ids(req, ips, mac))
-                    undo.push(f"OVS port {host}", lambda: ovsdb.del_port(node.bridge, host))
-                    step = "per-Pod flows"
-                    cookie = pl.pod_cookie(req.container_id, req.ifname)
-                    flows = pod_flows(PodPort(cookie, ofport, mac, tuple(i.address for i in ips)), gw.mac)
-                    if install_base:
-                        flows = base_flows(GatewayPort(gw.ofport, gw.mac, gw.addresses)) + flows
-                    of.add_flows(flows)
-                    undo.push("per-Pod flows", lambda: of.del_flows(cookie))
-                    step = "announce addresses"
-                    _announce(podfd, req.ifname, mac, ips)
-                except CniError:
-                    raise
-                except Exception as e:
-                    raise _system_error(step, e) from None
+                step("host interface name")
+                host = _pick_host_name(req, node, ovsdb, of, host_nl)
+                mac = _random_mac()
+                step(f"veth {host}/{req.ifname}")
+                undo.push(f"veth {host}", lambda: host_nl.link_del(host))
+                host_nl.create_veth(host, req.ifname, podfd, node.mtu, peer_mac=mac)
+                step(f"configure {req.ifname} in {req.netns}")
+                _configure_pod_interface(pod_nl, podfd, req.ifname, ips, node)
+                if node.datapath == "netdev":
+                    step(f"isolate {host} from the Node's stack")
+                    _isolate_host_end(host)
+                step(f"bring up {host}")
+                host_nl.link_set(host, up=True)
+                step(f"OVS port {host}")
+                # Undo first: an insert whose ofport never comes (vswitchd down) stays in OVSDB.
+                undo.push(f"OVS port {host}", lambda: ovsdb.del_port(node.bridge, host))
+                ofport = ovsdb.add_port(node.bridge, host, _external_ids(req, ips, mac))
+                step("per-Pod flows")
+                cookie = pl.pod_cookie(req.container_id, req.ifname)
+                flows = pod_flows(PodPort(cookie, ofport, mac, tuple(i.address for i in ips)), gw.mac)
+                if install_base:
+                    flows = base_flows(GatewayPort(gw.ofport, gw.mac, gw.addresses)) + flows
+                undo.push("per-Pod flows", lambda: of.del_flows(cookie))
+                of.add_flows(flows)
+                step("announce addresses")
+                _announce(podfd, req.ifname, mac, ips)
             undo.commit()
     finally:
         os.close(podfd)
@@ -344,25 +359,23 @@ def delete(req: Request) -> None:
     node = cfg.node_context(conf, need_state=False)
     from cni.netlink import Netlink
 
-    with _attachment_lock(conf, req), Netlink() as host_nl:
+    step = _Step()
+    with _reported(step), _attachment_lock(conf, req), Netlink() as host_nl:
         ovsdb, of = _ovs(node)
-        step = "find OVS port"
-        try:
-            ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
-            step = "delete per-Pod flows"
+        step("find OVS port")
+        ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
+        step("delete per-Pod flows")
+        if ports or ovsdb.bridge(node.bridge) is not None:
             of.del_flows(pl.pod_cookie(req.container_id, req.ifname))
-            names = {p.name for p in ports} | {pl.host_veth_name(req.container_id, req.ifname)}
-            for p in ports:
-                step = f"delete OVS port {p.name}"
-                ovsdb.del_port(node.bridge, p.name)
-            for name in sorted(names):
-                step = f"delete veth {name}"
-                host_nl.link_del(name)
-        except CniError:
-            raise
-        except Exception as e:
-            raise _system_error(step, e) from None
+        names = {p.name for p in ports} | {pl.host_veth_name(req.container_id, req.ifname)}
+        for p in ports:
+            step(f"delete OVS port {p.name}")
+            ovsdb.del_port(node.bridge, p.name)
+        for name in sorted(names):
+            step(f"delete veth {name}")
+            host_nl.link_del(name)
         if conf.ipam or node.pod_cidrs:
+            step("IPAM release")
             try:
                 ipam_api, ipam_conf = _ipam(req.config, node)
             except CniError as e:
@@ -383,15 +396,25 @@ def check(req: Request) -> None:
     prev = req.prev_result
     if prev is None:
         raise CniError(INVALID_CONFIG, "CHECK needs prevResult")
+    step = _Step()
+    with _reported(step):
+        problems = _check(req, prev, node, conf, step)
+    if problems:
+        raise CniError(CHECK_FAILED, "; ".join(problems))
+
+
+def _check(req: Request, prev: Result, node: cfg.NodeContext, conf: cfg.PluginConfig, step: _Step) -> list[str]:
     from cni.netlink import Netlink
 
     problems: list[str] = []
     podfd = _open_netns(req.netns)
+    step("sandbox interface")
     try:
         with Netlink.in_netns(podfd) as pod_nl:
             problems += _check_sandbox(req, prev, pod_nl)
     finally:
         os.close(podfd)
+    step("OVS port and flows")
     ovsdb, of = _ovs(node)
     ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
     host_names = [i.name for i in prev.interfaces if not i.sandbox]
@@ -423,8 +446,7 @@ def check(req: Request) -> None:
             ipam_api.check(ipam_conf, req.container_id, req.ifname, [i.address for i in prev.ips])
         except CniError as e:
             problems.append(e.msg)
-    if problems:
-        raise CniError(CHECK_FAILED, "; ".join(problems))
+    return problems
 
 
 def _gateway_mac(node: cfg.NodeContext, ovsdb) -> str:  # type: ignore[no-untyped-def]
@@ -492,7 +514,9 @@ def gc(req: Request) -> None:
 
     ovsdb, of = _ovs(node)
     released = []
-    with Netlink() as host_nl:
+    step = _Step()
+    step("GC of OVS ports")
+    with _reported(step), Netlink() as host_nl:
         for port in ovsdb.find_ports({pl.EXT_OWNER: "pod"}):
             cid, ifname = port.external_ids.get(pl.EXT_CONTAINER_ID, ""), port.external_ids.get(pl.EXT_IFNAME, "")
             if (cid, ifname) in valid:

@@ -1,0 +1,186 @@
+"""DEL leaves nothing; a failed ADD rolls back; CHECK names what diverged."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from cni import pipeline as pl
+from tests.pod.conftest import run
+
+pytestmark = pytest.mark.root
+
+
+def _pod_flows(node) -> list[str]:
+    return node.flows(pl.Cookie.owner_match(pl.Owner.POD))
+
+
+def _ipam_records(node) -> list[str]:
+    out = []
+    for root, _dirs, files in os.walk(node.ipam_dir):
+        out += [os.path.join(root, f) for f in files if not f.endswith(".lock") and not f.startswith(".")]
+    return out
+
+
+def _ipam_allocations(node) -> str:
+    """What the IPAM store holds, as its own listing prints it."""
+    p = run([os.path.join(node.cni_bin, "ferry-ipam"), "ls", "--json", "--data-dir", str(node.ipam_dir)],
+            check=False)
+    return p.stdout if p.returncode == 0 else ""
+
+
+def _fry_links(node) -> list[str]:
+    return [name for name in node.links() if name.startswith(pl.HOST_VETH_PREFIX)]
+
+
+def _assert_nothing_left(node) -> None:
+    assert _fry_links(node) == [], "host veths left"
+    if "br-int" in node.ovs.vsctl("list-br").split():
+        assert [p for p in node.ports() if p.startswith(pl.HOST_VETH_PREFIX)] == [], "OVS ports left"
+        assert _pod_flows(node) == [], "per-Pod flows left"
+    allocs = _ipam_allocations(node)
+    assert "10.244." not in allocs and "fd00:" not in allocs, f"IPAM records left: {allocs}"
+
+
+def test_del_of_every_pod_leaves_nothing(node):
+    pods = [node.add_pod(n) for n in ("a", "b", "c")]
+    assert len(_fry_links(node)) == 3 and len(_pod_flows(node)) > 30
+    assert "10.244." in _ipam_allocations(node)
+    for p in pods:
+        assert node.del_pod(p).returncode == 0
+    node.pods.clear()
+    _assert_nothing_left(node)
+    for p in pods:
+        run(["ip", "netns", "del", p.netns], check=False)
+
+
+def test_del_is_idempotent_and_survives_a_vanished_netns(node):
+    a = node.add_pod("a")
+    run(["ip", "netns", "del", a.netns])  # the runtime removed the sandbox first
+    for _ in range(2):
+        p = node.cnitool("del", a.path)
+        assert p.returncode == 0, p.stdout + p.stderr
+    node.pods.clear()
+    _assert_nothing_left(node)
+
+
+def test_add_with_the_ifname_taken_fails_cleanly(node):
+    ns = f"{node.name}-taken"
+    run(["ip", "netns", "add", ns])
+    try:
+        run(["ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1"])
+        p = node.cnitool("add", f"/run/netns/{ns}")
+        assert p.returncode != 0
+        assert "eth0" in p.stdout + p.stderr and "already exists" in p.stdout + p.stderr
+        assert run(["ip", "-n", ns, "link", "show", "eth0"]).stdout  # not ours: untouched
+        _assert_nothing_left(node)
+    finally:
+        run(["ip", "netns", "del", ns], check=False)
+
+
+def test_add_with_ipam_exhausted_fails_cleanly(node):
+    node.ranges = [[{"subnet": "10.244.9.0/30"}]]  # .1 is the gateway: one address left
+    node.write_conflist()
+    a = node.add_pod("a")
+    ns = f"{node.name}-b"
+    run(["ip", "netns", "add", ns])
+    try:
+        p = node.cnitool("add", f"/run/netns/{ns}")
+        assert p.returncode != 0
+        err = p.stdout + p.stderr
+        assert "10.244.9.0/30" in err, err
+        assert "eth0" not in run(["ip", "-n", ns, "-o", "link"]).stdout
+        assert len(_fry_links(node)) == 1 and len([x for x in node.ports() if x.startswith("fry")]) == 1
+    finally:
+        run(["ip", "netns", "del", ns], check=False)
+    assert node.del_pod(a).returncode == 0
+    node.pods.clear()
+    _assert_nothing_left(node)
+    run(["ip", "netns", "del", a.netns], check=False)
+
+
+def test_add_into_a_missing_netns_fails_cleanly(node):
+    p = node.cnitool("add", f"/run/netns/{node.name}-never-created")
+    assert p.returncode != 0
+    assert "does not exist" in p.stdout + p.stderr
+    _assert_nothing_left(node)
+
+
+def _direct(node, command: str, netns: str, cid: str, conf_overrides: dict | None = None,
+            prev: dict | None = None) -> subprocess.CompletedProcess:
+    """Exec the plugin as a runtime would (no cnitool), inside the Node's netns."""
+    conf = dict(node.plugin_conf(), cniVersion="1.0.0", name="ferrynet", **(conf_overrides or {}))
+    if prev is not None:
+        conf["prevResult"] = prev
+    env = dict(os.environ, CNI_COMMAND=command, CNI_CONTAINERID=cid, CNI_NETNS=netns, CNI_IFNAME="eth0",
+               CNI_PATH=node.cni_bin)
+    return subprocess.run(["ip", "netns", "exec", node.name, os.path.join(node.cni_bin, "ferry")],
+                          input=json.dumps(conf), capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_add_with_vswitchd_down_rolls_back_everything(node):
+    """ovsdb-server answers but ovs-vswitchd never assigns the ofport: the port insert, the veth and
+    the addresses made before it are all undone."""
+    warm = node.add_pod("warm")  # bridge and gateway exist
+    with open(f"{node.ovs.dir}/ovs-vswitchd.pid") as f:
+        os.kill(int(f.read()), signal.SIGKILL)
+    ns = f"{node.name}-x"
+    run(["ip", "netns", "add", ns])
+    try:
+        p = _direct(node, "ADD", f"/run/netns/{ns}", "cid-vswitchd-down")
+        assert p.returncode != 0
+        err = json.loads(p.stdout)
+        assert err["code"] == 101 and "OVS port" in err["msg"], err
+        assert _fry_links(node) == [warm.host_veth]
+        assert run(["ip", "-n", ns, "-o", "link"]).stdout.count("eth0") == 0
+        assert [x for x in node.ovs.vsctl("list-ports", "br-int").split() if x.startswith("fry")] == [warm.host_veth]
+        assert _ipam_allocations(node).count('"address": "10.244.') == 1
+    finally:
+        run(["ip", "netns", "del", ns], check=False)
+    node.pods.clear()  # vswitchd is gone; the fixture's DEL would wait for it
+
+
+def test_add_with_ovsdb_down_fails_cleanly(node):
+    node.add_pod("warm")  # bridge and gateway exist
+    with open(f"{node.ovs.dir}/ovsdb-server.pid") as f:
+        os.kill(int(f.read()), signal.SIGKILL)
+    ns = f"{node.name}-y"
+    run(["ip", "netns", "add", ns])
+    try:
+        p = _direct(node, "ADD", f"/run/netns/{ns}", "cid-ovsdb-down")
+        assert p.returncode != 0
+        err = json.loads(p.stdout)
+        assert err["code"] == 101, err
+        assert len(_fry_links(node)) == 1  # only the warm Pod's
+        assert run(["ip", "-n", ns, "-o", "link"]).stdout.count("eth0") == 0
+        assert _ipam_allocations(node).count('"address": "10.244.') == 1
+    finally:
+        run(["ip", "netns", "del", ns], check=False)
+    node.pods.clear()  # OVS is gone; the fixture's DEL cannot run
+
+
+@pytest.mark.parametrize("damage", ["address", "route", "port", "flows"])
+def test_check_names_what_diverged(node, damage):
+    a = node.add_pod("a")
+    ok = node.cnitool("check", a.path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    if damage == "address":
+        a.exec("ip", "addr", "del", a.result["ips"][0]["address"], "dev", "eth0")
+        expect = "address " + a.result["ips"][0]["address"]
+    elif damage == "route":
+        a.exec("ip", "route", "del", "default")
+        expect = "route 0.0.0.0/0"
+    elif damage == "port":
+        node.ovs.vsctl("del-port", "br-int", a.host_veth)
+        expect = "OVS port"
+    else:
+        cid = node.ovs.vsctl("get", "port", a.host_veth, f"external_ids:{pl.EXT_CONTAINER_ID}").strip().strip('"')
+        node.ovs.ofctl("del-flows", "br-int", f"cookie={pl.pod_cookie(cid, 'eth0').match()}")
+        expect = "per-Pod flows missing"
+    bad = node.cnitool("check", a.path)
+    assert bad.returncode != 0
+    assert expect in bad.stdout + bad.stderr, bad.stdout + bad.stderr
