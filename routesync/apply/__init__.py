@@ -1,0 +1,120 @@
+"""route-sync's appliers: each diffs desired plain data against what is installed and applies
+only the difference.
+
+* :mod:`.ovs` bridge, gateway and tunnel ports (ovsdbapp), BASE/NODE/PEER flows (ovs-ofctl)
+* :mod:`.routes` proto-Ferry host routes, permanent neighbours, addresses, MTU, forwarding
+* :mod:`.nft` Ferry's nftables tables
+* :mod:`.uplink` the reversible move of the uplink onto the bridge
+
+:class:`NodeAppliers` bundles them behind the daemon's ``Appliers`` protocol
+(``routesync.daemon.Appliers``); ``make_appliers(config)`` builds it."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from cni.pipeline import GATEWAY_PORT, TUNNEL_PORT
+from routesync.apply.nft import NftApplier
+from routesync.apply.ovs import OvsApplier
+from routesync.apply.routes import RouteApplier
+from routesync.apply.uplink import UplinkMover
+from routesync.model import DesiredState, LocalFacts, TunnelSpec, UplinkSpec
+
+if TYPE_CHECKING:
+    from routesync.config import Config
+
+__all__ = [
+    "NftApplier",
+    "NodeAppliers",
+    "OvsApplier",
+    "RouteApplier",
+    "UplinkMover",
+    "make_appliers",
+]
+
+
+class NodeAppliers:
+    """Everything route-sync installs on one Node. ``netns`` (tests, the lab) runs the netlink
+    and nft parts in that namespace; OVS is reached through its sockets wherever it runs."""
+
+    def __init__(self, config: Config, netns: str | None = None) -> None:
+        self.config = config
+        self.netns = netns
+        self.ovs = OvsApplier(config.ovsdb, config.bridge, config.ovs_run_dir)
+        self.routes = RouteApplier(GATEWAY_PORT, netns=netns)
+        self.nft = NftApplier(netns=netns)
+        self.state_dir = os.path.dirname(config.state_file) or "."
+        self._mover: UplinkMover | None = None
+        self._uplink: UplinkSpec | None = None
+
+    def _mover_for(self, spec: UplinkSpec) -> UplinkMover:
+        if self._mover is None or self._mover.spec != spec:
+            if self._mover is not None:
+                self._mover.close()
+            self._mover = UplinkMover(self.ovs, spec, self.state_dir, self.config.datapath_type,
+                                      netns=self.netns, nft=self.nft)
+        return self._mover
+
+    def prepare(self, config: Config, tunnel: TunnelSpec | None, uplink: UplinkSpec | None,
+                gateway_addresses: tuple[str, ...]) -> LocalFacts:
+        self.ovs.ensure_bridge(config.datapath_type)
+        gw_ofport, gw_mac = self.ovs.ensure_gateway(GATEWAY_PORT)
+        self.routes.set_gateway_addresses(GATEWAY_PORT, gateway_addresses)
+        if uplink is not None:
+            self._mover_for(uplink).ensure()
+        else:
+            self._restore_uplink(config)
+        self._uplink = uplink
+        tunnel_ofport = self.ovs.ensure_tunnel(tunnel, None, name=TUNNEL_PORT)
+        name = uplink.name if uplink else config.transport_interface
+        info = self.routes.link_info(name)
+        return LocalFacts(
+            gateway_ofport=gw_ofport, gateway_mac=gw_mac, tunnel_ofport=tunnel_ofport,
+            uplink_name=name,
+            uplink_addresses=tuple(sorted(self.routes.addresses(name))) if info else (),
+            transport_mtu=info[1] if info else 1500, uplink_mac=info[0] if info else None)
+
+    def _restore_uplink(self, config: Config) -> None:
+        """A move recorded by an earlier run but no longer wanted is undone."""
+        name = config.transport_interface
+        spec = UplinkSpec(name, name[:14] + "~")
+        mover = self._mover_for(spec)
+        if mover.load() is not None:
+            mover.restore()
+
+    def apply(self, desired: DesiredState) -> None:
+        extra = self._mover.flows() if (self._mover and self._uplink) else []
+        self.ovs.sync_flows(list(desired.flows) + extra)
+        self.routes.set_gateway_addresses(GATEWAY_PORT, desired.gateway_addresses)
+        if desired.mtu:
+            self.ovs.set_mtu_request(GATEWAY_PORT, desired.mtu)
+            self.routes.set_mtu(GATEWAY_PORT, desired.mtu)
+        self.routes.sync(desired.routes, desired.neighbors)
+        self.routes.set_forwarding(desired.forwarding, desired.forwarding)
+        self.nft.sync(desired.nft)
+
+    def ovs_generation(self) -> int:
+        return self.ovs.vswitchd_pid() or 0
+
+    def teardown(self, config: Config) -> None:
+        """Undo everything route-sync installed (the uplink first, so the Node keeps its address)."""
+        if self._uplink is not None:
+            self._mover_for(self._uplink).restore()
+        else:
+            self._restore_uplink(config)
+        self.ovs.sync_flows([])
+        self.routes.sync(set(), set())
+        self.nft.delete()
+        self.ovs.ensure_tunnel(None, None, name=TUNNEL_PORT)
+        self.ovs.delete_port(GATEWAY_PORT)
+
+    def close(self) -> None:
+        if self._mover is not None:
+            self._mover.close()
+        self.routes.close()
+        self.ovs.close()
+
+
+def make_appliers(config: Config, netns: str | None = None) -> NodeAppliers:
+    return NodeAppliers(config, netns=netns)

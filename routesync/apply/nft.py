@@ -37,7 +37,7 @@ class NftError(RuntimeError):
 def _collapse(cidrs: Iterable[str], version: int) -> list[str]:
     nets = [ipaddress.ip_network(c, strict=False) for c in cidrs]
     nets = [n for n in nets if n.version == version]
-    return [str(n) for n in ipaddress.collapse_addresses(nets)]  # type: ignore[arg-type]
+    return [str(n) for n in ipaddress.collapse_addresses(nets)]  # type: ignore[type-var]
 
 
 def _set(name: str, version: int, elements: list[str]) -> str:

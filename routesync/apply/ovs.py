@@ -432,3 +432,11 @@ class OvsApplier:
                 raise ValueError(f"flow {f.text()} is not of cookie {cookie}")
         text = bundle_text([], [cookie.value], [], {cookie.value: flows})
         self._ofctl("add-flows", "--bundle", extra=("-",), stdin=text)
+
+    def set_mtu_request(self, iface: str, mtu: int) -> bool:
+        """``Interface.mtu_request`` (OVS applies it to internal ports and keeps it)."""
+        current = self._get("Interface", iface, "mtu_request")
+        if current == mtu or current == [mtu]:
+            return False
+        self.api.db_set("Interface", iface, ("mtu_request", mtu)).execute(check_error=True)
+        return True

@@ -242,6 +242,14 @@ class RouteApplier:
         self._run(self._a.link("set", index=idx, state="up"))
         return added, removed
 
+    def link_info(self, dev: str) -> tuple[str, int] | None:
+        """(MAC, MTU) of ``dev``, None when absent."""
+        idx = self.index(dev)
+        if idx is None:
+            return None
+        link = self._dump("get_links", idx)[0]
+        return link.get_attr("IFLA_ADDRESS"), link.get_attr("IFLA_MTU")
+
     def set_mtu(self, dev: str, mtu: int) -> bool:
         idx = self._need(dev)
         current = self._dump("get_links", idx)[0].get_attr("IFLA_MTU")

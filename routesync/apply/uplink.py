@@ -176,7 +176,7 @@ class UplinkMover:
     def _routes(self, index: int) -> list[RouteRecord]:
         out = []
         for family in (socket.AF_INET, socket.AF_INET6):
-            for r in self.ipr.get_routes(family=family, table=0):
+            for r in self.ipr.get_routes(family=family):  # every table
                 table = r.get_attr("RTA_TABLE") or r["table"]
                 if r.get_attr("RTA_OIF") != index or table == RT_TABLE_LOCAL:
                     continue
@@ -317,6 +317,18 @@ class UplinkMover:
         LOG.info("uplink %s moved onto %s (physical now %s)", st.name, st.bridge, st.renamed)
         return st
 
+    def ensure(self) -> UplinkState:
+        """Cheap check for every reconcile: do nothing when the recorded move is complete and
+        the links look as it left them; otherwise (first run, crash, drift) ``move``."""
+        st = self.load()
+        if st is not None and st.phase == "moved" and st.ports:
+            internal, phys = self._link(st.name), self._link(st.renamed)
+            if internal is not None and self._kind(internal) in OVS_KINDS and phys is not None:
+                return st
+        if st is not None and st.phase == "restoring":
+            self.restore()
+        return self.move()
+
     def flows(self) -> list[Flow]:
         """The pass-through flows while moved (the daemon adds them to its desired flows)."""
         st = self.load()
@@ -340,6 +352,10 @@ class UplinkMover:
         self._put_addresses(idx, st.addresses)
         self._put_routes(idx, st.routes)
         self.after_step("readdressed")
+        internal = self._link(st.name)
+        if internal is not None and self._kind(internal) in OVS_KINDS:
+            # off the internal port before its flows go, so replies leave by the physical link
+            self._drop_addresses(internal["index"], st.addresses)
         self.ovs.delete_flows(UPLINK_COOKIE)
         api = self.ovs.api
         with api.transaction(check_error=True) as txn:
@@ -354,6 +370,8 @@ class UplinkMover:
         if phys.get_attr("IFLA_IFNAME") != st.name:
             self._rename(idx, st.name)
         link = self._link(idx)
+        if link is None:
+            raise UplinkError(f"the physical uplink (index {idx}) vanished during restore")
         if link.get_attr("IFLA_MTU") != st.mtu:
             self.ipr.link("set", index=idx, mtu=st.mtu)
         if link.get_attr("IFLA_ADDRESS") != st.mac:

@@ -38,6 +38,8 @@ def test_move_and_restore_exact_and_reachable() -> None:
         mover = UplinkMover(n.applier, SPEC, state, "netdev", netns=n.ns)
         try:
             before = mover.snapshot("eth0")
+            assert {r["dst"] for r in before["routes"]} == {"0.0.0.0/0", "10.60.0.0/16",
+                                                             "fd00:61::/64"}
             ping = Pinger(peer, "192.168.60.1", 0.01)
             ns_sh(peer, "ping", "-c", "3", "-i", "0.2", "-W", "1", "192.168.60.1")  # warm-up
             mover.move()
@@ -84,6 +86,7 @@ def test_repair_after_crash(crash_at: str) -> None:
         setup_host(n, peer, 2)
         mover = UplinkMover(n.applier, SPEC, state, "netdev", netns=n.ns)
         before = mover.snapshot("eth0")
+        assert len(before["routes"]) == 3
 
         def crash(step: str) -> None:
             if step == crash_at:
