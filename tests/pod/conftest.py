@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.ovs import OvsInstance, netns  # noqa: E402
+from tests.ovs_instance import OvsInstance, netns  # noqa: E402
 
 CNITOOL = os.environ.get("CNITOOL", "/opt/cni-tools/cnitool")
 NETWORK = "ferrynet"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from cni import errors
-from tests.ovs import OvsInstance, netns, netns_path
+from tests.ovs_instance import OvsInstance, netns, netns_path
 
 pytestmark = pytest.mark.root
 

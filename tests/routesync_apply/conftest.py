@@ -1,6 +1,6 @@
 """Make sure ``import ovs`` means Open vSwitch's Python package (ovsdbapp needs ``ovs.db``).
 
-pytest puts ``tests/`` on sys.path for packages under it, and ``tests/ovs.py`` (the private-OVS
+pytest puts ``tests/`` on sys.path for packages under it, and ``tests/ovs_instance.py`` (the private-OVS
 helper) would then shadow the real ``ovs`` package.  Import the real one first, without
 ``tests/`` on the path; later ``import ovs`` finds it in sys.modules."""
 

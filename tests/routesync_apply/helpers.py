@@ -11,7 +11,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from routesync.apply.ovs import OvsApplier
-from tests.ovs import OvsInstance, netns
+from tests.ovs_instance import OvsInstance, netns
 
 
 def sh(*argv: str, check: bool = True) -> str:

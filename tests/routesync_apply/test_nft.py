@@ -8,7 +8,7 @@ import pytest
 
 from routesync.apply.nft import NftApplier, render_inet
 from routesync.model import NftPlan
-from tests.ovs import netns
+from tests.ovs_instance import netns
 from tests.routesync_apply.helpers import ns_sh, veth
 
 PLAN = NftPlan(local_pod_cidrs=("10.244.1.0/24", "fd00:10:244:1::/64"),

@@ -13,7 +13,7 @@ from routesync.apply.ovs import group_installed
 from routesync.apply.uplink import UPLINK_COOKIE
 from routesync.config import Config
 from routesync.model import DesiredState, HostRoute, NftPlan, TunnelSpec, UplinkSpec
-from tests.ovs import netns
+from tests.ovs_instance import netns
 from tests.routesync_apply.helpers import node, ns_sh, veth
 
 

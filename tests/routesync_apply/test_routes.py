@@ -8,7 +8,7 @@ import pytest
 
 from routesync.apply.routes import RouteApplier, plan_routes
 from routesync.model import FERRY_ROUTE_PROTO, HostRoute, Neighbor
-from tests.ovs import netns
+from tests.ovs_instance import netns
 from tests.routesync_apply.helpers import ns_sh, veth
 
 

@@ -11,7 +11,7 @@ import pytest
 from cni.pipeline import Flow, Table, peer_cookie
 from routesync.apply.uplink import UPLINK_COOKIE, UplinkMover
 from routesync.model import TunnelSpec, UplinkSpec
-from tests.ovs import netns
+from tests.ovs_instance import netns
 from tests.routesync_apply.helpers import Node, Pinger, node, ns_sh, veth
 
 SPEC = UplinkSpec("eth0", "eth0~")

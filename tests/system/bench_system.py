@@ -19,7 +19,7 @@ from cni.netns import open_netns
 from cni.ofctl import OpenFlow
 from cni.ovsdb import Ovsdb
 from cni.pipeline import Flow, Table, pod_cookie
-from tests.ovs import OvsInstance, netns
+from tests.ovs_instance import OvsInstance, netns
 
 
 def timed(label: str, n: int, setup: Callable[[int], None], op: Callable[[int], None],

@@ -8,7 +8,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.ovs import OvsInstance, netns
+from tests.ovs_instance import OvsInstance, netns
 
 PREFIX = "fs-"
 

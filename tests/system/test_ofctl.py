@@ -16,7 +16,7 @@ from cni.netns import entered, open_netns
 from cni.ofctl import OfctlError, OpenFlow, parse_flow_line
 from cni.ovsdb import Ovsdb
 from cni.pipeline import BASE_COOKIE, Cookie, Flow, Owner, Table, goto, pod_cookie
-from tests.ovs import OvsInstance
+from tests.ovs_instance import OvsInstance
 from tests.system.conftest import uniq
 
 BR = "fs-br"

@@ -11,7 +11,7 @@ import pytest
 from cni.netlink import Netlink
 from cni.netns import open_netns
 from cni.ovsdb import Ovsdb, OvsdbError, PortExistsError
-from tests.ovs import OvsInstance
+from tests.ovs_instance import OvsInstance
 from tests.system.conftest import uniq
 
 pytestmark = pytest.mark.root

@@ -1,6 +1,6 @@
 """Test helpers: a private Open vSwitch instance, and throw-away network namespaces.
 
-    from tests.ovs import OvsInstance, netns
+    from tests.ovs_instance import OvsInstance, netns
 
     with netns("xx-node") as ns, OvsInstance("xx-node", netns=ns) as ovs:
         ovs.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
