@@ -231,8 +231,10 @@ class Txn:
         _write(self.root_fd, JOURNAL, json.dumps(entry).encode())
         os.fsync(self.root_fd)
 
-    def _replay(self) -> None:
-        """Apply the journal if there is one (idempotent), make it durable, remove the journal."""
+    def _replay(self, recovering: bool = False) -> None:
+        """Apply the journal if there is one (idempotent), make it durable, remove the journal.
+        ``recovering``: the journal was left by a process that died; also sweep its temp files
+        (a directory scan, paid only after a crash, never on the normal path)."""
         data = _read(self.root_fd, JOURNAL)
         if data is None:
             return
@@ -242,10 +244,11 @@ class Txn:
         except (ValueError, KeyError, TypeError):
             # The journal is renamed into place only once complete, so this is not a torn write.
             raise CniError(IPAM_FAILURE, "ipam store: the journal is unreadable; refusing to guess") from None
-        for d in (self.ips_fd, self.att_fd):  # temp files of the interrupted apply
-            for n in os.listdir(d):
-                if n.startswith("."):
-                    _unlink(d, n)
+        if recovering:
+            for d in (self.ips_fd, self.att_fd):  # temp files of the interrupted apply
+                for n in os.listdir(d):
+                    if n.startswith("."):
+                        _unlink(d, n)
         key = record.key
         if entry.get("op") == "add":
             for ip in record.ips:
@@ -330,7 +333,7 @@ class _Locked:
             att = _open_dir(ATTACHMENTS, root)
             self.fds.append(att)
             txn = Txn(root, ips, att)
-            txn._replay()
+            txn._replay(recovering=True)
             return txn
         except OSError as e:
             self._close()

@@ -205,3 +205,21 @@ def test_odd_container_ids_round_trip(tmp_path: Path) -> None:
     with Store(conf.store_dir).locked() as txn:
         assert txn.keys() == [key]
     assert api.gc(conf, set()) == [key]
+
+
+def test_add_and_del_never_scan_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The normal path costs O(1) whatever the fill: no directory listing on ADD, DEL or CHECK."""
+    conf = api.parse_config(netconf(tmp_path, [[{"subnet": "10.7.0.0/16"}]]), [])
+    for i in range(50):
+        api.allocate(conf, f"fill{i}", "eth0")
+    import ipam.store
+
+    def no_scan(*a: object) -> list[str]:
+        raise AssertionError("directory scanned on the per-Pod path")
+
+    monkeypatch.setattr(ipam.store.os, "listdir", no_scan)
+    ips = api.allocate(conf, "c1", "eth0")
+    api.check(conf, "c1", "eth0", [ips[0].address])
+    api.release(conf, "c1", "eth0")
+    monkeypatch.undo()
+    assert store_problems(conf) == []
