@@ -1,0 +1,528 @@
+"""CNI ADD/DEL latency: Ferry's ``ferry`` plugin vs Debian's ``bridge`` + ``host-local``, same run.
+
+    python -m bench.bench_cni [--pods 200] [--conc 8] [--quick] [--json OUT] [--cni-bin DIR]
+
+Measured like ``shared/tools/bench-reference-cni.sh`` measured the reference baseline: a Python
+driver running inside a "node" network namespace execs the plugin directly (``CNI_COMMAND`` in
+the environment, the network configuration on stdin) and takes the wall time of each plugin
+process (fork+exec+run+exit) with ``perf_counter_ns``; every Pod is its own netns.
+
+* Two nodes, one per plugin, so neither sees the other's link churn: ``<tag>-fnode`` holds a
+  private OVS instance (``tests.ovs_instance.OvsInstance``; the plugin creates the netdev ``br-int``, the
+  gateway and the base flows on the warm-up ADD, lone-Node mode), ``<tag>-rnode`` the Linux
+  bridge that ``bridge`` creates (``isGateway``, ``ipMasq: false``, cniVersion 1.0.0).
+* Phases, each run for one plugin then the other (so machine noise hits both alike): N Pods
+  sequentially (all ADDs, then all DELs), a few through ``cnitool``, then N Pods with a thread
+  pool of C workers (a new call starts as soon as one ends).  One ADD/DEL warm-up first.
+* Every ADD phase is verified (one unique IP per Pod, exactly one host veth per Pod, and the
+  host veths named in the results are the ones on the node; Ferry: one OVS port and one set of
+  per-Pod flows per Pod, one IPAM record per Pod; bridge: one host-local reservation per Pod),
+  every DEL phase too (nothing of it left on the node, in OVS, in IPAM or in the Pod netns), so
+  a plugin that skips work cannot look fast.
+* Everything (namespaces, OVS, temp dirs with IPAM stores, caches, launchers) is removed at the
+  end, on failure and on Ctrl-C/SIGTERM.  Names carry ``fbn-<random>`` so runs never collide.
+
+Percentiles are nearest-rank.  2 noisy vCPUs here: trust the ratios, report the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import contextlib
+import datetime
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.util import percentile, table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+IFNAME = "eth0"
+PREFIX = "fbn"
+REF_BRIDGE = "fbn-br0"
+FERRY_SUBNET = "10.244.0.0/16"
+REF_SUBNET, REF_GATEWAY = "10.251.0.0/16", "10.251.0.1"
+CNI_VERSION = "1.0.0"
+# Issue 3's targets: (figure, comparison, bound).  Ratios are Ferry / reference.
+TARGETS = (("ADD p50", "<=", 1.5), ("ADD p99", "<=", 2.0), ("DEL p50", "<=", 1.2),
+           ("concurrent ADD throughput", ">=", 1.0))
+
+
+def log(msg: str) -> None:
+    print(f"[bench_cni] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------
+# The driver: runs inside a node netns, execs calls, times each one.  Standard library only.
+
+def _timed(call: dict[str, Any]) -> dict[str, Any]:
+    t0 = time.perf_counter_ns()
+    p = subprocess.run(call["argv"], input=call.get("stdin", "").encode(), env=call["env"],
+                       capture_output=True, check=False, timeout=120)
+    ms = (time.perf_counter_ns() - t0) / 1e6
+    return {"ms": ms, "rc": p.returncode, "stdout": p.stdout.decode(errors="replace"),
+            "stderr": p.stderr.decode(errors="replace")[-2000:]}
+
+
+def driver_main() -> int:
+    """``--driver``: a job ``{"calls": [...], "conc": C}`` on stdin, results as JSON on stdout."""
+    job = json.load(sys.stdin)
+    calls, conc = job["calls"], int(job.get("conc", 1))
+    t0 = time.perf_counter_ns()
+    if conc <= 1:
+        results = [_timed(c) for c in calls]
+    else:
+        with cf.ThreadPoolExecutor(max_workers=conc) as ex:
+            results = list(ex.map(_timed, calls))
+    wall = (time.perf_counter_ns() - t0) / 1e9
+    json.dump({"wall_s": wall, "results": results}, sys.stdout)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# Plain data: configurations, calls, statistics, the report.
+
+@dataclass(frozen=True)
+class Plugin:
+    """One side of the comparison: how to exec it and where its state lives."""
+
+    key: str  # "ferry" | "bridge"
+    label: str
+    exe: str  # the plugin executable
+    cni_path: str  # CNI_PATH for it (IPAM plugins)
+    node: str  # node netns name
+    netname: str
+    conf: dict[str, Any]  # the plugin's entry of the conflist
+    netconf_dir: str  # NETCONFPATH for cnitool (one conflist)
+    cache_dir: str  # libcni's result cache, for cnitool
+
+    def stdin(self) -> str:
+        return json.dumps(dict(self.conf, cniVersion=CNI_VERSION, name=self.netname))
+
+    def conflist(self) -> dict[str, Any]:
+        return {"cniVersion": CNI_VERSION, "name": self.netname, "plugins": [self.conf]}
+
+
+def ferry_conf(work: str, ovs_db: str, ovs_run_dir: str) -> dict[str, Any]:
+    """Lone-Node Ferry like ``tests/pod/conftest.py``: no state file, explicit IPv4 ranges."""
+    return {"type": "ferry", "stateFile": os.path.join(work, "ferry-state", "node-state.json"),
+            "bridge": "br-int", "ovsdb": ovs_db, "ovsRunDir": ovs_run_dir, "datapath": "netdev",
+            "logFile": os.path.join(work, "ferry-cni.log"),
+            "ipam": {"type": "ferry-ipam", "dataDir": os.path.join(work, "ferry-ipam"),
+                     "ranges": [[{"subnet": FERRY_SUBNET}]]}}
+
+
+def bridge_conf(work: str) -> dict[str, Any]:
+    """The reference script's conflist entry (ipMasq false), host-local state in our own dir."""
+    return {"type": "bridge", "bridge": REF_BRIDGE, "isGateway": True, "ipMasq": False,
+            "hairpinMode": False,
+            "ipam": {"type": "host-local", "dataDir": os.path.join(work, "host-local"),
+                     "ranges": [[{"subnet": REF_SUBNET, "gateway": REF_GATEWAY}]],
+                     "routes": [{"dst": "0.0.0.0/0"}]}}
+
+
+def pod_args(pod: str) -> str:
+    return f"IgnoreUnknown=1;K8S_POD_NAMESPACE={PREFIX};K8S_POD_NAME={pod}"
+
+
+def direct_call(plugin: Plugin, op: str, pod: str, container_id: str) -> dict[str, Any]:
+    env = dict(BASE_ENV, CNI_COMMAND=op.upper(), CNI_CONTAINERID=container_id,
+               CNI_NETNS=f"/run/netns/{pod}", CNI_IFNAME=IFNAME, CNI_PATH=plugin.cni_path,
+               CNI_ARGS=pod_args(pod))
+    return {"argv": [plugin.exe], "env": env, "stdin": plugin.stdin()}
+
+
+def cnitool_call(plugin: Plugin, cnitool: str, op: str, pod: str) -> dict[str, Any]:
+    env = dict(BASE_ENV, NETCONFPATH=plugin.netconf_dir, CNI_PATH=plugin.cni_path,
+               CNI_CACHE_DIR=plugin.cache_dir, CNI_ARGS=pod_args(pod), CNI_IFNAME=IFNAME)
+    return {"argv": [cnitool, op.lower(), plugin.netname, f"/run/netns/{pod}"], "env": env}
+
+
+def stats(samples: Sequence[float]) -> dict[str, Any]:
+    xs = list(samples)
+    return {"n": len(xs), "p50": percentile(xs, 50), "p90": percentile(xs, 90),
+            "p99": percentile(xs, 99), "max": max(xs), "mean": sum(xs) / len(xs), "samples_ms": xs}
+
+
+def conc_stats(samples: Sequence[float], wall_s: float, workers: int) -> dict[str, Any]:
+    return dict(stats(samples), wall_s=wall_s, pods_per_s=len(samples) / wall_s, workers=workers)
+
+
+def ratios(figs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Ferry / reference for each target of issue 3, marked pass/short."""
+    f, r = figs["ferry"], figs["bridge"]
+    values = {"ADD p50": (f["sequential"]["add"]["p50"], r["sequential"]["add"]["p50"]),
+              "ADD p99": (f["sequential"]["add"]["p99"], r["sequential"]["add"]["p99"]),
+              "DEL p50": (f["sequential"]["del"]["p50"], r["sequential"]["del"]["p50"]),
+              "concurrent ADD throughput": (f["concurrent"]["add"]["pods_per_s"],
+                                            r["concurrent"]["add"]["pods_per_s"])}
+    out = []
+    for name, cmp, bound in TARGETS:
+        ours, ref = values[name]
+        ratio = ours / ref
+        ok = ratio <= bound if cmp == "<=" else ratio >= bound
+        out.append({"figure": name, "ferry": ours, "reference": ref, "ratio": ratio,
+                    "target": f"{cmp} {bound}x", "pass": ok})
+    return out
+
+
+def render(res: dict[str, Any]) -> str:
+    meta, figs = res["meta"], res["plugins"]
+    head = [
+        (f"# CNI ADD/DEL latency, {meta['pods']} Pods, concurrency {meta['conc']}; "
+         f"ferry vs Debian bridge + host-local (ipMasq false, cniVersion {CNI_VERSION})"),
+        (f"# {meta['date']}  {meta['host']}  loadavg before {meta['loadavg_before']} "
+         f"after {meta['loadavg_after']}"),
+        (f"# ferry {meta['ferry_exe']} (commit {meta['ferry_commit']}); reference "
+         f"containernetworking-plugins {meta['reference_version']}"),
+        "# per-call wall time of the plugin process (fork+exec+run+exit), nearest-rank percentiles"]
+    rows: list[list[object]] = [["harness floor (exec /bin/true)", *_cols(res["floor"])]]
+    for key in ("bridge", "ferry"):
+        for mode, label in (("sequential", "direct"), ("cnitool", "cnitool")):
+            for op in ("add", "del"):
+                s = figs[key].get(mode, {}).get(op)
+                if s:
+                    rows.append([f"{key} {label} {op.upper()}", *_cols(s)])
+    seq = table(["sequential, per call (ms)", "n", "p50", "p90", "p99", "max", "mean"], rows)
+    crow: list[list[object]] = []
+    for key in ("bridge", "ferry"):
+        for op in ("add", "del"):
+            c = figs[key]["concurrent"][op]
+            crow.append([f"{key} direct {op.upper()}", c["n"], c["wall_s"], c["pods_per_s"], c["p50"],
+                         c["p90"], c["p99"], c["max"]])
+    conc = table([f"concurrency {meta['conc']} (thread pool)", "n", "wall s", "pods/s", "p50 ms",
+                  "p90 ms", "p99 ms", "max ms"], crow)
+    rrow = [[r["figure"], r["ferry"], r["reference"], r["ratio"], r["target"],
+             "pass" if r["pass"] else "short"] for r in res["ratios"]]
+    rat = table(["ferry / reference", "ferry", "reference", "ratio", "target", ""], rrow)
+    return "\n".join(head) + "\n\n" + seq + "\n\n" + conc + "\n\n" + rat + "\n"
+
+
+def _cols(s: dict[str, Any]) -> list[object]:
+    return [s["n"], s["p50"], s["p90"], s["p99"], s["max"], s["mean"]]
+
+
+# ------------------------------------------------------------------------------------------
+# The system side: namespaces, OVS, running the driver, verifying state.
+
+class BenchError(RuntimeError):
+    pass
+
+
+def _run(argv: Sequence[str], check: bool = True, **kw: Any) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=300, **kw)
+    if check and p.returncode != 0:
+        raise BenchError(f"{' '.join(argv)} failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+def netns_batch(op: str, names: Sequence[str], check: bool = True) -> None:
+    """``ip netns add|del`` for many namespaces in one ``ip -batch``."""
+    if names:
+        _run(["ip", "-force", "-batch", "-"], check=check,
+             input="".join(f"netns {op} {n}\n" for n in names))
+
+
+def run_driver(node: str, calls: list[dict[str, Any]], conc: int = 1) -> dict[str, Any]:
+    p = subprocess.run(["ip", "netns", "exec", node, sys.executable, "-m", "bench.bench_cni", "--driver"],
+                       input=json.dumps({"calls": calls, "conc": conc}), capture_output=True, text=True,
+                       cwd=ROOT, check=False)
+    if p.returncode != 0:
+        raise BenchError(f"driver in {node} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
+    out: dict[str, Any] = json.loads(p.stdout)
+    return out
+
+
+def node_links(node: str, kind: str | None = None) -> list[str]:
+    argv = ["ip", "-n", node, "-o", "link", "show"] + (["type", kind] if kind else [])
+    return [line.split(":", 2)[1].strip().split("@")[0] for line in _run(argv).stdout.splitlines()]
+
+
+def pods_not_empty(pods: Sequence[str]) -> list[str]:
+    """Pod namespaces still holding a link other than ``lo``."""
+    left = []
+    for pod in pods:
+        links = node_links(pod)
+        if links != ["lo"]:
+            left.append(f"{pod}: {links}")
+    return left
+
+
+@dataclass
+class Verifier:
+    """Counts what a plugin left on its node; ``added``/``deleted`` raise on any mismatch."""
+
+    plugin: Plugin
+    ovs: Any = None  # tests.ovs_instance.OvsInstance for Ferry
+    log: list[str] = field(default_factory=list)
+
+    def _state(self) -> dict[str, Any]:
+        if self.plugin.key == "ferry":
+            from cni.pipeline import HOST_VETH_PREFIX, Cookie, Owner
+            from ipam.api import list_allocations
+
+            names = _run(["ovs-vsctl", f"--db={self.ovs.db}", "--bare", "--columns=name", "list",
+                          "Interface"]).stdout.split()
+            flows = self.ovs.ofctl("dump-flows", "br-int", f"cookie={Cookie.owner_match(Owner.POD)}")
+            cookies = {line.split("cookie=", 1)[1].split(",", 1)[0] for line in flows.splitlines()
+                       if "cookie=" in line}
+            return {"host_veths": sorted(n for n in node_links(self.plugin.node) if n.startswith(HOST_VETH_PREFIX)),
+                    "all_veths": sorted(node_links(self.plugin.node, "veth")),
+                    "ovs_ports": sorted(n for n in names if n.startswith(HOST_VETH_PREFIX)),
+                    "pod_cookies": sorted(cookies),
+                    "ipam": len(list_allocations(self.plugin.conf["ipam"]["dataDir"]))}
+        ipdir = os.path.join(self.plugin.conf["ipam"]["dataDir"], self.plugin.netname)
+        ips = [f for f in os.listdir(ipdir) if f[:1].isdigit()] if os.path.isdir(ipdir) else []
+        veths = sorted(node_links(self.plugin.node, "veth"))
+        return {"host_veths": veths, "all_veths": veths, "ipam": len(ips)}
+
+    def added(self, phase: str, outputs: Sequence[str]) -> None:
+        n = len(outputs)
+        results = [json.loads(o) for o in outputs]
+        addrs = {ip["address"] for r in results for ip in r.get("ips", [])}
+        named = set()
+        for r in results:
+            host = [i["name"] for i in r.get("interfaces", []) if not i.get("sandbox") and i["name"] != REF_BRIDGE]
+            sandbox = [i for i in r.get("interfaces", []) if i.get("sandbox")]
+            if len(host) != 1 or len(sandbox) != 1:
+                raise BenchError(f"{self.plugin.key} {phase}: result without exactly one host veth and "
+                                 f"one sandbox interface: {r.get('interfaces')}")
+            named.add(host[0])
+        st = self._state()
+        problems = []
+        if len(addrs) != n:
+            problems.append(f"{len(addrs)} unique IPs")
+        if set(st["host_veths"]) != named or len(named) != n or len(st["all_veths"]) != n:
+            problems.append(f"{len(named)} host veths in results, {len(st['host_veths'])} on the node "
+                            f"({len(st['all_veths'])} veths), sets {'equal' if set(st['host_veths']) == named else 'differ'}")
+        if st["ipam"] != n:
+            problems.append(f"{st['ipam']} IPAM records")
+        if "ovs_ports" in st and (set(st["ovs_ports"]) != named):
+            problems.append(f"{len(st['ovs_ports'])} OVS ports, not the result's host veths")
+        if "pod_cookies" in st and len(st["pod_cookies"]) != n:
+            problems.append(f"{len(st['pod_cookies'])} distinct per-Pod flow cookies")
+        if problems:
+            raise BenchError(f"{self.plugin.key} {phase} after ADD of {n} Pods: " + "; ".join(problems)
+                             + f" (expected {n} each)")
+        self.log.append(f"{self.plugin.key} {phase}: {n} ADDs verified")
+
+    def deleted(self, phase: str, pods: Sequence[str]) -> None:
+        st = self._state()
+        leaks = {k: v for k, v in st.items() if v}
+        left = pods_not_empty(pods)
+        if leaks or left:
+            raise BenchError(f"{self.plugin.key} {phase}: leaked after DEL: {leaks} {left[:5]}")
+        self.log.append(f"{self.plugin.key} {phase}: {len(pods)} DELs left nothing")
+
+
+def _checked(res: dict[str, Any], what: str) -> list[dict[str, Any]]:
+    bad = [r for r in res["results"] if r["rc"] != 0]
+    if bad:
+        r = bad[0]
+        raise BenchError(f"{what}: {len(bad)} calls failed; first rc={r['rc']} stdout={r['stdout'][:500]} "
+                         f"stderr={r['stderr'][-500:]}")
+    out: list[dict[str, Any]] = res["results"]
+    return out
+
+
+@dataclass
+class Testbed:
+    tag: str
+    work: str
+    pods: int
+    plugins: dict[str, Plugin]
+    verifiers: dict[str, Verifier]
+    pod_ns: dict[str, list[str]]  # plugin key -> its Pods' namespaces
+    ovs_dir: str
+
+
+@contextlib.contextmanager
+def testbed(tag: str, pods: int, cni_bin: str | None, reference_dir: str) -> Iterator[Testbed]:
+    """Node namespaces, a private OVS for Ferry, one netns per Pod; all removed on exit."""
+    from tests.ovs_instance import OvsInstance
+
+    with contextlib.ExitStack() as stack:
+        work = tempfile.mkdtemp(prefix=f"{tag}-", dir="/tmp")
+        stack.callback(shutil.rmtree, work, True)
+        fnode, rnode = f"{tag}-fnode", f"{tag}-rnode"
+        pod_ns = {"ferry": [f"{tag}-f{i:03d}" for i in range(1, pods + 1)],
+                  "bridge": [f"{tag}-r{i:03d}" for i in range(1, pods + 1)]}
+        all_ns = [fnode, rnode, *pod_ns["ferry"], *pod_ns["bridge"]]
+        stack.callback(netns_batch, "del", all_ns, False)  # runs last: after OVS has stopped
+        netns_batch("add", all_ns)
+        for node in (fnode, rnode):
+            _run(["ip", "-n", node, "link", "set", "lo", "up"])
+        ovs = OvsInstance(f"{tag}-fnode", netns=fnode)
+        stack.callback(ovs.stop)
+        if cni_bin is None:
+            cni_bin = os.path.join(work, "cni-bin")
+            from cni.launcher import write_launchers
+
+            write_launchers(cni_bin)
+        plugins = {
+            "ferry": Plugin("ferry", "ferry (OVS netdev, ferry-ipam)", os.path.join(cni_bin, "ferry"), cni_bin,
+                            fnode, f"{tag}-ferry", ferry_conf(work, ovs.db, ovs.run_dir),
+                            os.path.join(work, "netd-ferry"), os.path.join(work, "cache-ferry")),
+            "bridge": Plugin("bridge", "Debian bridge + host-local", os.path.join(reference_dir, "bridge"),
+                             reference_dir, rnode, f"{tag}-bridge", bridge_conf(work),
+                             os.path.join(work, "netd-bridge"), os.path.join(work, "cache-bridge")),
+        }
+        for p in plugins.values():
+            os.makedirs(p.netconf_dir)
+            with open(os.path.join(p.netconf_dir, f"10-{p.key}.conflist"), "w") as f:
+                json.dump(p.conflist(), f, indent=2)
+        verifiers = {"ferry": Verifier(plugins["ferry"], ovs), "bridge": Verifier(plugins["bridge"])}
+        stack.callback(signal.signal, signal.SIGINT, signal.SIG_IGN)  # runs first: let clean-up finish
+        yield Testbed(tag, work, pods, plugins, verifiers, pod_ns, ovs.dir)
+
+
+def run_phase(tb: Testbed, key: str, mode: str, conc: int, count: int,
+              make_call: Callable[[str, str, int], dict[str, Any]]) -> dict[str, Any]:
+    """ADD then DEL of ``count`` Pods of plugin ``key``, verified; returns the figures."""
+    pods = tb.pod_ns[key][:count]
+    v = tb.verifiers[key]
+    out: dict[str, Any] = {}
+    for op in ("add", "del"):
+        log(f"{key} {mode} {op.upper()} x{count}" + (f" ({conc} workers)" if conc > 1 else ""))
+        res = run_driver(tb.plugins[key].node, [make_call(op, pod, i) for i, pod in enumerate(pods)], conc)
+        results = _checked(res, f"{key} {mode} {op.upper()}")
+        ms = [r["ms"] for r in results]
+        out[op] = conc_stats(ms, res["wall_s"], conc) if conc > 1 else stats(ms)
+        if op == "add":
+            v.added(mode, [r["stdout"] for r in results])
+        else:
+            v.deleted(mode, pods)
+    return out
+
+
+def measure(tb: Testbed, conc: int, cnitool: str | None, cnitool_pods: int) -> dict[str, Any]:
+    figs: dict[str, dict[str, Any]] = {"ferry": {}, "bridge": {}}
+    keys = ("bridge", "ferry")
+
+    def direct(key: str, mode: str) -> Callable[[str, str, int], dict[str, Any]]:
+        return lambda op, pod, i: direct_call(tb.plugins[key], op, pod, f"{tb.tag}-{mode}-{i:03d}")
+
+    for key in keys:  # warm-up: bridge/gateway created, binaries and modules in the page cache
+        run_phase(tb, key, "warm-up", 1, 1, direct(key, "warm"))
+        figs[key]["label"] = tb.plugins[key].label
+    if tb.plugins["ferry"].conf["datapath"] == "netdev":
+        dp = _run(["ovs-vsctl", f"--db=unix:{tb.ovs_dir}/db.sock", "get", "bridge", "br-int",
+                   "datapath_type"]).stdout.strip()
+        if dp != "netdev":
+            raise BenchError(f"br-int datapath_type is {dp}, not netdev")
+    floor = _checked(run_driver(tb.plugins["bridge"].node,
+                                [{"argv": ["/bin/true"], "env": BASE_ENV}] * tb.pods), "floor")
+    for key in keys:
+        figs[key]["sequential"] = run_phase(tb, key, "sequential", 1, tb.pods, direct(key, "seq"))
+    if cnitool and cnitool_pods > 0:
+        tool = cnitool
+
+        def via_cnitool(key: str) -> Callable[[str, str, int], dict[str, Any]]:
+            return lambda op, pod, i: cnitool_call(tb.plugins[key], tool, op, pod)
+
+        for key in keys:
+            figs[key]["cnitool"] = run_phase(tb, key, "cnitool", 1, min(cnitool_pods, tb.pods), via_cnitool(key))
+    for key in keys:
+        figs[key]["concurrent"] = run_phase(tb, key, "concurrent", conc, tb.pods, direct(key, "conc"))
+    return {"floor": stats([r["ms"] for r in floor]), "plugins": figs}
+
+
+def _version(pkg: str) -> str:
+    p = _run(["dpkg-query", "-W", "-f=${Version}", pkg], check=False)
+    return p.stdout.strip() or "?"
+
+
+def _commit() -> str:
+    p = _run(["git", "-C", ROOT, "describe", "--always", "--dirty"], check=False)
+    return p.stdout.strip() or "?"
+
+
+def _loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["--driver"]:
+        return driver_main()
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--pods", type=int, default=200)
+    ap.add_argument("--conc", type=int, default=8)
+    ap.add_argument("--quick", action="store_true", help="10 Pods, concurrency 2")
+    ap.add_argument("--json", help="write every figure (and the raw samples) to this file")
+    ap.add_argument("--cni-bin", help="a CNI_PATH directory holding `ferry` (default: launchers in a temp dir)")
+    ap.add_argument("--reference-dir", default="/usr/lib/cni", help="where Debian's bridge/host-local are")
+    ap.add_argument("--cnitool", default=os.environ.get("CNITOOL", "/opt/cni-tools/cnitool"))
+    ap.add_argument("--cnitool-pods", type=int, default=20, help="Pods run through cnitool (0: skip)")
+    ap.add_argument("--tag", help=f"name prefix of everything created (default {PREFIX}-<random>)")
+    args = ap.parse_args(args_in)
+    if args.quick:
+        args.pods, args.conc, args.cnitool_pods = 10, 2, min(args.cnitool_pods, 10)
+    if os.geteuid() != 0:
+        print("bench_cni needs root (network namespaces, OVS)", file=sys.stderr)
+        return 2
+    if not 1 <= args.pods <= 999 or args.conc < 1:
+        print("--pods must be 1..999 and --conc >= 1", file=sys.stderr)
+        return 2
+    if not os.access(os.path.join(args.reference_dir, "bridge"), os.X_OK):
+        print(f"reference plugin {args.reference_dir}/bridge not found", file=sys.stderr)
+        return 2
+    cnitool = args.cnitool if os.access(args.cnitool, os.X_OK) else None
+    if cnitool is None:
+        log(f"no cnitool at {args.cnitool}: skipping the cnitool rows")
+    tag = args.tag or f"{PREFIX}-{secrets.token_hex(3)}"
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    load_before = _loadavg()
+    started = datetime.datetime.now(datetime.UTC)
+    try:
+        with testbed(tag, args.pods, args.cni_bin, args.reference_dir) as tb:
+            figs = measure(tb, args.conc, cnitool, args.cnitool_pods)
+            checks = [line for v in tb.verifiers.values() for line in v.log]
+            ferry_exe, work, ovs_dir = tb.plugins["ferry"].exe, tb.work, tb.ovs_dir
+            log("cleaning up")
+    except BenchError as e:
+        print(f"bench_cni: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bench_cni: interrupted; cleaned up", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    res = {"benchmark": "cni-add-del",
+           "meta": {"date": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "tag": tag, "pods": args.pods,
+                    "conc": args.conc, "cnitool_pods": min(args.cnitool_pods, args.pods) if cnitool else 0,
+                    "host": f"{platform.node()} {platform.release()}, {os.cpu_count()} CPUs",
+                    "loadavg_before": load_before, "loadavg_after": _loadavg(),
+                    "ferry_exe": ferry_exe, "ferry_commit": _commit(),
+                    "reference_version": _version("containernetworking-plugins"),
+                    "python": platform.python_version(), "work_dir": work, "ovs_dir": ovs_dir},
+           **figs, "checks": checks}
+    res["ratios"] = ratios(res["plugins"])
+    print(render(res))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+        log(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
