@@ -8,25 +8,35 @@ only: this runs once per Pod."""
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import ipaddress
-import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+
+from cni.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 from cni import config as cfg
 from cni import pipeline as pl
-from cni.errors import (CHECK_FAILED, INTERFACE_EXISTS, INVALID_CONFIG, IO_FAILURE, NETLINK_FAILURE, NETNS_GONE,
-                        NOT_READY, OVS_FAILURE, TRY_AGAIN_LATER, CniError)
+from cni.errors import (
+    CHECK_FAILED,
+    INTERFACE_EXISTS,
+    INVALID_CONFIG,
+    IO_FAILURE,
+    NETLINK_FAILURE,
+    NETNS_GONE,
+    NOT_READY,
+    OVS_FAILURE,
+    TRY_AGAIN_LATER,
+    CniError,
+)
 from cni.flows import GatewayPort, PodPort, base_flows, pod_flows
 from cni.request import Request
 from cni.result import DNS, Interface, IPConfig, Result, Route
 from cni.rollback import Rollback
-
-log = logging.getLogger("ferry")
-
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -45,7 +55,7 @@ def _locked(conf: cfg.PluginConfig, name: str) -> Iterator[None]:
 
 
 def _attachment_lock(conf: cfg.PluginConfig, req: Request):  # type: ignore[no-untyped-def]
-    h = hashlib.sha256(f"{req.container_id}\x00{req.ifname}".encode()).hexdigest()[:16]
+    h = pl.sha256(f"{req.container_id}\x00{req.ifname}".encode()).hexdigest()[:16]
     return _locked(conf, "pod-" + h)
 
 
@@ -89,7 +99,7 @@ def _requested_ips(req: Request) -> list[str]:
     return out
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gateway:
     ofport: int
     mac: str
@@ -156,7 +166,7 @@ def _pick_host_name(req: Request, node: cfg.NodeContext, ovsdb, of, host_nl) -> 
         ours = port is None or (port.external_ids.get(pl.EXT_CONTAINER_ID) == req.container_id
                                 and port.external_ids.get(pl.EXT_IFNAME) == req.ifname)
         if ours:
-            log.warning("removing leftover %s of an earlier attempt of %s/%s", name, req.container_id, req.ifname)
+            req.logger().warning(f"removing leftover {name} of an earlier attempt of {req.container_id}/{req.ifname}")
             of.del_flows(pl.pod_cookie(req.container_id, req.ifname))
             if port is not None:
                 ovsdb.del_port(node.bridge, name)
@@ -226,7 +236,7 @@ def add(req: Request) -> Result:
     podfd = _open_netns(req.netns)
     step = _Step()
     try:
-        with _reported(step), _attachment_lock(conf, req), Netlink() as host_nl, Rollback() as undo:
+        with _reported(step), _attachment_lock(conf, req), Netlink() as host_nl, Rollback(req.logger()) as undo:
             ovsdb, of = _ovs(node)
             step("gateway")
             gw, install_base = _gateway(conf, node, ovsdb, host_nl)
@@ -264,12 +274,11 @@ def add(req: Request) -> Result:
                 undo.push("per-Pod flows", lambda: of.del_flows(cookie))
                 of.add_flows(flows)
                 step("announce addresses")
-                _announce(podfd, req.ifname, mac, ips)
+                _announce(podfd, req.ifname, mac, ips, req.logger())
             undo.commit()
     finally:
         os.close(podfd)
-    log.info("ADD %s/%s: %s on %s port %d, %s", req.container_id, req.ifname, host, node.bridge, ofport,
-             ",".join(i.address for i in ips))
+    req.logger().info(f"{host} on {node.bridge} port {ofport}, {','.join(i.address for i in ips)}")
     return Result(
         interfaces=[Interface(name=host), Interface(name=req.ifname, mac=mac, sandbox=req.netns, mtu=node.mtu)],
         ips=ips, routes=_default_routes(ips), dns=_dns(conf))
@@ -334,7 +343,7 @@ def _isolate_host_end(host: str) -> None:
             f.write(value)
 
 
-def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig]) -> None:
+def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig], log: Any) -> None:
     """Gratuitous ARP / unsolicited NA, so peers that cached an old MAC for a reused address update."""
     from cni.announce import gratuitous_arp, unsolicited_na
     from cni.netns import entered
@@ -348,7 +357,7 @@ def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig]) -> None:
                 else:
                     unsolicited_na(ifname, mac, addr)
             except OSError as e:  # an announcement is a courtesy, not a reason to fail ADD
-                log.warning("could not announce %s on %s: %s", addr, ifname, e)
+                log.warning(f"could not announce {addr} on {ifname}: {e}")
 
 
 # ---------------------------------------------------------------------------- DEL
@@ -381,10 +390,9 @@ def delete(req: Request) -> None:
             except CniError as e:
                 if e.code != TRY_AGAIN_LATER:
                     raise
-                log.warning("DEL %s/%s: no IPAM ranges known, nothing to release", req.container_id, req.ifname)
+                req.logger().warning("no IPAM ranges known, nothing to release")
             else:
                 ipam_api.release(ipam_conf, req.container_id, req.ifname)
-    log.info("DEL %s/%s done", req.container_id, req.ifname)
 
 
 # ---------------------------------------------------------------------------- CHECK
@@ -529,4 +537,4 @@ def gc(req: Request) -> None:
         ipam_api, ipam_conf = _ipam(req.config, node)
         for cid, ifname in ipam_api.gc(ipam_conf, valid):
             released.append(f"{cid}/{ifname} (IPAM)")
-    log.info("GC released %d attachments: %s", len(released), ", ".join(released) or "-")
+    req.logger().info(f"GC released {len(released)} attachments: {', '.join(released) or '-'}")

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass, field
-from typing import Any
+
+from cni.record import Factory, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 from cni import nodestate
 from cni.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CniError
@@ -16,7 +20,7 @@ DEFAULT_OVS_RUN_DIR = "/var/run/openvswitch"
 DATAPATHS = ("netdev", "system")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PluginConfig:
     """Ferry's own keys of the network config (see docs/design.md)."""
 
@@ -27,8 +31,8 @@ class PluginConfig:
     ovs_run_dir: str | None = None
     datapath: str | None = None
     mtu: int = 0
-    ipam: dict[str, Any] = field(default_factory=dict)
-    dns: dict[str, Any] = field(default_factory=dict)
+    ipam: dict[str, Any] = Factory(dict)
+    dns: dict[str, Any] = Factory(dict)
 
     @property
     def explicit_ranges(self) -> bool:
@@ -83,7 +87,7 @@ def parse(conf: dict[str, Any]) -> PluginConfig:
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeContext:
     """What a command needs to know about this Node, from the state file or (lone Node) the conf."""
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 # The CNI spec's well-known error codes.
 INCOMPATIBLE_VERSION = 1
 UNSUPPORTED_FIELD = 2
@@ -27,16 +25,26 @@ NETNS_GONE = 121
 CHECK_FAILED = 130  # CHECK found the attachment diverged from prevResult
 
 
-@dataclass
 class CniError(Exception):
-    """An error the plugin reports as ``{cniVersion, code, msg, details}`` on stdout."""
+    """An error the plugin reports as ``{cniVersion, code, msg, details}`` on stdout.
 
-    code: int
-    msg: str
-    details: str = ""
+    A plain class: the error path should cost no more than VERSION (no ``dataclasses``)."""
 
-    def __post_init__(self) -> None:
-        super().__init__(self.msg)
+    def __init__(self, code: int, msg: str, details: str = "") -> None:
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+        self.details = details
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CniError):
+            return NotImplemented
+        return (self.code, self.msg, self.details) == (other.code, other.msg, other.details)
+
+    __hash__ = Exception.__hash__
+
+    def __repr__(self) -> str:
+        return f"CniError(code={self.code!r}, msg={self.msg!r}, details={self.details!r})"
 
     def __str__(self) -> str:
         return f"[{self.code}] {self.msg}" + (f": {self.details}" if self.details else "")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from cni.pipeline import BASE_COOKIE, Cookie, Flow, Table, goto
+from cni.record import record
 
 _MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 
@@ -69,7 +69,7 @@ def _split(addresses: Sequence[str]) -> tuple[list[str], list[str]]:
     return v4, v6
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GatewayPort:
     ofport: int
     mac: str
@@ -103,7 +103,7 @@ def base_flows(gw: GatewayPort) -> list[Flow]:
     return flows
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PodPort:
     cookie: Cookie
     ofport: int

@@ -16,8 +16,9 @@ import os
 import socket
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from types import TracebackType
+
+from cni.record import record
 
 # Message types and flags (linux/netlink.h, linux/rtnetlink.h).
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -63,7 +64,7 @@ class NetlinkError(OSError):
     """A netlink request failed; ``errno`` is the kernel's (EEXIST, ENODEV, ESRCH, ...)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Link:
     index: int
     name: str
@@ -74,7 +75,7 @@ class Link:
     peer_index: int | None = None  # IFLA_LINK (a veth's peer, possibly in another netns)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RouteEntry:
     dst: str  # CIDR; "0.0.0.0/0" / "::/0" for default
     gw: str | None

@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from dataclasses import asdict, dataclass, field
-from typing import Any
+
+from cni.record import Factory, as_dict, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SCHEMA_VERSION = 1
 DEFAULT_STATE_FILE = "/var/run/ferry/node-state.json"
@@ -41,7 +44,7 @@ class StateError(Exception):
     """The state file is absent, unreadable, of another version, or malformed."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gateway:
     name: str
     mac: str
@@ -49,14 +52,14 @@ class Gateway:
     addresses: list[str]  # CIDR notation: "10.244.1.1/24"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Tunnel:
     type: str
     port: str
     ofport: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Peer:
     name: str
     addresses: list[str]
@@ -66,7 +69,7 @@ class Peer:
     macSource: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeState:
     node: str
     mode: str
@@ -77,13 +80,13 @@ class NodeState:
     mtu: int
     podCIDRs: list[str]
     gateway: Gateway
-    clusterCIDRs: list[str] = field(default_factory=list)
+    clusterCIDRs: list[str] = Factory(list)
     tunnel: Tunnel | None = None
-    peers: list[Peer] = field(default_factory=list)
+    peers: list[Peer] = Factory(list)
     version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
+        return json.dumps(as_dict(self), indent=2, sort_keys=True)
 
 
 def _require(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -167,6 +170,8 @@ def write(state: NodeState, path: str = DEFAULT_STATE_FILE) -> None:
     """Atomically replace the state file (write to a temp file, fsync, rename)."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o755, exist_ok=True)
+    import tempfile  # route-sync writes; the plugin only reads
+
     fd, tmp = tempfile.mkstemp(prefix=".node-state.", dir=directory)
     try:
         with os.fdopen(fd, "w") as f:

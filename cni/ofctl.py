@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from cni.pipeline import Cookie, Flow
+from cni.record import record
 
 PROTOCOLS = "OpenFlow13,OpenFlow14"
 _STAT_KEYS = frozenset({"cookie", "duration", "table", "n_packets", "n_bytes", "idle_timeout",
@@ -27,7 +27,7 @@ class OfctlError(Exception):
     """ovs-ofctl failed; the message carries its stderr."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DumpedFlow:
     table: int
     priority: int

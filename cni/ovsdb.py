@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import socket
-from dataclasses import dataclass, field
 from types import TracebackType
+
+from cni.record import Factory, record
 
 # ``typing`` is not imported at run time (a few ms on every ADD): annotations are strings.
 TYPE_CHECKING = False
+if TYPE_CHECKING:
+    TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
@@ -32,18 +35,18 @@ class PortExistsError(OvsdbError):
     """``add_port``: a port of that name exists already (on any bridge)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class BridgeInfo:
     name: str
     datapath_type: str
     uuid: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PortInfo:
     name: str
     ofport: int | None  # None: vswitchd has not assigned it yet; -1: the interface failed
-    external_ids: dict[str, str] = field(default_factory=dict)  # the Port's
+    external_ids: dict[str, str] = Factory(dict)  # the Port's
     mac_in_use: str | None = None
     iface_type: str = ""
     error: str | None = None

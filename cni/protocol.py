@@ -313,13 +313,17 @@ def _serve(handlers: Handlers, environ: Mapping[str, str], config: Any, decode_p
         if handler is None:
             raise errors.CniError(errors.INTERNAL, f"{req.command} is not implemented by this plugin")
         log.info(f"start netns={req.netns or '-'} ifname={req.ifname or '-'}")
-        from cni.log import attach_stdlib
+        req.log = log  # handlers log through the invocation's Log (no stdlib ``logging`` import)
+        detach = None
+        if req.command == "GC":  # IPAM's GC reports through stdlib logging; a rare path
+            from cni.log import attach_stdlib
 
-        detach = attach_stdlib(log)
+            detach = attach_stdlib(log)
         try:
             result = handler(req)
         finally:
-            detach()
+            if detach is not None:
+                detach()
         if req.command == "ADD":
             if result is None:
                 raise errors.CniError(errors.INTERNAL, "ADD produced no result")

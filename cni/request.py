@@ -3,23 +3,43 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+
+from cni.record import Factory, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 from cni.result import Result
 
 
-@dataclass
+@record
 class Request:
     command: str  # ADD | DEL | CHECK | VERSION | STATUS | GC
     cni_version: str = ""  # the config's cniVersion ("" for VERSION without a config)
     container_id: str = ""
     netns: str = ""
     ifname: str = ""
-    args: dict[str, str] = field(default_factory=dict)  # CNI_ARGS, "K=V;K2=V2" parsed
-    path: list[str] = field(default_factory=list)  # CNI_PATH split on ":"
-    config: dict[str, Any] = field(default_factory=dict)  # the network config from stdin
+    args: dict[str, str] = Factory(dict)  # CNI_ARGS, "K=V;K2=V2" parsed
+    path: list[str] = Factory(list)  # CNI_PATH split on ":"
+    config: dict[str, Any] = Factory(dict)  # the network config from stdin
     prev_result: Result | None = None  # parsed prevResult (CHECK, DEL, chained ADD)
+    log: Any = None  # the invocation's cni.log.Log, set by the protocol core (None: silent)
+
+    def logger(self) -> Any:
+        return self.log if self.log is not None else _SILENT
+
+
+class _Silent:
+    """Stands in for a Log when a handler runs without the protocol core (tests, benchmarks)."""
+
+    def debug(self, msg: str) -> None: ...
+    def info(self, msg: str) -> None: ...
+    def warning(self, msg: str) -> None: ...
+    def error(self, msg: str) -> None: ...
+
+
+_SILENT = _Silent()
 
 
 # A command handler: ADD returns the Result to print; the others return None on success.

@@ -7,8 +7,12 @@ CHECK/DEL, an IPAM plugin's answer)."""
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
-from typing import Any
+
+from cni.record import Factory, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 from cni.errors import DECODE_FAILURE, CniError
 
@@ -22,7 +26,7 @@ def version_tuple(version: str) -> tuple[int, int, int]:
     return (int(parts[0]), int(parts[1]), int(parts[2]))
 
 
-@dataclass
+@record
 class Interface:
     name: str
     mac: str = ""
@@ -30,7 +34,7 @@ class Interface:
     mtu: int = 0
 
 
-@dataclass
+@record
 class IPConfig:
     address: str  # CIDR: "10.244.1.5/24"
     gateway: str = ""
@@ -41,30 +45,30 @@ class IPConfig:
         return ipaddress.ip_interface(self.address).version
 
 
-@dataclass
+@record
 class Route:
     dst: str
     gw: str = ""
     mtu: int = 0
 
 
-@dataclass
+@record
 class DNS:
-    nameservers: list[str] = field(default_factory=list)
+    nameservers: list[str] = Factory(list)
     domain: str = ""
-    search: list[str] = field(default_factory=list)
-    options: list[str] = field(default_factory=list)
+    search: list[str] = Factory(list)
+    options: list[str] = Factory(list)
 
     def is_empty(self) -> bool:
         return not (self.nameservers or self.domain or self.search or self.options)
 
 
-@dataclass
+@record
 class Result:
-    interfaces: list[Interface] = field(default_factory=list)
-    ips: list[IPConfig] = field(default_factory=list)
-    routes: list[Route] = field(default_factory=list)
-    dns: DNS = field(default_factory=DNS)
+    interfaces: list[Interface] = Factory(list)
+    ips: list[IPConfig] = Factory(list)
+    routes: list[Route] = Factory(list)
+    dns: DNS = Factory(DNS)
 
     def encode(self, cni_version: str) -> dict[str, Any]:
         """The result as the JSON object of ``cni_version``."""
@@ -170,13 +174,16 @@ def decode(obj: Any, where: str = "prevResult") -> Result:
         if not isinstance(r, dict):
             raise CniError(DECODE_FAILURE, f"{w} must be an object")
         dst, gw = _str(r, "dst", w, True), _str(r, "gw", w)
+        mtu = r.get("mtu", 0)
+        if not isinstance(mtu, int) or isinstance(mtu, bool) or mtu < 0:
+            raise CniError(DECODE_FAILURE, f"{w}.mtu must be a non-negative integer")
         try:
             ipaddress.ip_network(dst, strict=False)
             if gw:
                 ipaddress.ip_address(gw)
         except ValueError as e:
             raise CniError(DECODE_FAILURE, f"{w}: {e}") from None
-        res.routes.append(Route(dst=dst, gw=gw))
+        res.routes.append(Route(dst=dst, gw=gw, mtu=mtu))
     dns = obj.get("dns") or {}
     if not isinstance(dns, dict):
         raise CniError(DECODE_FAILURE, f"{where}.dns must be an object")

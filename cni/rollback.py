@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-log = logging.getLogger("ferry")
+from cni.record import Factory, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
-@dataclass
+@record
 class Rollback:
     """Each step that creates something pushes how to remove it; ``commit`` forgets them all."""
 
-    steps: list[tuple[str, Callable[[], object]]] = field(default_factory=list)
+    log: Any = None  # a cni.log.Log (or anything with info/error)
+    steps: list[tuple[str, Callable[[], object]]] = Factory(list)
 
     def push(self, what: str, undo: Callable[[], object]) -> None:
         self.steps.append((what, undo))
@@ -28,13 +31,15 @@ class Rollback:
             what, undo = self.steps.pop()
             try:
                 undo()
-                log.info("rollback: removed %s", what)
+                if self.log is not None:
+                    self.log.info(f"rollback: removed {what}")
             except Exception as e:  # keep undoing the rest; the caller reports the first error
-                log.error("rollback: could not remove %s: %s", what, e)
+                if self.log is not None:
+                    self.log.error(f"rollback: could not remove {what}: {e}")
                 failed.append(what)
         return failed
 
-    def __enter__(self) -> "Rollback":
+    def __enter__(self) -> Rollback:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from cni.record import as_dict as asdict
 from typing import Any
 
 from cni.nodestate import NodeState

@@ -64,13 +64,11 @@ def test_unopenable_log_file_falls_back_to_stderr(tmp_path: Any) -> None:
     assert "cannot write log file" in err.getvalue() and "CNI_ARGS" in err.getvalue()
 
 
-def test_commands_stdlib_logging_lands_in_the_plugin_log(tmp_path: Any) -> None:
-    import logging
-
+def test_handlers_log_through_the_request_into_the_plugin_log(tmp_path: Any) -> None:
     path = tmp_path / "cni.log"
 
     def add(req: Any) -> Any:
-        logging.getLogger("ferry").warning("veth %s created", "fp1234")
+        req.logger().warning("veth fp1234 created")
         from .conftest import sample_result
 
         return sample_result()
@@ -78,8 +76,26 @@ def test_commands_stdlib_logging_lands_in_the_plugin_log(tmp_path: Any) -> None:
     err = io.StringIO()
     protocol.run({"ADD": add}, ENV, conf(logFile=str(path)), io.BytesIO(), err)
     assert "WARNING ADD fp-log1 veth fp1234 created" in path.read_text()
-    assert err.getvalue().count("veth fp1234 created") == 1  # once, not again via logging's lastResort
-    assert logging.getLogger("ferry").handlers == []  # nothing left behind in-process
+    assert err.getvalue().count("veth fp1234 created") == 1
+
+
+def test_gc_stdlib_logging_lands_in_the_plugin_log(tmp_path: Any) -> None:
+    """IPAM's GC reports through stdlib logging (a rare path): forwarded once, nothing left behind."""
+    import logging
+
+    path = tmp_path / "cni.log"
+
+    def gc(req: Any) -> None:
+        logging.getLogger("ferry").warning("released %s", "fp1234")
+
+    err = io.StringIO()
+    gc_conf = json.loads(conf(logFile=str(path)))
+    gc_conf.update(cniVersion="1.1.0", **{"cni.dev/valid-attachments": []})
+    env = dict(ENV, CNI_COMMAND="GC")
+    protocol.run({"GC": gc}, env, json.dumps(gc_conf).encode(), io.BytesIO(), err)
+    assert "WARNING GC" in path.read_text() and "released fp1234" in path.read_text()
+    assert err.getvalue().count("released fp1234") == 1  # once, not again via logging's lastResort
+    assert logging.getLogger("ferry").handlers == []
 
 
 def test_plugin_stdout_is_only_the_answer_even_when_logging_to_stderr(cni_bin: str, tmp_path: Any) -> None:

@@ -39,7 +39,6 @@ def test_round_trip(version: str) -> None:
     assert decode(json.loads(json.dumps(full_result().encode(version)))) == expected
 
 
-@pytest.mark.xfail(strict=True, reason="cni.result.decode drops the 1.1.0 route mtu (shared contract; reported)")
 def test_route_mtu_round_trips_in_1_1_0() -> None:
     r = Result(interfaces=[Interface(name="eth0")], ips=[IPConfig(address="10.0.0.2/24", interface=0)],
                routes=[Route(dst="10.0.0.0/8", gw="10.0.0.1", mtu=1400)])

@@ -1,0 +1,145 @@
+"""``@record``: plain-data classes for the per-Pod path, without the cost of ``dataclasses``.
+
+``dataclasses`` generates each method with ``exec`` and imports ``inspect``: on the plugin's path
+(some 30 classes, once per Pod) that was ~25 ms of a ~60 ms ADD.  ``record`` reads the class's
+annotations and defaults once and installs shared, generic ``__init__``, ``__repr__``, ``__eq__``
+(and ``__hash__`` plus immutability when ``frozen``).  Same spelling as a dataclass::
+
+    @record(frozen=True)
+    class Flow:
+        table: int
+        priority: int
+        cookie: Cookie = BASE_COOKIE
+        tags: list[str] = Factory(list)     # instead of field(default_factory=list)
+
+Long-lived processes (route-sync, the lab) keep using ``dataclasses``; ``as_dict`` works on both.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
+
+_MISSING = object()
+
+
+class Factory:
+    """A default made fresh for each instance (``Factory(list)``)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
+def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
+    inherited: dict[str, Any] = {}
+    for base in reversed(cls.__mro__[1:]):
+        for name, default in getattr(base, "__record_fields__", ()):
+            inherited[name] = default
+    for name, kind in cls.__dict__.get("__annotations__", {}).items():
+        if str(kind).startswith(("ClassVar", "typing.ClassVar")):
+            continue
+        inherited[name] = cls.__dict__.get(name, _MISSING)
+    return tuple(inherited.items())
+
+
+def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+    fields = type(self).__record_fields__
+    if len(args) > len(fields):
+        raise TypeError(f"{type(self).__name__}() takes {len(fields)} arguments, got {len(args)}")
+    set_ = object.__setattr__
+    for i, (name, default) in enumerate(fields):
+        if i < len(args):
+            if name in kwargs:
+                raise TypeError(f"{type(self).__name__}() got two values for {name!r}")
+            value = args[i]
+        elif name in kwargs:
+            value = kwargs.pop(name)
+        elif default is _MISSING:
+            raise TypeError(f"{type(self).__name__}() missing argument {name!r}")
+        elif isinstance(default, Factory):
+            value = default.make()
+        else:
+            value = default
+        set_(self, name, value)
+    if kwargs and len(kwargs) > sum(1 for n, _ in fields[:len(args)] if n in kwargs):
+        unknown = [k for k in kwargs if k not in dict(fields)]
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unexpected arguments {unknown}")
+    post = getattr(self, "__post_init__", None)
+    if post is not None:
+        post()
+
+
+def _values(self: Any) -> tuple[Any, ...]:
+    return tuple(getattr(self, name) for name, _ in type(self).__record_fields__)
+
+
+def _repr(self: Any) -> str:
+    inner = ", ".join(f"{name}={getattr(self, name)!r}" for name, _ in type(self).__record_fields__)
+    return f"{type(self).__name__}({inner})"
+
+
+def _eq(self: Any, other: Any) -> Any:
+    if type(other) is not type(self):
+        return NotImplemented
+    return _values(self) == _values(other)
+
+
+def _hash(self: Any) -> int:
+    return hash(_values(self))
+
+
+def _frozen_setattr(self: Any, name: str, value: Any) -> None:
+    raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name!r}")
+
+
+def record(cls: type | None = None, *, frozen: bool = False) -> Any:
+    def wrap(c: type) -> type:
+        c.__record_fields__ = _fields(c)  # type: ignore[attr-defined]
+        for name, default in c.__record_fields__:  # type: ignore[attr-defined]
+            if isinstance(default, Factory):
+                delattr(c, name)
+        if "__init__" not in c.__dict__:
+            c.__init__ = _init  # type: ignore[misc]
+        if "__repr__" not in c.__dict__:
+            c.__repr__ = _repr  # type: ignore[method-assign]
+        if "__eq__" not in c.__dict__:
+            c.__eq__ = _eq  # type: ignore[method-assign]
+        if frozen:
+            c.__setattr__ = _frozen_setattr  # type: ignore[method-assign]
+            c.__delattr__ = _frozen_setattr  # type: ignore[method-assign,assignment]
+            c.__hash__ = _hash  # type: ignore[method-assign]
+        else:
+            c.__hash__ = None  # type: ignore[assignment]
+        return c
+
+    return wrap if cls is None else wrap(cls)
+
+
+def is_record(obj: Any) -> bool:
+    return hasattr(type(obj), "__record_fields__")
+
+
+def as_dict(obj: Any) -> Any:
+    """Records (and dataclasses), lists, tuples and dicts of them, as plain JSON-able data."""
+    if is_record(obj):
+        return {name: as_dict(getattr(obj, name)) for name, _ in type(obj).__record_fields__}
+    if hasattr(type(obj), "__dataclass_fields__"):
+        return {name: as_dict(getattr(obj, name)) for name in type(obj).__dataclass_fields__}
+    if isinstance(obj, (list, tuple)):
+        return [as_dict(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: as_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def replace(obj: T, **changes: Any) -> T:
+    values = {name: getattr(obj, name) for name, _ in type(obj).__record_fields__}  # type: ignore[attr-defined]
+    values.update(changes)
+    return type(obj)(**values)
