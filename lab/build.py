@@ -119,6 +119,8 @@ def _build(topo: Topology, topo_doc: dict, name: str, cni_bin: str, directory: s
                           plan.sysctls.items()))
             for stage in plan.stages:
                 list(pool.map(lambda item: ip_batch(item[0], item[1]), stage.items()))
+            list(pool.map(lambda item: [run(["ethtool", "-K", dev, "tx", "off"], netns=item[0])
+                                        for dev in item[1]], plan.tx_csum_off.items()))
 
     for node in topo.nodes:
         node_files(node)

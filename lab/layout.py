@@ -93,7 +93,12 @@ def registry_dir(lab_directory: str) -> str:
 
 def conflist(topo: Topology, node: NodeSpec, paths: NodePaths, lone: bool) -> dict:
     """The Node's ``10-ferry.conflist``.  ``lone``: no route-sync, so the plugin needs the MTU and
-    explicit IPAM ranges (the Node's Pod CIDRs) and builds the bridge itself."""
+    explicit IPAM ranges (the Node's Pod CIDRs) and builds the bridge itself.  With route-sync
+    the conflist names no ranges and no MTU: the plugin takes the Pod CIDRs, the MTU and the
+    gateway from the state file route-sync writes (until then ADD answers "try again later")."""
+    ipam: dict = {"type": "ferry-ipam", "dataDir": paths.ipam}
+    if lone:
+        ipam["ranges"] = [[{"subnet": c}] for c in node.pod_cidrs]
     plugin = {
         "type": "ferry",
         "stateFile": paths.state_file,
@@ -103,8 +108,7 @@ def conflist(topo: Topology, node: NodeSpec, paths: NodePaths, lone: bool) -> di
         "datapath": node.datapath,
         "mtu": topo.segment(node.segment).mtu if lone else 0,
         "logFile": paths.cni_log,
-        "ipam": {"type": "ferry-ipam", "dataDir": paths.ipam,
-                 "ranges": [[{"subnet": c}] for c in node.pod_cidrs]},
+        "ipam": ipam,
     }
     return {"cniVersion": CNI_VERSION, "name": NETWORK_NAME, "plugins": [plugin]}
 
@@ -124,7 +128,8 @@ def route_sync_config(topo: Topology, node: NodeSpec, paths: NodePaths, lab_dire
         "tunnelPort": rs.tunnelPort,
         "transportInterface": "eth0",
         "noSNAT": rs.noSNAT,
-        "defaultMTU": topo.segment(node.segment).mtu,
+        # no defaultMTU: route-sync derives the Pod MTU from the uplink's MTU (the segment's)
+        # minus the tunnel overhead; a defaultMTU would override that deduction
         "bridge": topo.bridge,
         "datapathType": node.datapath,
         "ovsdb": f"unix:{paths.db_sock}",
@@ -135,6 +140,7 @@ def route_sync_config(topo: Topology, node: NodeSpec, paths: NodePaths, lab_dire
         "nodeSource": {"type": "registry", "registryDir": registry_dir(lab_directory)},
         "logFile": paths.route_sync_log,
         "fastPath": rs.fastPath,
+        "resyncSeconds": rs.resyncSeconds,
     }
 
 

@@ -39,6 +39,8 @@ class NetPlan:
     # stages run in order; within a stage, each namespace's batch may run in parallel
     stages: tuple[dict[str, list[str]], ...]
     sysctls: dict[str, tuple[str, ...]] = field(default_factory=dict)  # applied before the stages
+    # namespace -> links whose TX checksum offload goes off, after the stages (see TX_CSUM_OFF)
+    tx_csum_off: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def plan(lab: str, topo: Topology) -> NetPlan:
@@ -95,7 +97,13 @@ def plan(lab: str, topo: Topology) -> NetPlan:
     sysctls: dict[str, tuple[str, ...]] = {ns: NO_DAD for ns in namespaces}
     for ns in (router, *nodes.values()):
         sysctls[ns] = NO_DAD + FORWARDING
-    return NetPlan(namespaces=namespaces, stages=(create, config), sysctls=sysctls)
+    # The segment's switch ports towards Nodes and the router compute checksums, like real NICs:
+    # a veth otherwise hands on CHECKSUM_PARTIAL packets (the external host's or router's TCP),
+    # and a netdev OVS that reads a moved uplink with AF_PACKET never fills them in, so the
+    # Node's kernel drops them (TCP through masquerade failed while ping worked).
+    tx_off = {segs[s.name]: tuple(["router"] + [n.name for n in topo.nodes if n.segment == s.name])
+              for s in topo.segments}
+    return NetPlan(namespaces=namespaces, stages=(create, config), sysctls=sysctls, tx_csum_off=tx_off)
 
 
 def address_book(lab: str, topo: Topology) -> dict[str, str]:

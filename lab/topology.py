@@ -68,6 +68,7 @@ class RouteSyncSpec:
     tunnelPort: int = 4789
     noSNAT: bool = False
     fastPath: bool = False
+    resyncSeconds: float = 60.0  # route-sync's periodic re-assertion (tests make it short)
     startTimeout: float = 20.0
 
 

@@ -18,6 +18,7 @@ from cni.pipeline import GATEWAY_PORT, TUNNEL_PORT
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
 from routesync.apply.routes import RouteApplier
+from routesync.apply.tnlneigh import TunnelNeighbors, tunnel_endpoints
 from routesync.apply.uplink import UplinkMover
 from routesync.model import DesiredState, LocalFacts, TunnelSpec, UplinkSpec
 
@@ -29,6 +30,7 @@ __all__ = [
     "NodeAppliers",
     "OvsApplier",
     "RouteApplier",
+    "TunnelNeighbors",
     "UplinkMover",
     "make_appliers",
 ]
@@ -44,6 +46,7 @@ class NodeAppliers:
         self.ovs = OvsApplier(config.ovsdb, config.bridge, config.ovs_run_dir)
         self.routes = RouteApplier(GATEWAY_PORT, netns=netns)
         self.nft = NftApplier(netns=netns)
+        self.tnl_neigh = TunnelNeighbors(self.routes, config.ovs_run_dir, config.bridge)
         self.state_dir = os.path.dirname(config.state_file) or "."
         self._mover: UplinkMover | None = None
         self._uplink: UplinkSpec | None = None
@@ -93,6 +96,8 @@ class NodeAppliers:
         self.routes.sync(desired.routes, desired.neighbors)
         self.routes.set_forwarding(desired.forwarding, desired.forwarding)
         self.nft.sync(desired.nft)
+        if desired.tunnel is not None and self.config.datapath_type == "netdev":
+            self.tnl_neigh.sync(tunnel_endpoints(desired.peers))
 
     def ovs_generation(self) -> int:
         return self.ovs.vswitchd_pid() or 0

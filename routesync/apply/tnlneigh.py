@@ -1,0 +1,163 @@
+"""OVS's tunnel neighbour cache, kept filled for every tunnel next hop.
+
+A userspace (``netdev``) tunnel port builds the outer Ethernet header from OVS's own neighbour
+cache (``ovs-appctl tnl/neigh/show``), keyed by the next hop of the outer destination (the
+peer itself on the same segment, else the router).  OVS learns IPv4 entries by snooping ARP
+that crosses the bridge, but the first packets to a new peer are dropped while it asks, and
+OVS 3.1 never learns IPv6 entries from ND with flows that do not use NORMAL.  So route-sync
+resolves each tunnel next hop in the kernel (the Node's stack owns the transport addresses on
+the moved uplink) and writes the answer with ``tnl/neigh/set``: no first-packet loss, IPv6
+underlays work, and a restarted ovs-vswitchd (empty cache) is refilled on the next reconcile.
+
+Pure parts: :func:`tunnel_endpoints`, :func:`parse_show`, :func:`plan_set`.  The thin part,
+:class:`TunnelNeighbors`, asks the kernel (through the route applier's netlink socket) and
+runs ``ovs-appctl``."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from routesync.model import PeerPlan
+
+if TYPE_CHECKING:
+    from routesync.apply.routes import RouteApplier
+
+LOG = logging.getLogger(__name__)
+
+NTF_USE = 0x01  # neighbour flag: "use this entry" = start resolution now
+NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
+RESOLVE_TIMEOUT = 1.0
+
+
+class TunnelNeighborError(RuntimeError):
+    """ovs-appctl failed."""
+
+
+def tunnel_endpoints(peers: Iterable[PeerPlan]) -> tuple[str, ...]:
+    """Outer destinations of every tunnelled peer (sorted, unique)."""
+    out = {str(ipaddress.ip_address(p.transport_address)) for p in peers
+           if p.path == "tunnel" and p.transport_address}
+    return tuple(sorted(out, key=lambda a: (ipaddress.ip_address(a).version, ipaddress.ip_address(a))))
+
+
+def parse_show(text: str, bridge: str) -> dict[str, str]:
+    """``tnl/neigh/show`` → {ip: mac} of ``bridge``."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) != 3 or words[2] != bridge:
+            continue
+        try:
+            ip = str(ipaddress.ip_address(words[0]))
+        except ValueError:
+            continue
+        out[ip] = words[1].lower()
+    return out
+
+
+def plan_set(want: Mapping[str, str], have: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Entries to (re)write: missing or with another MAC.  Extra entries are OVS's to age out."""
+    return sorted((ip, mac.lower()) for ip, mac in want.items() if have.get(ip) != mac.lower())
+
+
+class TunnelNeighbors:
+    """Keeps OVS's tunnel neighbour cache of ``bridge`` equal to the kernel's view of every
+    tunnel next hop."""
+
+    def __init__(self, routes: RouteApplier, run_dir: str, bridge: str) -> None:
+        self.routes = routes
+        self.run_dir = run_dir
+        self.bridge = bridge
+
+    # -- ovs-appctl
+    def _target(self) -> str:
+        try:
+            with open(os.path.join(self.run_dir, "ovs-vswitchd.pid")) as f:
+                pid = int(f.read().strip())
+        except (OSError, ValueError) as e:
+            raise TunnelNeighborError(f"no ovs-vswitchd pid in {self.run_dir}: {e}") from None
+        return os.path.join(self.run_dir, f"ovs-vswitchd.{pid}.ctl")
+
+    def _appctl(self, *args: str) -> str:
+        argv = ["ovs-appctl", "-t", self._target(), *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise TunnelNeighborError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def installed(self) -> dict[str, str]:
+        return parse_show(self._appctl("tnl/neigh/show"), self.bridge)
+
+    # -- kernel
+    def next_hop(self, dst: str) -> tuple[str, int] | None:
+        """(next hop address, ifindex) the kernel uses towards ``dst``."""
+        try:
+            msgs = self.routes._run(self.routes._a.route("get", dst=dst))
+        except Exception as e:  # noqa: BLE001 - unreachable: nothing to resolve
+            LOG.info("no route to tunnel endpoint %s: %s", dst, e)
+            return None
+        msgs = list(msgs)
+        if not msgs:
+            return None
+        m = msgs[0]
+        return (m.get("RTA_GATEWAY") or dst, int(m.get("RTA_OIF")))
+
+    def _lladdr(self, ip: str, ifindex: int) -> str | None:
+        try:
+            msgs = list(self.routes._run(self.routes._a.neigh("get", dst=ip, ifindex=ifindex)))
+        except Exception:  # noqa: BLE001 - ENOENT: not resolved yet
+            return None
+        for n in msgs:
+            mac = n.get("NDA_LLADDR")
+            if mac and not n["state"] & (NUD_INCOMPLETE | NUD_FAILED):
+                return str(mac).lower()
+        return None
+
+    def _probe(self, ip: str, ifindex: int) -> None:
+        try:
+            self.routes._run(self.routes._a.neigh("replace", dst=ip, ifindex=ifindex, flags=NTF_USE))
+        except Exception as e:  # noqa: BLE001
+            LOG.info("cannot start neighbour resolution of %s: %s", ip, e)
+
+    def resolve(self, endpoints: Iterable[str], timeout: float = RESOLVE_TIMEOUT) -> dict[str, str]:
+        """{next hop: MAC} for ``endpoints``; unresolved next hops are probed and waited for (at
+        most ``timeout`` for all), those still unknown are left out (the next reconcile retries)."""
+        hops = {nh for nh in (self.next_hop(e) for e in endpoints) if nh is not None}
+        found: dict[str, str] = {}
+        pending: set[tuple[str, int]] = set()
+        for ip, idx in hops:
+            mac = self._lladdr(ip, idx)
+            if mac:
+                found[ip] = mac
+            else:
+                pending.add((ip, idx))
+                self._probe(ip, idx)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+            for ip, idx in list(pending):
+                mac = self._lladdr(ip, idx)
+                if mac:
+                    found[ip] = mac
+                    pending.discard((ip, idx))
+        if pending:
+            LOG.warning("tunnel next hops not resolved yet: %s", ", ".join(sorted(ip for ip, _ in pending)))
+        return found
+
+    def sync(self, endpoints: Iterable[str]) -> list[tuple[str, str]]:
+        """Write missing/changed cache entries; returns what was written."""
+        endpoints = tuple(endpoints)
+        if not endpoints:
+            return []
+        todo = plan_set(self.resolve(endpoints), self.installed())
+        for ip, mac in todo:
+            self._appctl("tnl/neigh/set", self.bridge, ip, mac)
+        if todo:
+            LOG.info("tunnel neighbours set: %s", ", ".join(f"{ip}={mac}" for ip, mac in todo))
+        return todo
