@@ -7,17 +7,19 @@ pays a walk, and only up to the next hole."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-
 from cni.errors import INVALID_CONFIG, IPAM_EXHAUSTED, CniError
+from ipam.plain import Frozen
 from ipam.ranges import Range, RangeSet, find_range, fmt, iter_from, parse_address
 
-Taken = Callable[[int, int], bool]  # (addr, bits) -> held by some attachment
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    Taken = Callable[[int, int], bool]  # (addr, bits) -> held by some attachment
 
 
-@dataclass(frozen=True)
-class Pick:
+class Pick(Frozen):
+    __slots__ = ("set_index", "range", "addr")  # noqa: RUF023 - the order is the positional order
     set_index: int
     range: Range
     addr: int

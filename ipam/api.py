@@ -12,9 +12,11 @@ One address per range set (i.e. per family) per attachment; ``allocate`` is idem
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 from cni.errors import (
     INVALID_CONFIG,
@@ -26,18 +28,20 @@ from cni.errors import (
 )
 from cni.result import IPConfig, Route
 from ipam.allocator import Pick, match_requested, parse_cursor, pick_free
+from ipam.plain import Frozen
 from ipam.ranges import RangeSet, fmt, parse_address, parse_range_sets, range_sets_from_cidrs
 from ipam.store import Key, Record, Store, StoredIP
 
 DEFAULT_DATA_DIR = "/var/lib/ferry/ipam"
 
 
-@dataclass(frozen=True)
-class IpamConfig:
+class IpamConfig(Frozen):
+    __slots__ = ("network", "data_dir", "range_sets", "routes")  # noqa: RUF023 - the order is the positional order
+    _defaults = {"routes": ()}  # noqa: RUF012 - read-only
     network: str
     data_dir: str
     range_sets: tuple[RangeSet, ...]
-    routes: tuple[Route, ...] = ()
+    routes: tuple[Route, ...]
 
     @property
     def store_dir(self) -> str:

@@ -8,19 +8,20 @@ Pure: no I/O.  Every error is ``CniError(7)`` naming the offending field."""
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from cni.errors import INVALID_CONFIG, CniError
+from ipam.plain import Frozen
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from typing import Any
 
 
-@dataclass(frozen=True)
-class Range:
+class Range(Frozen):
     """One contiguous pool: ``start..end`` (inclusive) inside ``subnet``; ints of ``bits`` width."""
 
+    __slots__ = ("network", "prefixlen", "bits", "start", "end", "gateway")  # noqa: RUF023 - the order is the positional order
     network: int  # the subnet's first address
     prefixlen: int
     bits: int  # 32 or 128

@@ -31,11 +31,14 @@ import fcntl
 import json
 import os
 import stat
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 from cni.errors import IO_FAILURE, IPAM_FAILURE, CniError
+from ipam.plain import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 Key = tuple[str, str]  # (container ID, ifname)
 
@@ -44,18 +47,19 @@ _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-@dataclass(frozen=True)
-class StoredIP:
+class StoredIP(Frozen):
+    __slots__ = ("address", "gateway")
+    _defaults = {"gateway": ""}  # noqa: RUF012 - read-only
     address: str  # CIDR: "10.244.1.5/24"
-    gateway: str = ""
+    gateway: str
 
     @property
     def ip(self) -> str:
         return self.address.split("/", 1)[0]
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(Frozen):
+    __slots__ = ("container_id", "ifname", "ips")
     container_id: str
     ifname: str
     ips: tuple[StoredIP, ...]
