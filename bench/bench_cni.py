@@ -236,12 +236,22 @@ def netns_batch(op: str, names: Sequence[str], check: bool = True) -> None:
 
 
 def run_driver(node: str, calls: list[dict[str, Any]], conc: int = 1) -> dict[str, Any]:
-    p = subprocess.run(["ip", "netns", "exec", node, sys.executable, "-m", "bench.bench_cni", "--driver"],
-                       input=json.dumps({"calls": calls, "conc": conc}), capture_output=True, text=True,
-                       cwd=ROOT, check=False)
+    """Run the calls in ``node``'s netns.  The driver gets its own session: on Ctrl-C/SIGTERM or
+    any error here, it and every plugin it started are killed before the clean-up removes their
+    namespaces and directories (an orphaned plugin could otherwise write into them afterwards)."""
+    p = subprocess.Popen(["ip", "netns", "exec", node, sys.executable, "-m", "bench.bench_cni", "--driver"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=ROOT, start_new_session=True)
+    try:
+        stdout, stderr = p.communicate(json.dumps({"calls": calls, "conc": conc}))
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
     if p.returncode != 0:
-        raise BenchError(f"driver in {node} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
-    out: dict[str, Any] = json.loads(p.stdout)
+        raise BenchError(f"driver in {node} failed ({p.returncode}): {stderr.strip()[-2000:]}")
+    out: dict[str, Any] = json.loads(stdout)
     return out
 
 
