@@ -25,9 +25,9 @@ import).  The schema is versioned: a reader refuses a file whose ``version`` it 
 
 from __future__ import annotations
 
-import json
 import os
 
+from cni import fastjson
 from cni.record import Factory, as_dict, record
 
 TYPE_CHECKING = False
@@ -86,6 +86,8 @@ class NodeState:
     version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
+        import json  # route-sync writes the file; the plugin only parses it
+
         return json.dumps(as_dict(self), indent=2, sort_keys=True)
 
 
@@ -100,7 +102,7 @@ def _require(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: 
 
 def parse(text: str | bytes, where: str = "node state") -> NodeState:
     try:
-        d = json.loads(text)
+        d = fastjson.loads(text)
     except (ValueError, UnicodeDecodeError) as e:
         raise StateError(f"{where}: not valid JSON ({e})") from None
     if not isinstance(d, dict):

@@ -10,10 +10,10 @@ maps ``["map", [[k, v], ...]]``, row references ``["uuid", "..."]`` / ``["named-
 
 from __future__ import annotations
 
-import json
 import socket
 from types import TracebackType
 
+from cni import fastjson as json
 from cni.record import Factory, record
 
 # ``typing`` is not imported at run time (a few ms on every ADD): annotations are strings.
@@ -154,7 +154,7 @@ class Ovsdb:
 
     def _send(self, method: str, params: list[Any]) -> int:
         self._id += 1
-        msg = json.dumps({"method": method, "params": params, "id": self._id}, separators=(",", ":"))
+        msg = json.dumps({"method": method, "params": params, "id": self._id}, compact=True)
         try:
             self._connect().sendall(msg.encode())
         except OSError as e:
@@ -165,13 +165,12 @@ class Ovsdb:
     def _receive(self, want: int) -> Any:
         """The ``result`` of reply ``want``; answers echo requests and skips other messages."""
         sock = self._connect()
-        decoder = json.JSONDecoder()
         while True:
             self._buf = self._buf.lstrip()
             if self._buf:
                 try:
-                    msg, end = decoder.raw_decode(self._buf)
-                except json.JSONDecodeError:
+                    msg, end = json.raw_decode(self._buf)
+                except ValueError:  # an incomplete message: read more
                     msg, end = None, 0
                 if msg is not None:
                     self._buf = self._buf[end:]

@@ -108,7 +108,8 @@ def test_plugin_stdout_is_only_the_answer_even_when_logging_to_stderr(cni_bin: s
 
 
 def test_version_and_input_errors_import_little(cni_bin: str) -> None:
-    """VERSION needs json and the log only; input errors add the shared contracts, never cni.commands."""
+    """VERSION needs the C JSON scanner and the log only (not even ``json``/``re``); input errors add
+    the shared contracts, never cni.commands."""
     probe = ("import sys; sys.path.insert(0, {root!r}); import io, os; from cni import plugin; "
              "sys.stdin = io.TextIOWrapper(io.BytesIO({stdin!r})); "
              "code = plugin.main(); print(sorted(m for m in sys.modules), file=sys.stderr)")
@@ -120,8 +121,9 @@ def test_version_and_input_errors_import_little(cni_bin: str) -> None:
         return set(ast.literal_eval(p.stderr.decode().strip().splitlines()[-1]))
 
     version = modules({"CNI_COMMAND": "VERSION"}, b'{"cniVersion":"1.0.0"}')
-    assert "json" in version
-    for heavy in ("cni.commands", "cni.result", "cni.request", "dataclasses", "ipaddress", "logging", "typing"):
+    assert "cni.fastjson" in version
+    for heavy in ("json", "re", "cni.commands", "cni.result", "cni.request", "dataclasses", "ipaddress", "logging",
+                  "typing"):
         assert heavy not in version, heavy
     error = modules(dict(ENV, CNI_IFNAME="a/b"), conf(logFile="/dev/null"))
     assert "cni.errors" in error
