@@ -405,9 +405,13 @@ class Lab:
             self.manifest.record("pid", pid=proc.pid, netns=netns, what="echo")
             layout.write_atomic(rec, f"{proc.pid}\n")
 
-    def ping(self, src: Pod | Host | Node, dst: str, count: int = 1, timeout: float = 2.0) -> Probe:
+    def ping(self, src: Pod | Host | Node, dst: str, count: int = 1, timeout: float = 2.0,
+             interval: float | None = None) -> Probe:
+        """``count`` echo requests (``interval`` seconds apart, ping's 1 s by default); passes
+        when every one was answered."""
         t0 = time.monotonic()
-        cp = src.exec(["ping", "-n", "-q", "-c", str(count), "-W", str(max(1, int(timeout))), dst],
+        every = ["-i", f"{interval:g}"] if interval is not None else []
+        cp = src.exec(["ping", "-n", "-q", "-c", str(count), *every, "-W", str(max(1, int(timeout))), dst],
                       timeout=timeout * count + 5)
         ms = round((time.monotonic() - t0) * 1000, 1)
         ok = cp.returncode == 0

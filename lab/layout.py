@@ -125,7 +125,7 @@ def route_sync_config(topo: Topology, node: NodeSpec, paths: NodePaths, lab_dire
         "nodeName": node.name,
         "trafficEncapMode": rs.trafficEncapMode,
         "tunnelType": rs.tunnelType,
-        "tunnelPort": rs.tunnelPort,
+        **({"tunnelPort": rs.tunnelPort} if rs.tunnelPort is not None else {}),
         "transportInterface": "eth0",
         "noSNAT": rs.noSNAT,
         # no defaultMTU: route-sync derives the Pod MTU from the uplink's MTU (the segment's)

@@ -65,7 +65,7 @@ class RouteSyncSpec:
 
     trafficEncapMode: str = "encap"
     tunnelType: str = "vxlan"
-    tunnelPort: int = 4789
+    tunnelPort: int | None = None  # None: the tunnel type's default (vxlan 4789, geneve 6081; gre has none)
     noSNAT: bool = False
     fastPath: bool = False
     resyncSeconds: float = 60.0  # route-sync's periodic re-assertion (tests make it short)

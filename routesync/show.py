@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from cni.record import as_dict as asdict
 from typing import Any
 
 from cni.nodestate import NodeState
+from cni.record import as_dict as asdict
 
 COLUMNS = ("PEER", "TRANSPORT", "POD CIDRS", "PATH", "MTU", "NEXT-HOP MAC", "MAC SOURCE")
 
