@@ -366,6 +366,39 @@ class Lab:
         ips = [ip["address"] for ip in result.get("ips") or []]
         return Pod(self, node, name, netns, ips, mac, result)
 
+    # ---------------------------------------------------------------- daemons
+    def route_sync_pid(self, node: str) -> int | None:
+        return build.route_sync_pid(self.manifest, self.node(node).name)
+
+    def kill_route_sync(self, node: str, sig: int = 9, timeout: float = 5.0) -> int:
+        """Signal ``node``'s route-sync (SIGKILL by default) and wait until it is gone."""
+        pid = self.route_sync_pid(node)
+        if pid is None:
+            raise LabError(f"no route-sync runs on {node}")
+        ovs.signal_pid(pid, sig)
+        deadline = time.monotonic() + timeout
+        while build._running(pid):
+            if time.monotonic() > deadline:
+                raise LabError(f"route-sync {pid} on {node} did not exit")
+            time.sleep(0.005)
+        return pid
+
+    def start_route_sync(self, node: str) -> int:
+        """(Re)start ``node``'s route-sync with the lab's config; returns its pid."""
+        if self.topology.route_sync is None:
+            raise LabError(f"lab {self.name} has no routeSync")
+        cmd = build.route_sync_command()
+        if cmd is None:
+            raise LabError("ferry-route-sync is not installed")
+        n = self.node(node)
+        return build.start_route_sync(cmd, self.topology, n.spec, self.name, self.dir, self.manifest)
+
+    def restart_vswitchd(self, node: str, sig: int = 9) -> None:
+        """Kill ``node``'s ovs-vswitchd (its flows die with it) and start it again."""
+        n = self.node(node)
+        ovs.stop_vswitchd(n.paths, sig)
+        ovs.start_vswitchd(n.netns, n.paths)
+
     # ---------------------------------------------------------------- probes
     def _where(self, addr: str) -> str:
         """The namespace holding ``addr`` (a Pod, a Node, the router or the external host)."""

@@ -138,7 +138,8 @@ def _build(topo: Topology, topo_doc: dict, name: str, cni_bin: str, directory: s
 
 
 def start_route_sync(cmd: str, topo: Topology, node: NodeSpec, name: str, directory: str,
-                     manifest: Manifest) -> None:
+                     manifest: Manifest) -> int:
+    """Start route-sync in the Node's namespace; returns its pid once the state file exists."""
     assert topo.route_sync is not None
     paths = layout.node_paths(directory, node.name)
     layout.write_atomic(paths.route_sync_config,
@@ -158,6 +159,16 @@ def start_route_sync(cmd: str, topo: Topology, node: NodeSpec, name: str, direct
             raise LabError(f"ferry-route-sync on {node.name} wrote no state file {paths.state_file} within "
                            f"{topo.route_sync.startTimeout}s; see {paths.log}/route-sync.out:\n{_tail(paths.log)}")
         time.sleep(0.05)
+    return proc.pid
+
+
+def route_sync_pid(manifest: Manifest, node: str) -> int | None:
+    """The pid of ``node``'s route-sync as last recorded, when it still runs it."""
+    for e in reversed(manifest.of_kind("pid")):
+        if e.get("what") == f"route-sync {node}":
+            pid = int(e["pid"])
+            return pid if _running(pid) and "route-sync" in _cmdline(pid) else None
+    return None
 
 
 def _tail(log_dir: str, n: int = 15) -> str:

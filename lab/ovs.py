@@ -39,9 +39,39 @@ def start(netns: str, paths: NodePaths, manifest: Manifest, timeout: float = 10.
         netns=netns, env=e, timeout=timeout)
     run(["ovs-vsctl", f"--db=unix:{paths.db_sock}", f"--timeout={int(timeout)}", "--no-wait", "init"],
         env=e, timeout=timeout)
+    start_vswitchd(netns, paths, timeout)
+
+
+def start_vswitchd(netns: str, paths: NodePaths, timeout: float = 10.0) -> None:
+    """ovs-vswitchd alone (``--detach``: returns once it is configured from the database)."""
     run(["ovs-vswitchd", f"unix:{paths.db_sock}", f"--pidfile={pidfile(paths, 'ovs-vswitchd')}",
          f"--log-file={os.path.join(paths.ovs, 'ovs-vswitchd.log')}", "--detach", "--no-chdir"],
-        netns=netns, env=e, timeout=timeout)
+        netns=netns, env=env(paths), timeout=timeout)
+
+
+def stop_vswitchd(paths: NodePaths, sig: int = signal.SIGKILL, timeout: float = 5.0) -> int | None:
+    """Signal ovs-vswitchd and wait until it is gone; its pid, or None when none ran.  Flows
+    die with it; ports, internal (tap) devices and the database stay."""
+    import time
+
+    pid = read_pid(pidfile(paths, "ovs-vswitchd"))
+    if pid is None or not alive(pid):
+        return None
+    signal_pid(pid, sig)
+    deadline = time.monotonic() + timeout
+    while _running(pid):
+        if time.monotonic() > deadline:
+            raise LabError(f"ovs-vswitchd {pid} did not exit")
+        time.sleep(0.005)
+    return pid
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def read_pid(path: str) -> int | None:

@@ -139,6 +139,9 @@ class Daemon:
                 result = self.reconcile()
                 now = self.clock()
                 if result.ok:
+                    if self.reconciles == 1:
+                        log.info("first reconcile done in %.1f ms (%d peers)", result.duration * 1e3,
+                                 result.peers)
                     if change_seen is not None:
                         self.change_latencies.append(now - change_seen)
                         log.debug("change applied in %.1f ms", (now - change_seen) * 1e3)

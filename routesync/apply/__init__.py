@@ -50,6 +50,8 @@ class NodeAppliers:
         self.state_dir = os.path.dirname(config.state_file) or "."
         self._mover: UplinkMover | None = None
         self._uplink: UplinkSpec | None = None
+        self._gateway_mac: str | None = None
+        self._replayed_for: int | None = None  # ovs-vswitchd pid the Pod flows were replayed for
 
     def _mover_for(self, spec: UplinkSpec) -> UplinkMover:
         if self._mover is None or self._mover.spec != spec:
@@ -63,6 +65,7 @@ class NodeAppliers:
                 gateway_addresses: tuple[str, ...]) -> LocalFacts:
         self.ovs.ensure_bridge(config.datapath_type)
         gw_ofport, gw_mac = self.ovs.ensure_gateway(GATEWAY_PORT)
+        self._gateway_mac = gw_mac
         self.routes.set_gateway_addresses(GATEWAY_PORT, gateway_addresses)
         if uplink is not None:
             self._mover_for(uplink).ensure()
@@ -89,6 +92,7 @@ class NodeAppliers:
     def apply(self, desired: DesiredState) -> None:
         extra = self._mover.flows() if (self._mover and self._uplink) else []
         self.ovs.sync_flows(list(desired.flows) + extra)
+        self._replay_pod_flows()
         self.routes.set_gateway_addresses(GATEWAY_PORT, desired.gateway_addresses)
         if desired.mtu:
             self.ovs.set_mtu_request(GATEWAY_PORT, desired.mtu)
@@ -98,6 +102,17 @@ class NodeAppliers:
         self.nft.sync(desired.nft)
         if desired.tunnel is not None and self.config.datapath_type == "netdev":
             self.tnl_neigh.sync(tunnel_endpoints(desired.peers))
+
+    def _replay_pod_flows(self) -> None:
+        """Once per ovs-vswitchd instance (a restart loses every flow, the plugin's too): put the
+        per-Pod flows back from the Pod ports' external_ids.  Not on every reconcile: between the
+        plugin's port creation and its flow install (ADD) or flow and port removal (DEL) a Pod's
+        flows are legitimately absent."""
+        pid = self.ovs.vswitchd_pid()
+        if pid is None or pid == self._replayed_for or self._gateway_mac is None:
+            return
+        self.ovs.replay_pod_flows(self._gateway_mac)
+        self._replayed_for = pid
 
     def ovs_generation(self) -> int:
         return self.ovs.vswitchd_pid() or 0

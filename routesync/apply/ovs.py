@@ -169,6 +169,28 @@ def bundle_text(add: Iterable[int], replace: Iterable[int], delete: Iterable[int
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str) -> dict[int, list[Flow]]:
+    """Per-Pod flows by cookie value, rebuilt from Pod ports' external_ids (``cni.pipeline.EXT_*``:
+    container id, ifname, ips, mac) exactly as the plugin's ADD built them.  Ports without an
+    ofport or with incomplete ids are skipped."""
+    from cni.flows import PodPort, pod_flows
+    from cni.pipeline import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_MAC, pod_cookie
+
+    out: dict[int, list[Flow]] = {}
+    for p in ports:
+        ids = p.get("external_ids") or {}
+        cid, ifname, mac, ips = (ids.get(EXT_CONTAINER_ID), ids.get(EXT_IFNAME), ids.get(EXT_MAC),
+                                 ids.get(EXT_IPS))
+        ofport = p.get("ofport") or -1
+        if not (cid and ifname and mac and ips) or ofport <= 0:
+            continue
+        cookie = pod_cookie(cid, ifname)
+        addrs = tuple(a.strip() for a in ips.split(",") if a.strip())
+        out[cookie.value] = pod_flows(PodPort(cookie, int(ofport), mac, addrs),  # type: ignore[call-arg]
+                                      gateway_mac)
+    return out
+
+
 def stable_mac(seed: str) -> str:
     """A locally administered unicast MAC derived from ``seed`` (02:xx:..)."""
     d = hashlib.sha256(seed.encode()).digest()
@@ -359,10 +381,37 @@ class OvsApplier:
         before, self._last_pid = self._last_pid, pid
         return before is not None and pid != before
 
-    def replay_pod_flows(self) -> int:
-        """Hook for a later issue: re-install per-Pod flows from the Pod ports' external_ids
-        after an ovs-vswitchd restart.  Not implemented here; returns the number replayed."""
-        return 0
+    def pod_ports(self) -> list[dict[str, Any]]:
+        """Interfaces the plugin created (``ferry-owner=pod``): name, ofport, external_ids."""
+        rows = self.api.db_find("Interface", ("external_ids", "=", {EXT_OWNER: "pod"}),
+                                columns=["name", "ofport", "external_ids"]).execute(check_error=True)
+        out = []
+        for r in rows:
+            of = r["ofport"]
+            if isinstance(of, list):
+                of = of[0] if of else -1
+            out.append({"name": r["name"], "ofport": int(of or -1), "external_ids": dict(r["external_ids"])})
+        return out
+
+    def replay_pod_flows(self, gateway_mac: str) -> int:
+        """Re-install the per-Pod flows of every Pod port that has none (after an ovs-vswitchd
+        restart all are gone), rebuilt from the port's external_ids with the plugin's own
+        ``cni.flows.pod_flows`` and cookie and installed the way the plugin installs them
+        (``cni.ofctl.OpenFlow.add_flows``), so they are indistinguishable from the plugin's and
+        its CHECK and DEL find them.  A group that exists is never touched (the plugin owns
+        it).  Returns the number of Pods replayed."""
+        want = pod_flow_groups(self.pod_ports(), gateway_mac)
+        if not want:
+            return 0
+        present = {f.cookie for f in self.dump_flows() if f.cookie in want}
+        todo = sorted(c for c in want if c not in present)
+        if not todo:
+            return 0
+        from cni.ofctl import OpenFlow
+
+        OpenFlow(self.bridge, self.run_dir).add_flows([f for c in todo for f in want[c]])
+        LOG.info("per-Pod flows replayed for %d Pods", len(todo))
+        return len(todo)
 
     # -- flows
     def _ofctl(self, command: str, *opts: str, extra: tuple[str, ...] = (),

@@ -32,7 +32,10 @@ LOG = logging.getLogger(__name__)
 
 NTF_USE = 0x01  # neighbour flag: "use this entry" = start resolution now
 NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
-RESOLVE_TIMEOUT = 1.0
+# A reconcile waits at most this long for new next hops to resolve; a next hop that did not
+# resolve is only re-probed later, never waited for again (a dead peer must not slow every
+# reconcile).  What is missed is written at the next reconcile; meanwhile OVS ARPs by itself.
+RESOLVE_TIMEOUT = 0.3
 
 
 class TunnelNeighborError(RuntimeError):
@@ -74,6 +77,7 @@ class TunnelNeighbors:
         self.routes = routes
         self.run_dir = run_dir
         self.bridge = bridge
+        self.unresolved: set[str] = set()  # next hops that did not answer last time
 
     # -- ovs-appctl
     def _target(self) -> str:
@@ -136,8 +140,9 @@ class TunnelNeighbors:
             if mac:
                 found[ip] = mac
             else:
-                pending.add((ip, idx))
                 self._probe(ip, idx)
+                if ip not in self.unresolved:
+                    pending.add((ip, idx))
         deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -148,6 +153,7 @@ class TunnelNeighbors:
                     pending.discard((ip, idx))
         if pending:
             LOG.warning("tunnel next hops not resolved yet: %s", ", ".join(sorted(ip for ip, _ in pending)))
+        self.unresolved = {ip for ip, _ in hops} - set(found)
         return found
 
     def sync(self, endpoints: Iterable[str]) -> list[tuple[str, str]]:

@@ -4,6 +4,7 @@ Pure helpers plus thin readers of a lab Node (``ovs-ofctl dump-flows``, ``ip rou
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -25,8 +26,14 @@ def flow_lines(dump: str) -> list[str]:
     return [line for line in dump.splitlines() if "cookie=" in line]
 
 
+def dump_flows(node: Node, *match: str) -> str:
+    """``ovs-ofctl -O OpenFlow13 dump-flows`` (set_field/tun_dst syntax, as route-sync writes)."""
+    target = f"unix:{os.path.join(node.paths.ovs, node.lab.topology.bridge)}.mgmt"
+    return node.exec(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", target, *match], check=True).stdout
+
+
 def cookie_dump(node: Node, cookie: Cookie) -> str:
-    return node.ofctl("dump-flows", f"cookie={cookie.match()}")
+    return dump_flows(node, f"cookie={cookie.match()}")
 
 
 def peer_packets(node: Node, peer: str) -> int:
@@ -40,7 +47,7 @@ def tunnel_in_packets(node: Node) -> int:
 
 
 def owner_flow_count(node: Node, owner: Owner) -> int:
-    return len(flow_lines(node.ofctl("dump-flows", f"cookie={Cookie.owner_match(owner)}")))
+    return len(flow_lines(dump_flows(node, f"cookie={Cookie.owner_match(owner)}")))
 
 
 def ferry_routes(node: Node) -> list[str]:
