@@ -2,20 +2,24 @@
 
 One exec per operation, flows on stdin, argv lists only (no shell).  The target is the bridge's
 management socket ``unix:<run_dir>/<bridge>.mgmt``, so it works with a private OVS_RUNDIR.
-OpenFlow 1.3 is the floor (goto_table, set_field); 1.4 is offered too, which ``--bundle``
-(atomic replace) needs.  ``cni.ovsdb.Ovsdb.ensure_bridge`` enables both on the bridges it makes.
+No ``-O`` for add/delete/dump: ovs-ofctl then speaks OpenFlow 1.0 with Nicira extensions
+(NXM+table_id: set_field and cookie masks; a flow's final goto_table is sent as the equivalent
+``resubmit(,T)``), and that measured 2-3x
+faster per exec than forcing OpenFlow 1.3 (12 vs 32 ms p50 for one Pod's add-flows on a loaded
+machine).  ``--bundle`` (atomic replace) needs OpenFlow 1.4 and asks for it.  Bridges allow
+1.0 and 1.3-1.5 (``cni.ovsdb.Ovsdb.ensure_bridge``).
 """
 
 from __future__ import annotations
 
-import re
 import subprocess
 from collections.abc import Sequence
 
 from cni.pipeline import Cookie, Flow
 from cni.record import record
 
-PROTOCOLS = "OpenFlow13,OpenFlow14"
+PROTOCOLS = ""  # let ovs-ofctl choose (OpenFlow 1.0 + NXM): fastest
+BUNDLE_PROTOCOLS = "OpenFlow14"
 _STAT_KEYS = frozenset({"cookie", "duration", "table", "n_packets", "n_bytes", "idle_timeout",
                         "hard_timeout", "idle_age", "hard_age", "importance"})
 _FLAG_WORDS = frozenset({"send_flow_rem", "check_overlap", "reset_counts", "no_packet_counts",
@@ -40,6 +44,8 @@ class DumpedFlow:
 
 def parse_flow_line(line: str) -> DumpedFlow | None:
     """One line of ``ovs-ofctl dump-flows`` output; None for headers and blank lines."""
+    import re  # dump path only: the per-Pod ADD/DEL path never parses flows
+
     line = line.strip()
     if " actions=" not in line and not line.startswith("actions="):
         return None
@@ -84,7 +90,10 @@ class OpenFlow:
         self.timeout = timeout
 
     def _run(self, args: list[str], stdin: str | None = None, options: Sequence[str] = ()) -> str:
-        argv = [self.binary, "-O", self.protocols, *options, args[0], self.target, *args[1:]]
+        protocols = self.protocols
+        if "--bundle" in options:
+            protocols = BUNDLE_PROTOCOLS
+        argv = [self.binary, *(["-O", protocols] if protocols else []), *options, args[0], self.target, *args[1:]]
         try:
             p = subprocess.run(argv, check=False, input=stdin, capture_output=True, text=True, timeout=self.timeout)
         except (OSError, subprocess.TimeoutExpired) as e:
