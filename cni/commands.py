@@ -268,11 +268,13 @@ def add(req: Request) -> Result:
                 ofport = ovsdb.add_port(node.bridge, host, _external_ids(req, ips, mac))
                 step("per-Pod flows")
                 cookie = pl.pod_cookie(req.container_id, req.ifname)
-                flows = pod_flows(PodPort(cookie, ofport, mac, tuple(i.address for i in ips)), gw.mac)
+                flows = pod_flows(PodPort(cookie, ofport, mac, tuple(i.address for i in ips)), gw.mac, gw.ofport)
                 if install_base:
                     flows = base_flows(GatewayPort(gw.ofport, gw.mac, gw.addresses)) + flows
                 undo.push("per-Pod flows", lambda: of.del_flows(cookie))
                 of.add_flows(flows)
+                step("forget stale neighbours")
+                _forget_neighbours(host_nl, node.gateway_name, [i.address for i in ips])
                 step("announce addresses")
                 _announce(podfd, req.ifname, mac, ips, req.logger())
             undo.commit()
@@ -343,21 +345,49 @@ def _isolate_host_end(host: str) -> None:
             f.write(value)
 
 
-def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig], log: Any) -> None:
-    """Gratuitous ARP / unsolicited NA, so peers that cached an old MAC for a reused address update."""
-    from cni.announce import gratuitous_arp, unsolicited_na
-    from cni.netns import entered
+def _forget_neighbours(host_nl, gateway: str, addresses: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Drop the Node's cached MACs for these Pod addresses on the gateway port: an address that
+    comes back with a new Pod (new MAC) is resolved afresh, through OVS's ARP/ND responder."""
+    index = host_nl.link_index(gateway)
+    if index is None:
+        return
+    for a in addresses:
+        host_nl.neigh_del(index, str(ipaddress.ip_interface(a).ip))
 
-    with entered(podfd):
-        for ip in ips:
-            addr = str(ipaddress.ip_interface(ip.address).ip)
-            try:
-                if ip.family == 4:
-                    gratuitous_arp(ifname, mac, addr)
-                else:
-                    unsolicited_na(ifname, mac, addr)
-            except OSError as e:  # an announcement is a courtesy, not a reason to fail ADD
-                log.warning(f"could not announce {addr} on {ifname}: {e}")
+
+def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig], log: Any) -> None:
+    """Gratuitous ARP / unsolicited NA from the Pod, sent by a forked child that the plugin does
+    not wait for: opening and closing an AF_PACKET socket costs ~16 ms of kernel RCU grace period
+    (packet_release -> synchronize_net), a third of an ADD, for a courtesy message (OVS forwards
+    it to the gateway port; the Node's cache was already flushed)."""
+    from cni.announce import garp_frame, na_frame
+
+    frames = []
+    for ip in ips:
+        addr = str(ipaddress.ip_interface(ip.address).ip)
+        frames.append(garp_frame(mac, addr) if ip.family == 4 else na_frame(mac, addr))
+    try:
+        pid = os.fork()
+    except OSError as e:
+        log.warning(f"could not announce on {ifname}: {e}")
+        return
+    if pid:
+        return
+    try:  # the child: never touches the CNI result, exits on its own
+        import socket
+
+        from cni.netns import setns
+
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        setns(podfd)
+        with socket.socket(socket.AF_PACKET, socket.SOCK_RAW | socket.SOCK_CLOEXEC) as sock:
+            sock.bind((ifname, 0))
+            for frame in frames:
+                sock.send(frame)
+    finally:
+        os._exit(0)
 
 
 # ---------------------------------------------------------------------------- DEL
@@ -380,6 +410,8 @@ def delete(req: Request) -> None:
         for p in ports:
             step(f"delete OVS port {p.name}")
             ovsdb.del_port(node.bridge, p.name)
+            step("forget stale neighbours")
+            _forget_neighbours(host_nl, node.gateway_name, [a for a in p.external_ids.get(pl.EXT_IPS, "").split(",") if a])
         for name in sorted(names):
             step(f"delete veth {name}")
             host_nl.link_del(name)
@@ -443,8 +475,9 @@ def _check(req: Request, prev: Result, node: cfg.NodeContext, conf: cfg.PluginCo
         installed = of.dump_flows(cookie=cookie)
         sandbox = next((i for i in prev.interfaces if i.sandbox), None)
         if sandbox is not None and port.ofport and port.ofport > 0:
-            gw_mac = _gateway_mac(node, ovsdb)
-            want = pod_flows(PodPort(cookie, port.ofport, sandbox.mac, tuple(i.address for i in prev.ips)), gw_mac)
+            gw_mac, gw_ofport = _gateway_port(node, ovsdb)
+            want = pod_flows(PodPort(cookie, port.ofport, sandbox.mac, tuple(i.address for i in prev.ips)), gw_mac,
+                             gw_ofport)
             if len(installed) < len(want):
                 problems.append(f"per-Pod flows missing: {len(installed)} of {len(want)} installed "
                                 f"(cookie {cookie.match()})")
@@ -457,11 +490,13 @@ def _check(req: Request, prev: Result, node: cfg.NodeContext, conf: cfg.PluginCo
     return problems
 
 
-def _gateway_mac(node: cfg.NodeContext, ovsdb) -> str:  # type: ignore[no-untyped-def]
+def _gateway_port(node: cfg.NodeContext, ovsdb) -> tuple[str, int | None]:  # type: ignore[no-untyped-def]
     if node.state is not None:
-        return node.state.gateway.mac
+        return node.state.gateway.mac, node.state.gateway.ofport
     port = ovsdb.port(pl.GATEWAY_PORT)
-    return port.mac_in_use if port is not None else "00:00:00:00:00:00"
+    if port is None:
+        return "00:00:00:00:00:00", None
+    return port.mac_in_use, port.ofport
 
 
 def _check_sandbox(req: Request, prev: Result, pod_nl) -> list[str]:  # type: ignore[no-untyped-def]

@@ -104,6 +104,10 @@ class NodeContext:
     def lone(self) -> bool:
         return self.state is None
 
+    @property
+    def gateway_name(self) -> str:
+        return self.state.gateway.name if self.state is not None else GATEWAY_PORT
+
 
 def lone_pod_cidrs(conf: PluginConfig) -> list[str]:
     """The subnets of the explicit IPAM ranges (first range of each set)."""

@@ -24,6 +24,7 @@ PRIO_GUARD_ALLOW_ND = 203
 PRIO_GUARD_DROP_NA = 204
 PRIO_GUARD_ALLOW_NA = 205
 PRIO_GUARD_DROP_RA = 210
+PRIO_GRATUITOUS = 210
 
 ICMP6_NS, ICMP6_NA, ICMP6_RA, ICMP6_REDIRECT = 135, 136, 134, 137
 
@@ -92,6 +93,9 @@ def base_flows(gw: GatewayPort) -> list[Flow]:
         Flow(Table.NEIGHBOR_RESPONDER, PRIO_MISS, "", "drop", c),
         Flow(Table.L3_FORWARDING, PRIO_MISS, "", goto(Table.L2_FORWARDING), c),
         Flow(Table.L2_FORWARDING, PRIO_MATCH, f"dl_dst={gmac}", f"output:{port}", c),
+        # Unsolicited NAs (only a Pod's own, SpoofGuard saw to that) reach the Node's stack.
+        Flow(Table.L2_FORWARDING, PRIO_MATCH, f"icmp6,dl_dst=33:33:00:00:00:01,icmp_type={ICMP6_NA}",
+             f"output:{port}", c),
         Flow(Table.L2_FORWARDING, PRIO_MISS, "", "drop", c),
     ]
     for ip in v4:
@@ -111,8 +115,12 @@ class PodPort:
     addresses: tuple[str, ...]  # the Pod's CIDRs ("10.244.1.5/24") or plain addresses
 
 
-def pod_flows(pod: PodPort, gateway_mac: str) -> list[Flow]:
-    """The flows that make one Pod reachable and keep it from spoofing anyone."""
+def pod_flows(pod: PodPort, gateway_mac: str, gateway_ofport: int | None = None) -> list[Flow]:
+    """The flows that make one Pod reachable and keep it from spoofing anyone.
+
+    With ``gateway_ofport``, the Pod's gratuitous ARP (sender = target = its own address) goes to
+    the gateway port, where the Node's stack updates a cached entry, instead of being answered
+    by the responder."""
     pmac, gmac = mac(pod.mac), mac(gateway_mac)
     port = int(pod.ofport)
     c = pod.cookie
@@ -129,6 +137,9 @@ def pod_flows(pod: PodPort, gateway_mac: str) -> list[Flow]:
             Flow(Table.SPOOF_GUARD, PRIO_MATCH, f"{src},ip,nw_src={ip}", goto(Table.L3_FORWARDING), c),
             Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, f"arp,arp_op=1,arp_tpa={ip}",
                  arp_responder_actions(pmac, ip), c),
+            *([Flow(Table.NEIGHBOR_RESPONDER, PRIO_GRATUITOUS,
+                    f"arp,in_port={port},arp_op=1,arp_spa={ip},arp_tpa={ip}", f"output:{int(gateway_ofport)}", c)]
+              if gateway_ofport is not None else []),
             Flow(Table.L3_FORWARDING, PRIO_MATCH, f"ip,dl_dst={gmac},nw_dst={ip}",
                  f"mod_dl_src:{gmac},mod_dl_dst:{pmac},dec_ttl,{goto(Table.L2_FORWARDING)}", c),
         ]

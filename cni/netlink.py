@@ -25,6 +25,7 @@ NLMSG_ERROR, NLMSG_DONE = 2, 3
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK, RTM_SETLINK = 16, 17, 18, 19
 RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
+RTM_NEWNEIGH, RTM_DELNEIGH = 28, 29
 NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK = 0x1, 0x2, 0x4
 NLM_F_DUMP, NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x300, 0x100, 0x200, 0x400
 NLM_F_ACK_TLVS = 0x200  # on NLMSG_ERROR: extended-ack attributes follow
@@ -56,6 +57,8 @@ _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
 _IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, index
 _RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, proto, scope, type, flags
+_NDMSG = struct.Struct("=BxxxiHBB")  # family, ifindex, state, flags, type
+NDA_DST = 1
 _NLA = struct.Struct("=HH")
 _RECV_BUF = 1 << 16
 
@@ -418,6 +421,21 @@ class Netlink:
             self._request(RTM_DELROUTE, 0, body, f"delete route {dst}")
         except NetlinkError as e:
             if e.errno in (_errno.ESRCH, _errno.ENOENT, _errno.ENODEV):
+                return False
+            raise
+        return True
+
+    # -- neighbours
+
+    def neigh_del(self, index: int, address: str) -> bool:
+        """Forget the neighbour entry for ``address`` on link ``index``; False when there is none."""
+        ip = socket.inet_pton(socket.AF_INET6 if ":" in address else socket.AF_INET, address)
+        family = socket.AF_INET6 if len(ip) == 16 else socket.AF_INET
+        body = _NDMSG.pack(family, index, 0, 0, 0) + _attr(NDA_DST, ip)
+        try:
+            self._request(RTM_DELNEIGH, 0, body, f"delete neighbour {address}")
+        except NetlinkError as e:
+            if e.errno in (_errno.ENOENT, _errno.ESRCH, _errno.ENODEV):
                 return False
             raise
         return True

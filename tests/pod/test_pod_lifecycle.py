@@ -11,6 +11,7 @@ import pytest
 
 from cni import pipeline as pl
 from tests.pod.conftest import run
+from tests.pod.netcheck import ping
 
 pytestmark = pytest.mark.root
 
@@ -184,3 +185,23 @@ def test_check_names_what_diverged(node, damage):
     bad = node.cnitool("check", a.path)
     assert bad.returncode != 0
     assert expect in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+
+
+def test_add_and_del_clear_the_nodes_stale_neighbour_entries(node):
+    """An address that comes back with a new Pod (new MAC) must not be sent to the old MAC."""
+    warm = node.add_pod("warm")
+    ip = warm.ip(4)
+    node.exec("ip", "neigh", "replace", ip, "lladdr", "02:de:ad:00:00:01", "dev", "ferry-gw0", "nud", "stale")
+    assert node.del_pod(warm).returncode == 0
+    node.pods.clear()
+    run(["ip", "netns", "del", warm.netns], check=False)
+    assert "02:de:ad:00:00:01" not in node.exec("ip", "neigh", "show", "dev", "ferry-gw0").stdout
+    # The next Pod gets another address; plant a stale entry for it before its ADD.
+    node.exec("ip", "neigh", "replace", "10.244.1.3", "lladdr", "02:de:ad:00:00:02", "dev", "ferry-gw0",
+              "nud", "stale")
+    b = node.add_pod("b")
+    assert b.ip(4) == "10.244.1.3"
+    neigh = node.exec("ip", "neigh", "show", "10.244.1.3", "dev", "ferry-gw0").stdout
+    assert "02:de:ad:00:00:02" not in neigh
+    assert ping(node.name, b.ip(4))
+    assert b.mac in node.exec("ip", "neigh", "show", "10.244.1.3", "dev", "ferry-gw0").stdout
