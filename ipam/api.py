@@ -36,12 +36,13 @@ DEFAULT_DATA_DIR = "/var/lib/ferry/ipam"
 
 
 class IpamConfig(Frozen):
-    __slots__ = ("network", "data_dir", "range_sets", "routes")  # noqa: RUF023 - the order is the positional order
-    _defaults = {"routes": ()}  # noqa: RUF012 - read-only
+    __slots__ = ("network", "data_dir", "range_sets", "routes", "durable")  # noqa: RUF023 - positional order
+    _defaults = {"routes": (), "durable": False}  # noqa: RUF012 - read-only
     network: str
     data_dir: str
     range_sets: tuple[RangeSet, ...]
     routes: tuple[Route, ...]
+    durable: bool  # fsync every write (survive power loss), not only process crashes
 
     @property
     def store_dir(self) -> str:
@@ -93,8 +94,11 @@ def parse_config(netconf: dict[str, Any], node_cidrs: list[str]) -> IpamConfig:
     else:
         raise CniError(TRY_AGAIN_LATER, "ipam: no ipam.ranges and the Node has no Pod CIDRs yet "
                                         "(has ferry-route-sync written the node state?)")
+    durable = ipam.get("durable", False)
+    if not isinstance(durable, bool):
+        raise CniError(INVALID_CONFIG, "ipam.durable: must be true or false")
     return IpamConfig(network=name, data_dir=data_dir, range_sets=range_sets,
-                      routes=_parse_routes(ipam.get("routes")))
+                      routes=_parse_routes(ipam.get("routes")), durable=durable)
 
 
 def _key(container_id: str, ifname: str) -> Key:
@@ -120,7 +124,7 @@ def allocate(conf: IpamConfig, container_id: str, ifname: str,
     Nothing is reserved unless every range set could give one (one journaled commit)."""
     key = _key(container_id, ifname)
     wanted = match_requested(conf.range_sets, requested)
-    with Store(conf.store_dir).locked() as txn:
+    with Store(conf.store_dir, conf.durable).locked() as txn:
         existing = txn.get(key)
         if existing is not None:
             for pick in wanted.values():
@@ -154,7 +158,7 @@ def allocate(conf: IpamConfig, container_id: str, ifname: str,
 def release(conf: IpamConfig, container_id: str, ifname: str) -> None:
     """Free the attachment's addresses; an unknown attachment is already released."""
     key = _key(container_id, ifname)
-    with Store(conf.store_dir).locked() as txn:
+    with Store(conf.store_dir, conf.durable).locked() as txn:
         record = txn.get(key)
         if record is not None:
             txn.delete(record)
@@ -164,7 +168,7 @@ def check(conf: IpamConfig, container_id: str, ifname: str, addresses: list[str]
     """Each address (CIDR or plain) must be held by this attachment; CniError naming the first
     that is not."""
     key = _key(container_id, ifname)
-    with Store(conf.store_dir).locked() as txn:
+    with Store(conf.store_dir, conf.durable).locked() as txn:
         record = txn.get(key)
         held = record.ips if record else ()
         for a in addresses:
@@ -178,7 +182,7 @@ def check(conf: IpamConfig, container_id: str, ifname: str, addresses: list[str]
 def gc(conf: IpamConfig, valid: set[tuple[str, str]]) -> list[tuple[str, str]]:
     """Release every attachment not in ``valid``; returns the released keys (and logs them)."""
     released: list[tuple[str, str]] = []
-    with Store(conf.store_dir).locked() as txn:
+    with Store(conf.store_dir, conf.durable).locked() as txn:
         for record in list(txn.records()):
             if record.key not in valid:
                 txn.delete(record)
@@ -198,7 +202,7 @@ def status(conf: IpamConfig) -> None:
     if not conf.range_sets:
         raise CniError(NOT_READY, "ipam: no address range configured")
     try:
-        with Store(conf.store_dir).locked() as txn:
+        with Store(conf.store_dir, conf.durable).locked() as txn:
             if not os.access(conf.store_dir, os.W_OK):
                 raise CniError(NOT_READY, f"ipam: store {conf.store_dir} is not writable")
             for index, range_set in enumerate(conf.range_sets):
