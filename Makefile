@@ -34,6 +34,10 @@ chaos: bin
 bench: bin
 	$(PY) -m bench --cni-bin $(BIN)
 
+# The frozen onedir bundle (dist/ferry: ferry, ferry-ipam, ferry-route-sync, one _internal); see build.spec.
+dist: install
+	$(VENV)/bin/pyinstaller --noconfirm --log-level WARN --distpath $(CURDIR)/dist --workpath $(CURDIR)/build/pyi build.spec
+
 lint:
 	$(VENV)/bin/ruff check cni ipam routesync lab bench tests
 

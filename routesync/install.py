@@ -1,0 +1,380 @@
+"""``ferry-route-sync install-cni``: put the frozen bundle, the CNI links and the conflist on a host.
+
+What it does (plan as data, then apply; every step idempotent):
+
+* copies the bundle (``--bundle-dir``, or the one this executable runs from when frozen) to
+  ``<cni-bin-dir>/.ferry-bundle/<digest>/`` (digest of the bundle's files: an unchanged bundle
+  is not copied again, a new one lands beside the old and is switched to atomically);
+* links ``ferry`` and ``ferry-ipam`` in the CNI bin dir with *relative* symlinks (the init
+  container sees the host's bin dir under another path), each replaced by rename;
+* writes ``<cni-conf-dir>/10-ferry.conflist`` atomically (temp file + fsync + rename) from the
+  templates in ``conflist/``: ``ferry`` with its IPAM, then ``portmap`` and ``bandwidth`` when they
+  are in the bin dir and support the chosen ``cniVersion`` (asked with CNI VERSION);
+* removes stale Ferry confs (any other conf in the conf dir whose plugins include ``ferry``) and
+  older bundle copies.
+
+``--uninstall`` removes exactly what an install writes: the conflist (when it is ours), the two
+links (when they point into the bundle dir) and the bundle dir."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+CONFLIST_NAME = "10-ferry.conflist"
+NETWORK_NAME = "ferry"
+BUNDLE_DIR_NAME = ".ferry-bundle"
+LINKED = ("ferry", "ferry-ipam")
+CHAINED = ("portmap", "bandwidth")
+CNI_VERSIONS = ("1.1.0", "1.0.0", "0.4.0")
+DEFAULT_CNI_VERSION = "1.1.0"
+CONF_SUFFIXES = (".conf", ".conflist", ".json")  # what libcni loads from a conf dir
+
+
+class InstallError(Exception):
+    """The install cannot proceed (no bundle, bad template, bad override); the message says why."""
+
+
+# --- templates and rendering (pure) ------------------------------------------------------------
+
+def templates_dir() -> str:
+    """``conflist/`` of the frozen bundle (``_internal/conflist``) or of the source tree."""
+    base = getattr(sys, "_MEIPASS", None)
+    if base:
+        return os.path.join(base, "conflist")
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conflist")
+
+
+def load_templates(directory: str | None = None) -> dict[str, dict[str, Any]]:
+    d = directory or templates_dir()
+    out: dict[str, dict[str, Any]] = {}
+    for name in ("ferry", *CHAINED):
+        path = os.path.join(d, f"{name}.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            raise InstallError(f"conflist template {path}: {e}") from None
+        if not isinstance(doc, dict) or doc.get("type") != name:
+            raise InstallError(f"conflist template {path}: expected an object with type {name!r}")
+        out[name] = doc
+    return out
+
+
+def merge_ferry(template: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The ferry entry: ``overrides`` replace top-level keys; ``ipam`` is merged one level deep."""
+    conf = json.loads(json.dumps(template))
+    for k, v in overrides.items():
+        if k == "type":
+            raise InstallError("--ferry-conf may not change the plugin type")
+        if k == "ipam" and isinstance(v, dict) and isinstance(conf.get("ipam"), dict):
+            conf["ipam"] = {**conf["ipam"], **v}
+        else:
+            conf[k] = v
+    return conf
+
+
+def render_conflist(templates: dict[str, dict[str, Any]], cni_version: str, chained: Iterable[str],
+                    overrides: dict[str, Any] | None = None, name: str = NETWORK_NAME) -> dict[str, Any]:
+    if cni_version not in CNI_VERSIONS:
+        raise InstallError(f"cniVersion {cni_version!r} is not one of {', '.join(CNI_VERSIONS)}")
+    plugins = [merge_ferry(templates["ferry"], overrides or {})]
+    plugins += [json.loads(json.dumps(templates[p])) for p in CHAINED if p in set(chained)]
+    return {"cniVersion": cni_version, "name": name, "plugins": plugins}
+
+
+def conflist_text(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def is_ferry_conf(doc: Any) -> bool:
+    """A conf (``.conf``: one plugin) or conflist whose plugins include ``ferry``."""
+    if not isinstance(doc, dict):
+        return False
+    if doc.get("type") == "ferry":
+        return True
+    plugins = doc.get("plugins")
+    return isinstance(plugins, list) and any(isinstance(p, dict) and p.get("type") == "ferry" for p in plugins)
+
+
+# --- bundle identity ---------------------------------------------------------------------------
+
+def bundle_digest(bundle: str) -> str:
+    """sha256 over every file's relative path, mode bit x and content (symlinks by target)."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(bundle):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            path = os.path.join(dirpath, fn)
+            rel = os.path.relpath(path, bundle)
+            h.update(rel.encode() + b"\0")
+            if os.path.islink(path):
+                h.update(b"L" + os.readlink(path).encode() + b"\0")
+                continue
+            h.update(b"x" if os.access(path, os.X_OK) else b"-")
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def running_bundle() -> str | None:
+    """The onedir bundle this process runs from, when frozen."""
+    if getattr(sys, "frozen", False):
+        return os.path.dirname(os.path.realpath(sys.executable))
+    return None
+
+
+def check_bundle(bundle: str) -> None:
+    for name in LINKED:
+        if not os.access(os.path.join(bundle, name), os.X_OK):
+            raise InstallError(f"{bundle} is not a Ferry bundle: no executable {name!r} (build it with `make dist`)")
+
+
+# --- chained plugins ---------------------------------------------------------------------------
+
+def supported_versions(plugin: str, timeout: float = 5.0) -> tuple[str, ...]:
+    """CNI VERSION of an executable plugin; () when it does not answer."""
+    env = {"CNI_COMMAND": "VERSION", "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    try:
+        p = subprocess.run([plugin], input=b"{}", env=env, capture_output=True, timeout=timeout, check=False)
+        doc = json.loads(p.stdout or b"{}")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return ()
+    versions = doc.get("supportedVersions") if isinstance(doc, dict) else None
+    return tuple(v for v in versions if isinstance(v, str)) if isinstance(versions, list) else ()
+
+
+def chainable(cni_bin_dir: str, cni_version: str,
+              versions_of: Callable[[str], tuple[str, ...]] = supported_versions) -> tuple[list[str], list[str]]:
+    """(plugins to chain, notes on those left out)."""
+    chained, notes = [], []
+    for name in CHAINED:
+        path = os.path.join(cni_bin_dir, name)
+        if not os.access(path, os.X_OK):
+            continue
+        vs = versions_of(path)
+        if cni_version in vs:
+            chained.append(name)
+        else:
+            notes.append(f"{name} in {cni_bin_dir} does not support cniVersion {cni_version} "
+                         f"(supports {', '.join(vs) or 'nothing it would say'}): not chained")
+    return chained, notes
+
+
+# --- the plan ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class InstallPlan:
+    bundle_src: str
+    bundle_dest: str  # <bin>/.ferry-bundle/<digest>
+    links: tuple[tuple[str, str], ...]  # (link path, relative target)
+    conflist_path: str
+    conflist_text: str
+    remove: tuple[str, ...] = ()  # stale confs and older bundle copies
+    notes: tuple[str, ...] = field(default=())
+
+
+def stale_confs(conf_dir: str, keep: str) -> list[str]:
+    out = []
+    try:
+        names = sorted(os.listdir(conf_dir))
+    except FileNotFoundError:
+        return []
+    for fn in names:
+        path = os.path.join(conf_dir, fn)
+        if fn == keep or not fn.endswith(CONF_SUFFIXES) or not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if is_ferry_conf(doc):
+            out.append(path)
+    return out
+
+
+def plan_install(bundle: str, cni_bin_dir: str, cni_conf_dir: str, cni_version: str = DEFAULT_CNI_VERSION,
+                 overrides: dict[str, Any] | None = None, templates: dict[str, dict[str, Any]] | None = None,
+                 versions_of: Callable[[str], tuple[str, ...]] = supported_versions) -> InstallPlan:
+    check_bundle(bundle)
+    digest = bundle_digest(bundle)
+    root = os.path.join(cni_bin_dir, BUNDLE_DIR_NAME)
+    dest = os.path.join(root, digest)
+    links = tuple((os.path.join(cni_bin_dir, n), os.path.join(BUNDLE_DIR_NAME, digest, n)) for n in LINKED)
+    chained, notes = chainable(cni_bin_dir, cni_version, versions_of)
+    doc = render_conflist(templates or load_templates(), cni_version, chained, overrides)
+    old_bundles = [os.path.join(root, d) for d in sorted(os.listdir(root)) if d != digest] \
+        if os.path.isdir(root) else []
+    return InstallPlan(bundle, dest, links, os.path.join(cni_conf_dir, CONFLIST_NAME), conflist_text(doc),
+                       tuple(stale_confs(cni_conf_dir, CONFLIST_NAME) + old_bundles), tuple(notes))
+
+
+# --- applying ----------------------------------------------------------------------------------
+
+def write_atomic(path: str, text: str, mode: int = 0o644) -> bool:
+    """Write ``text`` to ``path`` by rename; False (nothing written) when it holds it already."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            if f.read() == text:
+                return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    d = os.path.dirname(path) or "."
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp{os.getpid()}")  # not *.conf*: libcni skips it
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return True
+
+
+def link_atomic(path: str, target: str) -> bool:
+    if os.path.islink(path) and os.readlink(path) == target:
+        return False
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp{os.getpid()}")
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, path)
+    return True
+
+
+def copy_bundle(src: str, dest: str) -> bool:
+    if os.path.isdir(dest):
+        return False
+    tmp = f"{dest}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, symlinks=True)
+    os.replace(tmp, dest)
+    return True
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def apply_install(plan: InstallPlan) -> list[str]:
+    """Apply ``plan``; returns what changed (empty: the host held it already)."""
+    changed = []
+    os.makedirs(os.path.dirname(plan.bundle_dest), exist_ok=True)
+    if copy_bundle(plan.bundle_src, plan.bundle_dest):
+        changed.append(f"copied {plan.bundle_src} to {plan.bundle_dest}")
+    for path, target in plan.links:
+        if link_atomic(path, target):
+            changed.append(f"linked {path} -> {target}")
+    if write_atomic(plan.conflist_path, plan.conflist_text):
+        changed.append(f"wrote {plan.conflist_path}")
+    for path in plan.remove:  # after the switch: a running plugin keeps its old copy until then
+        _remove(path)
+        changed.append(f"removed {path}")
+    return changed
+
+
+def uninstall(cni_bin_dir: str, cni_conf_dir: str) -> list[str]:
+    removed = []
+    conf = os.path.join(cni_conf_dir, CONFLIST_NAME)
+    for path in [conf, *stale_confs(cni_conf_dir, CONFLIST_NAME)]:
+        try:
+            with open(path, encoding="utf-8") as f:
+                ours = is_ferry_conf(json.load(f))
+        except (OSError, ValueError):
+            continue
+        if ours:
+            os.unlink(path)
+            removed.append(path)
+    for name in LINKED:
+        path = os.path.join(cni_bin_dir, name)
+        if os.path.islink(path) and os.readlink(path).startswith(BUNDLE_DIR_NAME + os.sep):
+            os.unlink(path)
+            removed.append(path)
+    root = os.path.join(cni_bin_dir, BUNDLE_DIR_NAME)
+    if os.path.isdir(root):
+        shutil.rmtree(root)
+        removed.append(root)
+    return removed
+
+
+def load_overrides(path: str | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InstallError(f"--ferry-conf {path}: {e}") from None
+    if not isinstance(doc, dict):
+        raise InstallError(f"--ferry-conf {path}: expected a JSON object")
+    return doc
+
+
+def install_cni(cni_bin_dir: str, cni_conf_dir: str, bundle_dir: str | None = None,
+                cni_version: str = DEFAULT_CNI_VERSION, ferry_conf: str | None = None,
+                do_uninstall: bool = False, log: Callable[[str], None] = print) -> int:
+    """The command: 0 on success; :class:`InstallError` when it cannot proceed."""
+    if do_uninstall:
+        removed = uninstall(cni_bin_dir, cni_conf_dir)
+        for r in removed:
+            log(f"removed {r}")
+        log("ferry uninstalled" if removed else "nothing of ferry installed")
+        return 0
+    bundle = bundle_dir or running_bundle()
+    if bundle is None:
+        raise InstallError("not running from a frozen bundle: give --bundle-dir (see `make dist`)")
+    plan = plan_install(os.path.realpath(bundle), cni_bin_dir, cni_conf_dir, cni_version,
+                        load_overrides(ferry_conf))
+    for note in plan.notes:
+        log(f"note: {note}")
+    changed = apply_install(plan)
+    for c in changed:
+        log(c)
+    log(f"ferry installed ({'changed' if changed else 'unchanged'}): {plan.conflist_path}")
+    return 0
+
+
+def click_command() -> Any:
+    """The ``install-cni`` click command (``routesync.cli`` adds it to its group)."""
+    import click
+
+    @click.command("install-cni")
+    @click.option("--cni-bin-dir", default="/opt/cni/bin", show_default=True, help="where CNI plugins live")
+    @click.option("--cni-conf-dir", default="/etc/cni/net.d", show_default=True, help="where conflists live")
+    @click.option("--bundle-dir", default=None,
+                  help="the onedir bundle to install (default: the one this executable runs from)")
+    @click.option("--cni-version", type=click.Choice(CNI_VERSIONS), default=DEFAULT_CNI_VERSION,
+                  show_default=True, help="cniVersion of the conflist (0.4.0/1.0.0 for older runtimes)")
+    @click.option("--ferry-conf", default=None,
+                  help="JSON object overriding keys of the ferry entry (ipam merged one level deep)")
+    @click.option("--uninstall", is_flag=True, help="remove what install-cni wrote")
+    def install_cni_cmd(cni_bin_dir: str, cni_conf_dir: str, bundle_dir: str | None, cni_version: str,
+                        ferry_conf: str | None, uninstall: bool) -> None:
+        """Copy the bundle, link ferry/ferry-ipam into the CNI bin dir, write 10-ferry.conflist."""
+        try:
+            install_cni(cni_bin_dir, cni_conf_dir, bundle_dir, cni_version, ferry_conf, uninstall,
+                        log=click.echo)
+        except (InstallError, OSError) as e:
+            raise click.ClickException(str(e)) from None
+
+    return install_cni_cmd

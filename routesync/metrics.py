@@ -1,0 +1,129 @@
+"""route-sync's Prometheus metrics (prometheus-client, a registry per daemon, no global state).
+
+    metrics = RouteSyncMetrics()
+    obs = Observer(metrics, health)          # what the daemon calls (see routesync.daemon)
+    obs.reconciled(result, desired)          # after every reconcile (desired None on failure)
+    obs.change_applied(seconds)              # a Node change seen -> applied
+    obs.mac_disagreement(peer)               # fast path: annotation and neighbour MAC differ
+    obs.tick()                               # every loop iteration (liveness)
+
+Names (exposition format; counters get ``_total``, histograms ``_bucket/_sum/_count``):
+
+==============================================================  ==========================================
+``ferry_route_sync_peers{path,family}``                          peers per decided path (tunnel, route,
+                                                                 underlay, fast, none) and family (4, 6)
+``ferry_route_sync_reconcile_duration_seconds``                  histogram of every reconcile pass
+``ferry_route_sync_node_change_to_applied_seconds``              histogram: Node change seen -> applied
+``ferry_route_sync_mac_source_disagreements_total``              annotation vs neighbour MAC differ
+``ferry_route_sync_errors_total{type}``                          failed reconciles by exception type
+``ferry_route_sync_reconciles_total{result}``                    reconciles, ok | error
+``ferry_route_sync_last_reconcile_success``                      1 when the latest pass succeeded
+``ferry_route_sync_state_file_writes_total``                     node state file rewrites
+==============================================================  =========================================="""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+if TYPE_CHECKING:
+    from .health import Health
+
+PATHS = ("tunnel", "route", "underlay", "fast", "none")
+FAMILIES = ("4", "6")
+PREFIX = "ferry_route_sync"
+# A reconcile is a few ms (no change) to a few hundred (first pass, uplink move, many peers).
+RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+CHANGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def peer_counts(peers: Iterable[Any]) -> dict[tuple[str, str], int]:
+    """(path, family) -> count for every known pair (zeros included, so a vanished path drops to 0);
+    ``peers`` are :class:`routesync.model.PeerPlan` (anything with ``path`` and ``family``)."""
+    counts = {(p, f): 0 for p in PATHS for f in FAMILIES}
+    for peer in peers:
+        key = (str(peer.path), str(peer.family))
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def error_type(error: str | None) -> str:
+    """``ReconcileResult.error`` is ``"Type: message"``; the label is the type."""
+    if not error:
+        return "unknown"
+    head = error.split(":", 1)[0].strip()
+    return head if head.isidentifier() else "unknown"
+
+
+class RouteSyncMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.peers = Gauge(f"{PREFIX}_peers", "Peers by decided path and address family",
+                           ["path", "family"], registry=r)
+        self.reconcile_duration = Histogram(f"{PREFIX}_reconcile_duration_seconds",
+                                            "Duration of one reconcile pass", buckets=RECONCILE_BUCKETS,
+                                            registry=r)
+        self.change_to_applied = Histogram(f"{PREFIX}_node_change_to_applied_seconds",
+                                           "From a Node change seen by the source to its state applied",
+                                           buckets=CHANGE_BUCKETS, registry=r)
+        self.mac_disagreements = Counter(f"{PREFIX}_mac_source_disagreements",
+                                         "Peer MAC from the annotation and from the neighbour table differ",
+                                         registry=r)  # no peer label: cardinality = cluster size
+        self.errors = Counter(f"{PREFIX}_errors", "Failed reconcile passes by exception type", ["type"],
+                              registry=r)
+        self.reconciles = Counter(f"{PREFIX}_reconciles", "Reconcile passes by result", ["result"], registry=r)
+        self.last_success = Gauge(f"{PREFIX}_last_reconcile_success",
+                                  "1 when the latest reconcile pass succeeded, else 0", registry=r)
+        self.state_writes = Counter(f"{PREFIX}_state_file_writes", "Node state file rewrites", registry=r)
+        for p, f in peer_counts(()):
+            self.peers.labels(p, f).set(0)
+        for res in ("ok", "error"):
+            self.reconciles.labels(res)
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class Observer:
+    """What the daemon reports to; forwards to the metrics and the health state. Never raises
+    into the loop (a metrics bug must not stop reconciling)."""
+
+    def __init__(self, metrics: RouteSyncMetrics, health: Health | None = None) -> None:
+        self.metrics = metrics
+        self.health = health
+
+    def tick(self) -> None:
+        if self.health is not None:
+            self.health.tick()
+
+    def reconciled(self, result: Any, desired: Any | None) -> None:
+        """``result``: :class:`routesync.daemon.ReconcileResult`; ``desired``: the applied
+        :class:`routesync.model.DesiredState` when the pass succeeded."""
+        m = self.metrics
+        try:
+            m.reconcile_duration.observe(max(0.0, float(result.duration)))
+            if result.ok:
+                m.reconciles.labels("ok").inc()
+                m.last_success.set(1)
+                if getattr(result, "state_written", False):
+                    m.state_writes.inc()
+                if desired is not None:
+                    for (path, family), n in peer_counts(desired.peers).items():
+                        m.peers.labels(path, family).set(n)
+            else:
+                m.reconciles.labels("error").inc()
+                m.errors.labels(error_type(result.error)).inc()
+                m.last_success.set(0)
+        finally:
+            if self.health is not None:
+                self.health.reconciled(bool(result.ok))
+
+    def change_applied(self, seconds: float) -> None:
+        self.metrics.change_to_applied.observe(max(0.0, seconds))
+
+    def mac_disagreement(self, peer: str) -> None:
+        self.metrics.mac_disagreements.inc()
