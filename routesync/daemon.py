@@ -30,6 +30,7 @@ from .sources import NodeSource, SourceError
 
 if TYPE_CHECKING:
     from .config import Config
+    from .metrics import Observer
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,9 @@ class ReconcileResult:
 
 class Daemon:
     def __init__(self, config: Config, source: NodeSource, appliers: Appliers,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, observer: Observer | None = None) -> None:
         self.config = config
+        self.observer = observer  # metrics + health (routesync.metrics.Observer); None: off
         self.source = source
         self.appliers = appliers
         self.clock = clock
@@ -134,9 +136,13 @@ class Daemon:
             ovs_gen = 0
         next_ovs_check = self.clock() + OVS_CHECK_INTERVAL
         while not self.stop.is_set():
+            if self.observer:
+                self.observer.tick()
             now = self.clock()
             if (dirty and now >= retry_at) or now >= next_resync:
                 result = self.reconcile()
+                if self.observer:
+                    self.observer.reconciled(result, self.last_desired if result.ok else None)
                 now = self.clock()
                 if result.ok:
                     if self.reconciles == 1:
@@ -144,6 +150,8 @@ class Daemon:
                                  result.peers)
                     if change_seen is not None:
                         self.change_latencies.append(now - change_seen)
+                        if self.observer:
+                            self.observer.change_applied(now - change_seen)
                         log.debug("change applied in %.1f ms", (now - change_seen) * 1e3)
                     dirty, change_seen, backoff = False, None, BACKOFF_MIN
                 else:
