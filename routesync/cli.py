@@ -1,4 +1,4 @@
-"""``ferry-route-sync``: run | show | teardown (install-cni: a later issue)."""
+"""``ferry-route-sync``: run | show | teardown | install-cni."""
 
 from __future__ import annotations
 
@@ -39,7 +39,10 @@ def main() -> None:
 @main.command()
 @CONFIG_OPT
 @click.option("-v", "--verbose", is_flag=True)
-def run(config_path: str, verbose: bool) -> None:
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, envvar="FERRY_METRICS_PORT",
+              show_default=True, help="serve /metrics, /healthz, /readyz on this port (0: off)")
+@click.option("--metrics-host", default="0.0.0.0", envvar="FERRY_METRICS_HOST", show_default=True)
+def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -> None:
     """Reconcile this Node until SIGTERM/SIGINT."""
     cfg = _load(config_path)
     _logging(cfg, verbose)
@@ -47,9 +50,14 @@ def run(config_path: str, verbose: bool) -> None:
     from .daemon import Daemon
     from .sources import make_source
 
+    observer, server = None, None
+    if metrics_port:
+        from .health import serve
+
+        observer, server = serve(cfg.state_file, metrics_host, metrics_port)
     source = make_source(cfg)
     appliers = make_appliers(cfg)
-    daemon = Daemon(cfg, source, appliers)
+    daemon = Daemon(cfg, source, appliers, observer=observer)
 
     def _stop(signum: int, _frame: Any) -> None:
         logging.getLogger(__name__).info("signal %d: stopping", signum)
@@ -64,6 +72,8 @@ def run(config_path: str, verbose: bool) -> None:
     finally:
         source.close()
         appliers.close()
+        if server is not None:
+            server.close()
 
 
 @main.command()
@@ -109,3 +119,12 @@ def teardown(config_path: str) -> None:
 
         RegistrySource(cfg.node_source.registry_dir, cfg.node_name).remove_self()
     click.echo(f"route-sync state removed from {cfg.node_name}")
+
+
+def _install_cni() -> None:
+    from .install import click_command
+
+    main.add_command(click_command())
+
+
+_install_cni()
