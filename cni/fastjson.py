@@ -36,7 +36,7 @@ class _Context:
     memo: dict[str, str] = {}  # noqa: RUF012 - the C scanner clears it after each call
 
 
-_scan = _json.make_scanner(_Context())
+_scan = _json.make_scanner(_Context())  # type: ignore[arg-type]  # duck-typed like json.JSONDecoder
 
 
 def _skip(s: str, i: int) -> int:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 _MISSING = object()
 
 
-class Factory:
+class _Factory:
     """A default made fresh for each instance (``Factory(list)``)."""
 
     __slots__ = ("make",)
@@ -62,7 +62,7 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
             value = kwargs.pop(name)
         elif default is _MISSING:
             raise TypeError(f"{type(self).__name__}() missing argument {name!r}")
-        elif isinstance(default, Factory):
+        elif isinstance(default, _Factory):
             value = default.make()
         else:
             value = default
@@ -99,27 +99,38 @@ def _frozen_setattr(self: Any, name: str, value: Any) -> None:
     raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name!r}")
 
 
-def record(cls: type | None = None, *, frozen: bool = False) -> Any:
-    def wrap(c: type) -> type:
-        c.__record_fields__ = _fields(c)  # type: ignore[attr-defined]
-        for name, default in c.__record_fields__:  # type: ignore[attr-defined]
-            if isinstance(default, Factory):
+def _record(cls: type | None = None, *, frozen: bool = False) -> Any:
+    def wrap(c: Any) -> Any:  # Any: methods are installed on the class object itself
+        c.__record_fields__ = _fields(c)
+        for name, default in c.__record_fields__:
+            if isinstance(default, _Factory):
                 delattr(c, name)
         if "__init__" not in c.__dict__:
-            c.__init__ = _init  # type: ignore[misc]
+            c.__init__ = _init
         if "__repr__" not in c.__dict__:
-            c.__repr__ = _repr  # type: ignore[method-assign]
+            c.__repr__ = _repr
         if "__eq__" not in c.__dict__:
-            c.__eq__ = _eq  # type: ignore[method-assign]
+            c.__eq__ = _eq
         if frozen:
-            c.__setattr__ = _frozen_setattr  # type: ignore[method-assign]
-            c.__delattr__ = _frozen_setattr  # type: ignore[method-assign,assignment]
-            c.__hash__ = _hash  # type: ignore[method-assign]
+            c.__setattr__ = _frozen_setattr
+            c.__delattr__ = _frozen_setattr
+            c.__hash__ = _hash
         else:
-            c.__hash__ = None  # type: ignore[assignment]
+            c.__hash__ = None
         return c
 
     return wrap if cls is None else wrap(cls)
+
+
+if TYPE_CHECKING:  # type checkers see what @record and Factory are to them: dataclass and field
+    from dataclasses import dataclass as record
+    from dataclasses import field as _field
+
+    def Factory(make: Callable[[], T]) -> T:  # noqa: N802 - mirrors the runtime class
+        return _field(default_factory=make)
+else:
+    record = _record
+    Factory = _Factory
 
 
 def is_record(obj: Any) -> bool:
