@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -73,8 +74,14 @@ def test_up_builds_the_default_topology(lab: Lab) -> None:
         with open(os.path.join(registry, f)) as fh:
             records[f] = yaml.safe_load(fh)
     assert list(records) == ["node-1.yaml", "node-2.yaml", "node-3.yaml"]
+    # route-sync publishes each Node's uplink MAC (what peers' fast path needs) in its record
+    for n in (n1, n2, n3):
+        link = json.loads(n.exec(["ip", "-j", "link", "show", "eth0"], check=True).stdout)[0]
+        assert records[f"{n.name}.yaml"]["annotations"] == {"ferry.io/mac-address": link["address"]}, n.name
     assert records["node-3.yaml"] == {"name": "node-3", "transportAddresses": ["192.168.88.13", "fd00:88::d"],
-                                      "podCIDRs": ["10.244.3.0/24", "fd00:10:244:3::/64"], "annotations": {}}
+                                      "podCIDRs": ["10.244.3.0/24", "fd00:10:244:3::/64"],
+                                      "annotations": records["node-3.yaml"]["annotations"]}
+    assert len({r["annotations"]["ferry.io/mac-address"] for r in records.values()}) == 3
     assert Manifest.load(lab.dir).state == "up"
 
 
@@ -83,7 +90,9 @@ def test_down_after_up_leaves_nothing(lab_factory: Callable[..., Lab]) -> None:
     pods = [lab.add_pod("node-1", "a")]
     assert lab.tcp(pods[0], lab.node("node-1").ipv4)  # an echo server is running now too
     ovs_pids = processes_of(lab.dir)
-    assert len(ovs_pids) == 6  # 3 x (ovsdb-server + ovs-vswitchd)
+    assert len(ovs_pids) == 9  # 3 x (ovsdb-server + ovs-vswitchd + ferry-route-sync)
+    rs_pids = {lab.route_sync_pid(n.name) for n in lab.nodes}
+    assert None not in rs_pids and len(rs_pids) == 3 and rs_pids < set(ovs_pids)
     ns_pids = build.pids_in(namespaces_of(lab.name))
     assert set(ovs_pids) < set(ns_pids)  # + the echo server
     cache = os.path.join(CNI_CACHE, f"ferry-{cnitool_container_id('/run/netns/' + pods[0].netns)}-eth0")

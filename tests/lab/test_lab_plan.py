@@ -21,7 +21,14 @@ def test_default_topology_three_nodes_two_segments() -> None:
     assert topology.node_addresses(t, n3) == ("192.168.88.13", "fd00:88::d")
     assert n1.pod_cidrs == ("10.244.1.0/24", "fd00:10:244:1::/64")
     assert n3.pod_cidrs == ("10.244.3.0/24", "fd00:10:244:3::/64")
-    assert t.route_sync is None and n1.datapath == "netdev"
+    assert n1.datapath == "netdev"
+    # the default cluster runs route-sync: VXLAN between every pair of Nodes
+    assert t.route_sync is not None
+    assert (t.route_sync.trafficEncapMode, t.route_sync.tunnelType) == ("encap", "vxlan")
+    assert t.route_sync.fastPath is False
+    # lone.yaml is the same cluster without route-sync
+    lone = topology.load(os.path.join(os.path.dirname(topology.__file__), "topologies", "lone.yaml"))
+    assert lone.route_sync is None and lone.nodes == t.nodes and lone.segments == t.segments
 
 
 def test_pod_cidrs_are_disjoint_and_inside_cluster() -> None:
@@ -92,7 +99,10 @@ def test_files_conflist_registry_route_sync() -> None:
     assert layout.registry_record(t, n) == {"name": "node-1", "transportAddresses": ["192.168.77.11", "fd00:77::b"],
                                             "podCIDRs": ["10.244.1.0/24", "fd00:10:244:1::/64"], "annotations": {}}
     rs = layout.route_sync_config(t, n, p, "/run/ferry-lab/tlp")
-    assert rs["trafficEncapMode"] == "noEncap" and rs["defaultMTU"] == 1400
+    # no defaultMTU: route-sync derives the Pod MTU from the uplink's (the segment's 1400)
+    assert rs["trafficEncapMode"] == "noEncap" and "defaultMTU" not in rs
+    creates = [line for lines in netplan.plan("tlp", t).stages[0].values() for line in lines]
+    assert any("peer name eth0 mtu 1400 netns tlp-node-1" in c for c in creates)
     assert rs["nodeSource"] == {"type": "registry", "registryDir": "/run/ferry-lab/tlp/registry"}
     assert rs["transportInterface"] == "eth0" and rs["stateFile"] == p.state_file
 

@@ -54,7 +54,9 @@ def test_del_pod_removes_netns_port_and_cache(lab: Lab) -> None:
     assert lab.ping(b, node.ipv6)
 
 
-def test_check_same_node_passes_and_fails_when_broken(lab: Lab) -> None:
+def test_check_same_node_passes_and_fails_when_broken(lab_factory: Callable[..., Lab]) -> None:
+    lab = lab_factory(os.path.join(os.path.dirname(layout.__file__), "topologies", "lone.yaml"))
+    assert not lab.route_sync
     lab.add_pod("node-1", "p1")
     b = lab.add_pod("node-1", "p2")
     cp = ferry_lab("check", "--only", "same-node", "--name", lab.name)
