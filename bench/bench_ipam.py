@@ -1,6 +1,6 @@
 """IPAM latency on a /16 at 0 %, 50 % and 99 % full: Ferry vs. Debian's host-local, like for like.
 
-    python -m bench.bench_ipam [--iterations 300] [--exec-iterations 60] [--cni-bin DIR]
+    python -m bench.bench_ipam [--iterations 300] [--exec-iterations 60] [--cni-bin DIR] [--json OUT]
 
 For each fill level the same addresses are reserved in both stores (written directly: Ferry's
 claims + records + cursor, host-local's one file per IP + ``last_reserved_ip.0``) with the cursor
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cni-bin", default=os.environ.get("FERRY_CNI_BIN", ""),
                    help="directory holding ferry-ipam (default: lean launchers written to a temp dir)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", help="write the figures (and the raw samples) to this file")
     args = p.parse_args(argv)
     if not os.access(HOST_LOCAL, os.X_OK):
         print(f"{HOST_LOCAL} missing (apt-get install containernetworking-plugins)", file=sys.stderr)
@@ -128,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             write_launchers(os.path.join(work, "bin"))
             ferry_ipam = os.path.join(work, "bin", "ferry-ipam")
         rows = []
+        series: list[dict[str, object]] = []
         for fill in FILLS:
             reserved = rnd.sample(usable, len(usable) * fill // 100)
             cursor = rnd.choice(reserved) if reserved else None
@@ -147,11 +149,18 @@ def main(argv: list[str] | None = None) -> int:
             for name, (add, dele) in results.items():
                 rows.append([f"{fill}%", name, len(add), percentile(add, 50), percentile(add, 99),
                              percentile(dele, 50), percentile(dele, 99), f"{hl_add / percentile(add, 50):.2f}x"])
+                series.append({"fill": fill, "implementation": name, "n": len(add),
+                               "add_p50": percentile(add, 50), "add_p99": percentile(add, 99),
+                               "del_p50": percentile(dele, 50), "del_p99": percentile(dele, 99),
+                               "add_ms": add, "del_ms": dele})
             for d in dirs.values():
                 shutil.rmtree(d, ignore_errors=True)
         print(f"IPAM on {SUBNET} (ms; ratio = host-local exec ADD p50 / this ADD p50, >1 means faster)")
         print(table(["fill", "implementation", "n", "ADD p50", "ADD p99", "DEL p50", "DEL p99", "vs host-local"],
                     rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"benchmark": "ipam", "subnet": SUBNET, "series": series}, f, indent=1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

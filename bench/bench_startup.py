@@ -6,7 +6,7 @@ ADD/DEL; an early error is the cheapest path through the protocol core.  Calls o
 are interleaved so that machine noise hits both alike; each answer is checked, so a broken plugin
 cannot look fast.
 
-    python -m bench.bench_startup [--runs 100] [--cni-bin DIR] [--reference /usr/lib/cni/bridge]
+    python -m bench.bench_startup [--runs 100] [--cni-bin DIR] [--reference /usr/lib/cni/bridge] [--json OUT]
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--cni-bin", help="a directory with the ferry launcher (default: written to a temp dir)")
     ap.add_argument("--reference", default="/usr/lib/cni/bridge")
+    ap.add_argument("--json", help="write the figures (and the raw samples) to this file")
     args = ap.parse_args(argv)
     if not os.access(args.reference, os.X_OK):
         print(f"reference plugin {args.reference} not found", file=sys.stderr)
@@ -89,7 +90,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# plugin start-up, {args.runs} runs each, wall time of fork+exec+run+exit (nearest-rank)")
     print(f"# ferry: {plugins['ferry']}   reference: {args.reference}   loadavg: {os.getloadavg()}")
     print(report(samples, "ferry", "bridge"))
+    if args.json:
+        write_json(args.json, samples, args.runs, plugins)
     return 0
+
+
+def write_json(path: str, samples: dict[tuple[str, str], list[float]], runs: int, plugins: dict[str, str]) -> None:
+    """Every (call, plugin) series with p50/p99/mean and its samples, as ``bench`` collects them."""
+    series = [{"call": call, "plugin": name, "n": len(ms), "p50": percentile(ms, 50), "p99": percentile(ms, 99),
+               "mean": sum(ms) / len(ms), "samples_ms": ms} for (call, name), ms in samples.items()]
+    with open(path, "w") as f:
+        json.dump({"benchmark": "startup", "runs": runs, "plugins": plugins, "loadavg": os.getloadavg(),
+                   "series": series}, f, indent=1)
 
 
 if __name__ == "__main__":
