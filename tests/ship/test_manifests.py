@@ -1,0 +1,90 @@
+"""deploy/ferry.yaml against the Kubernetes OpenAPI schemas (kubernetes-validate, strict: unknown
+fields fail), plus what the schemas cannot say: the wiring between the parts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import kubernetes_validate as kv
+import pytest
+import yaml
+
+from routesync import config as rs_config
+from routesync.health import DEFAULT_PORT
+
+from .conftest import ROOT
+
+MANIFEST = ROOT / "deploy" / "ferry.yaml"
+
+
+@pytest.fixture(scope="module")
+def docs() -> dict[str, dict]:
+    out = {}
+    for d in yaml.safe_load_all(MANIFEST.read_text()):
+        out[d["kind"]] = d
+    return out
+
+
+def test_every_document_validates_strictly(docs: dict[str, dict]) -> None:
+    assert set(docs) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet"}
+    for kind, d in docs.items():
+        assert kv.validate(d, kv.latest_version(), strict=True), kind
+
+
+def test_the_validator_catches_a_bad_field(docs: dict[str, dict]) -> None:
+    bad = yaml.safe_load(yaml.safe_dump(docs["DaemonSet"]))
+    bad["spec"]["template"]["spec"]["containers"][0]["livenesProbe"] = {}
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, kv.latest_version(), strict=True)
+    bad = yaml.safe_load(yaml.safe_dump(docs["DaemonSet"]))
+    bad["spec"]["template"]["spec"]["hostNetwork"] = "yes"
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, kv.latest_version(), strict=True)
+
+
+def test_daemonset_wiring(docs: dict[str, dict]) -> None:
+    ds = docs["DaemonSet"]
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    assert pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
+    (init,) = pod["initContainers"]
+    assert init["command"][:2] == ["/opt/ferry/ferry-route-sync", "install-cni"]
+    assert init["securityContext"]["privileged"] is True
+    mounts = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
+    i = init["command"].index
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts[init["command"][i("--cni-bin-dir") + 1]]]["hostPath"]["path"] == "/opt/cni/bin"
+    assert volumes[mounts[init["command"][i("--cni-conf-dir") + 1]]]["hostPath"]["path"] == "/etc/cni/net.d"
+    (rs,) = pod["containers"]
+    assert rs["securityContext"]["privileged"] is True
+    port = int(rs["command"][rs["command"].index("--metrics-port") + 1])
+    assert port == DEFAULT_PORT
+    assert rs["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port, "host": "127.0.0.1"}
+    assert rs["readinessProbe"]["httpGet"]["path"] == "/readyz" and rs["readinessProbe"]["httpGet"]["port"] == port
+    # the config the container reads is the ConfigMap's route-sync.yaml
+    cfg_path = rs["command"][rs["command"].index("--config") + 1]
+    cfg_mount = next(m for m in rs["volumeMounts"] if cfg_path.startswith(m["mountPath"] + "/"))
+    assert volumes[cfg_mount["name"]]["configMap"]["name"] == docs["ConfigMap"]["metadata"]["name"]
+    assert Path(cfg_path).name in docs["ConfigMap"]["data"]
+
+
+def test_configmap_is_a_valid_route_sync_config(docs: dict[str, dict]) -> None:
+    raw = yaml.safe_load(docs["ConfigMap"]["data"]["route-sync.yaml"])
+    cfg = rs_config.from_dict({**raw, "nodeName": "n1"})
+    assert cfg.node_source.type == "kubernetes"
+    assert cfg.state_file == "/var/run/ferry/node-state.json"  # what the conflist template's ferry reads
+    ds_mounts = {m["mountPath"] for m in docs["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]}
+    assert str(Path(cfg.state_file).parent) in ds_mounts
+    assert cfg.ovs_run_dir in ds_mounts
+
+
+def test_rbac_nodes_get_list_watch_patch(docs: dict[str, dict]) -> None:
+    (rule,) = docs["ClusterRole"]["rules"]
+    assert rule["apiGroups"] == [""] and rule["resources"] == ["nodes"]
+    assert sorted(rule["verbs"]) == ["get", "list", "patch", "watch"]
+    b = docs["ClusterRoleBinding"]
+    assert b["roleRef"]["name"] == docs["ClusterRole"]["metadata"]["name"]
+    (subject,) = b["subjects"]
+    sa = docs["ServiceAccount"]["metadata"]
+    assert (subject["kind"], subject["name"], subject["namespace"]) == ("ServiceAccount", sa["name"], sa["namespace"])
