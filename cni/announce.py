@@ -6,7 +6,7 @@ neighbours (the gateway, other Pods) refresh stale entries for a reused address 
 
 from __future__ import annotations
 
-import socket
+import _socket as socket
 import struct
 
 ETH_P_ARP = 0x0806
@@ -58,10 +58,13 @@ def na_frame(mac: str, ipv6: str) -> bytes:
 
 
 def _send(ifname: str, frame: bytes, count: int) -> None:
-    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW | socket.SOCK_CLOEXEC) as s:
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW | socket.SOCK_CLOEXEC)
+    try:
         s.bind((ifname, 0))
         for _ in range(count):
             s.send(frame)
+    finally:
+        s.close()
 
 
 def gratuitous_arp(ifname: str, mac: str, ipv4: str, count: int = 1) -> None:

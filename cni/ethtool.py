@@ -6,9 +6,9 @@ send complete ones: TX checksum offload off.  Acts in the calling thread's netwo
 
 from __future__ import annotations
 
+import _socket as socket
 import ctypes
 import fcntl
-import socket
 import struct
 
 SIOCETHTOOL = 0x8946
@@ -27,8 +27,11 @@ def _ethtool(ifname: str, cmd: int, data: int = 0) -> int:
     value = _EthtoolValue(cmd, data)
     # struct ifreq: char ifr_name[16]; union { void *ifr_data; ... } (padded to 40 bytes).
     ifreq = struct.pack("16sP", name, ctypes.addressof(value)).ljust(40, b"\0")
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+    try:
         fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifreq)
+    finally:
+        s.close()
     return int(value.data)
 
 

@@ -11,9 +11,9 @@ OSError with the kernel's errno, plus its extended-ack text when the kernel give
 
 from __future__ import annotations
 
+import _socket as socket  # the C module: socket.py's enum conversions cost ~10 ms per exec
 import errno as _errno
 import os
-import socket
 import struct
 from collections.abc import Iterator
 from types import TracebackType

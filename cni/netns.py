@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 CLONE_NEWNET = 0x40000000
 SELF_NETNS = "/proc/thread-self/ns/net"
@@ -32,21 +30,34 @@ def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
-@contextmanager
-def entered(path_or_fd: str | int) -> Iterator[None]:
-    """Run the body inside another network namespace, then return to the original one."""
-    own = isinstance(path_or_fd, str)
-    fd = open_netns(path_or_fd) if isinstance(path_or_fd, str) else path_or_fd
-    try:
-        origin = open_netns(SELF_NETNS)
+class entered:
+    """Run the body inside another network namespace, then return to the original one.
+    (A class, not @contextmanager: contextlib costs ~7 ms of imports per exec.)"""
+
+    def __init__(self, path_or_fd: str | int) -> None:
+        self.target = path_or_fd
+        self.fd = -1
+        self.origin = -1
+
+    def __enter__(self) -> None:
+        own = isinstance(self.target, str)
+        self.fd = open_netns(self.target) if isinstance(self.target, str) else self.target
         try:
-            setns(fd)
+            self.origin = open_netns(SELF_NETNS)
             try:
-                yield
-            finally:
-                setns(origin)
+                setns(self.fd)
+            except BaseException:
+                os.close(self.origin)
+                raise
+        except BaseException:
+            if own:
+                os.close(self.fd)
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            setns(self.origin)
         finally:
-            os.close(origin)
-    finally:
-        if own:
-            os.close(fd)
+            os.close(self.origin)
+            if isinstance(self.target, str):
+                os.close(self.fd)

@@ -12,9 +12,9 @@ machine).  ``--bundle`` (atomic replace) needs OpenFlow 1.4 and asks for it.  Br
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
 
+from cni import spawn
 from cni.pipeline import Cookie, Flow
 from cni.record import record
 
@@ -95,12 +95,12 @@ class OpenFlow:
             protocols = BUNDLE_PROTOCOLS
         argv = [self.binary, *(["-O", protocols] if protocols else []), *options, args[0], self.target, *args[1:]]
         try:
-            p = subprocess.run(argv, check=False, input=stdin, capture_output=True, text=True, timeout=self.timeout)
-        except (OSError, subprocess.TimeoutExpired) as e:
+            code, out, err = spawn.run(argv, (stdin or "").encode(), self.timeout)
+        except OSError as e:
             raise OfctlError(f"{args[0]} on {self.bridge}: {e}") from e
-        if p.returncode != 0:
-            raise OfctlError(f"{args[0]} on {self.bridge}: {p.stderr.strip() or f'exit {p.returncode}'}")
-        return p.stdout
+        if code != 0:
+            raise OfctlError(f"{args[0]} on {self.bridge}: {err.decode(errors='replace').strip() or f'exit {code}'}")
+        return out.decode(errors="replace")
 
     def add_flows(self, flows: Sequence[Flow]) -> None:
         """Add (or overwrite, same table/priority/match) all ``flows`` in one exec."""

@@ -126,7 +126,7 @@ if TYPE_CHECKING:  # type checkers see what @record and Factory are to them: dat
     from dataclasses import dataclass as record
     from dataclasses import field as _field
 
-    def Factory(make: Callable[[], T]) -> T:  # noqa: N802 - mirrors the runtime class
+    def Factory(make: Callable[[], T]) -> T:
         return _field(default_factory=make)
 else:
     record = _record
