@@ -1,0 +1,421 @@
+"""``results.json`` → ``report.md`` + PNG plots.
+
+    python -m bench.report RESULTS_DIR [--docs DOCS_DIR]
+
+``results.json`` (written by ``python -m bench``) holds ``meta`` and ``benchmarks``: for each
+benchmark ``{"status": "ok" | "failed", "error": ..., "data": <its own --json output>}``.
+
+The report lists every goal figure of the other issues as a ratio against its reference,
+marked pass / short (or "—" where the issue sets no bound, "not run" when its benchmark failed or
+the quick run leaves it out), then each benchmark's own figures, then the plots:
+``latency.png`` (CNI ADD/DEL latency distributions, ferry vs reference), ``throughput.png``
+(iperf3 per data-plane path, median with min-max) and ``reconcile.png`` (route-sync full
+reconcile time vs peers).  ``--docs DIR`` also writes ``DIR/benchmarks.md`` with the plots
+copied to ``DIR/benchmarks/``.
+
+Building the rows is pure (:func:`goal_rows`, :func:`render`); only :func:`plot_*` and
+:func:`main` touch files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.util import percentile
+
+PLOTS = ("latency.png", "throughput.png", "reconcile.png")
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal figure: ``ratio = ours / reference`` compared with ``bound`` by ``cmp``
+    (``cmp`` None: the issue gives no bound, the ratio is reported only)."""
+
+    issue: int
+    bench: str
+    figure: str
+    cmp: str | None
+    bound: float | None
+    values: Callable[[dict[str, Any]], tuple[float, float] | None]  # data → (ours, reference)
+    unit: str = "ms"
+    reference: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    issue: int
+    figure: str
+    ours: float | None
+    reference: float | None
+    ratio: float | None
+    target: str
+    verdict: str  # pass | short | — | not run
+    unit: str
+    reference_name: str
+
+
+# ------------------------------------------------------------------------------------------
+# Figure extraction from each benchmark's JSON (None: that figure is not in this run).
+
+def _startup(call: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        s = {(x["call"], x["plugin"]): x for x in d.get("series", [])}
+        if (call, "ferry") not in s or (call, "bridge") not in s:
+            return None
+        return s[(call, "ferry")]["p50"], s[(call, "bridge")]["p50"]
+    return get
+
+
+def _cni(figure: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        for r in d.get("ratios", []):
+            if r["figure"] == figure:
+                return r["ferry"], r["reference"]
+        return None
+    return get
+
+
+def _ipam(fill: int) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        s = {(x["fill"], x["implementation"]): x for x in d.get("series", [])}
+        if (fill, "ferry-ipam exec") not in s or (fill, "host-local exec") not in s:
+            return None
+        return s[(fill, "ferry-ipam exec")]["add_p50"], s[(fill, "host-local exec")]["add_p50"]
+    return get
+
+
+def _ipam_flat(d: dict[str, Any]) -> tuple[float, float] | None:
+    s = {(x["fill"], x["implementation"]): x for x in d.get("series", [])}
+    if (99, "ferry in-process") not in s or (0, "ferry in-process") not in s:
+        return None
+    return s[(99, "ferry in-process")]["add_p50"], s[(0, "ferry in-process")]["add_p50"]
+
+
+def _reconcile(peers: int, budget: float) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        for r in d.get("sizes", []):
+            if r["peers"] == peers:
+                return r["reconcile_s"], budget
+        return None
+    return get
+
+
+def _rss(d: dict[str, Any]) -> tuple[float, float] | None:
+    sizes = d.get("sizes", [])
+    return (max(r["peak_rss_mb"] for r in sizes), 150.0) if sizes else None
+
+
+def _change(d: dict[str, Any]) -> tuple[float, float] | None:
+    c = d.get("change")
+    return (c["p99_ms"], 100.0) if c else None
+
+
+def _throughput(path: str, ref: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        p = {x["path"]: x for x in d.get("paths", []) if "median" in x}
+        if path not in p or ref not in p:
+            return None
+        return p[path]["median"], p[ref]["median"]
+    return get
+
+
+GOALS: tuple[Goal, ...] = (
+    Goal(2, "startup", "VERSION p50", None, None, _startup("VERSION"), reference="Go bridge"),
+    Goal(2, "startup", "error path (malformed config) p50", None, None, _startup("malformed config (ADD)"),
+         reference="Go bridge"),
+    Goal(3, "cni", "ADD p50", "<=", 1.5, _cni("ADD p50"), reference="bridge + host-local"),
+    Goal(3, "cni", "ADD p99", "<=", 2.0, _cni("ADD p99"), reference="bridge + host-local"),
+    Goal(3, "cni", "DEL p50", "<=", 1.2, _cni("DEL p50"), reference="bridge + host-local"),
+    Goal(3, "cni", "8-concurrent ADD throughput", ">=", 1.0, _cni("concurrent ADD throughput"),
+         unit="Pods/s", reference="bridge + host-local"),
+    Goal(5, "ipam", "ADD p50 at 0 % (ferry-ipam exec)", None, None, _ipam(0), reference="host-local"),
+    Goal(5, "ipam", "ADD p50 at 50 % (ferry-ipam exec)", None, None, _ipam(50), reference="host-local"),
+    Goal(5, "ipam", "ADD p50 at 99 % (ferry-ipam exec)", None, None, _ipam(99), reference="host-local"),
+    Goal(5, "ipam", "ADD cost independent of fill: 99 % / 0 % (in-process)", "<=", 1.5, _ipam_flat,
+         reference="ferry at 0 %"),
+    Goal(6, "routesync", "full reconcile, 1,000 peers", "<=", 1.0, _reconcile(1000, 1.0), unit="s",
+         reference="budget 1 s"),
+    Goal(6, "routesync", "full reconcile, 5,000 peers", "<=", 1.0, _reconcile(5000, 5.0), unit="s",
+         reference="budget 5 s"),
+    Goal(6, "routesync", "peak RSS (largest size)", "<=", 1.0, _rss, unit="MB", reference="budget 150 MB"),
+    Goal(6, "routesync", "one Node change → applied, p99", "<=", 1.0, _change, reference="budget 100 ms"),
+    Goal(7, "dataplane", "fast path / gateway path", ">=", 1.5, _throughput("fast", "gateway"), unit="Gbit/s",
+         reference="noEncap via gateway"),
+    Goal(7, "dataplane", "encap vxlan / gateway path", None, None, _throughput("vxlan", "gateway"),
+         unit="Gbit/s", reference="noEncap via gateway"),
+    Goal(6, "dataplane", "encap geneve / vxlan", None, None, _throughput("geneve", "vxlan"), unit="Gbit/s",
+         reference="encap vxlan"),
+    Goal(6, "dataplane", "encap gre / vxlan", None, None, _throughput("gre", "vxlan"), unit="Gbit/s",
+         reference="encap vxlan"),
+)
+
+
+def goal_rows(results: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    benches = results.get("benchmarks", {})
+    for g in GOALS:
+        b = benches.get(g.bench) or {}
+        vals = g.values(b["data"]) if b.get("status") == "ok" and b.get("data") else None
+        target = f"{g.cmp} {g.bound:g}x" if g.cmp and g.bound is not None else "—"
+        if vals is None:
+            rows.append(Row(g.issue, g.figure, None, None, None, target, "not run", g.unit, g.reference))
+            continue
+        ours, ref = vals
+        ratio = ours / ref if ref else None
+        if g.cmp is None or g.bound is None or ratio is None:
+            verdict = "—"
+        else:
+            ok = ratio <= g.bound if g.cmp == "<=" else ratio >= g.bound
+            verdict = "pass" if ok else "short"
+        rows.append(Row(g.issue, g.figure, ours, ref, ratio, target, verdict, g.unit, g.reference))
+    return rows
+
+
+# ------------------------------------------------------------------------------------------
+# Markdown.
+
+def _f(x: float | None, digits: int = 2) -> str:
+    if x is None:
+        return "—"
+    return f"{x:,.{digits}f}"
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def _section_startup(d: dict[str, Any]) -> str:
+    rows = [[x["call"], x["plugin"], str(x["n"]), _f(x["p50"]), _f(x["p99"]), _f(x["mean"])]
+            for x in d.get("series", [])]
+    return _md_table(["call", "plugin", "n", "p50 ms", "p99 ms", "mean ms"], rows)
+
+
+def _section_cni(d: dict[str, Any]) -> str:
+    rows = []
+    for key in ("bridge", "ferry"):
+        p = d["plugins"][key]
+        for mode in ("sequential", "cnitool", "concurrent"):
+            for op in ("add", "del"):
+                s = p.get(mode, {}).get(op)
+                if s:
+                    rate = _f(s.get("pods_per_s"), 1) if mode == "concurrent" else ""
+                    rows.append([key, mode, op.upper(), str(s["n"]), _f(s["p50"]), _f(s["p90"]), _f(s["p99"]),
+                                 _f(s["max"]), rate])
+    meta = d.get("meta", {})
+    return (f"{meta.get('pods')} Pods, concurrency {meta.get('conc')}; wall time per plugin process "
+            f"(fork+exec+run+exit).\n\n"
+            + _md_table(["plugin", "phase", "op", "n", "p50 ms", "p90 ms", "p99 ms", "max ms", "Pods/s"], rows))
+
+
+def _section_ipam(d: dict[str, Any]) -> str:
+    rows = [[f"{x['fill']} %", x["implementation"], str(x["n"]), _f(x["add_p50"]), _f(x["add_p99"]),
+             _f(x["del_p50"]), _f(x["del_p99"])] for x in d.get("series", [])]
+    return (f"Allocation on {d.get('subnet')}.\n\n"
+            + _md_table(["fill", "implementation", "n", "ADD p50 ms", "ADD p99 ms", "DEL p50 ms", "DEL p99 ms"],
+                        rows))
+
+
+def _section_routesync(d: dict[str, Any]) -> str:
+    rows = [[f"{r['peers']:,}", _f(r["reconcile_s"], 3), _f(r["noop_reconcile_s"], 3), _f(r["peak_rss_mb"], 1),
+             _f(r.get("vswitchd_rss_mb"), 1)] for r in d.get("sizes", [])]
+    text = (f"Mode {d.get('mode')}; real OVS, routes, nftables in a namespace, route-sync's daemon and "
+            "appliers in one process per size.\n\n"
+            + _md_table(["peers", "full reconcile s", "re-assert (no change) s", "peak RSS MB",
+                         "ovs-vswitchd RSS MB"], rows))
+    c = d.get("change")
+    if c:
+        text += (f"\n\nOne Node change → applied on {c['peers']:,} peers (n={c['n']}): p50 {_f(c['p50_ms'], 1)} ms, "
+                 f"p99 {_f(c['p99_ms'], 1)} ms, max {_f(c['max_ms'], 1)} ms.")
+    return text
+
+
+def _section_dataplane(d: dict[str, Any]) -> str:
+    rows = []
+    for p in d.get("paths", []):
+        if "median" in p:
+            rows.append([p["label"], _f(p["median"]), _f(p["min"]), _f(p["max"]), str(len(p["gbps"])),
+                         f"{p['counter_port']} {p['counter_packets']:,} pkts"])
+        else:
+            why = p.get("reason") or f"FAILED: {p.get('error')}"
+            rows.append([p["label"], "—", "—", "—", "0", why.replace("|", "/").replace("\n", " ")[:200]])
+    return (f"{d.get('pair')}; {d.get('repetitions')} x {d.get('seconds'):g} s each.\n\n"
+            + _md_table(["path", "median Gbit/s", "min", "max", "reps", "path check (node-1 counters)"], rows))
+
+
+SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
+    "startup": ("Start-up: VERSION and error path vs Go bridge (issue 2)", _section_startup),
+    "cni": ("CNI ADD/DEL vs bridge + host-local (issue 3)", _section_cni),
+    "ipam": ("IPAM on a /16 vs host-local (issue 5)", _section_ipam),
+    "routesync": ("route-sync reconcile (issue 6)", _section_routesync),
+    "dataplane": ("Data plane: iperf3 Pod↔Pod across Nodes (issues 6, 7)", _section_dataplane),
+}
+
+
+def render(results: dict[str, Any], image_prefix: str = "") -> str:
+    meta = results.get("meta", {})
+    lines = [f"# Ferry benchmarks{' (quick)' if meta.get('quick') else ''}", "",
+             f"- date: {meta.get('date')}", f"- machine: {meta.get('machine')}",
+             f"- commit: {meta.get('commit')}", f"- command: `{meta.get('command')}`",
+             f"- load average before / after: {meta.get('loadavg_before')} / {meta.get('loadavg_after')}", "",
+             ("Ratios are Ferry / reference, measured in the same run (for route-sync the reference is the "
+              "issue's budget).  2 noisy vCPUs: trust ratios over absolute figures."), "", "## Goals", ""]
+    grow = [[str(r.issue), r.figure, f"{_f(r.ours)} {r.unit}" if r.ours is not None else "—",
+             f"{_f(r.reference)} {r.unit} ({r.reference_name})" if r.reference is not None else r.reference_name,
+             _f(r.ratio) + "x" if r.ratio is not None else "—", r.target, f"**{r.verdict}**"
+             if r.verdict in ("pass", "short") else r.verdict] for r in goal_rows(results)]
+    lines.append(_md_table(["issue", "figure", "ferry", "reference", "ratio", "target", ""], grow))
+    failed = [k for k, b in results.get("benchmarks", {}).items() if b.get("status") != "ok"]
+    if failed:
+        lines += ["", "## Failed benchmarks", ""]
+        for k in failed:
+            err = str(results["benchmarks"][k].get("error") or "").strip().replace("\n", " ")[-500:]
+            lines.append(f"- **{k}**: {err}")
+    for key, (title, fn) in SECTIONS.items():
+        b = results.get("benchmarks", {}).get(key)
+        lines += ["", f"## {title}", ""]
+        if not b or b.get("status") != "ok" or not b.get("data"):
+            lines.append("not run" if not b else f"failed: {str(b.get('error') or '')[-300:]}")
+            continue
+        lines.append(fn(b["data"]))
+        lines.append(f"\n({b.get('seconds', 0):.0f} s)")
+    lines += ["", "## Plots", ""]
+    for png, title in zip(PLOTS, ("CNI ADD/DEL latency", "Throughput per path", "Reconcile time vs peers"),
+                          strict=True):
+        lines.append(f"![{title}]({image_prefix}{png})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------
+# Plots (matplotlib, Agg).
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _placeholder(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="gray")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _ok(results: dict[str, Any], key: str) -> dict[str, Any] | None:
+    b = results.get("benchmarks", {}).get(key) or {}
+    return b.get("data") if b.get("status") == "ok" else None
+
+
+def plot_latency(results: dict[str, Any], path: str) -> None:
+    """ECDF of sequential ADD and DEL per-call latency, ferry vs the reference."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.4), dpi=90)
+    d = _ok(results, "cni")
+    for ax, op in zip(axes, ("add", "del"), strict=True):
+        if d is None:
+            _placeholder(ax, "CNI benchmark not run")
+            continue
+        for key, label in (("ferry", "ferry"), ("bridge", "bridge + host-local")):
+            xs = sorted(d["plugins"][key]["sequential"][op]["samples_ms"])
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            ax.step(xs, ys, where="post", label=f"{label} (p50 {percentile(xs, 50):.1f} ms)")
+        ax.set_title(f"{op.upper()} latency, sequential")
+        ax.set_xlabel("ms per call")
+        ax.set_ylabel("fraction of calls")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_throughput(results: dict[str, Any], path: str) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.4), dpi=90)
+    d = _ok(results, "dataplane")
+    paths = [p for p in (d or {}).get("paths", []) if "median" in p]
+    if not paths:
+        _placeholder(ax, "data-plane benchmark not run")
+    else:
+        labels = [p["label"] for p in paths]
+        med = [p["median"] for p in paths]
+        err = [[m - p["min"] for m, p in zip(med, paths, strict=True)],
+               [p["max"] - m for m, p in zip(med, paths, strict=True)]]
+        ax.bar(labels, med, yerr=err, capsize=4, color="#4c72b0")
+        for i, m in enumerate(med):
+            ax.text(i, m, f"{m:.2f}", ha="center", va="bottom", fontsize=8)
+        ax.set_ylabel("Gbit/s (median, min-max)")
+        ax.set_title(f"iperf3 Pod↔Pod across Nodes, {d.get('repetitions')} x {d.get('seconds'):g} s")  # type: ignore[union-attr]
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_reconcile(results: dict[str, Any], path: str) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.4), dpi=90)
+    d = _ok(results, "routesync")
+    sizes = sorted((d or {}).get("sizes", []), key=lambda r: r["peers"])
+    if not sizes:
+        _placeholder(ax, "route-sync benchmark not run")
+    else:
+        xs = [r["peers"] for r in sizes]
+        ax.plot(xs, [r["reconcile_s"] for r in sizes], "o-", label="full reconcile")
+        ax.plot(xs, [r["noop_reconcile_s"] for r in sizes], "s--", label="re-assert (no change)")
+        ax.plot([1000, 5000], [1.0, 5.0], "r^", label="target (issue 6)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("peers")
+        ax.set_ylabel("seconds")
+        ax.set_title("route-sync reconcile time vs peers")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write(results_dir: str, docs_dir: str | None = None) -> str:
+    """report.md and the plots in ``results_dir``; with ``docs_dir``, also its benchmarks.md."""
+    with open(os.path.join(results_dir, "results.json")) as f:
+        results = json.load(f)
+    for png, fn in zip(PLOTS, (plot_latency, plot_throughput, plot_reconcile), strict=True):
+        fn(results, os.path.join(results_dir, png))
+    report = os.path.join(results_dir, "report.md")
+    with open(report, "w") as f:
+        f.write(render(results) + "\n")
+    if docs_dir:
+        img = os.path.join(docs_dir, "benchmarks")
+        os.makedirs(img, exist_ok=True)
+        for png in PLOTS:
+            shutil.copyfile(os.path.join(results_dir, png), os.path.join(img, png))
+        with open(os.path.join(docs_dir, "benchmarks.md"), "w") as f:
+            f.write("<!-- written by `make bench` (python -m bench --docs docs); the latest full run -->\n")
+            f.write(render(results, image_prefix="benchmarks/") + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("results_dir")
+    ap.add_argument("--docs", help="also write DOCS/benchmarks.md and DOCS/benchmarks/*.png")
+    args = ap.parse_args(argv)
+    print(write(args.results_dir, args.docs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

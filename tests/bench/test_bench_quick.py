@@ -1,0 +1,99 @@
+"""``python -m bench --quick`` (what ``make bench`` runs, small) keeps working end to end.
+
+No timing is asserted (figures are reported, never tested).  Asserted: every benchmark ran and
+left its section in results.json, report.md has a row for every goal of the other issues, and
+the three plots exist as real PNG images of a sensible size.  Plus the pure parts of the report:
+a goal's verdict follows its bound, and a failed benchmark makes its goals "not run"."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import report
+
+ROOT = Path(__file__).resolve().parents[2]
+SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    out = tmp_path / "results"
+    env = {**os.environ, "BENCH_QUICK": "1"}
+    cni_bin = os.environ.get("FERRY_CNI_BIN")
+    extra = ["--cni-bin", cni_bin] if cni_bin and os.access(os.path.join(cni_bin, "ferry"), os.X_OK) else []
+    p = subprocess.run([sys.executable, "-m", "bench", "--out", str(out), *extra], cwd=ROOT, env=env,
+                       capture_output=True, text=True, check=False, timeout=600)
+    results = json.loads((out / "results.json").read_text())
+    assert results["meta"]["quick"] is True
+    statuses = {k: v["status"] for k, v in results["benchmarks"].items()}
+    assert set(statuses) == set(SECTIONS)
+    assert p.returncode == 0, f"{statuses}\n{p.stderr[-3000:]}"
+    assert all(s == "ok" for s in statuses.values()), statuses
+    data = {k: v["data"] for k, v in results["benchmarks"].items()}
+    assert {s["plugin"] for s in data["startup"]["series"]} >= {"ferry", "bridge"}
+    assert data["cni"]["plugins"]["ferry"]["sequential"]["add"]["n"] == 10
+    assert {s["fill"] for s in data["ipam"]["series"]} == {0, 50, 99}
+    assert [s["peers"] for s in data["routesync"]["sizes"]] == [100]
+    assert data["routesync"]["sizes"][0]["routes"] == 100 and data["routesync"]["change"]["n"] > 0
+    paths = {x["path"]: x for x in data["dataplane"]["paths"]}
+    assert set(paths) == {"vxlan", "geneve", "gre", "gateway", "fast"}
+    for key in ("vxlan", "geneve", "gre", "gateway"):
+        assert len(paths[key]["gbps"]) >= 3 and paths[key]["median"] > 0, paths[key]
+    assert data["dataplane"]["seconds"] == 2
+
+    md = (out / "report.md").read_text()
+    for g in report.GOALS:
+        assert f"| {g.issue} | {g.figure} |" in md, f"goal row missing: {g.figure}"
+    # the quick run measures these goals, so they carry a verdict (not "not run")
+    rows = {r.figure: r for r in report.goal_rows(results)}
+    for fig in ("ADD p50", "DEL p50", "VERSION p50", "peak RSS (largest size)", "one Node change → applied, p99"):
+        assert rows[fig].verdict != "not run" and rows[fig].ratio is not None, rows[fig]
+    for png in report.PLOTS:
+        assert f"({png})" in md
+        w, h = _png_size(out / png)
+        assert 300 <= w <= 2000 and 200 <= h <= 2000
+        assert (out / png).stat().st_size < 200_000
+
+
+def _results(**benchmarks: object) -> dict:
+    return {"meta": {}, "benchmarks": benchmarks}
+
+
+def test_goal_verdicts_follow_bounds_and_failures() -> None:
+    cni = {"ratios": [{"figure": "ADD p50", "ferry": 3.0, "reference": 2.0},
+                      {"figure": "DEL p50", "ferry": 3.0, "reference": 2.0},
+                      {"figure": "concurrent ADD throughput", "ferry": 30.0, "reference": 20.0}]}
+    rs = {"sizes": [{"peers": 1000, "reconcile_s": 0.5, "noop_reconcile_s": 0.1, "peak_rss_mb": 200.0}],
+          "change": {"p99_ms": 150.0}}
+    rows = {r.figure: r for r in report.goal_rows(_results(
+        cni={"status": "ok", "data": cni}, routesync={"status": "ok", "data": rs},
+        dataplane={"status": "failed", "data": None, "error": "boom"}))}
+    assert rows["ADD p50"].verdict == "pass" and rows["ADD p50"].ratio == pytest.approx(1.5)
+    assert rows["DEL p50"].verdict == "short"  # 1.5x > 1.2x
+    assert rows["8-concurrent ADD throughput"].verdict == "pass"  # 1.5x >= 1x
+    assert rows["ADD p99"].verdict == "not run"  # absent from the data
+    assert rows["full reconcile, 1,000 peers"].verdict == "pass"
+    assert rows["full reconcile, 5,000 peers"].verdict == "not run"
+    assert rows["peak RSS (largest size)"].verdict == "short"
+    assert rows["one Node change → applied, p99"].verdict == "short"
+    assert rows["fast path / gateway path"].verdict == "not run"
+    md = report.render(_results(dataplane={"status": "failed", "data": None, "error": "boom"}))
+    assert "## Failed benchmarks" in md and "**dataplane**: boom" in md
