@@ -32,7 +32,7 @@ chaos: bin
 	$(PY) -m tests.chaos.run_chaos --ops 1000 --workers 16 --kills 100 --route-sync-restarts 4 --cni-bin $(BIN)
 
 bench: bin
-	$(PY) -m bench --cni-bin $(BIN)
+	$(PY) -m bench --cni-bin $(BIN) --docs docs
 
 # The frozen onedir bundle (dist/ferry: ferry, ferry-ipam, ferry-route-sync, one _internal); see build.spec.
 dist: install

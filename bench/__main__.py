@@ -152,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(results, f, indent=1)
     from bench import report
 
-    report_path = report.write(out, args.docs)
+    docs = args.docs
+    if docs and args.quick:
+        print("[bench] quick run: docs/benchmarks.md keeps the latest full run", file=sys.stderr)
+        docs = None
+    report_path = report.write(out, docs)
     failed = [k for k, v in benchmarks.items() if v["status"] != "ok"]
     print(f"[bench] report: {report_path}{f'; FAILED: {failed}' if failed else ''}", file=sys.stderr)
     return 1 if failed else 0
