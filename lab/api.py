@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -392,6 +393,25 @@ class Lab:
             raise LabError("ferry-route-sync is not installed")
         n = self.node(node)
         return build.start_route_sync(cmd, self.topology, n.spec, self.name, self.dir, self.manifest)
+
+    def reconfigure_route_sync(self, node: str, sig: int = 15, **changes: Any) -> int:
+        """Stop ``node``'s route-sync (SIGTERM: it leaves what it installed), start it again with
+        the lab's ``routeSync`` keys changed for this Node only (e.g. ``fastPath=False``); returns
+        the new pid once it has written its state file again."""
+        if self.topology.route_sync is None:
+            raise LabError(f"lab {self.name} has no routeSync")
+        cmd = build.route_sync_command()
+        if cmd is None:
+            raise LabError("ferry-route-sync is not installed")
+        n = self.node(node)
+        topo = dataclasses.replace(self.topology, route_sync=dataclasses.replace(self.topology.route_sync, **changes))
+        if self.route_sync_pid(node) is not None:
+            self.kill_route_sync(node, sig)
+        try:
+            os.unlink(n.paths.state_file)  # start_route_sync waits for a fresh one
+        except FileNotFoundError:
+            pass
+        return build.start_route_sync(cmd, topo, n.spec, self.name, self.dir, self.manifest)
 
     def restart_vswitchd(self, node: str, sig: int = 9) -> None:
         """Kill ``node``'s ovs-vswitchd (its flows die with it) and start it again."""

@@ -140,6 +140,7 @@ def route_sync_config(topo: Topology, node: NodeSpec, paths: NodePaths, lab_dire
         "nodeSource": {"type": "registry", "registryDir": registry_dir(lab_directory)},
         "logFile": paths.route_sync_log,
         "fastPath": rs.fastPath,
+        "macSource": rs.macSource,
         "resyncSeconds": rs.resyncSeconds,
     }
 

@@ -68,6 +68,7 @@ class RouteSyncSpec:
     tunnelPort: int | None = None  # None: the tunnel type's default (vxlan 4789, geneve 6081; gre has none)
     noSNAT: bool = False
     fastPath: bool = False
+    macSource: str = "annotation"  # fast path next-hop MACs: annotation | neighbor | both
     resyncSeconds: float = 60.0  # route-sync's periodic re-assertion (tests make it short)
     startTimeout: float = 20.0
 

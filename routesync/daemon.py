@@ -18,14 +18,14 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from cni import nodestate
 
 from . import planner
-from .model import DesiredState, LocalFacts, NodeRecord, TunnelSpec, UplinkSpec
+from .model import DesiredState, LocalFacts, MacDisagreement, NextHop, NodeRecord, TunnelSpec, UplinkSpec
 from .sources import NodeSource, SourceError
 
 if TYPE_CHECKING:
@@ -37,6 +37,16 @@ log = logging.getLogger(__name__)
 DEBOUNCE = 0.005  # seconds: collect a burst of changes into one reconcile
 OVS_CHECK_INTERVAL = 1.0
 BACKOFF_MIN, BACKOFF_MAX = 0.2, 30.0
+NEIGH_POLL = 0.05  # fast path: how often the wait looks at the neighbour watcher's flag
+
+
+class NextHopSource(Protocol):
+    """``routesync.apply.nexthops.NextHops``: the kernel's next hops, and a flag its neighbour
+    watcher sets when one of their MACs changed."""
+
+    changed: threading.Event
+
+    def resolve(self, destinations: Iterable[str]) -> dict[str, NextHop]: ...
 
 
 class Appliers(Protocol):
@@ -78,6 +88,13 @@ class Daemon:
         self.failures = 0
         # Node change seen → applied, seconds (the latest 1,000).
         self.change_latencies: collections.deque[float] = collections.deque(maxlen=1000)
+        # fast path: the kernel's next hops (``NodeAppliers.next_hops``; None: fast path off or
+        # appliers without it) and, with macSource both, annotation/neighbour disagreements seen
+        # (a counter for metrics; each (peer, family, annotation MAC, neighbour MAC) counted once
+        # when it starts).
+        self.next_hops: NextHopSource | None = getattr(appliers, "next_hops", None) if config.fast_path else None
+        self.mac_disagreements = 0
+        self._disagreeing: set[MacDisagreement] = set()
 
     # -- one pass ------------------------------------------------------------------------------
     def reconcile(self) -> ReconcileResult:
@@ -93,7 +110,12 @@ class Daemon:
             if me != local:
                 self.source.publish_self(me)
             peers = [n for n in nodes if n.name != cfg.node_name]
-            desired = planner.plan(cfg, me, peers, facts)
+            hops = None
+            if self.next_hops is not None:
+                self.next_hops.changed.clear()  # what changes from here on is seen by this pass or the next
+                hops = self.next_hops.resolve(planner.fast_candidates(cfg, peers, facts))
+            desired = planner.plan(cfg, me, peers, facts, hops)
+            self._count_disagreements(desired)
             self.appliers.apply(desired)
             state = planner.node_state(cfg, me, desired, facts)
             written = self._write_state(state)
@@ -106,6 +128,28 @@ class Daemon:
             log.log(level, "reconcile failed (%s: %s); will retry", type(e).__name__, e,
                     exc_info=level == logging.ERROR)
             return ReconcileResult(False, self.clock() - t0, error=f"{type(e).__name__}: {e}")
+
+    def _count_disagreements(self, desired: DesiredState) -> None:
+        now = set(desired.mac_disagreements)
+        for d in sorted(now - self._disagreeing, key=repr):
+            log.warning("next-hop MAC of %s (IPv%d): annotation says %s, the neighbour table %s; "
+                        "using the annotation", d.peer, d.family, d.annotation, d.neighbor)
+            self.mac_disagreements += 1
+        self._disagreeing = now
+
+    def _wait_for_change(self, timeout: float) -> bool:
+        """The source's changes, and (fast path) the neighbour table's."""
+        if self.next_hops is None:
+            return self.source.wait_for_change(timeout)
+        deadline = self.clock() + timeout
+        while True:
+            if self.next_hops.changed.is_set():
+                return True
+            left = deadline - self.clock()
+            if self.source.wait_for_change(max(0.0, min(NEIGH_POLL, left))):
+                return True
+            if left <= NEIGH_POLL:
+                return self.next_hops.changed.is_set()
 
     def _write_state(self, state: nodestate.NodeState) -> bool:
         if state == self.last_state:
@@ -159,7 +203,7 @@ class Daemon:
                     backoff = min(backoff * 2, BACKOFF_MAX)
                 next_resync = now + cfg.resync_seconds
             deadline = min(next_resync, next_ovs_check, retry_at if dirty else next_resync)
-            if self.source.wait_for_change(max(0.0, deadline - self.clock())):
+            if self._wait_for_change(max(0.0, deadline - self.clock())):
                 if change_seen is None:
                     change_seen = self.clock()
                 self.stop.wait(DEBOUNCE)

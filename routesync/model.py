@@ -43,6 +43,15 @@ class PeerPlan:
     peer_gateway: str | None = None  # first address of the peer's Pod CIDR (tunnel host routes)
     next_hop_mac: str | None = None  # fast path only
     mac_source: str | None = None  # "annotation" | "neighbor" | None
+    # fast path: the path this peer takes while its next-hop MAC is unknown ("route" | "underlay")
+    fallback: str | None = None
+    next_hop: str | None = None  # fast path: the next hop's address (the peer, or the router)
+
+    @property
+    def via(self) -> str:
+        """Which port a Pod's packet to this peer leaves by: fast (the uplink, from OVS) |
+        gateway (ferry-gw0 and the Node's routing) | tunnel | none."""
+        return {"fast": "fast", "tunnel": "tunnel", "none": "none"}.get(self.path, "gateway")
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,8 @@ class DesiredState:
     neighbors: set[Neighbor] = field(default_factory=set)
     nft: NftPlan = field(default_factory=NftPlan)
     forwarding: bool = True
+    # macSource both: peers whose annotation and neighbour entry disagree (the annotation wins)
+    mac_disagreements: list[MacDisagreement] = field(default_factory=list)
 
 
 # --- added by route-sync part A (planner/daemon): the appliers' report and interface -------------
@@ -122,3 +133,21 @@ class LocalFacts:
     uplink_addresses: tuple[str, ...]  # CIDRs on it: "192.168.77.11/24", "fd00:77::11/64"
     transport_mtu: int
     uplink_mac: str | None = None
+    uplink_ofport: int | None = None  # the physical uplink's OVS port while moved onto the bridge
+
+
+@dataclass(frozen=True)
+class NextHop:
+    """What the kernel says about the way to one destination: the next hop's address (the
+    destination itself on a shared segment, else the router) and its MAC when resolved."""
+
+    ip: str
+    mac: str | None
+
+
+@dataclass(frozen=True)
+class MacDisagreement:
+    peer: str
+    family: int
+    annotation: str
+    neighbor: str

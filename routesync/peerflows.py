@@ -7,6 +7,7 @@ Values are validated (``ipaddress``, ``cni.flows.mac``) before they reach flow t
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 
 from cni.flows import PRIO_MATCH, arp_responder_actions, mac
 from cni.pipeline import NODE_COOKIE, VIRTUAL_MAC, Flow, Table, goto, peer_cookie
@@ -14,6 +15,53 @@ from cni.pipeline import NODE_COOKIE, VIRTUAL_MAC, Flow, Table, goto, peer_cooki
 from .model import PeerPlan
 
 PRIO_TUNNEL_IN = 210  # above the gateway's classifier flows
+PRIO_FAST_IN = 20  # Classifier, in_port=<uplink>: above the uplink's host pass-through (10)
+
+
+@dataclass(frozen=True)
+class FastPort:
+    """The fast path's end of this Node: the physical uplink's OVS port and MAC, and the local
+    Pod CIDRs (what may arrive on the uplink for a Pod)."""
+
+    ofport: int
+    mac: str
+    local_pod_cidrs: tuple[str, ...]
+
+
+def _ip_match(net: ipaddress.IPv4Network | ipaddress.IPv6Network, field: str) -> str:
+    if net.version == 4:
+        return f"ip,nw_{field}={net}"
+    return f"ipv6,ipv6_{field}={net}"
+
+
+def fast_flows(peer: PeerPlan, gateway_mac: str, port: FastPort) -> list[Flow]:
+    """One fast peer (one family), under its peer cookie, so TX and RX switch together:
+
+    * L3Forwarding: Pod → peer CIDR: src := uplink MAC, dst := next-hop MAC, dec_ttl, output
+      to the physical uplink (the Node's stack never sees it);
+    * Classifier: from the uplink, addressed to this Node's uplink MAC, peer CIDR → local Pod
+      CIDR: dst := gateway MAC, then L3Forwarding's per-Pod flow delivers it (as the tunnel
+      classifier does), so replies come back the way requests went.
+
+    The Node's own traffic (not between Pod CIDRs) keeps the host pass-through flows."""
+    assert peer.next_hop_mac is not None
+    cookie = peer_cookie(peer.peer)
+    up_mac, nh_mac, gmac = mac(port.mac), mac(peer.next_hop_mac), mac(gateway_mac)
+    ofport = int(port.ofport)
+    flows: list[Flow] = []
+    local = [ipaddress.ip_network(c, strict=False) for c in port.local_pod_cidrs]
+    for cidr in peer.pod_cidrs:
+        net = ipaddress.ip_network(cidr, strict=False)
+        flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, _ip_match(net, "dst"),
+                          f"mod_dl_src:{up_mac},mod_dl_dst:{nh_mac},dec_ttl,output:{ofport}", cookie))
+        for mine in local:
+            if mine.version != net.version:
+                continue
+            src = _ip_match(net, "src")
+            dst = _ip_match(mine, "dst").split(",", 1)[1]
+            flows.append(Flow(Table.CLASSIFIER, PRIO_FAST_IN, f"in_port={ofport},dl_dst={up_mac},{src},{dst}",
+                              f"mod_dl_dst:{gmac},{goto(Table.L3_FORWARDING)}", cookie))
+    return flows
 
 
 def node_flows(tunnel_ofport: int | None, gateway_mac: str) -> list[Flow]:
@@ -25,9 +73,12 @@ def node_flows(tunnel_ofport: int | None, gateway_mac: str) -> list[Flow]:
                  f"mod_dl_dst:{mac(gateway_mac)},{goto(Table.L3_FORWARDING)}", NODE_COOKIE)]
 
 
-def peer_flows(peer: PeerPlan, gateway_mac: str, tunnel_ofport: int | None) -> list[Flow]:
-    """Flows for one peer and family. Only the tunnel path needs any: routed and underlay peers
+def peer_flows(peer: PeerPlan, gateway_mac: str, tunnel_ofport: int | None,
+               fast_port: FastPort | None = None) -> list[Flow]:
+    """Flows for one peer and family. Tunnel and fast peers need some; routed and underlay peers
     leave through the gateway port (the L3Forwarding miss)."""
+    if peer.path == "fast":
+        return fast_flows(peer, gateway_mac, fast_port) if fast_port is not None else []
     if peer.path != "tunnel" or tunnel_ofport is None or peer.transport_address is None:
         return []
     gmac = mac(gateway_mac)

@@ -8,15 +8,26 @@ Decision per peer and address family (:func:`decide`):
     noEncap            route                              underlay (the underlay routes Pod CIDRs)
     networkPolicyOnly  none                               none
 
+With ``fastPath`` (noEncap, hybrid) a routed or underlay peer whose next-hop MAC is known takes
+the *fast* path (:func:`choose_mac`): Pods' packets leave OVS straight by the uplink.  Same
+subnet, the next hop is the peer itself (its ``ferry.io/mac-address`` annotation and/or the
+kernel's neighbour entry, per ``macSource``); another subnet, it is this Node's router towards
+the peer, whose MAC only the neighbour table can give (no annotation names a router), whatever
+``macSource`` says.  A peer without a known MAC keeps its ``route``/``underlay`` path (the
+gateway port).  The kernel's answers come in as ``next_hops`` (destination → :class:`NextHop`);
+:func:`fast_candidates` says which destinations to ask about.
+
 Everything is recomputed from scratch on every reconcile; the appliers diff."""
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from cni import nodestate
 from cni.flows import GatewayPort, base_flows
+from cni.flows import mac as mac_of
 from cni.pipeline import GATEWAY_PORT, TUNNEL_PORT, VIRTUAL_MAC
 
 from . import mtu as mtu_mod
@@ -26,14 +37,16 @@ from .model import (
     DesiredState,
     HostRoute,
     LocalFacts,
+    MacDisagreement,
     Neighbor,
+    NextHop,
     NftPlan,
     NodeRecord,
     PeerPlan,
     TunnelSpec,
     UplinkSpec,
 )
-from .peerflows import node_flows, peer_flows
+from .peerflows import FastPort, node_flows, peer_flows
 
 IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -114,9 +127,62 @@ def _underlay_for(family: int, addresses: Sequence[str]) -> str | None:
     return other[0] if other else None
 
 
-def peer_plans(config: Config, networks: Sequence[str], peer: NodeRecord) -> list[PeerPlan]:
+def choose_mac(mac_source: str, same_subnet: bool, annotation: str | None, neighbor: str | None
+               ) -> tuple[str | None, str | None, bool]:
+    """(next-hop MAC, its source, disagreement) for one fast-path candidate.
+
+    Another subnet: the router's MAC, from the neighbour table only.  Same subnet: ``annotation``
+    or ``neighbor`` alone, or ``both``: the annotation first, the neighbour entry verifies (a
+    different MAC there is a disagreement; the annotation is used), the neighbour entry alone
+    when there is no annotation."""
+    if not same_subnet:
+        return (neighbor, "neighbor", False) if neighbor else (None, None, False)
+    if mac_source == "annotation":
+        return (annotation, "annotation", False) if annotation else (None, None, False)
+    if mac_source == "neighbor":
+        return (neighbor, "neighbor", False) if neighbor else (None, None, False)
+    if annotation:
+        return annotation, "annotation", bool(neighbor and neighbor != annotation)
+    return (neighbor, "neighbor", False) if neighbor else (None, None, False)
+
+
+def _valid_mac(value: str | None) -> str | None:
+    if not value:
+        return None
+    try:
+        return mac_of(value)
+    except ValueError:
+        return None
+
+
+def fast_path_ready(config: Config, facts: LocalFacts) -> bool:
+    return bool(config.fast_path and config.mode in ("noEncap", "hybrid") and facts.uplink_ofport
+                and facts.uplink_mac)
+
+
+def fast_candidates(config: Config, peers: Sequence[NodeRecord], facts: LocalFacts) -> tuple[str, ...]:
+    """The transport addresses whose next hop the kernel must resolve for the fast path: every
+    routed/underlay peer with ``macSource`` neighbor/both, only other-subnet ones with annotation."""
+    if not config.fast_path:
+        return ()
+    networks = transport_networks(config, facts)
+    out: set[str] = set()
+    for peer in peers:
+        if peer.name == config.node_name:
+            continue
+        for p in peer_plans(config, networks, peer):
+            wanted = p.path == "underlay" or (p.path == "route" and config.mac_source != "annotation")
+            if wanted and p.transport_address:
+                out.add(p.transport_address)
+    return tuple(sorted(out))
+
+
+def peer_plans(config: Config, networks: Sequence[str], peer: NodeRecord,
+               next_hops: Mapping[str, NextHop] | None = None, fast: bool = False,
+               disagreements: list[MacDisagreement] | None = None) -> list[PeerPlan]:
     plans: list[PeerPlan] = []
     peer_addrs = [_host(a) for a in peer.transport_addresses]
+    annotation = _valid_mac(peer.annotation(MAC_ANNOTATION))
     for family in (4, 6):
         cidrs = tuple(str(ipaddress.ip_network(c, strict=False)) for c in peer.pod_cidrs
                       if ipaddress.ip_network(c, strict=False).version == family)
@@ -129,18 +195,27 @@ def peer_plans(config: Config, networks: Sequence[str], peer: NodeRecord) -> lis
             transport = _underlay_for(family, peer_addrs)
             if transport is None:  # a peer with no transport address cannot be tunnelled to
                 path = "none"
-        plans.append(PeerPlan(
+        plan = PeerPlan(
             peer=peer.name, family=family, path=path, transport_address=transport, pod_cidrs=cidrs,
             peer_gateway=_host(first_address(cidrs[0])) if path == "tunnel" else None,
-            next_hop_mac=None, mac_source=None,  # a next-hop MAC is the fast path's (later issue)
-        ))
+        )
+        if fast and path in ("route", "underlay") and transport is not None:
+            hop = (next_hops or {}).get(transport)
+            mac, source, differs = choose_mac(config.mac_source, path == "route", annotation,
+                                              _valid_mac(hop.mac) if hop else None)
+            if differs and disagreements is not None and annotation and hop and hop.mac:
+                disagreements.append(MacDisagreement(peer.name, family, annotation, mac_of(hop.mac)))
+            if mac is not None:
+                plan = replace(plan, path="fast", next_hop_mac=mac, mac_source=source, fallback=path,
+                               next_hop=hop.ip if hop else transport)
+        plans.append(plan)
     return plans
 
 
 def host_routes(plan: PeerPlan) -> tuple[set[HostRoute], set[Neighbor]]:
     routes: set[HostRoute] = set()
     neighbors: set[Neighbor] = set()
-    if plan.path == "route" and plan.transport_address:
+    if (plan.path == "route" or (plan.path == "fast" and plan.fallback == "route")) and plan.transport_address:
         for c in plan.pod_cidrs:
             routes.add(HostRoute(dst=c, gw=plan.transport_address, dev=None))
     elif plan.path == "tunnel" and plan.peer_gateway:
@@ -163,8 +238,9 @@ def tunnel_spec(config: Config) -> TunnelSpec | None:
 
 
 def uplink_spec(config: Config) -> UplinkSpec | None:
-    """OVS userspace tunnels and the fast path need the uplink on the bridge (netdev only)."""
-    if config.datapath_type != "netdev" or not (config.tunnelled or config.fast_path):
+    """OVS userspace tunnels need the uplink on the bridge (netdev only); the fast path needs it
+    on either datapath (Pods' packets are output to it from OVS)."""
+    if not ((config.datapath_type == "netdev" and config.tunnelled) or config.fast_path):
         return None
     return UplinkSpec(name=config.transport_interface, renamed=uplink_renamed(config.transport_interface))
 
@@ -176,8 +252,10 @@ def gateway_addresses(config: Config, local: NodeRecord) -> tuple[str, ...]:
     return tuple(first_address(c) for c in local_pod_cidrs(config, local))
 
 
-def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: LocalFacts) -> DesiredState:
-    """The complete desired state of this Node."""
+def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: LocalFacts,
+         next_hops: Mapping[str, NextHop] | None = None) -> DesiredState:
+    """The complete desired state of this Node.  ``next_hops``: the kernel's view of the
+    :func:`fast_candidates` (fast path only)."""
     pod_cidrs = local_pod_cidrs(config, local)
     gw_addrs = gateway_addresses(config, local)
     networks = transport_networks(config, facts)
@@ -196,15 +274,21 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     flows = base_flows(GatewayPort(facts.gateway_ofport, facts.gateway_mac, gw_addrs))
     flows += node_flows(tunnel_ofport, facts.gateway_mac)
 
+    fast = fast_path_ready(config, facts)
+    fast_port = None
+    if fast:
+        assert facts.uplink_ofport is not None and facts.uplink_mac is not None
+        fast_port = FastPort(facts.uplink_ofport, facts.uplink_mac, pod_cidrs)
+    disagreements: list[MacDisagreement] = []
     plans: list[PeerPlan] = []
     routes: set[HostRoute] = set()
     neighbors: set[Neighbor] = set()
     for peer in sorted(peers, key=lambda p: p.name):
         if peer.name == local.name:
             continue
-        for p in peer_plans(config, networks, peer):
+        for p in peer_plans(config, networks, peer, next_hops, fast, disagreements):
             plans.append(p)
-            flows += peer_flows(p, facts.gateway_mac, tunnel_ofport)
+            flows += peer_flows(p, facts.gateway_mac, tunnel_ofport, fast_port)
             r, n = host_routes(p)
             routes |= r
             neighbors |= n
@@ -217,11 +301,11 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
         local_pod_cidrs=pod_cidrs,
         cluster_pod_cidrs=tuple(sorted(cluster)),
         tunnel_udp_port=tunnel.dst_port if tunnel is not None else None,
-        uplink_ingress_drop=uplink.renamed if uplink is not None else None,
+        uplink_ingress_drop=uplink.renamed if uplink is not None and config.datapath_type == "netdev" else None,
     )
     return DesiredState(mtu=mtu, gateway_addresses=gw_addrs, tunnel=tunnel, uplink=uplink, peers=plans,
                         flows=flows, routes=routes, neighbors=neighbors, nft=nft,
-                        forwarding=True)
+                        forwarding=True, mac_disagreements=disagreements)
 
 
 def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: LocalFacts) -> nodestate.NodeState:
@@ -254,7 +338,9 @@ def self_record(config: Config, local: NodeRecord | None, facts: LocalFacts) -> 
     """This Node's record as route-sync publishes it: its transport addresses, Pod CIDRs and the
     ``ferry.io/mac-address`` annotation (the uplink MAC, for peers' fast path)."""
     annotations = dict(local.annotations) if local is not None else {}
-    if facts.uplink_mac:
+    if config.mac_source == "neighbor":  # a neighbour-only cluster reads no annotation: publish none
+        annotations.pop(MAC_ANNOTATION, None)
+    elif facts.uplink_mac:
         annotations[MAC_ANNOTATION] = facts.uplink_mac
     addrs = (local.transport_addresses if local is not None and local.transport_addresses
              else tuple(_host(a) for a in (config.transport_interface_cidrs or facts.uplink_addresses)))

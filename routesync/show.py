@@ -8,7 +8,13 @@ from typing import Any
 from cni.nodestate import NodeState
 from cni.record import as_dict as asdict
 
-COLUMNS = ("PEER", "TRANSPORT", "POD CIDRS", "PATH", "MTU", "NEXT-HOP MAC", "MAC SOURCE")
+COLUMNS = ("PEER", "TRANSPORT", "POD CIDRS", "PATH", "MTU", "NEXT-HOP MAC", "MAC SOURCE", "VIA")
+
+
+def via(path: str) -> str:
+    """Which way a Pod's packet to the peer leaves the bridge: fast (the uplink, straight from
+    OVS) | gateway (ferry-gw0, the Node's routing: route and underlay peers) | tunnel | none."""
+    return {"fast": "fast", "tunnel": "tunnel", "none": "none"}.get(path, "gateway")
 
 
 def rows(state: NodeState) -> list[dict[str, Any]]:
@@ -17,6 +23,7 @@ def rows(state: NodeState) -> list[dict[str, Any]]:
         "transport": ",".join(p.addresses) or None,
         "podCIDRs": list(p.podCIDRs),
         "path": p.path,
+        "via": via(p.path),
         "mtu": state.mtu,
         "nextHopMAC": p.mac,
         "macSource": p.macSource,
@@ -36,7 +43,7 @@ def as_table(state: NodeState) -> str:
             f"gateway {state.gateway.name} {state.gateway.mac} {', '.join(state.gateway.addresses) or '-'}"
             f"  tunnel {tunnel}\n")
     cells = [COLUMNS] + [(r["peer"], r["transport"] or "-", ",".join(r["podCIDRs"]), r["path"], str(r["mtu"]),
-                          r["nextHopMAC"] or "-", r["macSource"] or "-") for r in rows(state)]
+                          r["nextHopMAC"] or "-", r["macSource"] or "-", r["via"]) for r in rows(state)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     if len(cells) == 1:

@@ -15,6 +15,7 @@ import os
 from typing import TYPE_CHECKING
 
 from cni.pipeline import GATEWAY_PORT, TUNNEL_PORT
+from routesync.apply.nexthops import NextHops
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
 from routesync.apply.routes import RouteApplier
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from routesync.config import Config
 
 __all__ = [
+    "NextHops",
     "NftApplier",
     "NodeAppliers",
     "OvsApplier",
@@ -47,6 +49,8 @@ class NodeAppliers:
         self.routes = RouteApplier(GATEWAY_PORT, netns=netns)
         self.nft = NftApplier(netns=netns)
         self.tnl_neigh = TunnelNeighbors(self.routes, config.ovs_run_dir, config.bridge)
+        # fast path: next hops and their MACs from the kernel (the daemon resolves through it)
+        self.next_hops: NextHops | None = NextHops(self.routes, netns) if config.fast_path else None
         self.state_dir = os.path.dirname(config.state_file) or "."
         self._mover: UplinkMover | None = None
         self._uplink: UplinkSpec | None = None
@@ -67,8 +71,10 @@ class NodeAppliers:
         gw_ofport, gw_mac = self.ovs.ensure_gateway(GATEWAY_PORT)
         self._gateway_mac = gw_mac
         self.routes.set_gateway_addresses(GATEWAY_PORT, gateway_addresses)
+        uplink_ofport = None
         if uplink is not None:
-            self._mover_for(uplink).ensure()
+            st = self._mover_for(uplink).ensure()
+            uplink_ofport = st.ports.get(st.renamed)
         else:
             self._restore_uplink(config)
         self._uplink = uplink
@@ -79,7 +85,8 @@ class NodeAppliers:
             gateway_ofport=gw_ofport, gateway_mac=gw_mac, tunnel_ofport=tunnel_ofport,
             uplink_name=name,
             uplink_addresses=tuple(sorted(self.routes.addresses(name))) if info else (),
-            transport_mtu=info[1] if info else 1500, uplink_mac=info[0] if info else None)
+            transport_mtu=info[1] if info else 1500, uplink_mac=info[0] if info else None,
+            uplink_ofport=uplink_ofport)
 
     def _restore_uplink(self, config: Config) -> None:
         """A move recorded by an earlier run but no longer wanted is undone."""
@@ -130,6 +137,8 @@ class NodeAppliers:
         self.ovs.delete_port(GATEWAY_PORT)
 
     def close(self) -> None:
+        if self.next_hops is not None:
+            self.next_hops.close()
         if self._mover is not None:
             self._mover.close()
         self.routes.close()
