@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import select
+import os
+import socket
+import struct
 import threading
 import time
 from collections.abc import Iterable
@@ -32,6 +34,8 @@ LOG = logging.getLogger(__name__)
 
 RTMGRP_NEIGH = 0x4
 RTM_NEWNEIGH, RTM_DELNEIGH = 28, 29
+NETLINK_ROUTE = 0
+CLONE_NEWNET = 0x40000000
 RESOLVE_TIMEOUT = 0.3  # a reconcile waits at most this long for new next hops
 
 
@@ -108,27 +112,60 @@ class NextHops:
         self.events += 1
         self.changed.set()
 
-    def _watch(self) -> None:
-        from pyroute2 import IPRoute
+    def _socket(self) -> socket.socket:
+        """A netlink socket subscribed to neighbour events, in ``netns`` when given (setns
+        changes only the calling thread's namespace: this thread is the watcher's own)."""
+        if self.netns:
+            import ctypes
 
-        ipr: Any = IPRoute(netns=self.netns) if self.netns else IPRoute()
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(os.path.join("/run/netns", self.netns), os.O_RDONLY)
+            try:
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), f"setns {self.netns}")
+            finally:
+                os.close(fd)
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        sock.bind((0, RTMGRP_NEIGH))
+        sock.settimeout(0.2)
+        return sock
+
+    def _watch(self) -> None:
+        # A plain socket, read to the end of each datagram: pyroute2's reader keeps messages
+        # it has read in its own queue, where select() on its fd no longer sees them.
+        from pyroute2.netlink.rtnl.ndmsg import ndmsg
+
         try:
-            ipr.bind(groups=RTMGRP_NEIGH)
-            fd = ipr.fileno()
+            sock = self._socket()
+        except Exception:
+            LOG.exception("neighbour watcher not started; MAC changes are seen at the next resync only")
+            return
+        try:
             while not self._stop.is_set():
-                ready, _, _ = select.select([fd], [], [], 0.2)
-                if not ready:
+                try:
+                    data = sock.recv(1 << 16)
+                except TimeoutError:
                     continue
-                for msg in ipr.get():
-                    if msg["header"]["type"] in (RTM_NEWNEIGH, RTM_DELNEIGH):
+                except OSError as e:  # ENOBUFS: events were lost; reconcile to catch up
+                    LOG.info("neighbour events lost (%s): reconciling", e)
+                    self.changed.set()
+                    continue
+                offset = 0
+                while offset + 16 <= len(data):
+                    length, kind = struct.unpack_from("=IH", data, offset)
+                    if length < 16:
+                        break
+                    if kind in (RTM_NEWNEIGH, RTM_DELNEIGH):
                         try:
+                            msg = ndmsg(data[offset:offset + length])
+                            msg.decode()
                             self._event(msg)
                         except Exception as e:  # noqa: BLE001 - one odd message must not end the watch
                             LOG.debug("neighbour event ignored: %s", e)
-        except Exception:
-            LOG.exception("neighbour watcher stopped; MAC changes are seen at the next resync only")
+                    offset += (length + 3) & ~3
         finally:
-            ipr.close()
+            sock.close()
 
     def close(self) -> None:
         self._stop.set()
