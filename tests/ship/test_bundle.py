@@ -1,0 +1,128 @@
+"""The frozen bundle: lean per-Pod executables (no runtime hooks, no heavy modules: read from the
+built executables' own archives), VERSION answers, and a Pod plugged through cnitool by it."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from PyInstaller.archive.readers import CArchiveReader
+
+from tests.ovs_instance import OvsInstance, netns
+from tests.pod.conftest import Node
+
+from .conftest import run
+
+pytestmark = pytest.mark.slow
+
+PER_POD = ("ferry", "ferry-ipam")
+# Top-level modules that must never be in a per-Pod executable: each costs 20-200 ms to import
+# or drags in a runtime hook (pkg_resources through pbr: ~200 ms per exec).
+HEAVY = {"pkg_resources", "setuptools", "pbr", "pyroute2", "ovsdbapp", "ovs", "yaml", "click", "kubernetes",
+         "prometheus_client", "routesync", "lab", "asyncio", "multiprocessing", "unittest", "urllib3"}
+
+
+def archive(exe: Path) -> tuple[dict, dict]:
+    r = CArchiveReader(str(exe))
+    pyz = next(n for n, e in r.toc.items() if e[-1] == "z")
+    return r.toc, r.open_embedded_archive(pyz).toc
+
+
+def test_three_executables_share_one_internal(bundle: Path) -> None:
+    for name in (*PER_POD, "ferry-route-sync"):
+        assert os.access(bundle / name, os.X_OK), name
+    assert sorted(p.name for p in bundle.iterdir()) == ["_internal", "ferry", "ferry-ipam", "ferry-route-sync"]
+    assert (bundle / "_internal" / "conflist" / "ferry.json").is_file()
+
+
+@pytest.mark.parametrize("name", PER_POD)
+def test_per_pod_executables_have_no_runtime_hooks(bundle: Path, name: str) -> None:
+    toc, _ = archive(bundle / name)
+    scripts = [n for n, e in toc.items() if e[-1] == "s"]
+    # the bootloader's own bootstrap and our entry script: nothing else runs at start
+    assert scripts == ["pyiboot01_bootstrap", name.replace("-", "_")], scripts
+    assert not [n for n in toc if n.startswith("pyi_rth_")]
+
+
+@pytest.mark.parametrize("name", PER_POD)
+def test_per_pod_executables_hold_no_heavy_module(bundle: Path, name: str) -> None:
+    _, pyz = archive(bundle / name)
+    tops = {m.split(".")[0] for m in pyz}
+    assert "cni" in tops and ("ipam" in tops)
+    assert not tops & HEAVY, sorted(tops & HEAVY)
+
+
+def test_route_sync_is_complete(bundle: Path) -> None:
+    _, pyz = archive(bundle / "ferry-route-sync")
+    for mod in ("pyroute2", "ovsdbapp", "kubernetes", "yaml", "click", "prometheus_client",
+                "routesync.install", "routesync.metrics", "routesync.health"):
+        assert mod in pyz, mod
+    toc, _ = archive(bundle / "ferry-route-sync")
+    assert "pyi_rth_pkgres" not in toc and "pyi_rth_setuptools" not in toc
+    p = run([str(bundle / "ferry-route-sync"), "--help"])
+    for cmd in ("run", "show", "teardown", "install-cni"):
+        assert cmd in p.stdout
+
+
+def cni(exe: Path, command: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run([str(exe)], input=stdin, env={"CNI_COMMAND": command, "PATH": os.environ["PATH"]},
+                          capture_output=True, timeout=30)
+
+
+def test_version_answers(bundle: Path) -> None:
+    for name in PER_POD:
+        p = cni(bundle / name, "VERSION")
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        assert {"0.4.0", "1.0.0", "1.1.0"} <= set(doc["supportedVersions"])
+        assert p.stderr == b""
+
+
+def _min_ms(argv: list[str], env: dict[str, str], n: int = 15) -> float:
+    best = float("inf")
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run(argv, env=env, input=b"", capture_output=True, check=True, timeout=30)
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
+def test_frozen_version_is_as_quick_as_the_source_launcher(bundle: Path, tmp_path: Path) -> None:
+    """A regression guard, not a benchmark: a runtime hook or a heavy import makes the frozen
+    VERSION several times slower than the lean source-tree launcher (``python -IS``)."""
+    import sys
+
+    from .conftest import ROOT
+
+    launchers = tmp_path / "bin"
+    run([sys.executable, "-m", "cni.launcher", str(launchers)], cwd=ROOT)
+    env = {"CNI_COMMAND": "VERSION", "PATH": os.environ["PATH"]}
+    frozen = _min_ms([str(bundle / "ferry")], env)
+    source = _min_ms([str(launchers / "ferry")], env)
+    print(f"\nVERSION min of 15: frozen {frozen:.1f} ms, source launcher {source:.1f} ms", file=sys.stderr)
+    assert frozen < max(3 * source, 60), (frozen, source)
+
+
+@pytest.mark.root
+def test_frozen_plugin_plugs_a_pod_through_cnitool(bundle: Path, tmp_path: Path) -> None:
+    name = f"sp8-{secrets.token_hex(3)}"
+    with netns(name) as ns, OvsInstance(name, netns=ns) as ovs:
+        node = Node(name=ns, ovs=ovs, dir=tmp_path, cni_bin=str(bundle))
+        node.write_conflist()
+        try:
+            a = node.add_pod("a")
+            b = node.add_pod("b")
+            assert a.exec("ping", "-c", "1", "-W", "2", b.ip(4)).returncode == 0
+            assert a.exec("ping", "-c", "1", "-W", "2", b.ip(6)).returncode == 0
+            assert a.host_veth in node.ports()
+            assert node.flows()
+        finally:
+            for pod in node.pods:
+                node.del_pod(pod)
+                run(["ip", "netns", "del", pod.netns], check=False)
+        assert not [p for p in node.ports() if p != "ferry-gw0"]
