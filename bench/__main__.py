@@ -8,7 +8,7 @@ outputs are collected into ``OUT/results.json`` (``meta`` + ``benchmarks``: stat
 error, data), then ``bench.report`` writes ``OUT/report.md`` and the PNG plots.  A failing
 benchmark is marked failed in the report and the others still run; the exit status is non-zero
 when any failed.  ``--quick`` (or ``BENCH_QUICK=1``): 10 Pods, 100 peers, 2 s iperf and small
-sample counts.  Each benchmark's own output goes to ``OUT/<name>.log``."""
+sample counts, IPAM on a /22 instead of the /16.  Each benchmark's own output goes to ``OUT/<name>.log``."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
         return {
             "startup": ["bench.bench_startup", "--runs", "20", *cb],
             "cni": ["bench.bench_cni", "--quick", *cb],
-            "ipam": ["bench.bench_ipam", "--iterations", "30", "--exec-iterations", "5", *cb],
+            "ipam": ["bench.bench_ipam", "--iterations", "30", "--exec-iterations", "5", "--subnet", "10.66.0.0/22",
+                     *cb],
             "routesync": ["bench.bench_routesync", "--quick"],
             "dataplane": ["bench.bench_dataplane", "--quick", *cb],
         }

@@ -32,8 +32,8 @@ FILLS = (0, 50, 99)
 HOST_LOCAL = "/usr/lib/cni/host-local"
 
 
-def _usable() -> list[str]:
-    net = ipaddress.ip_network(SUBNET)
+def _usable(subnet: str = SUBNET) -> list[str]:
+    net = ipaddress.ip_network(subnet)
     first, last = int(net.network_address) + 2, int(net.broadcast_address) - 1  # .1 is the gateway
     return [str(ipaddress.IPv4Address(a)) for a in range(first, last + 1)]
 
@@ -43,12 +43,12 @@ def _write(path: str, data: str) -> None:
         f.write(data)
 
 
-def prefill_ferry(store: str, reserved: list[str], cursor: str | None) -> None:
+def prefill_ferry(store: str, reserved: list[str], cursor: str | None, subnet: str = SUBNET) -> None:
     from ipam.store import ATTACHMENTS, IPS, record_name
 
     os.makedirs(os.path.join(store, IPS), mode=0o755, exist_ok=True)
     os.makedirs(os.path.join(store, ATTACHMENTS), mode=0o755, exist_ok=True)
-    prefix = SUBNET.split("/")[1]
+    prefix = subnet.split("/")[1]
     for n, ip in enumerate(reserved):
         key = (f"fill{n}", "eth0")
         _write(os.path.join(store, IPS, ip), f"{key[0]}\n{key[1]}\n")
@@ -67,15 +67,15 @@ def prefill_host_local(store: str, reserved: list[str], cursor: str | None) -> N
         _write(os.path.join(store, "last_reserved_ip.0"), cursor)
 
 
-def netconf(kind: str, data_dir: str) -> dict[str, object]:
+def netconf(kind: str, data_dir: str, subnet: str = SUBNET) -> dict[str, object]:
     return {"cniVersion": "1.0.0", "name": "fi-bench", "type": kind,
-            "ipam": {"type": kind, "dataDir": data_dir, "ranges": [[{"subnet": SUBNET}]]}}
+            "ipam": {"type": kind, "dataDir": data_dir, "ranges": [[{"subnet": subnet}]]}}
 
 
-def bench_in_process(data_dir: str, iterations: int) -> tuple[list[float], list[float]]:
+def bench_in_process(data_dir: str, iterations: int, subnet: str = SUBNET) -> tuple[list[float], list[float]]:
     from ipam import api
 
-    conf = api.parse_config(netconf("ferry-ipam", data_dir), [])
+    conf = api.parse_config(netconf("ferry-ipam", data_dir, subnet), [])
     add, dele = [], []
     for i in range(iterations):
         t = time.perf_counter()
@@ -114,12 +114,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="directory holding ferry-ipam (default: lean launchers written to a temp dir)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", help="write the figures (and the raw samples) to this file")
+    p.add_argument("--subnet", default=SUBNET, help=f"the range (inside {SUBNET}; smaller = faster prefill)")
     args = p.parse_args(argv)
     if not os.access(HOST_LOCAL, os.X_OK):
         print(f"{HOST_LOCAL} missing (apt-get install containernetworking-plugins)", file=sys.stderr)
         return 1
     rnd = random.Random(args.seed)
-    usable = _usable()
+    subnet = args.subnet
+    if not ipaddress.ip_network(subnet).subnet_of(ipaddress.ip_network(SUBNET)):
+        print(f"--subnet must lie in {SUBNET} (the records name gateway 10.66.0.1)", file=sys.stderr)
+        return 2
+    usable = _usable(subnet)
     work = tempfile.mkdtemp(prefix="fi-bench-")
     try:
         ferry_ipam = os.path.join(args.cni_bin, "ferry-ipam") if args.cni_bin else ""
@@ -135,15 +140,15 @@ def main(argv: list[str] | None = None) -> int:
             cursor = rnd.choice(reserved) if reserved else None
             dirs = {k: os.path.join(work, f"{k}-{fill}") for k in ("inproc", "exec", "hl")}
             t = time.perf_counter()
-            prefill_ferry(os.path.join(dirs["inproc"], "fi-bench"), reserved, cursor)
-            prefill_ferry(os.path.join(dirs["exec"], "fi-bench"), reserved, cursor)
+            prefill_ferry(os.path.join(dirs["inproc"], "fi-bench"), reserved, cursor, subnet)
+            prefill_ferry(os.path.join(dirs["exec"], "fi-bench"), reserved, cursor, subnet)
             prefill_host_local(os.path.join(dirs["hl"], "fi-bench"), reserved, cursor)
             print(f"fill {fill}%: {len(reserved)} of {len(usable)} reserved in {time.perf_counter() - t:.1f} s",
                   file=sys.stderr)
             results = {
-                "ferry in-process": bench_in_process(dirs["inproc"], args.iterations),
-                "ferry-ipam exec": bench_exec(ferry_ipam, netconf("ferry-ipam", dirs["exec"]), args.exec_iterations),
-                "host-local exec": bench_exec(HOST_LOCAL, netconf("host-local", dirs["hl"]), args.exec_iterations),
+                "ferry in-process": bench_in_process(dirs["inproc"], args.iterations, subnet),
+                "ferry-ipam exec": bench_exec(ferry_ipam, netconf("ferry-ipam", dirs["exec"], subnet), args.exec_iterations),
+                "host-local exec": bench_exec(HOST_LOCAL, netconf("host-local", dirs["hl"], subnet), args.exec_iterations),
             }
             hl_add = percentile(results["host-local exec"][0], 50)
             for name, (add, dele) in results.items():
@@ -155,12 +160,12 @@ def main(argv: list[str] | None = None) -> int:
                                "add_ms": add, "del_ms": dele})
             for d in dirs.values():
                 shutil.rmtree(d, ignore_errors=True)
-        print(f"IPAM on {SUBNET} (ms; ratio = host-local exec ADD p50 / this ADD p50, >1 means faster)")
+        print(f"IPAM on {subnet} (ms; ratio = host-local exec ADD p50 / this ADD p50, >1 means faster)")
         print(table(["fill", "implementation", "n", "ADD p50", "ADD p99", "DEL p50", "DEL p99", "vs host-local"],
                     rows))
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"benchmark": "ipam", "subnet": SUBNET, "series": series}, f, indent=1)
+                json.dump({"benchmark": "ipam", "subnet": subnet, "series": series}, f, indent=1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
