@@ -45,6 +45,7 @@ class Goal:
     values: Callable[[dict[str, Any]], tuple[float, float] | None]  # data → (ours, reference)
     unit: str = "ms"
     reference: str = ""
+    paths: tuple[str, ...] = ()  # data-plane paths the figure needs
 
 
 @dataclass(frozen=True)
@@ -145,15 +146,20 @@ GOALS: tuple[Goal, ...] = (
          reference="budget 5 s"),
     Goal(6, "routesync", "peak RSS (largest size)", "<=", 1.0, _rss, unit="MB", reference="budget 150 MB"),
     Goal(6, "routesync", "one Node change → applied, p99", "<=", 1.0, _change, reference="budget 100 ms"),
-    Goal(7, "dataplane", "fast path / gateway path", ">=", 1.5, _throughput("fast", "gateway"), unit="Gbit/s",
+    Goal(7, "dataplane", "fast path / gateway path", ">=", 1.5, _throughput("fast", "gateway"), paths=("fast", "gateway"), unit="Gbit/s",
          reference="noEncap via gateway"),
-    Goal(7, "dataplane", "encap vxlan / gateway path", None, None, _throughput("vxlan", "gateway"),
+    Goal(7, "dataplane", "encap vxlan / gateway path", None, None, _throughput("vxlan", "gateway"), paths=("vxlan", "gateway"),
          unit="Gbit/s", reference="noEncap via gateway"),
-    Goal(6, "dataplane", "encap geneve / vxlan", None, None, _throughput("geneve", "vxlan"), unit="Gbit/s",
+    Goal(6, "dataplane", "encap geneve / vxlan", None, None, _throughput("geneve", "vxlan"), paths=("geneve", "vxlan"), unit="Gbit/s",
          reference="encap vxlan"),
-    Goal(6, "dataplane", "encap gre / vxlan", None, None, _throughput("gre", "vxlan"), unit="Gbit/s",
+    Goal(6, "dataplane", "encap gre / vxlan", None, None, _throughput("gre", "vxlan"), paths=("gre", "vxlan"), unit="Gbit/s",
          reference="encap vxlan"),
 )
+
+
+def _unavailable(data: dict[str, Any]) -> set[str]:
+    """Data-plane paths the tree does not have (reported "not available", not "not run")."""
+    return {p["path"] for p in data.get("paths", []) if p.get("available") is False}
 
 
 def goal_rows(results: dict[str, Any]) -> list[Row]:
@@ -164,7 +170,8 @@ def goal_rows(results: dict[str, Any]) -> list[Row]:
         vals = g.values(b["data"]) if b.get("status") == "ok" and b.get("data") else None
         target = f"{g.cmp} {g.bound:g}x" if g.cmp and g.bound is not None else "—"
         if vals is None:
-            rows.append(Row(g.issue, g.figure, None, None, None, target, "not run", g.unit, g.reference))
+            missing = "not available" if b.get("data") and _unavailable(b["data"]) & set(g.paths) else "not run"
+            rows.append(Row(g.issue, g.figure, None, None, None, target, missing, g.unit, g.reference))
             continue
         ours, ref = vals
         ratio = ours / ref if ref else None
@@ -378,6 +385,19 @@ def plot_reconcile(results: dict[str, Any], path: str) -> None:
         ax.plot([1000, 5000], [1.0, 5.0], "r^", label="target (issue 6)")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        from matplotlib.ticker import FuncFormatter, NullFormatter
+
+        plain = FuncFormatter(lambda v, _pos: f"{v:,.4g}")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(plain)
+            axis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(sorted({*xs, 1000, 5000}))
+        from matplotlib.ticker import LogLocator
+
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        for r in sizes:
+            ax.annotate(f"{r['reconcile_s']:.2f} s", (r["peers"], r["reconcile_s"]), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7)
         ax.set_xlabel("peers")
         ax.set_ylabel("seconds")
         ax.set_title("route-sync reconcile time vs peers")
