@@ -1,0 +1,53 @@
+"""Fixtures for the fast-path tests: one ferry-lab per configuration (module scope), names
+starting with "tf" (this area's prefix), torn down even when a test fails."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from lab.api import Lab, ensure_cni_bin
+from tests.e2e.conftest import can_run, topology
+
+_counter = itertools.count()
+PODS = (("node-1", "a"), ("node-2", "a"), ("node-3", "a"))
+
+
+def lab_name() -> str:
+    return f"tf{os.getpid() % 100000:x}{next(_counter)}"[:12]
+
+
+def fast_topology(mode: str, mac_source: str, **extra: object) -> dict:
+    """The default three Nodes, route-sync with the fast path; the router routes Pod CIDRs."""
+    rs = {"trafficEncapMode": mode, "fastPath": True, "macSource": mac_source, "resyncSeconds": 30, **extra}
+    return topology(rs, route_pod_cidrs=True)
+
+
+@pytest.fixture(scope="session")
+def fast_cni_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
+    env = os.environ.get("FERRY_CNI_BIN")
+    if env and os.access(os.path.join(env, "ferry"), os.X_OK):
+        return env
+    return ensure_cni_bin(str(tmp_path_factory.mktemp("cni-bin")))
+
+
+@pytest.fixture(scope="module")
+def fast_lab_of(fast_cni_bin: str) -> Iterator:
+    labs: list[Lab] = []
+
+    def make(topo: dict) -> Lab:
+        reason = can_run()
+        if reason:
+            pytest.skip(reason)
+        lab = Lab.up(topo, name=lab_name(), cni_bin=fast_cni_bin)
+        labs.append(lab)
+        for node, pod in PODS:
+            lab.add_pod(node, pod)
+        return lab
+
+    yield make
+    for lab in labs:
+        lab.down()
