@@ -37,8 +37,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from cni import pipeline as pl  # noqa: E402
-from cni.flows import PodPort, pod_flows  # noqa: E402
+from cni import pipeline as pl
+from cni.flows import PodPort, pod_flows
 
 IFNAME = "eth0"
 

@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.ovs_instance import OvsInstance, netns  # noqa: E402
-from tests.pod.conftest import Node, Pod, run  # noqa: E402
+from tests.ovs_instance import OvsInstance, netns
+from tests.pod.conftest import Node, Pod, run
 
 PREFIX = "fx-"
 
@@ -60,7 +60,7 @@ class FxNode(Node):
             e = env
         data = stdin if stdin is not None else json.dumps(c).encode()
         return subprocess.run(["ip", "netns", "exec", self.name, os.path.join(self.cni_bin, "ferry")],
-                              input=data, capture_output=True, env=e, timeout=timeout)
+                              input=data, capture_output=True, env=e, timeout=timeout, check=False)
 
 
 @pytest.fixture
@@ -79,3 +79,6 @@ def fx_node(fx_cni_bin: str, tmp_path: Path) -> Iterator[FxNode]:
             for pod, cid, ifname in n.direct_pods:
                 n.direct("DEL", pod.path, cid, ifname=ifname)
                 run(["ip", "netns", "del", pod.netns], check=False)
+            for other in os.listdir("/run/netns"):  # any Pod netns a test made and did not remove
+                if other.startswith(f"{ns}-"):
+                    run(["ip", "netns", "del", other], check=False)

@@ -81,22 +81,22 @@ def test_forged_frames_are_dropped_and_counted(trio, case):
     cookie = pl.pod_cookie(node.ovs.vsctl("get", "port", attacker.host_veth,
                                           f"external_ids:{pl.EXT_CONTAINER_ID}").strip().strip('"'), "eth0").match()
     if case == "forged-v6-source":
-        read = lambda: _miss(node)  # noqa: E731
+        read = lambda: _miss(node)
         before, echos = read(), _snmp6(victim, "Icmp6InEchos")
         _forge(attacker, "echo6", attacker.mac, victim.mac, "fd00:10:244:1::fa", victim.ip(6))
     elif case in ("na-claims-gateway", "na-claims-victim"):
-        read = lambda: _packets(node, "priority=204", "icmp_type=136", "actions=drop", cookie=cookie)  # noqa: E731
+        read = lambda: _packets(node, "priority=204", "icmp_type=136", "actions=drop", cookie=cookie)
         before = read()
         if case == "na-claims-gateway":  # to the victim: "the gateway is at <attacker MAC>"
             _forge(attacker, "na", attacker.mac, victim.mac, attacker.ip(6), victim.ip(6), GW6)
         else:  # to the gateway: "the victim is at <attacker MAC>"
             _forge(attacker, "na", attacker.mac, gw_mac, attacker.ip(6), GW6, victim.ip(6))
     elif case == "ra":
-        read = lambda: _packets(node, "priority=210", "icmp_type=134", "actions=drop", cookie=cookie)  # noqa: E731
+        read = lambda: _packets(node, "priority=210", "icmp_type=134", "actions=drop", cookie=cookie)
         before = read()
         _forge(attacker, "ra", attacker.mac, _ll(attacker))
     else:
-        read = lambda: _miss(node)  # noqa: E731
+        read = lambda: _miss(node)
         before = read()
         _forge(attacker, "garp", attacker.mac, victim.ip(4) if case == "garp-claims-victim" else gw4)
     assert read() - before >= COUNT, "SpoofGuard did not count the forged frames"
