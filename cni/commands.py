@@ -8,7 +8,6 @@ only: this runs once per Pod."""
 from __future__ import annotations
 
 import fcntl
-import ipaddress
 import os
 
 from cni.record import record
@@ -17,6 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+from cni import addr
 from cni import config as cfg
 from cni import pipeline as pl
 from cni.errors import (
@@ -114,8 +114,7 @@ class Gateway:
 def _gateway_cidrs(pod_cidrs: list[str]) -> tuple[str, ...]:
     out = []
     for c in pod_cidrs:
-        net = ipaddress.ip_network(c, strict=False)
-        out.append(f"{net.network_address + 1}/{net.prefixlen}")
+        out.append(addr.first_host_cidr(c))
     return tuple(out)
 
 
@@ -361,7 +360,7 @@ def _forget_neighbours(host_nl, gateway: str, addresses: list[str]) -> None:  # 
     if index is None:
         return
     for a in addresses:
-        host_nl.neigh_del(index, str(ipaddress.ip_interface(a).ip))
+        host_nl.neigh_del(index, addr.host(a))
 
 
 def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig], log: Any) -> None:
@@ -373,8 +372,8 @@ def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig], log: Any) 
 
     frames = []
     for ip in ips:
-        addr = str(ipaddress.ip_interface(ip.address).ip)
-        frames.append(garp_frame(mac, addr) if ip.family == 4 else na_frame(mac, addr))
+        host = addr.host(ip.address)
+        frames.append(garp_frame(mac, host) if ip.family == 4 else na_frame(mac, host))
     try:
         pid = os.fork()
     except OSError as e:
@@ -523,10 +522,10 @@ def _check_sandbox(req: Request, prev: Result, pod_nl) -> list[str]:  # type: ig
         if ip.address not in have:
             problems.append(f"address {ip.address} is missing from {req.ifname}")
     for r in prev.routes:
-        family = ipaddress.ip_network(r.dst, strict=False).version
+        family = addr.family(r.dst)
+        want = addr.canonical_network(r.dst)
         found = [x for x in pod_nl.routes(family=family, index=link.index)
-                 if ipaddress.ip_network(x.dst, strict=False) == ipaddress.ip_network(r.dst, strict=False)
-                 and (not r.gw or (x.gw and ipaddress.ip_address(x.gw) == ipaddress.ip_address(r.gw)))]
+                 if addr.canonical_network(x.dst) == want and (not r.gw or (x.gw and addr.same_ip(x.gw, r.gw)))]
         if not found:
             problems.append(f"route {r.dst}" + (f" via {r.gw}" if r.gw else "") + f" is missing from {req.ifname}")
     return problems

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 
 from cni.record import Factory, record
@@ -11,7 +10,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-from cni import nodestate
+from cni import addr, nodestate
 from cni.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CniError
 from cni.pipeline import DEFAULT_BRIDGE, GATEWAY_PORT, IFNAMSIZ
 
@@ -116,7 +115,7 @@ def lone_pod_cidrs(conf: PluginConfig) -> list[str]:
         if not isinstance(rset, list) or not rset or not isinstance(rset[0], dict):
             raise CniError(INVALID_CONFIG, f"config field 'ipam.ranges[{i}]' must be a non-empty list of ranges")
         try:
-            cidrs.append(str(ipaddress.ip_network(str(rset[0].get("subnet")), strict=False)))
+            cidrs.append(addr.canonical_network(str(rset[0].get("subnet"))))
         except ValueError:
             raise CniError(INVALID_CONFIG, f"config field 'ipam.ranges[{i}][0].subnet' is not a CIDR") from None
     return cidrs

@@ -7,32 +7,29 @@ send complete ones: TX checksum offload off.  Acts in the calling thread's netwo
 from __future__ import annotations
 
 import _socket as socket
-import ctypes
 import fcntl
 import struct
+from array import array
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GTXCSUM = 0x16
 ETHTOOL_STXCSUM = 0x17
 
 
-class _EthtoolValue(ctypes.Structure):
-    _fields_ = [("cmd", ctypes.c_uint32), ("data", ctypes.c_uint32)]
-
-
 def _ethtool(ifname: str, cmd: int, data: int = 0) -> int:
     name = ifname.encode()
     if not name or len(name) > 15:
         raise ValueError(f"bad interface name {ifname!r}")
-    value = _EthtoolValue(cmd, data)
+    # struct ethtool_value {u32 cmd; u32 data;} in a buffer whose address the ioctl gets (no ctypes).
+    value = array("I", [cmd, data])
     # struct ifreq: char ifr_name[16]; union { void *ifr_data; ... } (padded to 40 bytes).
-    ifreq = struct.pack("16sP", name, ctypes.addressof(value)).ljust(40, b"\0")
+    ifreq = struct.pack("16sP", name, value.buffer_info()[0]).ljust(40, b"\0")
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
     try:
         fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifreq)
     finally:
         s.close()
-    return int(value.data)
+    return int(value[1])
 
 
 def get_tx_checksum(ifname: str) -> bool:

@@ -2,16 +2,18 @@
 
 Pure functions: addresses, MACs and ofports in, :class:`cni.pipeline.Flow` lists out.  The
 plugin installs the per-Pod flows and deletes them by the same cookie; route-sync (or the plugin
-on a lone Node) installs the base flows.  Values are validated here (``ipaddress``, MAC syntax)
+on a lone Node) installs the base flows.  Values are validated here (``cni.addr``, MAC syntax)
 before they reach flow text, so nothing a user controls can change a flow's meaning."""
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Sequence
-
+from cni import addr
 from cni.pipeline import BASE_COOKIE, Cookie, Flow, Table, goto
 from cni.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -42,21 +44,23 @@ def link_local(mac_address: str) -> str:
     b = bytearray(bytes.fromhex(mac(mac_address).replace(":", "")))
     b[0] ^= 0x02
     eui = bytes(b[:3]) + b"\xff\xfe" + bytes(b[3:])
-    return str(ipaddress.IPv6Address(b"\xfe\x80" + b"\x00" * 6 + eui))
+    return addr.format_ip(int.from_bytes(b"\xfe\x80" + b"\x00" * 6 + eui, "big"), 128)
 
 
 def arp_responder_actions(answer_mac: str, answer_ip: str) -> str:
     """Turn an ARP request into the reply "``answer_ip`` is at ``answer_mac``", sent back out
     of the port it came in on."""
     m = "0x" + mac(answer_mac).replace(":", "")
-    ip = ipaddress.IPv4Address(answer_ip)
+    ip, bits = addr.parse_ip(answer_ip)
+    if bits != 32:
+        raise ValueError(f"not an IPv4 address: {answer_ip!r}")
     return ("move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],"
             f"mod_dl_src:{mac(answer_mac)},"
             "load:0x2->NXM_OF_ARP_OP[],"
             "move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],"
             f"load:{m}->NXM_NX_ARP_SHA[],"
             "move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],"
-            f"load:0x{int(ip):08x}->NXM_OF_ARP_SPA[],"
+            f"load:0x{ip:08x}->NXM_OF_ARP_SPA[],"
             "IN_PORT")
 
 
@@ -65,8 +69,8 @@ def _split(addresses: Sequence[str]) -> tuple[list[str], list[str]]:
     v4: list[str] = []
     v6: list[str] = []
     for a in addresses:
-        ip = ipaddress.ip_interface(a).ip
-        (v4 if ip.version == 4 else v6).append(str(ip))
+        value, _, bits = addr.parse_interface(a)
+        (v4 if bits == 32 else v6).append(addr.format_ip(value, bits))
     return v4, v6
 
 

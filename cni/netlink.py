@@ -15,10 +15,13 @@ import _socket as socket  # the C module: socket.py's enum conversions cost ~10 
 import errno as _errno
 import os
 import struct
-from collections.abc import Iterator
-from types import TracebackType
 
 from cni.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import TracebackType
 
 # Message types and flags (linux/netlink.h, linux/rtnetlink.h).
 NLMSG_ERROR, NLMSG_DONE = 2, 3

@@ -12,11 +12,13 @@ machine).  ``--bundle`` (atomic replace) needs OpenFlow 1.4 and asks for it.  Br
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from cni import spawn
 from cni.pipeline import Cookie, Flow
 from cni.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 PROTOCOLS = ""  # let ovs-ofctl choose (OpenFlow 1.0 + NXM): fastest
 BUNDLE_PROTOCOLS = "OpenFlow14"

@@ -11,7 +11,6 @@ maps ``["map", [[k, v], ...]]``, row references ``["uuid", "..."]`` / ``["named-
 from __future__ import annotations
 
 import _socket as socket  # the C module: socket.py's enums cost ~10 ms per exec
-from types import TracebackType
 
 from cni import fastjson as json
 from cni.record import Factory, record
@@ -19,6 +18,7 @@ from cni.record import Factory, record
 # ``typing`` is not imported at run time (a few ms on every ADD): annotations are strings.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import TracebackType
     TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-
 from cni.record import Factory, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import Any
 
 from cni.result import Result
@@ -44,5 +43,6 @@ _SILENT = _Silent()
 
 # A command handler: ADD returns the Result to print; the others return None on success.
 # Any failure is raised as cni.errors.CniError.
-Handler = Callable[[Request], Result | None]
-Handlers = Mapping[str, Handler]
+if TYPE_CHECKING:  # aliases for annotations only (collections.abc is not imported at run time)
+    Handler = Callable[[Request], Result | None]
+    Handlers = Mapping[str, Handler]

@@ -6,14 +6,13 @@ CHECK/DEL, an IPAM plugin's answer)."""
 
 from __future__ import annotations
 
-import ipaddress
-
 from cni.record import Factory, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+from cni import addr
 from cni.errors import DECODE_FAILURE, CniError
 
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
@@ -42,7 +41,7 @@ class IPConfig:
 
     @property
     def family(self) -> int:
-        return ipaddress.ip_interface(self.address).version
+        return addr.family(self.address)
 
 
 @record
@@ -159,9 +158,9 @@ def decode(obj: Any, where: str = "prevResult") -> Result:
         address = _str(ip, "address", w, True)
         gateway = _str(ip, "gateway", w)
         try:
-            ipaddress.ip_interface(address)
+            addr.parse_interface(address)
             if gateway:
-                ipaddress.ip_address(gateway)
+                addr.parse_ip(gateway)
         except ValueError as e:
             raise CniError(DECODE_FAILURE, f"{w}: {e}") from None
         index = ip.get("interface")
@@ -178,9 +177,9 @@ def decode(obj: Any, where: str = "prevResult") -> Result:
         if not isinstance(mtu, int) or isinstance(mtu, bool) or mtu < 0:
             raise CniError(DECODE_FAILURE, f"{w}.mtu must be a non-negative integer")
         try:
-            ipaddress.ip_network(dst, strict=False)
+            addr.parse_interface(dst)
             if gw:
-                ipaddress.ip_address(gw)
+                addr.parse_ip(gw)
         except ValueError as e:
             raise CniError(DECODE_FAILURE, f"{w}: {e}") from None
         res.routes.append(Route(dst=dst, gw=gw, mtu=mtu))

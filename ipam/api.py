@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+from cni import addr
 from cni.errors import (
     INVALID_CONFIG,
     INVALID_ENV,
@@ -60,11 +61,9 @@ def _parse_routes(obj: Any) -> tuple[Route, ...]:
             raise CniError(INVALID_CONFIG, f"ipam.routes[{i}].dst: missing")
         gw = r.get("gw", "") or ""
         try:
-            import ipaddress
-
-            ipaddress.ip_network(r["dst"], strict=False)
+            addr.parse_interface(r["dst"])
             if gw:
-                ipaddress.ip_address(gw)
+                addr.parse_ip(gw)
         except ValueError as e:
             raise CniError(INVALID_CONFIG, f"ipam.routes[{i}]: {e}") from None
         out.append(Route(dst=r["dst"], gw=gw))

@@ -7,8 +7,7 @@ Pure: no I/O.  Every error is ``CniError(7)`` naming the offending field."""
 
 from __future__ import annotations
 
-import ipaddress
-
+from cni import addr as _addr
 from cni.errors import INVALID_CONFIG, CniError
 from ipam.plain import Frozen
 
@@ -74,14 +73,14 @@ RangeSet = tuple[Range, ...]
 
 
 def fmt(addr: int, bits: int) -> str:
-    return str(ipaddress.IPv4Address(addr) if bits == 32 else ipaddress.IPv6Address(addr))
+    return _addr.format_ip(addr, bits)
 
 
 def parse_address(text: str) -> tuple[int, int]:
     """``(int, bits)`` of an address, with or without a ``/prefix``; ValueError when invalid."""
     text = str(text)
-    addr = ipaddress.ip_interface(text.strip()).ip if "/" in text else ipaddress.ip_address(text.strip())
-    return int(addr), addr.max_prefixlen
+    value, _, bits = _addr.parse_interface(text.strip())
+    return value, bits
 
 
 def _field_addr(d: dict[str, Any], key: str, where: str, bits: int) -> int | None:
@@ -106,17 +105,17 @@ def parse_range(d: Any, where: str) -> Range:
     try:
         if "/" not in subnet_text:
             raise ValueError(subnet_text)
-        net = ipaddress.ip_network(subnet_text, strict=False)
+        value, prefixlen, bits = _addr.parse_cidr(subnet_text)
     except ValueError:
         raise CniError(INVALID_CONFIG, f"{where}.subnet: {subnet_text!r} is not a CIDR") from None
-    if ipaddress.ip_interface(subnet_text).ip != net.network_address:
+    network = _addr.network(value, prefixlen, bits)
+    net = f"{_addr.format_ip(network, bits)}/{prefixlen}"
+    if value != network:
         raise CniError(INVALID_CONFIG, f"{where}.subnet: {subnet_text} has host bits set "
                                        f"(the network is {net})")
-    bits = net.max_prefixlen
-    if net.prefixlen > bits - 2:
+    if prefixlen > bits - 2:
         raise CniError(INVALID_CONFIG, f"{where}.subnet: {net} is too small to allocate from")
-    network = int(net.network_address)
-    last = int(net.broadcast_address)
+    last = _addr.last(value, prefixlen, bits)
     default_end = last - 1 if bits == 32 else last
     start = _field_addr(d, "rangeStart", where, bits)
     end = _field_addr(d, "rangeEnd", where, bits)
@@ -130,7 +129,7 @@ def parse_range(d: Any, where: str) -> Range:
     if start > end:
         raise CniError(INVALID_CONFIG, f"{where}.rangeStart: {fmt(start, bits)} is after rangeEnd "
                                        f"{fmt(end, bits)}")
-    r = Range(network=network, prefixlen=net.prefixlen, bits=bits, start=start, end=end, gateway=gateway)
+    r = Range(network=network, prefixlen=prefixlen, bits=bits, start=start, end=end, gateway=gateway)
     if r.capacity() < 1:
         raise CniError(INVALID_CONFIG, f"{where}: range {r.describe()} holds no usable address")
     return r
