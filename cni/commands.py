@@ -28,7 +28,6 @@ from cni.errors import (
     NETNS_GONE,
     NOT_READY,
     OVS_FAILURE,
-    TRY_AGAIN_LATER,
     CniError,
 )
 from cni.flows import GatewayPort, PodPort, base_flows, pod_flows
@@ -41,19 +40,38 @@ from cni.rollback import Rollback
 
 class _locked:
     """A short flock: per attachment (ADD/DEL/CHECK of one Pod), or "node" for lone-Node setup.
-    (A class, not @contextmanager: contextlib costs ~7 ms of imports per exec.)"""
+    (A class, not @contextmanager: contextlib costs ~7 ms of imports per exec.)
+
+    ``remove()`` (DEL, under the lock) unlinks the file so lock files do not pile up, one per Pod
+    ever created; a waiter that then wins the flock on the unlinked file notices (the path no
+    longer names its inode) and locks the path afresh."""
 
     def __init__(self, conf: cfg.PluginConfig, name: str) -> None:
         self.dir, self.path, self.fd = conf.lock_dir, os.path.join(conf.lock_dir, name + ".lock"), -1
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> _locked:
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    current = os.stat(self.path, follow_symlinks=False).st_ino
+                except FileNotFoundError:
+                    current = -1
+            except BaseException:
+                os.close(fd)
+                raise
+            if current == os.fstat(fd).st_ino:
+                self.fd = fd
+                return self
+            os.close(fd)  # removed (or replaced) while we waited: lock the path again
+
+    def remove(self) -> None:
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-        except BaseException:
-            os.close(self.fd)
-            raise
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
@@ -407,7 +425,7 @@ def delete(req: Request) -> None:
     from cni.netlink import Netlink
 
     step = _Step()
-    with _reported(step), _attachment_lock(conf, req), Netlink() as host_nl:
+    with _reported(step), _attachment_lock(conf, req) as lock, Netlink() as host_nl:
         ovsdb, of = _ovs(node)
         step("find OVS port")
         ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
@@ -423,16 +441,14 @@ def delete(req: Request) -> None:
         for name in sorted(names):
             step(f"delete veth {name}")
             host_nl.link_del(name)
-        if conf.ipam or node.pod_cidrs:
-            step("IPAM release")
-            try:
-                ipam_api, ipam_conf = _ipam(req.config, node)
-            except CniError as e:
-                if e.code != TRY_AGAIN_LATER:
-                    raise
-                req.logger().warning("no IPAM ranges known, nothing to release")
-            else:
-                ipam_api.release(ipam_conf, req.container_id, req.ifname)
+        step("IPAM release")
+        from ipam import api as ipam_api
+
+        # Releasing is keyed by (container ID, ifname): it needs the store, not the ranges, so a
+        # DEL while the node state is gone (route-sync down, /run cleared) still frees them. The
+        # plugin always allocates through ferry-ipam (an absent ipam section means its defaults).
+        ipam_api.release(ipam_api.release_config(req.config), req.container_id, req.ifname)
+        lock.remove()
 
 
 # ---------------------------------------------------------------------------- CHECK

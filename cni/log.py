@@ -107,7 +107,7 @@ class Log:
 
 
 def _open_append(path: str) -> int:
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW  # a planted link is refused
     try:
         return os.open(path, flags, 0o640)
     except FileNotFoundError:

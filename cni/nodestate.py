@@ -127,7 +127,10 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
                         port=_require(t, "port", str, where + ".tunnel"),
                         ofport=_require(t, "ofport", int, where + ".tunnel"))
     peers = []
-    for i, p in enumerate(d.get("peers") or []):
+    raw_peers = d.get("peers") or []
+    if not isinstance(raw_peers, list):
+        raise StateError(f"{where}: key 'peers' has the wrong type")
+    for i, p in enumerate(raw_peers):
         w = f"{where}.peers[{i}]"
         if not isinstance(p, dict):
             raise StateError(f"{w}: not an object")
@@ -150,7 +153,7 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
         ovsRunDir=_require(d, "ovsRunDir", str, where),
         mtu=mtu,
         podCIDRs=[str(c) for c in _require(d, "podCIDRs", list, where)],
-        clusterCIDRs=[str(c) for c in d.get("clusterCIDRs") or []],
+        clusterCIDRs=[str(c) for c in (_require(d, "clusterCIDRs", list, where) if d.get("clusterCIDRs") else [])],
         gateway=gateway,
         tunnel=tunnel,
         peers=peers,

@@ -154,6 +154,20 @@ def allocate(conf: IpamConfig, container_id: str, ifname: str,
         return _to_result(record)
 
 
+def release_config(netconf: dict[str, Any]) -> IpamConfig:
+    """Enough of the config to release by (container ID, ifname) when no ranges are known (the
+    node state is gone): releasing needs the store, not the ranges."""
+    try:
+        return parse_config(netconf, [])
+    except CniError as e:
+        if e.code != TRY_AGAIN_LATER:
+            raise
+    ipam = netconf.get("ipam") or {}
+    data_dir = ipam.get("dataDir") or DEFAULT_DATA_DIR
+    return IpamConfig(network=netconf["name"], data_dir=data_dir, range_sets=(),
+                      durable=bool(ipam.get("durable", False)))
+
+
 def release(conf: IpamConfig, container_id: str, ifname: str) -> None:
     """Free the attachment's addresses; an unknown attachment is already released."""
     key = _key(container_id, ifname)

@@ -28,10 +28,6 @@ def _state_for(node) -> nodestate.NodeState:
         gateway=nodestate.Gateway("ferry-gw0", gw_mac, gw_ofport, ["10.244.1.1/24", "fd00:10:244:1::1/64"]))
 
 
-@pytest.mark.xfail(strict=True, reason="cni/commands.py delete(): without the state file and without explicit "
-                   "ipam.ranges, DEL logs 'no IPAM ranges known, nothing to release' and returns success, so the "
-                   "Pod's IPAM record stays for good; release by (containerID, ifname) needs no ranges "
-                   "(the store is keyed by attachment), so DEL should release unconditionally")
 def test_del_while_route_sync_is_down_frees_everything(fx_node):
     warm = fx_node.add_pod_as("warm", "fxwarm01")  # lone mode builds bridge, gateway, base flows
     state_file = fx_node.dir / "state" / "node-state.json"

@@ -34,12 +34,9 @@ def test_files_are_roots_and_not_world_writable(fx_node):
         assert not st.st_mode & stat.S_IWOTH, f"{p} is world-writable ({oct(st.st_mode)})"
 
 
-LOG_BUG = pytest.mark.xfail(strict=True, reason="cni/log.py _open_append() opens the log file without O_NOFOLLOW: "
-                            "a symlink planted at logFile is followed and the target appended to (fix: add "
-                            "os.O_NOFOLLOW, and refuse a log directory writable by others)")
 
 
-@pytest.mark.parametrize("where", [pytest.param("log", marks=LOG_BUG), "lock", "ipam-claim", "ipam-record"])
+@pytest.mark.parametrize("where", ["log", "lock", "ipam-claim", "ipam-record"])
 def test_a_planted_symlink_is_not_followed(fx_node, where, tmp_path_factory):
     target = tmp_path_factory.mktemp("fx-target") / "victim"
     target.write_text("precious\n")

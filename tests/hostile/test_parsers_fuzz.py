@@ -73,10 +73,6 @@ def test_state_file_bytes_give_a_state_or_a_state_error(data: bytes) -> None:
         pass
 
 
-@pytest.mark.xfail(strict=True, reason="cni/nodestate.py parse(): `for p in d.get('peers') or []` and "
-                   "`d.get('clusterCIDRs') or []` iterate whatever is there: a number raises TypeError (an int) or "
-                   "splits a string into characters, instead of StateError; node_context() catches only "
-                   "StateError, so DEL fails with code 100 on such a file")
 @pytest.mark.parametrize("key,value", [("peers", 1), ("clusterCIDRs", 5), ("clusterCIDRs", "10.0.0.0/8")])
 def test_state_file_with_non_list_peers_is_a_state_error(key: str, value: Any) -> None:
     with pytest.raises(nodestate.StateError):

@@ -205,3 +205,15 @@ def test_add_and_del_clear_the_nodes_stale_neighbour_entries(node):
     assert "02:de:ad:00:00:02" not in neigh
     assert ping(node.name, b.ip(4))
     assert b.mac in node.exec("ip", "neigh", "show", "10.244.1.3", "dev", "ferry-gw0").stdout
+
+
+def test_lock_files_do_not_pile_up(node):
+    """One lock file per attachment while it lives; DEL removes it under the lock."""
+    locks = node.dir / "state" / "locks"
+    pods = [node.add_pod(n) for n in ("a", "b")]
+    assert len([f for f in os.listdir(locks) if f.startswith("pod-")]) == 2
+    for p in pods:
+        assert node.del_pod(p).returncode == 0
+        run(["ip", "netns", "del", p.netns], check=False)
+    node.pods.clear()
+    assert [f for f in os.listdir(locks) if f.startswith("pod-")] == []
