@@ -57,7 +57,7 @@ def build_bundle() -> tuple[Path, float]:
         t0 = time.monotonic()
         p = subprocess.run([sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
                             "--distpath", str(base / "dist"), "--workpath", str(base / "work"),
-                            str(ROOT / "build.spec")], cwd=ROOT, capture_output=True, text=True, timeout=900)
+                            str(ROOT / "build.spec")], check=False, cwd=ROOT, capture_output=True, text=True, timeout=900)
         took = time.monotonic() - t0
         if p.returncode != 0:
             raise AssertionError(f"PyInstaller failed ({p.returncode}):\n{p.stderr[-4000:]}")
@@ -85,7 +85,7 @@ def host_bin_dir(path: Path) -> Path:
 
 
 def run(argv: list[str], check: bool = True, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    p = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout, **kw)
     if check and p.returncode != 0:
         raise AssertionError(f"{argv} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     return p

@@ -106,7 +106,7 @@ def test_install_is_idempotent_and_uninstall_removes_what_it_wrote(fake_bundle: 
         link = bin_dir / name
         assert link.is_symlink() and not os.path.isabs(os.readlink(link))
         assert os.readlink(link).startswith(".ferry-bundle/")
-    p = subprocess.run([str(bin_dir / "ferry")], env={"CNI_COMMAND": "VERSION"}, input=b"",
+    p = subprocess.run([str(bin_dir / "ferry")], env={"CNI_COMMAND": "VERSION"}, input=b"", check=False,
                        capture_output=True, timeout=30)
     assert p.returncode == 0 and b"1.1.0" in p.stdout
 
@@ -136,7 +136,7 @@ def test_install_is_idempotent_and_uninstall_removes_what_it_wrote(fake_bundle: 
 def test_cli_refuses_without_a_bundle_when_not_frozen(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-c", "from routesync.cli import main; main()", "install-cni",
                         "--cni-bin-dir", str(tmp_path / "b"), "--cni-conf-dir", str(tmp_path / "c")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+                       cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode != 0 and "--bundle-dir" in p.stderr
     assert not (tmp_path / "c" / "10-ferry.conflist").exists()
 
@@ -147,7 +147,7 @@ def test_cli_writes_overrides_and_version(fake_bundle: Path, tmp_path: Path) -> 
     p = subprocess.run([sys.executable, "-c", "from routesync.cli import main; main()", "install-cni",
                         "--bundle-dir", str(fake_bundle), "--cni-bin-dir", str(tmp_path / "b"),
                         "--cni-conf-dir", str(tmp_path / "c"), "--cni-version", "0.4.0",
-                        "--ferry-conf", str(over)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+                        "--ferry-conf", str(over)], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 0, p.stderr
     conf = json.loads((tmp_path / "c" / "10-ferry.conflist").read_text())
     assert conf["cniVersion"] == "0.4.0"

@@ -49,7 +49,7 @@ def test_lab_on_the_installed_frozen_bundle(bundle: Path, tmp_path: Path, monkey
         for node in lab.nodes:  # route-sync runs from the installed bundle
             pid = lab.route_sync_pid(node.name)
             assert pid is not None
-            assert os.path.dirname(installed) in open(f"/proc/{pid}/cmdline").read()
+            assert os.path.dirname(installed) in Path(f"/proc/{pid}/cmdline").read_text()
         for node, pod in PODS:
             lab.add_pod(node, pod)
         rows = check.run(lab)

@@ -38,6 +38,12 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
+def scrape_when(port: int, key: tuple, value: float) -> dict | None:
+    """The scraped samples once ``key`` has ``value``, else None."""
+    s = samples(get(port, "/metrics")[1])
+    return s if s.get(key) == value else None
+
+
 def until(cond, timeout: float = 10.0):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while True:
@@ -78,8 +84,7 @@ def test_scrape_follows_the_loop(served) -> None:  # type: ignore[no-untyped-def
     code, text = get(port, "/readyz")
     assert code == 503 and "state file" in text  # nothing ran yet
     thread.start()
-    s = until(lambda: (lambda m: m if m.get(("ferry_route_sync_reconciles_total", (("result", "ok"),))) else None)(
-        samples(get(port, "/metrics")[1])))
+    s = until(lambda: scrape_when(port, ("ferry_route_sync_reconciles_total", (("result", "ok"),)), 1))
     assert s[("ferry_route_sync_errors_total", (("type", "RuntimeError"),))] == 1
     assert s[("ferry_route_sync_reconciles_total", (("result", "error"),))] == 1
     assert s[("ferry_route_sync_last_reconcile_success", ())] == 1
@@ -92,8 +97,7 @@ def test_scrape_follows_the_loop(served) -> None:  # type: ignore[no-untyped-def
 
     # a peer appears: counted by path and family, and its change-to-applied latency observed
     write_peer(reg, "node-b", "192.168.77.12", "10.244.2.0/24")
-    s = until(lambda: (lambda m: m if m[("ferry_route_sync_peers", (("family", "4"), ("path", "tunnel")))] == 1
-                       else None)(samples(get(port, "/metrics")[1])))
+    s = until(lambda: scrape_when(port, ("ferry_route_sync_peers", (("family", "4"), ("path", "tunnel"))), 1))
     assert s[("ferry_route_sync_node_change_to_applied_seconds_count", ())] >= 1
     assert 0 < s[("ferry_route_sync_node_change_to_applied_seconds_sum", ())] < 5
     assert s[("ferry_route_sync_peers", (("family", "6"), ("path", "tunnel")))] == 0
