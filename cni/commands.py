@@ -7,7 +7,6 @@ only: this runs once per Pod."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 
 from cni.record import record
@@ -31,55 +30,12 @@ from cni.errors import (
     CniError,
 )
 from cni.flows import GatewayPort, PodPort, base_flows, pod_flows
+from cni.locks import attachment_lock, locked
 from cni.request import Request
 from cni.result import DNS, Interface, IPConfig, Result, Route
 from cni.rollback import Rollback
 
 # ---------------------------------------------------------------------------- helpers
-
-
-class _locked:
-    """A short flock: per attachment (ADD/DEL/CHECK of one Pod), or "node" for lone-Node setup.
-    (A class, not @contextmanager: contextlib costs ~7 ms of imports per exec.)
-
-    ``remove()`` (DEL, under the lock) unlinks the file so lock files do not pile up, one per Pod
-    ever created; a waiter that then wins the flock on the unlinked file notices (the path no
-    longer names its inode) and locks the path afresh."""
-
-    def __init__(self, conf: cfg.PluginConfig, name: str) -> None:
-        self.dir, self.path, self.fd = conf.lock_dir, os.path.join(conf.lock_dir, name + ".lock"), -1
-
-    def __enter__(self) -> _locked:
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                try:
-                    current = os.stat(self.path, follow_symlinks=False).st_ino
-                except FileNotFoundError:
-                    current = -1
-            except BaseException:
-                os.close(fd)
-                raise
-            if current == os.fstat(fd).st_ino:
-                self.fd = fd
-                return self
-            os.close(fd)  # removed (or replaced) while we waited: lock the path again
-
-    def remove(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)
-
-
-def _attachment_lock(conf: cfg.PluginConfig, req: Request):  # type: ignore[no-untyped-def]
-    h = pl.sha256(f"{req.container_id}\x00{req.ifname}".encode()).hexdigest()[:16]
-    return _locked(conf, "pod-" + h)
 
 
 def _random_mac() -> str:
@@ -139,7 +95,7 @@ def _gateway_cidrs(pod_cidrs: list[str]) -> tuple[str, ...]:
 def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl) -> tuple[Gateway, bool]:  # type: ignore[no-untyped-def]
     """On a Node without route-sync: the bridge and gateway port, created when absent.
     Returns the gateway and whether the base flows must be (re)installed."""
-    with _locked(conf, "node"):
+    with locked(conf.lock_dir, "node"):
         created = False
         if ovsdb.bridge(node.bridge) is None:
             ovsdb.ensure_bridge(node.bridge, node.datapath)
@@ -262,7 +218,7 @@ def add(req: Request) -> Result:
     podfd = _open_netns(req.netns)
     step = _Step()
     try:
-        with _reported(step), _attachment_lock(conf, req), Netlink() as host_nl, Rollback(req.logger()) as undo:
+        with _reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname), Netlink() as host_nl, Rollback(req.logger()) as undo:
             ovsdb, of = _ovs(node)
             step("gateway")
             gw, install_base = _gateway(conf, node, ovsdb, host_nl)
@@ -425,7 +381,7 @@ def delete(req: Request) -> None:
     from cni.netlink import Netlink
 
     step = _Step()
-    with _reported(step), _attachment_lock(conf, req) as lock, Netlink() as host_nl:
+    with _reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname) as lock, Netlink() as host_nl:
         ovsdb, of = _ovs(node)
         step("find OVS port")
         ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})

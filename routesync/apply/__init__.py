@@ -55,7 +55,11 @@ class NodeAppliers:
         self._mover: UplinkMover | None = None
         self._uplink: UplinkSpec | None = None
         self._gateway_mac: str | None = None
-        self._replayed_for: int | None = None  # ovs-vswitchd pid the Pod flows were replayed for
+        self._gateway_ofport: int | None = None
+        # ovs-vswitchd pid the Pod flows were replayed for, kept on disk: a route-sync restart is
+        # not an ovs-vswitchd restart, and must not replay (the plugin owns the Pods' flows).
+        self._replay_mark = os.path.join(self.state_dir, "pod-flows-replayed-for")
+        self._replayed_for: int | None = self._read_replay_mark()
 
     def _mover_for(self, spec: UplinkSpec) -> UplinkMover:
         if self._mover is None or self._mover.spec != spec:
@@ -70,6 +74,7 @@ class NodeAppliers:
         self.ovs.ensure_bridge(config.datapath_type)
         gw_ofport, gw_mac = self.ovs.ensure_gateway(GATEWAY_PORT)
         self._gateway_mac = gw_mac
+        self._gateway_ofport = gw_ofport
         self.routes.set_gateway_addresses(GATEWAY_PORT, gateway_addresses)
         uplink_ofport = None
         if uplink is not None:
@@ -118,8 +123,20 @@ class NodeAppliers:
         pid = self.ovs.vswitchd_pid()
         if pid is None or pid == self._replayed_for or self._gateway_mac is None:
             return
-        self.ovs.replay_pod_flows(self._gateway_mac)
+        self.ovs.replay_pod_flows(self._gateway_mac, self._gateway_ofport,
+                                  lock_dir=os.path.join(self.state_dir, "locks"))
         self._replayed_for = pid
+        tmp = self._replay_mark + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(str(pid))
+        os.replace(tmp, self._replay_mark)
+
+    def _read_replay_mark(self) -> int | None:
+        try:
+            with open(self._replay_mark) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
 
     def ovs_generation(self) -> int:
         return self.ovs.vswitchd_pid() or 0

@@ -169,7 +169,8 @@ def bundle_text(add: Iterable[int], replace: Iterable[int], delete: Iterable[int
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str) -> dict[int, list[Flow]]:
+def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str,
+                    gateway_ofport: int | None = None) -> dict[int, list[Flow]]:
     """Per-Pod flows by cookie value, rebuilt from Pod ports' external_ids (``cni.pipeline.EXT_*``:
     container id, ifname, ips, mac) exactly as the plugin's ADD built them.  Ports without an
     ofport or with incomplete ids are skipped."""
@@ -187,7 +188,7 @@ def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str) -> dict[i
         cookie = pod_cookie(cid, ifname)
         addrs = tuple(a.strip() for a in ips.split(",") if a.strip())
         out[cookie.value] = pod_flows(PodPort(cookie, int(ofport), mac, addrs),  # type: ignore[call-arg]
-                                      gateway_mac)
+                                      gateway_mac, gateway_ofport)
     return out
 
 
@@ -393,25 +394,52 @@ class OvsApplier:
             out.append({"name": r["name"], "ofport": int(of or -1), "external_ids": dict(r["external_ids"])})
         return out
 
-    def replay_pod_flows(self, gateway_mac: str) -> int:
+    def replay_pod_flows(self, gateway_mac: str, gateway_ofport: int | None = None,
+                         lock_dir: str | None = None) -> int:
         """Re-install the per-Pod flows of every Pod port that has none (after an ovs-vswitchd
         restart all are gone), rebuilt from the port's external_ids with the plugin's own
         ``cni.flows.pod_flows`` and cookie and installed the way the plugin installs them
         (``cni.ofctl.OpenFlow.add_flows``), so they are indistinguishable from the plugin's and
         its CHECK and DEL find them.  A group that exists is never touched (the plugin owns
-        it).  Returns the number of Pods replayed."""
-        want = pod_flow_groups(self.pod_ports(), gateway_mac)
+        it).  With ``lock_dir``, each Pod is replayed under the plugin's attachment lock and only
+        if its port is still there, so a DEL that is half done (flows gone, port not yet) is never
+        undone.  Returns the number of Pods replayed."""
+        ports = self.pod_ports()
+        want = pod_flow_groups(ports, gateway_mac, gateway_ofport)
         if not want:
             return 0
         present = {f.cookie for f in self.dump_flows() if f.cookie in want}
         todo = sorted(c for c in want if c not in present)
         if not todo:
             return 0
+        from cni.locks import attachment_lock
         from cni.ofctl import OpenFlow
+        from cni.pipeline import EXT_CONTAINER_ID, EXT_IFNAME, pod_cookie
 
-        OpenFlow(self.bridge, self.run_dir).add_flows([f for c in todo for f in want[c]])
-        LOG.info("per-Pod flows replayed for %d Pods", len(todo))
-        return len(todo)
+        of = OpenFlow(self.bridge, self.run_dir)
+        if lock_dir is None:
+            of.add_flows([f for c in todo for f in want[c]])
+            LOG.info("per-Pod flows replayed for %d Pods", len(todo))
+            return len(todo)
+        keys = {}
+        for p in ports:
+            ids = p.get("external_ids") or {}
+            cid, ifname = ids.get(EXT_CONTAINER_ID), ids.get(EXT_IFNAME)
+            if cid and ifname:
+                keys[pod_cookie(cid, ifname).value] = (cid, ifname, p["name"])
+        done = 0
+        for c in todo:
+            cid, ifname, name = keys[c]
+            with attachment_lock(lock_dir, cid, ifname):
+                still = [p for p in self.pod_ports() if p["name"] == name]
+                if not still or pod_flow_groups(still, gateway_mac, gateway_ofport).get(c) != want[c]:
+                    continue  # deleted (or re-plugged) meanwhile: the plugin has it in hand
+                if any(f.cookie == c for f in self.dump_flows()):
+                    continue
+                of.add_flows(want[c])
+                done += 1
+        LOG.info("per-Pod flows replayed for %d Pods", done)
+        return done
 
     # -- flows
     def _ofctl(self, command: str, *opts: str, extra: tuple[str, ...] = (),

@@ -47,13 +47,8 @@ def test_chaos_ci_size(tmp_path) -> None:
     assert r.duplicate_addresses == []
     assert r.pairs_pinged > 0 and r.unreachable == []
     assert r.flows_back_s is not None and r.traffic_gap_s is not None and r.traffic_gap_s < 5
-    # Known bug (tests/chaos/test_replay_plan.py): the replay drops one flow per Pod.  Anything else
-    # differing from the plan fails here.
-    assert all(x.endswith(" of 19") and ": 18 " in x for x in r.pod_flows_differing_after_restart), \
-        r.pod_flows_differing_after_restart
-    assert all(x.startswith("node-1: ") and "has 18 flows, planned 19" in x for x in r.flow_mismatches), \
-        r.flow_mismatches
-    if r.leaks:  # only flows left: the replay race below; any other leak failed above
-        pytest.xfail("route-sync replays per-Pod flows on every start and races the plugin's DEL "
-                     "(routesync/apply/__init__.py _replay_pod_flows: a Pod whose flows DEL just removed but "
-                     f"whose port is not yet gone gets its flows back, for good): {r.leaks}")
+    # After the restart every Pod has exactly its planned flows again (route-sync's replay), and no
+    # Pod that is gone has any (the replay takes the plugin's attachment lock and re-checks the port).
+    assert r.pod_flows_differing_after_restart == [], r.pod_flows_differing_after_restart
+    assert r.flow_mismatches == [], r.flow_mismatches
+    assert r.leaks == [], r.leaks

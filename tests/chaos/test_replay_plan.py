@@ -3,15 +3,10 @@ flows the plugin's ADD installed (pure: both planners on the same Pod)."""
 
 from __future__ import annotations
 
-import pytest
-
 from cni import pipeline as pl
 from cni.flows import PodPort, pod_flows
 
 
-@pytest.mark.xfail(strict=True, reason="routesync/apply/ovs.py pod_flow_groups() calls pod_flows() without the "
-                   "gateway ofport, so the replay drops the Pod's gratuitous-ARP-to-gateway flow (table 20, "
-                   "priority 210) that ADD installs; the chaos run sees 18 of 19 flows after the restart")
 def test_replayed_pod_flows_equal_the_plugins() -> None:
     from routesync.apply.ovs import pod_flow_groups
 
@@ -21,5 +16,5 @@ def test_replayed_pod_flows_equal_the_plugins() -> None:
     gw_mac, gw_ofport = "02:00:00:00:00:01", 1
     plugin = pod_flows(PodPort(cookie, 7, "02:00:00:00:00:05", ("10.244.1.5/24", "fd00:10:244:1::5/64")),
                        gw_mac, gw_ofport)
-    replay = pod_flow_groups([{"name": "fry0", "ofport": 7, "external_ids": ids}], gw_mac)[cookie.value]
+    replay = pod_flow_groups([{"name": "fry0", "ofport": 7, "external_ids": ids}], gw_mac, gw_ofport)[cookie.value]
     assert sorted(f.text() for f in replay) == sorted(f.text() for f in plugin)
