@@ -210,7 +210,9 @@ def add(req: Request) -> Result:
     conf = cfg.parse(req.config)
     node = cfg.node_context(conf, need_state=True)
     if node.mode == "networkPolicyOnly":
-        raise CniError(INVALID_CONFIG, "networkPolicyOnly: chain ferry after the primary CNI (not supported yet)")
+        from cni import chained  # Ferry chained after the primary CNI: take its interface, no IPAM
+
+        return chained.add(req, conf, node)
     from cni.netlink import Netlink
 
     ipam_api, ipam_conf = _ipam(req.config, node)
@@ -378,6 +380,10 @@ def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig], log: Any) 
 def delete(req: Request) -> None:
     conf = cfg.parse(req.config)
     node = cfg.node_context(conf, need_state=False)
+    if node.mode == "networkPolicyOnly":
+        from cni import chained
+
+        return chained.delete(req, conf, node)
     from cni.netlink import Netlink
 
     step = _Step()
