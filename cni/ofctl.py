@@ -86,6 +86,7 @@ class OpenFlow:
     def __init__(self, bridge: str, run_dir: str, protocols: str = PROTOCOLS,
                  binary: str = "ovs-ofctl", timeout: float = 10.0) -> None:
         self.bridge = bridge
+        self.run_dir = run_dir
         self.target = f"unix:{run_dir.rstrip('/')}/{bridge}.mgmt"
         self.protocols = protocols
         self.binary = binary
@@ -105,14 +106,34 @@ class OpenFlow:
         return out.decode(errors="replace")
 
     def add_flows(self, flows: Sequence[Flow]) -> None:
-        """Add (or overwrite, same table/priority/match) all ``flows`` in one exec."""
-        if flows:
+        """Add (or overwrite, same table/priority/match) all ``flows``: over the management socket
+        directly (cni.ofnative) when every flow is in the syntax it speaks, else in one exec."""
+        if not flows:
+            return
+        from cni import ofnative
+
+        try:
+            messages = [ofnative.flow_mod_add(f, i + 1) for i, f in enumerate(flows)]
+        except (ofnative.OpenFlowError, ValueError):
             self._run(["add-flows", "-"], flows_text(flows))
+            return
+        try:
+            ofnative.NativeOpenFlow(self.bridge, self.run_dir, self.timeout).transact(messages)
+        except ofnative.OpenFlowError as e:
+            raise OfctlError(f"add-flows on {self.bridge}: {e}") from None
 
     def del_flows(self, cookie: Cookie | str) -> None:
-        """Delete every flow whose cookie matches: a Cookie (exactly), or ``"V/M"`` text."""
-        match = cookie.match() if isinstance(cookie, Cookie) else cookie
-        self._run(["del-flows", f"cookie={match}"])
+        """Delete every flow whose cookie matches: a Cookie (exactly, over the management socket),
+        or ``"V/M"`` text (through ovs-ofctl)."""
+        if isinstance(cookie, Cookie):
+            from cni import ofnative
+
+            try:
+                ofnative.NativeOpenFlow(self.bridge, self.run_dir, self.timeout).del_flows(cookie)
+            except ofnative.OpenFlowError as e:
+                raise OfctlError(f"del-flows on {self.bridge}: {e}") from None
+            return
+        self._run(["del-flows", f"cookie={cookie}"])
 
     def dump_flows(self, cookie: Cookie | str | None = None, table: int | None = None) -> list[DumpedFlow]:
         sel = []
