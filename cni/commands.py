@@ -419,6 +419,10 @@ def delete(req: Request) -> None:
 def check(req: Request) -> None:
     conf = cfg.parse(req.config)
     node = cfg.node_context(conf, need_state=False)
+    if node.mode == "networkPolicyOnly":
+        from cni import chained
+
+        return chained.check(req, conf, node)
     prev = req.prev_result
     if prev is None:
         raise CniError(INVALID_CONFIG, "CHECK needs prevResult")
