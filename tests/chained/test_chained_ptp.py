@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -9,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from cni import chained
+from cni import config as cfg
 from cni import pipeline as pl
+from cni.netns import entered
+from cni.request import Request
+from cni.result import decode
 from tests.pod.netcheck import ping, tcp_echo
 
 pytestmark = pytest.mark.root
@@ -120,60 +126,59 @@ def _snapshot(node, pod) -> dict:
 
 def test_del_undoes_exactly_what_add_did_then_ptp_cleans_its_own(node):
     keep = node.add_pod("keep")
-    ns = f"{node.name}-gone"
-    from tests.chained.conftest import run
-
-    run(["ip", "netns", "add", ns])
     # ptp alone first: what the primary CNI leaves on the Node, before Ferry is chained.
     conflist = node.conflist()
-    ptp_only = dict(conflist, plugins=conflist["plugins"][:1])
-    import json
-
     path = node.netconf_dir / "10-chained.conflist"
-    path.write_text(json.dumps(ptp_only))
-    p = node.cnitool("add", f"/run/netns/{ns}")
-    assert p.returncode == 0, p.stderr
-    from tests.chained.conftest import Pod
-
-    alone = Pod("gone", ns, json.loads(p.stdout))
+    path.write_text(json.dumps(dict(conflist, plugins=conflist["plugins"][:1])))
+    alone = node.add_pod("alone")
     ptp_state = _snapshot(node, alone)
-    assert node.cnitool("del", f"/run/netns/{ns}").returncode == 0
+    assert node.del_pod(alone).returncode == 0
     path.write_text(json.dumps(conflist))
-    flows_before, ports_before = sorted(node.flows()), set(node.ports())
+    flows_before, ports_before = _strip_counters(node.flows()), set(node.ports())
 
     gone = node.add_pod("gone")
     assert set(node.ports()) == ports_before | {gone.host_veth}
     chained_state = _snapshot(node, gone)
-    assert chained_state != ptp_state  # ADD changed routes, sysctls, offload
-    assert "ferry-gw0" in " ".join(chained_state["routes"])
+    assert chained_state["sysctls"] == {"arp_ignore": "8", "rp_filter": "1", "disable_ipv6": "1"}
+    assert chained_state["txcsum"] == "off"
+    assert all("dev ferry-gw0" in r for r in chained_state["routes"]), chained_state
 
-    # Ferry's DEL alone (ptp's runs after it): Ferry's objects go, ptp's are as ptp made them.
-    from cni import chained
-    from cni import config as cfg
-    from cni.request import Request
-    from cni.result import decode
-
+    # Ferry's DEL alone (in a chain, ptp's DEL runs after it): Ferry's objects go, and ptp's are
+    # back as ptp made them (same veth settings, addresses, routes, offload).
     req = Request(command="DEL", cni_version="1.0.0", container_id=_container_id(gone), netns=gone.path,
-                  ifname="eth0", config=conflist["plugins"][1], prev_result=decode(gone.result))
+                  ifname="eth0", config=dict(conflist["plugins"][1], name=conflist["name"]),
+                  prev_result=decode(gone.result))
     conf = cfg.parse(req.config)
-    from cni.netns import entered
-
     with entered(f"/run/netns/{node.name}"):
         chained.delete(req, conf, cfg.node_context(conf, need_state=False))
     assert set(node.ports()) == ports_before
-    assert _strip_counters(node.flows()) == _strip_counters(flows_before)
-    assert _snapshot(node, gone) == ptp_state | {"routes": _snapshot(node, gone)["routes"]}
-    assert _snapshot(node, gone)["routes"] == [r.replace(alone.ip(4), gone.ip(4)).replace(alone.ip(6), gone.ip(6))
-                                               .replace(alone.host_veth, gone.host_veth)
-                                               for r in ptp_state["routes"]]
+    assert _strip_counters(node.flows()) == flows_before
+    assert _snapshot(node, gone) == _renamed(ptp_state, alone, gone)
+
     # The whole chain's DEL (Ferry's again: nothing left to do; then ptp's) leaves nothing.
     assert node.del_pod(gone).returncode == 0
     assert gone.host_veth not in node.exec("ip", "-o", "link").stdout
     assert gone.ip(4) not in node.exec("ip", "route").stdout
+    assert gone.ip(6) not in node.exec("ip", "-6", "route").stdout
     assert set(node.ports()) == ports_before
     # The other Pod never noticed.
-    assert ping(keep.netns, "10.244.1.1") or True
     assert ping(node.name, keep.ip(4)) and ping(node.name, keep.ip(6))
+
+
+def test_check_passes_then_sees_a_moved_route(node):
+    a = node.add_pod("a")
+    assert node.cnitool("check", a.path).returncode == 0
+    node.exec("ip", "route", "del", f"{a.ip(4)}/32", "dev", pl.GATEWAY_PORT)
+    p = node.cnitool("check", a.path)
+    assert p.returncode != 0 and f"route {a.ip(4)}/32 dev ferry-gw0 is missing" in p.stdout + p.stderr
+
+
+def _renamed(state: dict, old, new) -> dict:
+    """``state`` of Pod ``old`` with its names/addresses as Pod ``new``'s."""
+    text = json.dumps(state)
+    for a, b in ((old.ip(4), new.ip(4)), (old.ip(6), new.ip(6)), (old.host_veth, new.host_veth)):
+        text = text.replace(a, b)
+    return json.loads(text)
 
 
 def _container_id(pod) -> str:
