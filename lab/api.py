@@ -300,7 +300,7 @@ class Lab:
     def _cni_env(self, node: Node, pod: str) -> dict[str, str]:
         return {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
                 "NETCONFPATH": node.paths.netconf, "CNI_PATH": self.cni_bin,
-                "CNI_ARGS": f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod}"}
+                "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod}"}
 
     def add_pod(self, node: str, name: str, timeout: float = 30.0) -> Pod:
         """Create a netns and plug it with the ``ferry`` plugin via ``cnitool add`` in the Node's netns."""

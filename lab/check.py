@@ -50,7 +50,8 @@ def plan(lab: Lab, only: tuple[str, ...] = ()) -> list[Spec]:
     specs: list[Spec] = []
     nodes = lab.nodes
     pods = {n.name: n.pods() for n in nodes}
-    snat = lab.route_sync and lab.topology.route_sync is not None and not lab.topology.route_sync.noSNAT
+    rs = lab.topology.route_sync
+    snat = lab.route_sync and rs is not None and not rs.noSNAT and rs.trafficEncapMode != "networkPolicyOnly"
 
     ext = lab.external
 

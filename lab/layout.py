@@ -110,7 +110,21 @@ def conflist(topo: Topology, node: NodeSpec, paths: NodePaths, lone: bool) -> di
         "logFile": paths.cni_log,
         "ipam": ipam,
     }
+    if topo.chained and not lone:
+        return chained_conflist(node, paths, plugin)
     return {"cniVersion": CNI_VERSION, "name": NETWORK_NAME, "plugins": [plugin]}
+
+
+def chained_conflist(node: NodeSpec, paths: NodePaths, ferry: dict) -> dict:
+    """networkPolicyOnly: Debian's ``ptp`` with ``host-local`` (the Node's Pod CIDRs) owns the
+    Pod's veth, addresses and routes; ``ferry`` follows with no IPAM of its own (the state file
+    route-sync writes says networkPolicyOnly)."""
+    ptp = {"type": "ptp", "ipam": {
+        "type": "host-local", "dataDir": os.path.join(paths.ipam, "host-local"),
+        "ranges": [[{"subnet": c}] for c in node.pod_cidrs],
+        "routes": [{"dst": "::/0" if ":" in c else "0.0.0.0/0"} for c in node.pod_cidrs]}}
+    ferry = {k: v for k, v in ferry.items() if k not in ("ipam", "mtu")}
+    return {"cniVersion": CNI_VERSION, "name": NETWORK_NAME, "plugins": [ptp, ferry]}
 
 
 def registry_record(topo: Topology, node: NodeSpec) -> dict:

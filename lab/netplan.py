@@ -94,6 +94,11 @@ def plan(lab: str, topo: Topology) -> NetPlan:
             f"addr add {with_prefix(s.ipv4, NODE_HOST_BASE + n.index)} dev eth0",
             f"addr add {with_prefix(s.ipv6, NODE_HOST_BASE + n.index)} dev eth0 nodad",
             f"route add default via {g4}", f"route add ::/0 via {g6}"]
+        if topo.node_pod_routes:  # the underlay routes Pods (networkPolicyOnly): peers on the segment
+            for m in topo.nodes:
+                if m.name != n.name and m.segment == n.segment:
+                    m4, m6 = node_addresses(topo, m)
+                    config[nodes[n.name]] += [f"route add {c} via {m6 if ':' in c else m4}" for c in m.pod_cidrs]
     sysctls: dict[str, tuple[str, ...]] = {ns: NO_DAD for ns in namespaces}
     for ns in (router, *nodes.values()):
         sysctls[ns] = NO_DAD + FORWARDING

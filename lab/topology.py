@@ -17,6 +17,9 @@ YAML (every key optional; ``lab/topologies/default.yaml`` is the default)::
     nodes:
       - {name: node-1, segment: a}       # optional: datapath, podCIDRs, address index
     routeSync: null                      # or {trafficEncapMode: encap, tunnelType: vxlan, ...}
+    nodePodRoutes: false                 # each Node routes the Pod CIDRs of the other Nodes on its
+                                         # segment via them (the primary CNI's routing when Ferry
+                                         # runs chained, trafficEncapMode networkPolicyOnly)
 """
 
 from __future__ import annotations
@@ -83,6 +86,12 @@ class Topology:
     external_ipv6: str = "fd00:99::/64"
     route_sync: RouteSyncSpec | None = None
     bridge: str = "br-int"
+    node_pod_routes: bool = False
+
+    @property
+    def chained(self) -> bool:
+        """networkPolicyOnly: the Nodes' conflist is [ptp + host-local, ferry]."""
+        return self.route_sync is not None and self.route_sync.trafficEncapMode == "networkPolicyOnly"
 
     def segment(self, name: str) -> Segment:
         for s in self.segments:
@@ -196,7 +205,8 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 
 def parse(data: Any) -> Topology:
     d = _mapping(data, "topology")
-    known = {"datapath", "clusterCIDRs", "segments", "router", "nodes", "routeSync", "bridge", "name"}
+    known = {"datapath", "clusterCIDRs", "segments", "router", "nodes", "routeSync", "bridge", "name",
+             "nodePodRoutes"}
     unknown = set(d) - known
     if unknown:
         raise TopologyError(f"topology: unknown keys {sorted(unknown)}")
@@ -262,6 +272,7 @@ def parse(data: Any) -> Topology:
         external_ipv4=_cidr(ext.get("ipv4", "192.168.99.0/24"), 4, "router.external.ipv4"),
         external_ipv6=_cidr(ext.get("ipv6", "fd00:99::/64"), 6, "router.external.ipv6"),
         route_sync=route_sync, bridge=str(d.get("bridge", "br-int")),
+        node_pod_routes=bool(d.get("nodePodRoutes", False)),
     )
 
 
@@ -311,4 +322,5 @@ def to_doc(topo: Topology) -> dict[str, Any]:
         "nodes": [{"name": n.name, "segment": n.segment, "index": n.index, "datapath": n.datapath,
                    "podCIDRs": list(n.pod_cidrs)} for n in topo.nodes],
         "routeSync": None if rs is None else {k: getattr(rs, k) for k in RouteSyncSpec.__dataclass_fields__},
+        "nodePodRoutes": topo.node_pod_routes,
     }
