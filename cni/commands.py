@@ -554,9 +554,14 @@ def gc(req: Request) -> None:
             cid, ifname = port.external_ids.get(pl.EXT_CONTAINER_ID, ""), port.external_ids.get(pl.EXT_IFNAME, "")
             if (cid, ifname) in valid:
                 continue
-            of.del_flows(pl.pod_cookie(cid, ifname))
-            ovsdb.del_port(node.bridge, port.name)
-            host_nl.link_del(port.name)
+            if port.external_ids.get("ferry-chained"):  # the veth is the primary CNI's: undo only ours
+                from cni import chained
+
+                chained._undo_port(host_nl, ovsdb, of, node, port)
+            else:
+                of.del_flows(pl.pod_cookie(cid, ifname))
+                ovsdb.del_port(node.bridge, port.name)
+                host_nl.link_del(port.name)
             released.append(f"{cid}/{ifname}")
     if conf.ipam or node.pod_cidrs:
         ipam_api, ipam_conf = _ipam(req.config, node)
