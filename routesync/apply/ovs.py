@@ -189,6 +189,12 @@ def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str,
         addrs = tuple(a.strip() for a in ips.split(",") if a.strip())
         out[cookie.value] = pod_flows(PodPort(cookie, int(ofport), mac, addrs),  # type: ignore[call-arg]
                                       gateway_mac, gateway_ofport)
+        gateways = ids.get("ferry-chained-gateways")  # a chained (networkPolicyOnly) Pod's next hops
+        if gateways:
+            from cni.chained import next_hop_flows
+
+            out[cookie.value] += next_hop_flows(cookie, int(ofport),
+                                                tuple(g for g in gateways.split(",") if g), gateway_mac)
     return out
 
 

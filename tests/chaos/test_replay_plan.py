@@ -18,3 +18,23 @@ def test_replayed_pod_flows_equal_the_plugins() -> None:
                        gw_mac, gw_ofport)
     replay = pod_flow_groups([{"name": "fry0", "ofport": 7, "external_ids": ids}], gw_mac, gw_ofport)[cookie.value]
     assert sorted(f.text() for f in replay) == sorted(f.text() for f in plugin)
+
+
+def test_replayed_chained_pod_flows_equal_the_plugins() -> None:
+    """A networkPolicyOnly (chained) Pod gets its next-hop answers back too."""
+    from cni.chained import Attachment, chained_flows
+    from routesync.apply.ovs import pod_flow_groups
+
+    cookie = pl.pod_cookie("fxchained", "eth0")
+    ids = {pl.EXT_CONTAINER_ID: "fxchained", pl.EXT_IFNAME: "eth0", pl.EXT_MAC: "02:00:00:00:00:07",
+           pl.EXT_IPS: "10.244.1.7/32,fd00:10:244:1::7/128", pl.EXT_OWNER: "pod", "ferry-chained": "1",
+           "ferry-chained-gateways": "10.244.1.1,fd00:10:244:1::1"}
+    gw_mac, gw_ofport = "02:00:00:00:00:01", 1
+    from cni.result import IPConfig
+
+    att = Attachment(ifname="eth0", mac="02:00:00:00:00:07", host_name="veth0",
+                     ips=(IPConfig(address="10.244.1.7/32", gateway="10.244.1.1"),
+                          IPConfig(address="fd00:10:244:1::7/128", gateway="fd00:10:244:1::1")))
+    plugin = chained_flows(cookie, 9, "02:00:00:00:00:07", att, gw_mac, gw_ofport)
+    replay = pod_flow_groups([{"name": "veth0", "ofport": 9, "external_ids": ids}], gw_mac, gw_ofport)[cookie.value]
+    assert sorted(f.text() for f in replay) == sorted(f.text() for f in plugin)
