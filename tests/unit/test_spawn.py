@@ -40,8 +40,10 @@ def test_plugin_path_imports_stay_lean():
 
     root = str(Path(__file__).resolve().parents[2])
     code = (f"import sys; sys.path.insert(0, {root!r}); import cni.plugin, cni.protocol, cni.commands, "
-            "cni.netlink, cni.ovsdb, cni.ofctl, cni.netns, cni.ethtool, cni.announce, ipam.api; "
+            "cni.netlink, cni.ovsdb, cni.ofctl, cni.ofnative, cni.locks, cni.netns, cni.ethtool, cni.announce, "
+            "ipam.api; "
             "print(' '.join(sorted(m for m in ('re','subprocess','socket','enum','contextlib','threading',"
-            "'signal','json','typing','dataclasses','logging','hashlib') if m in sys.modules)))")
+            "'signal','json','typing','dataclasses','logging','hashlib','ipaddress','collections','array',"
+            "'ctypes') if m in sys.modules)))")
     out = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
