@@ -96,7 +96,7 @@ def _wait_ping(lab: Any, src: Any, dst: str, timeout: float = 15.0) -> None:
 def iperf_once(a: Any, b: Any, seconds: float) -> float:
     """One iperf3 run a → b; the receiver's rate in Gbit/s."""
     server = subprocess.Popen(["ip", "netns", "exec", b.netns, "iperf3", "-s", "-1", "-p", str(IPERF_PORT)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         cp = None
         for _ in range(50):  # the server needs a moment to listen
@@ -107,7 +107,9 @@ def iperf_once(a: Any, b: Any, seconds: float) -> float:
             time.sleep(0.1)
         assert cp is not None
         if cp.returncode != 0:
-            raise RuntimeError(f"iperf3 failed: {(cp.stdout + cp.stderr).strip()[-400:]}")
+            server.kill()
+            said = (server.communicate(timeout=5)[0] or "").strip()[-300:]
+            raise RuntimeError(f"iperf3 failed: {(cp.stdout + cp.stderr).strip()[-300:]}; server said: {said!r}")
         res = json.loads(cp.stdout)
         if res.get("error"):
             raise RuntimeError(f"iperf3: {res['error']}")
@@ -118,8 +120,8 @@ def iperf_once(a: Any, b: Any, seconds: float) -> float:
         return float(summed["bits_per_second"]) / 1e9
     finally:
         try:
-            server.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+            server.communicate(timeout=5)
+        except (subprocess.TimeoutExpired, ValueError):
             server.kill()
             server.wait()
 
