@@ -28,7 +28,7 @@ NLMSG_ERROR, NLMSG_DONE = 2, 3
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK, RTM_SETLINK = 16, 17, 18, 19
 RTM_NEWADDR, RTM_DELADDR, RTM_GETADDR = 20, 21, 22
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE = 24, 25, 26
-RTM_NEWNEIGH, RTM_DELNEIGH = 28, 29
+RTM_NEWNEIGH, RTM_DELNEIGH, RTM_GETNEIGH = 28, 29, 30
 NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK = 0x1, 0x2, 0x4
 NLM_F_DUMP, NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x300, 0x100, 0x200, 0x400
 NLM_F_ACK_TLVS = 0x200  # on NLMSG_ERROR: extended-ack attributes follow
@@ -61,7 +61,7 @@ _IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
 _IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, index
 _RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, proto, scope, type, flags
 _NDMSG = struct.Struct("=BxxxiHBB")  # family, ifindex, state, flags, type
-NDA_DST = 1
+NDA_DST, NDA_LLADDR = 1, 2
 _NLA = struct.Struct("=HH")
 _RECV_BUF = 1 << 16
 
@@ -455,6 +455,112 @@ class Netlink:
             if (table is None or r.table == table) and (index is None or r.index == index):
                 out.append(r)
         return out
+
+
+    # -- batches (route-sync: thousands of routes per sync)
+
+    def batch(self, requests: list[tuple[int, int, bytes]], what: str = "batch",
+              window: int = 128) -> list[list[bytes] | NetlinkError]:
+        """Send many requests ``(type, flags, body)`` (not dumps), each with NLM_F_ACK, ``window``
+        of them per datagram, the kernel handling them in order; returns per request its answer
+        bodies (empty for a plain ACK) or the :class:`NetlinkError` it got.  One round trip per
+        ``window`` requests instead of one per request."""
+        if not getattr(self, "_big_rcvbuf", False):
+            try:
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+            except OSError:
+                pass
+            self._big_rcvbuf = True
+        out: list[list[bytes] | NetlinkError] = [[] for _ in requests]
+        for start in range(0, len(requests), window):
+            pending: dict[int, int] = {}
+            chunk = []
+            for i in range(start, min(start + window, len(requests))):
+                msg_type, flags, body = requests[i]
+                self._seq += 1
+                pending[self._seq] = i
+                chunk.append(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), msg_type,
+                                            flags | NLM_F_REQUEST | NLM_F_ACK, self._seq, 0) + body)
+            self._sock.sendto(b"".join(chunk), (0, 0))
+            while pending:
+                data = self._sock.recv(_RECV_BUF)
+                offset = 0
+                while offset + _NLMSGHDR.size <= len(data):
+                    length, mtype, flags, mseq, _pid = _NLMSGHDR.unpack_from(data, offset)
+                    if length < _NLMSGHDR.size:
+                        raise NetlinkError(_errno.EPROTO, f"{what}: malformed netlink message")
+                    body = data[offset + _NLMSGHDR.size: offset + length]
+                    offset += _align(length)
+                    i = pending.get(mseq)
+                    if i is None:
+                        continue  # a late answer to an earlier request
+                    if mtype == NLMSG_ERROR:
+                        code = -struct.unpack_from("=i", body)[0]
+                        if code:
+                            out[i] = NetlinkError(code, f"{what}: {os.strerror(code)}{_ext_ack(body, flags)}")
+                        del pending[mseq]
+                    elif mtype == NLMSG_DONE:
+                        del pending[mseq]
+                    else:
+                        answers = out[i]
+                        if isinstance(answers, list):
+                            answers.append(body)
+        return out
+
+    def routes_flagged(self, family: int, table: int | None = RT_TABLE_MAIN
+                       ) -> list[tuple[RouteEntry, int]]:
+        """Like :meth:`routes` (every link), with each route's rtm_flags (RTNH_F_ONLINK, ...)."""
+        body = _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)
+        out = []
+        for b in self._dump(RTM_GETROUTE, body, "dump routes"):
+            head = _RTMSG.unpack_from(b)
+            if head[7] != RTN_UNICAST:
+                continue
+            r = _decode_route(b)
+            if table is None or r.table == table:
+                out.append((r, head[8]))
+        return out
+
+
+# ---------------------------------------------------------------- batch requests (pure)
+
+def route_add_request(dst: str, gw: str | None, index: int | None, onlink: bool = False,
+                      table: int = RT_TABLE_MAIN, proto: int = RTPROT_STATIC,
+                      replace: bool = True) -> tuple[int, int, bytes]:
+    """An RTM_NEWROUTE for :meth:`Netlink.batch` (link scope without ``gw``)."""
+    scope = RT_SCOPE_UNIVERSE if gw else RT_SCOPE_LINK
+    body = _route_body(dst, gw, index, table, proto, scope, RTNH_F_ONLINK if onlink else 0, None)
+    return RTM_NEWROUTE, NLM_F_CREATE | (NLM_F_REPLACE if replace else NLM_F_EXCL), body
+
+
+def route_del_request(dst: str, gw: str | None = None, table: int = RT_TABLE_MAIN,
+                      proto: int = 0) -> tuple[int, int, bytes]:
+    """An RTM_DELROUTE for :meth:`Netlink.batch`; ``proto`` 0 matches any protocol."""
+    return RTM_DELROUTE, 0, _route_body(dst, gw, None, table, proto, 255, 0, None)
+
+
+def route_get_request(dst: str) -> tuple[int, int, bytes]:
+    """An RTM_GETROUTE (the kernel's route lookup towards ``dst``) for :meth:`Netlink.batch`;
+    decode the answer with :func:`decode_route`."""
+    return RTM_GETROUTE, 0, _route_body(dst, None, None, 0, 0, 0, 0, None)
+
+
+def neigh_get_request(address: str, index: int) -> tuple[int, int, bytes]:
+    """An RTM_GETNEIGH of one entry for :meth:`Netlink.batch`; decode with :func:`decode_neigh`."""
+    family, packed, _plen = parse_cidr(address)
+    return RTM_GETNEIGH, 0, _NDMSG.pack(family, index, 0, 0, 0) + _attr(NDA_DST, packed)
+
+
+def decode_route(body: bytes) -> RouteEntry:
+    return _decode_route(body)
+
+
+def decode_neigh(body: bytes) -> tuple[str | None, int, str | None]:
+    """(address, NUD state, lladdr) of an RTM_NEWNEIGH answer."""
+    family, _index, state, _flags, _type = _NDMSG.unpack_from(body)
+    a = _attrs(body, _NDMSG.size)
+    ip = socket.inet_ntop(family, a[NDA_DST]) if NDA_DST in a else None
+    return ip, state, mac_text(a[NDA_LLADDR]) if NDA_LLADDR in a else None
 
 
 def _ext_ack(body: bytes, flags: int) -> str:

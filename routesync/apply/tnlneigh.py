@@ -112,6 +112,24 @@ class TunnelNeighbors:
         m = msgs[0]
         return (m.get("RTA_GATEWAY") or dst, int(m.get("RTA_OIF")))
 
+    def next_hops(self, endpoints: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """{endpoint: (next hop, ifindex)} for many endpoints: one batch of route lookups on the
+        route applier's netlink socket (1,000 lookups one by one through pyroute2 took ~1 s).
+        An endpoint without a route is left out."""
+        from cni import netlink
+
+        endpoints = list(endpoints)
+        answers = self.routes._nl.batch([netlink.route_get_request(e) for e in endpoints], "route get")
+        out: dict[str, tuple[str, int]] = {}
+        for dst, got in zip(endpoints, answers):
+            if isinstance(got, Exception) or not got:
+                LOG.info("no route to tunnel endpoint %s: %s", dst, got)
+                continue
+            r = netlink.decode_route(got[0])
+            if r.index:
+                out[dst] = (r.gw or dst, r.index)
+        return out
+
     def _lladdr(self, ip: str, ifindex: int) -> str | None:
         try:
             msgs = list(self.routes._run(self.routes._a.neigh("get", dst=ip, ifindex=ifindex)))
@@ -132,7 +150,7 @@ class TunnelNeighbors:
     def resolve(self, endpoints: Iterable[str], timeout: float = RESOLVE_TIMEOUT) -> dict[str, str]:
         """{next hop: MAC} for ``endpoints``; unresolved next hops are probed and waited for (at
         most ``timeout`` for all), those still unknown are left out (the next reconcile retries)."""
-        hops = {nh for nh in (self.next_hop(e) for e in endpoints) if nh is not None}
+        hops = set(self.next_hops(endpoints).values())
         found: dict[str, str] = {}
         pending: set[tuple[str, int]] = set()
         for ip, idx in hops:
