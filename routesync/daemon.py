@@ -8,6 +8,14 @@ One thread does every reconcile, so nothing is applied twice at once.  A reconci
 * after a failure, with exponential backoff (0.2 s doubling to 30 s); a failing step is
   logged and retried, it never ends the process.
 
+The first pass, the periodic one, the one after an ovs-vswitchd restart and the one after a
+failure are *full*: the appliers are prepared (bridge, ports, uplink) and compare with what the
+system holds.  A pass for a Node change in between is *incremental*: the local facts of the last
+pass are reused while this Node's own record is unchanged, the planner re-plans only the peers
+whose records changed (``planner.PeerMemo``), and the appliers apply only the difference from
+what they applied last (``DesiredState.full`` False), so one change costs milliseconds whatever
+the number of peers.
+
 On start nothing special happens: the appliers diff against what is installed (flows by cookie,
 routes by protocol number, Ferry's nft table), so what an earlier run left is adopted, and what
 is no longer wanted is removed."""
@@ -95,17 +103,27 @@ class Daemon:
         self.next_hops: NextHopSource | None = getattr(appliers, "next_hops", None) if config.fast_path else None
         self.mac_disagreements = 0
         self._disagreeing: set[MacDisagreement] = set()
+        self._memo = planner.PeerMemo()
+        # the last full-or-incremental pass's inputs to prepare and its answer (reused by
+        # incremental passes while this Node's own record is the same)
+        self._prepared: tuple[NodeRecord | None, LocalFacts] | None = None
 
     # -- one pass ------------------------------------------------------------------------------
-    def reconcile(self) -> ReconcileResult:
+    def reconcile(self, full: bool = True) -> ReconcileResult:
+        """One pass; ``full`` False: incremental (see the module's docstring)."""
         t0 = self.clock()
         cfg = self.config
         try:
             nodes = self.source.list()
             local = next((n for n in nodes if n.name == cfg.node_name), None)
-            base = local or NodeRecord(cfg.node_name, (), cfg.pod_cidrs)
-            gw = planner.gateway_addresses(cfg, base)
-            facts = self.appliers.prepare(cfg, planner.tunnel_spec(cfg), planner.uplink_spec(cfg), gw)
+            prepared = self._prepared
+            self._prepared = None
+            if not full and prepared is not None and prepared[0] == local:
+                facts = prepared[1]
+            else:
+                base = local or NodeRecord(cfg.node_name, (), cfg.pod_cidrs)
+                gw = planner.gateway_addresses(cfg, base)
+                facts = self.appliers.prepare(cfg, planner.tunnel_spec(cfg), planner.uplink_spec(cfg), gw)
             me = planner.self_record(cfg, local, facts)
             if me != local:
                 self.source.publish_self(me)
@@ -114,12 +132,14 @@ class Daemon:
             if self.next_hops is not None:
                 self.next_hops.changed.clear()  # what changes from here on is seen by this pass or the next
                 hops = self.next_hops.resolve(planner.fast_candidates(cfg, peers, facts))
-            desired = planner.plan(cfg, me, peers, facts, hops)
+            desired = planner.plan(cfg, me, peers, facts, hops, memo=self._memo)
+            desired.full = full
             self._count_disagreements(desired)
             self.appliers.apply(desired)
             state = planner.node_state(cfg, me, desired, facts)
             written = self._write_state(state)
             self.last_desired = desired
+            self._prepared = (local, facts)
             self.reconciles += 1
             return ReconcileResult(True, self.clock() - t0, len(peers), written)
         except Exception as e:
@@ -154,12 +174,13 @@ class Daemon:
     def _write_state(self, state: nodestate.NodeState) -> bool:
         if state == self.last_state:
             return False
-        try:
-            if nodestate.read(self.config.state_file) == state:  # an earlier run wrote the same
-                self.last_state = state
-                return False
-        except nodestate.StateError:
-            pass
+        if self.last_state is None:  # an earlier run may have written the same
+            try:
+                if nodestate.read(self.config.state_file) == state:
+                    self.last_state = state
+                    return False
+            except nodestate.StateError:
+                pass
         nodestate.write(state, self.config.state_file)
         self.last_state = state
         log.info("state file %s written (%d peers, mtu %d)", self.config.state_file, len(state.peers), state.mtu)
@@ -174,6 +195,7 @@ class Daemon:
         backoff = BACKOFF_MIN
         retry_at = 0.0
         next_resync = 0.0
+        full = True  # the next pass must be full (first, after a failure, ovs-vswitchd restarted)
         try:
             ovs_gen = self.appliers.ovs_generation()
         except Exception:  # noqa: BLE001
@@ -184,7 +206,8 @@ class Daemon:
                 self.observer.tick()
             now = self.clock()
             if (dirty and now >= retry_at) or now >= next_resync:
-                result = self.reconcile()
+                full = full or now >= next_resync
+                result = self.reconcile(full=full)
                 if self.observer:
                     self.observer.reconciled(result, self.last_desired if result.ok else None)
                 now = self.clock()
@@ -197,11 +220,13 @@ class Daemon:
                         if self.observer:
                             self.observer.change_applied(now - change_seen)
                         log.debug("change applied in %.1f ms", (now - change_seen) * 1e3)
-                    dirty, change_seen, backoff = False, None, BACKOFF_MIN
+                    if full:  # the periodic re-assertion counts from the last full pass
+                        next_resync = now + cfg.resync_seconds
+                    dirty, change_seen, backoff, full = False, None, BACKOFF_MIN, False
                 else:
-                    dirty, retry_at = True, now + backoff
+                    dirty, retry_at, full = True, now + backoff, True
                     backoff = min(backoff * 2, BACKOFF_MAX)
-                next_resync = now + cfg.resync_seconds
+                    next_resync = now + cfg.resync_seconds
             deadline = min(next_resync, next_ovs_check, retry_at if dirty else next_resync)
             if self._wait_for_change(max(0.0, deadline - self.clock())):
                 if change_seen is None:
@@ -217,4 +242,4 @@ class Daemon:
                     continue
                 if gen != ovs_gen:
                     log.warning("ovs-vswitchd restarted (generation %s -> %s): re-installing", ovs_gen, gen)
-                    ovs_gen, dirty, retry_at = gen, True, 0.0
+                    ovs_gen, dirty, retry_at, full = gen, True, 0.0, True

@@ -117,6 +117,10 @@ class DesiredState:
     forwarding: bool = True
     # macSource both: peers whose annotation and neighbour entry disagree (the annotation wins)
     mac_disagreements: list[MacDisagreement] = field(default_factory=list)
+    # True: the appliers compare with what the system holds (dumps; repairs drift).  False (a
+    # Node change between re-assertions): they may apply only the difference from the desired
+    # state they applied last, without reading the system back.
+    full: bool = True
 
 
 # --- added by route-sync part A (planner/daemon): the appliers' report and interface -------------

@@ -21,7 +21,7 @@ from routesync.apply.ovs import OvsApplier
 from routesync.apply.routes import RouteApplier
 from routesync.apply.tnlneigh import TunnelNeighbors, tunnel_endpoints
 from routesync.apply.uplink import UplinkMover
-from routesync.model import DesiredState, LocalFacts, TunnelSpec, UplinkSpec
+from routesync.model import DesiredState, LocalFacts, PeerPlan, TunnelSpec, UplinkSpec
 
 if TYPE_CHECKING:
     from routesync.config import Config
@@ -60,6 +60,8 @@ class NodeAppliers:
         # not an ovs-vswitchd restart, and must not replay (the plugin owns the Pods' flows).
         self._replay_mark = os.path.join(self.state_dir, "pod-flows-replayed-for")
         self._replayed_for: int | None = self._read_replay_mark()
+        # what the last apply installed completely (None: unknown, the next apply is full)
+        self._applied: DesiredState | None = None
 
     def _mover_for(self, spec: UplinkSpec) -> UplinkMover:
         if self._mover is None or self._mover.spec != spec:
@@ -102,6 +104,33 @@ class NodeAppliers:
             mover.restore()
 
     def apply(self, desired: DesiredState) -> None:
+        """Full (``desired.full``): every part compares with what the system holds.  Otherwise,
+        when the last apply succeeded and only per-peer state moved, only the difference from
+        that apply is installed (:meth:`apply_delta`)."""
+        before, self._applied = self._applied, None
+        if not desired.full and before is not None and delta_applicable(before, desired):
+            self.apply_delta(before, desired)
+        else:
+            self.apply_full(desired)
+        self._applied = desired
+
+    def apply_delta(self, before: DesiredState, after: DesiredState) -> None:
+        """Peer flows by cookie group (one bundle), routes and neighbours by set difference (one
+        netlink batch), the nft table only when its plan changed, tunnel neighbours only for new
+        endpoints.  Nothing is read back: drift is the next full pass's."""
+        self.ovs.sync_flow_delta(list(before.flows), list(after.flows))
+        old, new = self.routes.normalized(before.routes), self.routes.normalized(after.routes)
+        self.routes.apply_routes(sorted(new - old, key=repr), sorted(old - new, key=repr))
+        if after.neighbors != before.neighbors:
+            self.routes.sync_neighbors(after.neighbors)
+        if after.nft != before.nft:
+            self.nft.sync(after.nft, verify=False)
+        if after.tunnel is not None and self.config.datapath_type == "netdev":
+            fresh = _endpoints(after.peers) - _endpoints(before.peers)
+            if fresh:
+                self.tnl_neigh.sync(tunnel_endpoints(p for p in after.peers if p.transport_address in fresh))
+
+    def apply_full(self, desired: DesiredState) -> None:
         extra = self._mover.flows() if (self._mover and self._uplink) else []
         self.ovs.sync_flows(list(desired.flows) + extra)
         self._replay_pod_flows()
@@ -143,6 +172,7 @@ class NodeAppliers:
 
     def teardown(self, config: Config) -> None:
         """Undo everything route-sync installed (the uplink first, so the Node keeps its address)."""
+        self._applied = None
         if self._uplink is not None:
             self._mover_for(self._uplink).restore()
         else:
@@ -160,6 +190,19 @@ class NodeAppliers:
             self._mover.close()
         self.routes.close()
         self.ovs.close()
+
+
+def delta_applicable(before: DesiredState, after: DesiredState) -> bool:
+    """Only per-peer state (flows, routes, neighbours, nft sets, tunnel endpoints) differs: the
+    Node-wide settings an apply also makes (gateway addresses, MTU, tunnel, uplink, forwarding)
+    are the same."""
+    return (before.gateway_addresses == after.gateway_addresses and before.mtu == after.mtu
+            and before.tunnel == after.tunnel and before.uplink == after.uplink
+            and before.forwarding == after.forwarding)
+
+
+def _endpoints(peers: list[PeerPlan]) -> set[str | None]:
+    return {p.transport_address for p in peers if p.path == "tunnel"}
 
 
 def make_appliers(config: Config, netns: str | None = None) -> NodeAppliers:

@@ -16,7 +16,7 @@ import os
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -145,10 +145,10 @@ def group_installed(flows: Iterable[InstalledFlow]) -> dict[int, list[InstalledF
     return dict(groups)
 
 
-def plan_flow_sync(desired: dict[int, frozenset[tuple[int, int, str, str]]],
-                   installed: dict[int, frozenset[tuple[int, int, str, str]]]
+def plan_flow_sync(desired: Mapping[int, frozenset[Any]], installed: Mapping[int, frozenset[Any]]
                    ) -> tuple[list[int], list[int], list[int], int]:
-    """(add, replace, delete, unchanged) cookie lists from canonical flow sets per cookie."""
+    """(add, replace, delete, unchanged) cookie lists from flow sets per cookie (canonical flow
+    tuples against a dump, or flow texts against what was installed last)."""
     add = sorted(c for c in desired if c not in installed)
     replace = sorted(c for c in desired if c in installed and installed[c] != desired[c])
     delete = sorted(c for c in installed if c not in desired)
@@ -502,6 +502,30 @@ class OvsApplier:
         if diff.changed:
             LOG.info("flows: +%d groups, ~%d replaced, -%d deleted, %d unchanged",
                      len(add), len(replace), len(delete), unchanged)
+        return diff
+
+    def sync_flow_delta(self, before: list[Flow], after: list[Flow]) -> FlowDiff:
+        """Install the difference between two desired flow sets without reading OVS back:
+        groups whose flows differ (as text) are replaced, new ones added, gone ones deleted, in
+        one bundle.  For a Node change between full syncs; ``before`` must be what the last
+        sync installed (drift is :meth:`sync_flows`' business)."""
+        old: dict[int, set[str]] = defaultdict(set)
+        for f in before:
+            old[f.cookie.value].add(f.text())
+        by_cookie: dict[int, list[Flow]] = defaultdict(list)
+        for f in after:
+            if f.cookie.owner not in SYNCED_OWNERS:
+                raise ValueError(f"route-sync does not own cookie {f.cookie} ({f.text()})")
+            by_cookie[f.cookie.value].append(f)
+        new = {c: frozenset(f.text() for f in fl) for c, fl in by_cookie.items()}
+        add, replace, delete, unchanged = plan_flow_sync(new, {c: frozenset(t) for c, t in old.items()})
+        text = bundle_text(add, replace, delete, by_cookie)
+        if text:
+            self._ofctl("add-flows", "--bundle", extra=("-",), stdin=text)
+        diff = FlowDiff(added=add, replaced=replace, deleted=delete, unchanged=unchanged,
+                        flows_sent=sum(len(by_cookie[c]) for c in add + replace))
+        if diff.changed:
+            LOG.info("flows (delta): +%d groups, ~%d replaced, -%d deleted", len(add), len(replace), len(delete))
         return diff
 
     def delete_flows(self, cookie: Cookie) -> None:
