@@ -491,18 +491,18 @@ class Netlink:
                         raise NetlinkError(_errno.EPROTO, f"{what}: malformed netlink message")
                     body = data[offset + _NLMSGHDR.size: offset + length]
                     offset += _align(length)
-                    i = pending.get(mseq)
-                    if i is None:
+                    at = pending.get(mseq)
+                    if at is None:
                         continue  # a late answer to an earlier request
                     if mtype == NLMSG_ERROR:
                         code = -struct.unpack_from("=i", body)[0]
                         if code:
-                            out[i] = NetlinkError(code, f"{what}: {os.strerror(code)}{_ext_ack(body, flags)}")
+                            out[at] = NetlinkError(code, f"{what}: {os.strerror(code)}{_ext_ack(body, flags)}")
                         del pending[mseq]
                     elif mtype == NLMSG_DONE:
                         del pending[mseq]
                     else:
-                        answers = out[i]
+                        answers = out[at]
                         if isinstance(answers, list):
                             answers.append(body)
         return out
