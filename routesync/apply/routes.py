@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from cni import netlink
+from cni import addr, netlink
 from cni.netlink import Netlink
 from cni.pipeline import GATEWAY_PORT
 from routesync.model import FERRY_ROUTE_PROTO, HostRoute, Neighbor
@@ -43,8 +43,8 @@ class RouteDiff:
 
 def normalize(route: HostRoute) -> HostRoute:
     """Canonical text for dst and gw so desired and installed compare equal."""
-    dst = str(ipaddress.ip_network(route.dst, strict=False))
-    gw = str(ipaddress.ip_address(route.gw)) if route.gw else None
+    dst = addr.canonical_network(route.dst)
+    gw = addr.host(route.gw) if route.gw else None
     return HostRoute(dst=dst, gw=gw, dev=route.dev, onlink=route.onlink)
 
 
