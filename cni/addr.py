@@ -16,7 +16,7 @@ _AF = {4: _socket.AF_INET, 6: _socket.AF_INET6}
 def parse_ip(text: str) -> tuple[int, int]:
     """``(value, bits)`` of an address: bits is 32 or 128.  ValueError when it is not one."""
     if not isinstance(text, str):
-        raise ValueError(f"not an IP address: {text!r}")
+        raise ValueError(f"not an IP address: {text!r}")  # noqa: TRY004 - ValueError, like ipaddress
     bits = 128 if ":" in text else 32
     try:
         packed = _socket.inet_pton(_AF[6 if bits == 128 else 4], text)

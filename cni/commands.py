@@ -530,7 +530,7 @@ def status(req: Request) -> None:
             ovsdb.bridge(node.bridge)  # reachable is enough: ADD creates the bridge on a lone Node
     except CniError:
         raise
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any failure to reach OVS means "not ready"
         raise CniError(NOT_READY, f"Open vSwitch is not reachable at {node.ovsdb}: {e}") from None
     ipam_api, ipam_conf = _ipam(req.config, node)
     ipam_api.status(ipam_conf)

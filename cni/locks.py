@@ -23,7 +23,7 @@ class locked:  # used like a function: ``with locked(lock_dir, name):``
     def __init__(self, lock_dir: str, name: str) -> None:
         self.dir, self.path, self.fd = lock_dir, os.path.join(lock_dir, name + ".lock"), -1
 
-    def __enter__(self) -> locked:
+    def __enter__(self) -> locked:  # noqa: PYI034 - typing.Self would import typing per exec
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

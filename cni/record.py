@@ -41,7 +41,7 @@ def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
     for base in reversed(cls.__mro__[1:]):
         for name, default in getattr(base, "__record_fields__", ()):
             inherited[name] = default
-    for name, kind in cls.__dict__.get("__annotations__", {}).items():
+    for name, kind in cls.__dict__.get("__annotations__", {}).items():  # noqa: RUF063 - no inspect import
         if str(kind).startswith(("ClassVar", "typing.ClassVar")):
             continue
         inherited[name] = cls.__dict__.get(name, _MISSING)

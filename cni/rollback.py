@@ -32,13 +32,13 @@ class Rollback:
                 undo()
                 if self.log is not None:
                     self.log.info(f"rollback: removed {what}")
-            except Exception as e:  # keep undoing the rest; the caller reports the first error
+            except Exception as e:  # noqa: BLE001 - keep undoing the rest; the caller reports the first error
                 if self.log is not None:
                     self.log.error(f"rollback: could not remove {what}: {e}")
                 failed.append(what)
         return failed
 
-    def __enter__(self) -> Rollback:
+    def __enter__(self) -> Rollback:  # noqa: PYI034 - typing.Self would import typing per exec
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.ovs_instance import OvsInstance, netns  # noqa: E402
+from tests.ovs_instance import OvsInstance, netns
 
 CNITOOL = os.environ.get("CNITOOL", "/opt/cni-tools/cnitool")
 NETWORK = "ferrynet"
@@ -31,7 +31,7 @@ def cni_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def run(argv: list[str], check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    p = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout, **kw)
     if check and p.returncode != 0:
         raise AssertionError(f"{argv} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     return p

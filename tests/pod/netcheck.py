@@ -50,7 +50,7 @@ sys.exit(0 if back == payload else 3)
 def ping(netns: str, address: str, count: int = 2, timeout: int = 5) -> bool:
     argv = ["ip", "netns", "exec", netns, "ping", "-n", "-c", str(count), "-i", "0.2", "-W", "1",
             "-w", str(timeout), address]
-    return subprocess.run(argv, capture_output=True).returncode == 0
+    return subprocess.run(argv, check=False, capture_output=True).returncode == 0
 
 
 def tcp_echo(server_ns: str, server_ip: str, client_ns: str, port: int = 5201, size: int = 200_000) -> bool:
@@ -60,7 +60,7 @@ def tcp_echo(server_ns: str, server_ip: str, client_ns: str, port: int = 5201, s
     try:
         time.sleep(0.15)
         cli = subprocess.run(["ip", "netns", "exec", client_ns, sys.executable, "-c", ECHO_CLIENT, server_ip,
-                              str(port), str(size)], capture_output=True, timeout=30)
+                              str(port), str(size)], check=False, capture_output=True, timeout=30)
         return cli.returncode == 0 and srv.wait(timeout=10) == 0
     finally:
         if srv.poll() is None:

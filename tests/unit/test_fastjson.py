@@ -39,7 +39,7 @@ def test_loads_fails_exactly_where_json_fails(data):
             fastjson.loads(data)
     else:
         got = fastjson.loads(data)
-        assert got == want or (got != got and want != want)  # NaN is not equal to itself
+        assert got == want or (got != got and want != want)  # noqa: PLR0124 - NaN is not equal to itself
 
 
 def test_raw_decode_reads_one_value_from_a_stream():
@@ -54,7 +54,7 @@ def test_fastjson_does_not_import_json_or_re():
     import sys
 
     code = "import sys; import cni.fastjson as f; f.loads(f.dumps({'a': [1]})); print('json' in sys.modules, 're' in sys.modules)"
-    out = subprocess.run([sys.executable, "-IS", "-c", f"import sys; sys.path.insert(0, {repr(str(__import__('pathlib').Path(__file__).resolve().parents[2]))}); {code}"],
+    out = subprocess.run([sys.executable, "-IS", "-c", f"import sys; sys.path.insert(0, {str(__import__('pathlib').Path(__file__).resolve().parents[2])!r}); {code}"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 
@@ -66,7 +66,7 @@ def test_syntax_errors_are_value_errors_in_a_fresh_interpreter():
     from pathlib import Path
 
     root = str(Path(__file__).resolve().parents[2])
-    code = ("import sys; sys.path.insert(0, %r); import cni.fastjson as f\n"
-            "try:\n    f.loads(b'{\"a\": 1,')\nexcept ValueError as e:\n    print('ValueError', e)") % root
-    out = subprocess.run([sys.executable, "-IS", "-c", code], capture_output=True, text=True)
+    code = (f"import sys; sys.path.insert(0, {root!r}); import cni.fastjson as f\n"
+            "try:\n    f.loads(b'{\"a\": 1,')\nexcept ValueError as e:\n    print('ValueError', e)")
+    out = subprocess.run([sys.executable, "-IS", "-c", code], check=False, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("ValueError"), out.stderr
