@@ -395,14 +395,16 @@ def delete(req: Request) -> None:
         if ports or ovsdb.bridge(node.bridge) is not None:
             of.del_flows(pl.pod_cookie(req.container_id, req.ifname))
         names = {p.name for p in ports} | {pl.host_veth_name(req.container_id, req.ifname)}
+        # The veth goes before its port: deleted while ovs-vswitchd still holds its AF_PACKET socket
+        # (netdev) the kernel's unregister waits for that reference; gone first, OVS just notices.
+        for name in sorted(names):
+            step(f"delete veth {name}")
+            host_nl.link_del(name)
         for p in ports:
             step(f"delete OVS port {p.name}")
             ovsdb.del_port(node.bridge, p.name)
             step("forget stale neighbours")
             _forget_neighbours(host_nl, node.gateway_name, [a for a in p.external_ids.get(pl.EXT_IPS, "").split(",") if a])
-        for name in sorted(names):
-            step(f"delete veth {name}")
-            host_nl.link_del(name)
         step("IPAM release")
         from ipam import api as ipam_api
 
