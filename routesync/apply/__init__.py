@@ -56,6 +56,9 @@ class NodeAppliers:
         self._uplink: UplinkSpec | None = None
         self._gateway_mac: str | None = None
         self._gateway_ofport: int | None = None
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-apply")
         # ovs-vswitchd pid the Pod flows were replayed for, kept on disk: a route-sync restart is
         # not an ovs-vswitchd restart, and must not replay (the plugin owns the Pods' flows).
         self._replay_mark = os.path.join(self.state_dir, "pod-flows-replayed-for")
@@ -118,13 +121,20 @@ class NodeAppliers:
         """Peer flows by cookie group (one bundle), routes and neighbours by set difference (one
         netlink batch), the nft table only when its plan changed, tunnel neighbours only for new
         endpoints.  Nothing is read back: drift is the next full pass's."""
-        self.ovs.sync_flow_delta(list(before.flows), list(after.flows))
-        old, new = self.routes.normalized(before.routes), self.routes.normalized(after.routes)
-        self.routes.apply_routes(sorted(new - old, key=repr), sorted(old - new, key=repr))
-        if after.neighbors != before.neighbors:
-            self.routes.sync_neighbors(after.neighbors)
+        nft = None
         if after.nft != before.nft:
-            self.nft.sync(after.nft, verify=False)
+            # `nft -f` and `ovs-ofctl --bundle` are two program launches, the floor of a change's
+            # latency; they touch unrelated state, so they run side by side.
+            nft = self._side.submit(self.nft.sync, after.nft, verify=False)
+        try:
+            self.ovs.sync_flow_delta(list(before.flows), list(after.flows))
+            old, new = self.routes.normalized(before.routes), self.routes.normalized(after.routes)
+            self.routes.apply_routes(sorted(new - old, key=repr), sorted(old - new, key=repr))
+            if after.neighbors != before.neighbors:
+                self.routes.sync_neighbors(after.neighbors)
+        finally:
+            if nft is not None:
+                nft.result()  # its failure is this pass's failure too
         if after.tunnel is not None and self.config.datapath_type == "netdev":
             fresh = _endpoints(after.peers) - _endpoints(before.peers)
             if fresh:
@@ -184,6 +194,7 @@ class NodeAppliers:
         self.ovs.delete_port(GATEWAY_PORT)
 
     def close(self) -> None:
+        self._side.shutdown(wait=True)
         if self.next_hops is not None:
             self.next_hops.close()
         if self._mover is not None:
