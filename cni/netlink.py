@@ -258,14 +258,7 @@ class Netlink:
     def _replies(self, seq: int, what: str) -> Iterator[tuple[int, bytes]]:
         """(type, body) of each answer to ``seq`` until DONE or the ACK; raises on error."""
         while True:
-            data = self._sock.recv(_RECV_BUF)
-            offset = 0
-            while offset + _NLMSGHDR.size <= len(data):
-                length, mtype, flags, mseq, _pid = _NLMSGHDR.unpack_from(data, offset)
-                if length < _NLMSGHDR.size:
-                    raise NetlinkError(_errno.EPROTO, f"{what}: malformed netlink message")
-                body = data[offset + _NLMSGHDR.size: offset + length]
-                offset += _align(length)
+            for mtype, flags, mseq, body in _messages(self._sock.recv(_RECV_BUF), what):
                 if mseq != seq:
                     continue  # a late answer to an earlier request
                 if mtype == NLMSG_DONE:
@@ -483,14 +476,7 @@ class Netlink:
                                             flags | NLM_F_REQUEST | NLM_F_ACK, self._seq, 0) + body)
             self._sock.sendto(b"".join(chunk), (0, 0))
             while pending:
-                data = self._sock.recv(_RECV_BUF)
-                offset = 0
-                while offset + _NLMSGHDR.size <= len(data):
-                    length, mtype, flags, mseq, _pid = _NLMSGHDR.unpack_from(data, offset)
-                    if length < _NLMSGHDR.size:
-                        raise NetlinkError(_errno.EPROTO, f"{what}: malformed netlink message")
-                    body = data[offset + _NLMSGHDR.size: offset + length]
-                    offset += _align(length)
+                for mtype, flags, mseq, body in _messages(self._sock.recv(_RECV_BUF), what):
                     at = pending.get(mseq)
                     if at is None:
                         continue  # a late answer to an earlier request
@@ -561,6 +547,17 @@ def decode_neigh(body: bytes) -> tuple[str | None, int, str | None]:
     a = _attrs(body, _NDMSG.size)
     ip = socket.inet_ntop(family, a[NDA_DST]) if NDA_DST in a else None
     return ip, state, mac_text(a[NDA_LLADDR]) if NDA_LLADDR in a else None
+
+
+def _messages(data: bytes, what: str) -> Iterator[tuple[int, int, int, bytes]]:
+    """(type, flags, seq, body) of each netlink message in one datagram."""
+    offset = 0
+    while offset + _NLMSGHDR.size <= len(data):
+        length, mtype, flags, mseq, _pid = _NLMSGHDR.unpack_from(data, offset)
+        if length < _NLMSGHDR.size:
+            raise NetlinkError(_errno.EPROTO, f"{what}: malformed netlink message")
+        yield mtype, flags, mseq, data[offset + _NLMSGHDR.size: offset + length]
+        offset += _align(length)
 
 
 def _ext_ack(body: bytes, flags: int) -> str:

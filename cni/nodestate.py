@@ -174,22 +174,8 @@ def read(path: str = DEFAULT_STATE_FILE) -> NodeState:
 
 
 def write(state: NodeState, path: str = DEFAULT_STATE_FILE) -> None:
-    """Atomically replace the state file (write to a temp file, fsync, rename)."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    import tempfile  # route-sync writes; the plugin only reads
+    """Atomically replace the state file (temp file, fsync, rename, fsync the directory)."""
+    from cni.atomicfile import write_atomic  # route-sync writes; the plugin only reads
 
-    fd, tmp = tempfile.mkstemp(prefix=".node-state.", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(state.to_json())
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+    write_atomic(path, state.to_json().encode())
