@@ -87,7 +87,11 @@ class Cookie:
 
     @property
     def value(self) -> int:
-        return (int(self.owner) << OWNER_SHIFT) | (self.ident & ID_MASK)
+        v: int | None = self.__dict__.get("_value")
+        if v is None:  # memoized: route-sync compares thousands of flows per pass
+            v = (int(self.owner) << OWNER_SHIFT) | (self.ident & ID_MASK)
+            object.__setattr__(self, "_value", v)
+        return v
 
     def match(self) -> str:
         return f"0x{self.value:x}/0x{FULL_MASK:x}"
@@ -161,9 +165,13 @@ class Flow:
     cookie: Cookie = BASE_COOKIE
 
     def text(self) -> str:
-        match = f",{self.match}" if self.match else ""
-        return (f"table={int(self.table)},priority={self.priority},cookie=0x{self.cookie.value:x}"
-                f"{match},actions={self.actions}")
+        t: str | None = self.__dict__.get("_text")
+        if t is None:  # memoized (frozen, so it cannot go stale)
+            match = f",{self.match}" if self.match else ""
+            t = (f"table={int(self.table)},priority={self.priority},cookie=0x{self.cookie.value:x}"
+                 f"{match},actions={self.actions}")
+            object.__setattr__(self, "_text", t)
+        return t
 
     def key(self) -> tuple[int, int, str]:
         """Identity in OpenFlow's sense: a second flow with the same key replaces this one."""
