@@ -153,7 +153,9 @@ class _Handler(BaseHTTPRequestHandler):
         st = self.state
         url = urlparse(self.path)
         q = {k: v[0] for k, v in parse_qs(url.query).items()}
-        st.requests.append((time.monotonic(), "GET", self.path))
+        with st.cond:  # what a watch started now must still send: injections from here on
+            n_inject = len(st.inject)
+            st.requests.append((time.monotonic(), "GET", self.path))
         if url.path != "/api/v1/nodes":
             self._json(404, _status_event(404, "NotFound", url.path)["object"])
             return
@@ -168,9 +170,9 @@ class _Handler(BaseHTTPRequestHandler):
                         "items": [copy.deepcopy(n) for _, n in sorted(st.nodes.items())]}
             self._json(200, body)
             return
-        self._watch(q)
+        self._watch(q, n_inject)
 
-    def _watch(self, q: dict[str, str]) -> None:
+    def _watch(self, q: dict[str, str], n_inject: int) -> None:
         st = self.state
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -181,7 +183,6 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             with st.cond:
                 gen = st.generation
-                n_inject = len(st.inject)
                 if since < st.compacted:
                     self._chunk(_status_event(410, "Expired", f"too old resource version: {since}"))
                     return
