@@ -9,22 +9,14 @@ Standard library only (runs in a Pod with the system python)."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 import struct
 import sys
 
-
-def _mac(m: str) -> bytes:
-    return bytes.fromhex(m.replace(":", ""))
-
-
-def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
+# Run as a script inside a Pod: the IPv4 forger's frame helpers sit beside it in tests/pod.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pod"))
+from forge import _csum, _mac
 
 
 def _ipv6(src_mac: str, dst_mac: str, src: str, dst: str, icmp: bytes, hop: int = 255) -> bytes:
