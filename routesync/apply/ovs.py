@@ -1,4 +1,4 @@
-"""OVS applier: bridge, gateway port, tunnel port (ovsdbapp) and route-sync's flows (ovs-ofctl).
+"""OVS applier: bridge, gateway port, tunnel port (ovsdbapp) and route-sync's flows.
 
 Flows are synced per cookie group: the desired flows of owners BASE/NODE/PEER are grouped by
 cookie and compared, in OVS's own canonical text (``ovs-ofctl parse-flows`` renders the desired
@@ -6,6 +6,12 @@ flows exactly as ``dump-flows`` prints the installed ones), with what is install
 differ are replaced (delete by cookie + add) and stale groups deleted, all in one OpenFlow
 bundle, so a peer's flows change atomically and a second sync with the same input sends nothing.
 POD-owned flows are never selected, compared or deleted.
+
+Bundles go over route-sync's persistent OpenFlow connection (:mod:`.ofsession`, no exec);
+flow text its encoder does not speak, or a bundle it could not deliver, goes through
+``ovs-ofctl --bundle add-flows`` as before.  Dumps and canonical text stay ``ovs-ofctl``'s
+(full passes only); a group not installed at all needs no canonical text (it is added), so a
+first start parses nothing and the cache is filled in the background for the next full pass.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ import hashlib
 import logging
 import os
 import subprocess
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from cni.ofnative import OpenFlowError
 from cni.pipeline import EXT_OWNER, FULL_MASK, GATEWAY_PORT, OWNER_SHIFT, Cookie, Flow, Owner
+from routesync.apply.ofsession import OpenFlowSession
 from routesync.model import TunnelSpec
 
 LOG = logging.getLogger(__name__)
@@ -233,7 +242,10 @@ class OvsApplier:
         self._api: Any = None
         self._conn: Any = None
         self._canon_cache: dict[str, tuple[int, int, int, str, str]] = {}
+        self._canon_warm: threading.Thread | None = None
         self._last_pid: int | None = None
+        self.session = OpenFlowSession(bridge, run_dir, timeout)
+        self.native_bundles = self.ofctl_bundles = 0  # how bundles went (tests, metrics)
 
     # -- connection
     @property
@@ -250,6 +262,7 @@ class OvsApplier:
         return self._api
 
     def close(self) -> None:
+        self.session.close()
         if self._conn is not None:
             self._conn.stop(timeout=2)
         self._api = self._conn = None
@@ -462,25 +475,33 @@ class OvsApplier:
 
     def canonical(self, flows: Iterable[Flow]) -> dict[int, frozenset[tuple[int, int, str, str]]]:
         """Desired flows in OVS's canonical text, grouped by cookie (cached per flow text)."""
+        warm, self._canon_warm = self._canon_warm, None
+        if warm is not None:
+            warm.join()
         flows = list(flows)
-        todo = [f.text() for f in flows if f.text() not in self._canon_cache]
-        if todo:
-            out = subprocess.run(["ovs-ofctl", "-O", OF_VERSION, "parse-flows", "-"],
-                                 input="\n".join(todo) + "\n", capture_output=True, text=True,
-                                 check=False)
-            if out.returncode != 0:
-                raise OvsError(f"invalid flow: {out.stderr.strip()}")
-            parsed = parse_flow_mods(out.stdout)
-            if len(parsed) != len(todo):
-                raise OvsError(f"parse-flows gave {len(parsed)} flows for {len(todo)}")
-            if len(self._canon_cache) > 200_000:
-                self._canon_cache.clear()
-            self._canon_cache.update(zip(todo, parsed))
+        self._parse_canonical([f.text() for f in flows])
         groups: dict[int, set[tuple[int, int, str, str]]] = defaultdict(set)
         for f in flows:
             _, table, prio, match, actions = self._canon_cache[f.text()]
             groups[f.cookie.value].add((table, prio, match, actions))
         return {c: frozenset(s) for c, s in groups.items()}
+
+    def _parse_canonical(self, texts: Iterable[str]) -> None:
+        """``ovs-ofctl parse-flows`` of the texts not cached yet, into the cache."""
+        todo = list(dict.fromkeys(t for t in texts if t not in self._canon_cache))
+        if not todo:
+            return
+        out = subprocess.run(["ovs-ofctl", "-O", OF_VERSION, "parse-flows", "-"],
+                             input="\n".join(todo) + "\n", capture_output=True, text=True,
+                             check=False)
+        if out.returncode != 0:
+            raise OvsError(f"invalid flow: {out.stderr.strip()}")
+        parsed = parse_flow_mods(out.stdout)
+        if len(parsed) != len(todo):
+            raise OvsError(f"parse-flows gave {len(parsed)} flows for {len(todo)}")
+        if len(self._canon_cache) > 200_000:
+            self._canon_cache.clear()
+        self._canon_cache.update(zip(todo, parsed))
 
     def sync_flows(self, desired: list[Flow]) -> FlowDiff:
         """Make the installed BASE/NODE/PEER flows equal ``desired``; POD flows are left alone."""
@@ -490,13 +511,15 @@ class OvsApplier:
         by_cookie: dict[int, list[Flow]] = defaultdict(list)
         for f in desired:
             by_cookie[f.cookie.value].append(f)
-        want = self.canonical(desired)
         have = {c: frozenset(x.canon() for x in fl)
                 for c, fl in group_installed(self.dump_flows()).items()}
+        # canonical text only where there is something to compare with
+        want: dict[int, frozenset[Any]] = dict.fromkeys(by_cookie, frozenset())
+        want.update(self.canonical([f for f in desired if f.cookie.value in have]))
         add, replace, delete, unchanged = plan_flow_sync(want, have)
-        text = bundle_text(add, replace, delete, by_cookie)
-        if text:
-            self._ofctl("add-flows", "--bundle", extra=("-",), stdin=text)
+        self._send_bundle(add, replace, delete, by_cookie)
+        if add:
+            self._warm_canonical([f for c in add for f in by_cookie[c]])
         diff = FlowDiff(added=add, replaced=replace, deleted=delete, unchanged=unchanged,
                         flows_sent=sum(len(by_cookie[c]) for c in add + replace))
         if diff.changed:
@@ -519,26 +542,58 @@ class OvsApplier:
             by_cookie[f.cookie.value].append(f)
         new = {c: frozenset(f.text() for f in fl) for c, fl in by_cookie.items()}
         add, replace, delete, unchanged = plan_flow_sync(new, {c: frozenset(t) for c, t in old.items()})
-        text = bundle_text(add, replace, delete, by_cookie)
-        if text:
-            self._ofctl("add-flows", "--bundle", extra=("-",), stdin=text)
+        self._send_bundle(add, replace, delete, by_cookie)
         diff = FlowDiff(added=add, replaced=replace, deleted=delete, unchanged=unchanged,
                         flows_sent=sum(len(by_cookie[c]) for c in add + replace))
         if diff.changed:
             LOG.info("flows (delta): +%d groups, ~%d replaced, -%d deleted", len(add), len(replace), len(delete))
         return diff
 
+    def _send_bundle(self, add: list[int], replace: list[int], delete: list[int],
+                     flows_by_cookie: dict[int, list[Flow]]) -> None:
+        """Delete ``delete`` + ``replace`` groups and add ``replace`` + ``add`` groups in one
+        atomic bundle: natively, else (flow text not spoken, the switch refused, no connection)
+        through ``ovs-ofctl --bundle``, whose error is the one raised."""
+        if not (add or replace or delete):
+            return
+        adds = [f for c in list(replace) + list(add) for f in flows_by_cookie[c]]
+        try:
+            messages = self.session.encode([Cookie.parse(c) for c in list(delete) + list(replace)], adds)
+            self.session.bundle(messages)
+            self.native_bundles += 1
+            return
+        except (OpenFlowError, OSError, ValueError) as e:
+            LOG.info("flow bundle through ovs-ofctl (%s)", e)
+        self._ofctl("add-flows", "--bundle", extra=("-",), stdin=bundle_text(add, replace, delete, flows_by_cookie))
+        self.ofctl_bundles += 1
+
+    def _warm_canonical(self, flows: list[Flow]) -> None:
+        """Fill the canonical-text cache for ``flows`` in a background thread (the next full
+        pass compares them with a dump); :meth:`canonical` waits for it."""
+        if self._canon_warm is not None:
+            return
+
+        texts = [f.text() for f in flows]
+
+        def run() -> None:
+            try:
+                self._parse_canonical(texts)
+            except Exception as e:  # noqa: BLE001 - the next full pass parses (and reports) again
+                LOG.debug("canonical text not cached: %s", e)
+
+        t = threading.Thread(target=run, name="ferry-canon", daemon=True)
+        t.start()
+        self._canon_warm = t
+
     def delete_flows(self, cookie: Cookie) -> None:
-        self._ofctl("add-flows", "--bundle", extra=("-",),
-                    stdin=f"delete cookie={cookie.match()}\n")
+        self._send_bundle([], [], [cookie.value], {})
 
     def replace_group(self, cookie: Cookie, flows: list[Flow]) -> None:
         """Replace one cookie group atomically (delete + add in one bundle)."""
         for f in flows:
             if f.cookie != cookie:
                 raise ValueError(f"flow {f.text()} is not of cookie {cookie}")
-        text = bundle_text([], [cookie.value], [], {cookie.value: flows})
-        self._ofctl("add-flows", "--bundle", extra=("-",), stdin=text)
+        self._send_bundle([], [cookie.value], [], {cookie.value: flows})
 
     def set_mtu_request(self, iface: str, mtu: int) -> bool:
         """``Interface.mtu_request`` (OVS applies it to internal ports and keeps it)."""

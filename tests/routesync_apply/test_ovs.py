@@ -205,3 +205,41 @@ def test_sync_1000_peers_timing() -> None:
               f"no-op re-sync {1000 * (t2 - t1):.0f} ms, one peer changed {1000 * (t3 - t2):.0f} ms")
         assert len(d1.added) == 1002 and not d2.changed and len(d3.replaced) == 1
         assert len(app.dump_flows()) == len(desired)
+
+
+@pytest.mark.root
+def test_planned_flows_go_natively_and_read_back_unchanged_after_the_bridge_is_recreated() -> None:
+    """route-sync's own flows (masked CIDRs, tunnel destinations) travel over the persistent
+    OpenFlow connection, no ovs-ofctl exec; a full sync compares them with OVS's dump as equal;
+    after the bridge is re-created (flows gone, the connection dead) the next sync reconnects."""
+    from cni.flows import GatewayPort
+    from cni.flows import base_flows as planned_base
+    from routesync.model import PeerPlan
+    from routesync.peerflows import node_flows
+    from routesync.peerflows import peer_flows as planned_peer
+
+    gw = GatewayPort(ofport=2, mac="02:00:00:00:00:01", addresses=("10.244.1.1/24", "fd00:1::1/64"))
+    desired = planned_base(gw) + node_flows(3, gw.mac)
+    for i in range(20):
+        desired += planned_peer(PeerPlan(f"p{i}", 4, "tunnel", f"192.168.7.{i + 2}", (f"10.244.{i + 2}.0/24",),
+                                         f"10.244.{i + 2}.1"), gw.mac, 3)
+        desired += planned_peer(PeerPlan(f"p{i}", 6, "tunnel", f"fd00:7::{i + 2:x}", (f"fd00:244:{i + 2:x}::/64",),
+                                         f"fd00:244:{i + 2:x}::1"), gw.mac, 3)
+    with node("fb-of9") as n:
+        app = n.applier
+        d1 = app.sync_flows(desired)
+        assert d1.flows_sent == len(desired)
+        assert (app.native_bundles, app.ofctl_bundles) == (1, 0)
+        d2 = app.sync_flows(desired)
+        assert not d2.changed and d2.unchanged == len({f.cookie.value for f in desired})
+        moved = [f for f in desired if f.cookie != peer_cookie("p3")] + planned_peer(
+            PeerPlan("p3", 4, "tunnel", "192.168.8.3", ("10.245.3.0/24",), "10.245.3.1"), gw.mac, 3)
+        d3 = app.sync_flow_delta(desired, moved)
+        assert d3.replaced == [peer_cookie("p3").value] and app.ofctl_bundles == 0
+        assert not app.sync_flows(moved).changed
+        n.ovs.vsctl("del-br", "br-int")  # every flow and the connection's bridge gone
+        app.ensure_bridge("netdev")
+        d4 = app.sync_flows(moved)
+        assert len(d4.added) == len({f.cookie.value for f in moved}) and app.ofctl_bundles == 0
+        assert app.session.connects == 2
+        assert not app.sync_flows(moved).changed
