@@ -17,7 +17,7 @@ from cni import addr
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from cni.pipeline import Cookie, Flow
 
@@ -269,31 +269,43 @@ def _masked(field: str, text: str) -> bytes | None:
             + (value & mask).to_bytes(length, "big") + mask.to_bytes(length, "big"))
 
 
+def _match_item(item: str) -> list[tuple[str, bytes | None]]:
+    """One ``key[=value]`` of a match as (OXM field, TLV or None for "no constraint")."""
+    key, eq, value = item.partition("=")
+    if not eq:
+        if key not in _SHORTHANDS:
+            raise OpenFlowError(f"match {item!r} is not spoken here")
+        return [(f, _oxm(f, v.to_bytes(_OXM[f][1], "big"))) for f, v in _SHORTHANDS[key].items()]
+    if key not in _MATCH_KEYS:
+        raise OpenFlowError(f"match {item!r} is not spoken here")
+    f = _MATCH_KEYS[key]
+    if "/" in value:
+        if f not in _MASKABLE:
+            raise OpenFlowError(f"match {item!r} is not spoken here")
+        return [(f, _masked(f, value))]
+    return [(f, _oxm(f, _value(f, value)))]
+
+
+# item text -> its TLVs / action bytes: route-sync's thousands of flows share most items
+_ITEM_CACHE: dict[str, object] = {}
+
+
+def _cached(item: str, encode: Callable[[str], object]) -> object:
+    got = _ITEM_CACHE.get(item)
+    if got is None:
+        got = encode(item)
+        if len(_ITEM_CACHE) > 50_000:
+            _ITEM_CACHE.clear()
+        _ITEM_CACHE[item] = got
+    return got
+
+
 def encode_match_masked(text: str) -> bytes:
     """:func:`encode_match` plus ``<prefix>/<length>`` on the IPv4/IPv6 source/destination."""
-    fields: dict[str, bytes] = {}
+    fields: dict[str, bytes | None] = {}
     for item in filter(None, text.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq:
-            if key not in _SHORTHANDS:
-                raise OpenFlowError(f"match {item!r} is not spoken here")
-            for f, v in _SHORTHANDS[key].items():
-                fields[f] = _oxm(f, v.to_bytes(_OXM[f][1], "big"))
-        elif key in _MATCH_KEYS:
-            f = _MATCH_KEYS[key]
-            if "/" in value:
-                if f not in _MASKABLE:
-                    raise OpenFlowError(f"match {item!r} is not spoken here")
-                tlv = _masked(f, value)
-                if tlv is None:
-                    fields.pop(f, None)
-                else:
-                    fields[f] = tlv
-            else:
-                fields[f] = _oxm(f, _value(f, value))
-        else:
-            raise OpenFlowError(f"match {item!r} is not spoken here")
-    body = b"".join(fields[f] for f in _ORDER if f in fields)
+        fields.update(_cached("m " + item, lambda i: _match_item(i[2:])))  # type: ignore[arg-type]
+    body = b"".join(tlv for f in _ORDER if (tlv := fields.get(f)) is not None)
     length = 4 + len(body)
     return struct.pack("!HH", 1, length) + body + b"\0" * (-length % 8)
 
@@ -311,6 +323,16 @@ def _set_tunnel_field(item: str) -> bytes:
     return struct.pack("!HH", OFPAT_SET_FIELD, size + (-size % 8)) + oxm + b"\0" * (-size % 8)
 
 
+def _action_item(item: str) -> tuple[bool, bytes]:
+    """(is goto_table, its instruction / the action's bytes) of one action item."""
+    if item.startswith("set_field:"):
+        return False, _set_tunnel_field(item)
+    encoded = encode_instructions(item)
+    if item.startswith("goto_table:"):
+        return True, encoded
+    return False, encoded[8:]  # the action inside its one-action APPLY_ACTIONS ("drop": none)
+
+
 def encode_instructions_ext(text: str) -> bytes:
     """:func:`encode_instructions` plus ``set_field:<ip>->tun_dst|tun_ipv6_dst``."""
     actions: list[bytes] = []
@@ -318,14 +340,11 @@ def encode_instructions_ext(text: str) -> bytes:
     for item in text.split(","):
         if goto:
             raise OpenFlowError(f"actions after goto_table in {text!r}")
-        if item.startswith("set_field:"):
-            actions.append(_set_tunnel_field(item))
-            continue
-        encoded = encode_instructions(item)
-        if item.startswith("goto_table:"):
+        is_goto, encoded = _cached("a " + item, lambda i: _action_item(i[2:]))  # type: ignore[misc]
+        if is_goto:
             goto = encoded
         elif encoded:
-            actions.append(encoded[8:])  # the action inside its one-action APPLY_ACTIONS
+            actions.append(encoded)
     out = b""
     if actions:
         body = b"".join(actions)
