@@ -1,9 +1,10 @@
 """route-sync's appliers: each diffs desired plain data against what is installed and applies
 only the difference.
 
-* :mod:`.ovs` bridge, gateway and tunnel ports (ovsdbapp), BASE/NODE/PEER flows (ovs-ofctl)
+* :mod:`.ovs` bridge, gateway and tunnel ports (ovsdbapp), BASE/NODE/PEER flows (OpenFlow
+  bundles on a persistent connection, :mod:`.ofsession`; ovs-ofctl for dumps)
 * :mod:`.routes` proto-Ferry host routes, permanent neighbours, addresses, MTU, forwarding
-* :mod:`.nft` Ferry's nftables tables
+* :mod:`.nft` Ferry's nftables tables (libnftables in-process)
 * :mod:`.uplink` the reversible move of the uplink onto the bridge
 
 :class:`NodeAppliers` bundles them behind the daemon's ``Appliers`` protocol
@@ -123,8 +124,8 @@ class NodeAppliers:
         endpoints.  Nothing is read back: drift is the next full pass's."""
         nft = None
         if after.nft != before.nft:
-            # `nft -f` and `ovs-ofctl --bundle` are two program launches, the floor of a change's
-            # latency; they touch unrelated state, so they run side by side.
+            # the nft transaction (libnftables, in-process) and the flow bundle (OpenFlow socket)
+            # touch unrelated state, so they run side by side (both wait on the kernel/OVS).
             nft = self._side.submit(self.nft.sync, after.nft, verify=False)
         try:
             self.ovs.sync_flow_delta(list(before.flows), list(after.flows))

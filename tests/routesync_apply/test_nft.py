@@ -82,3 +82,42 @@ def test_masquerade_pod_egress_real_traffic() -> None:
         nft.delete()
         tables = ns_sh(node, "nft", "list", "tables")
         assert "ferry" not in tables and "table ip other" in tables
+
+
+@pytest.mark.root
+def test_libnftables_writes_what_nft_writes_in_its_netns_only() -> None:
+    """The in-process applier (libnftables, no exec) and the exec one produce the same tables,
+    inside the given namespace only; its thread is back in its own namespace between calls
+    (nothing holds the Node's netns); nft's errors come back as NftError."""
+    import os
+    import threading
+
+    from routesync.apply.nft import NftError
+
+    root_before = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True).stdout
+    plan = NftPlan(local_pod_cidrs=PLAN.local_pod_cidrs, tunnel_udp_port=4789, uplink_ingress_drop="eth0~",
+                   cluster_pod_cidrs=tuple(f"10.{i // 250}.{i % 250}.0/24" for i in range(1000)))
+    with netns("fb-nf4") as a, netns("fb-nf4b") as b:
+        for ns in (a, b):
+            ns_sh(ns, "ip", "link", "add", "eth0~", "type", "veth", "peer", "name", "eth0p")
+        native, execd = NftApplier(netns=a), NftApplier(netns=b, native=False)
+        try:
+            assert native.native and not execd.native
+            assert native.sync(plan).inet_written and execd.sync(plan).inet_written
+            for family, table in (("inet", "ferry"), ("netdev", "ferry_uplink")):
+                assert (ns_sh(a, "nft", "list", "table", family, table)
+                        == ns_sh(b, "nft", "list", "table", family, table))
+            assert native.fingerprint("inet", "ferry") == execd.fingerprint("inet", "ferry") is not None
+            assert not native.sync(plan).inet_written  # read back through the library: equal
+            lib = native._lib
+            assert lib is not None
+            tid = lib.call(threading.get_native_id)
+            assert os.readlink(f"/proc/self/task/{tid}/ns/net") == os.readlink("/proc/self/ns/net")
+            with pytest.raises(NftError, match="nft"):
+                native._nft("-f", "-", stdin="table inet ferry { chain c { bogus; } }\n")
+            native.delete()
+            assert "ferry" not in ns_sh(a, "nft", "list", "tables")
+        finally:
+            native.close()
+            execd.close()
+    assert subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True).stdout == root_before
