@@ -182,13 +182,36 @@ def _open_netns(path: str) -> int:
 
 
 class _Step:
-    """The step a command is at, so a system-layer failure says where it happened."""
+    """The step a command is at, so a system-layer failure says where it happened.
 
-    def __init__(self) -> None:
+    With ``logLevel: debug`` it also times each step and :meth:`report` logs one line of
+    durations: how an operator (or a benchmark) sees where an ADD or DEL spends its time."""
+
+    __slots__ = ("_marks", "name")
+
+    def __init__(self, log: Any = None) -> None:
         self.name = "start"
+        timed = log is not None and getattr(log, "level", 100) <= 10
+        self._marks: list[tuple[str, float]] | None = [("start", _now())] if timed else None
 
     def __call__(self, name: str) -> None:
         self.name = name
+        if self._marks is not None:
+            self._marks.append((name, _now()))
+
+    def report(self, log: Any, what: str) -> None:
+        marks = self._marks
+        if not marks:
+            return
+        marks.append(("end", _now()))
+        parts = [f"{marks[i][0]} {1000 * (marks[i + 1][1] - marks[i][1]):.1f}" for i in range(len(marks) - 1)]
+        log.debug(f"{what} timing (ms): " + ", ".join(parts) + f"; total {1000 * (marks[-1][1] - marks[0][1]):.1f}")
+
+
+def _now() -> float:
+    from time import perf_counter
+
+    return perf_counter()
 
 
 class _reported:
@@ -218,7 +241,7 @@ def add(req: Request) -> Result:
     ipam_api, ipam_conf = _ipam(req.config, node)
     requested = _requested_ips(req)
     podfd = _open_netns(req.netns)
-    step = _Step()
+    step = _Step(req.log)
     try:
         with _reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname), Netlink() as host_nl, Rollback(req.logger()) as undo:
             ovsdb, of = _ovs(node)
@@ -238,7 +261,7 @@ def add(req: Request) -> Result:
                 mac = _random_mac()
                 step(f"veth {host}/{req.ifname}")
                 undo.push(f"veth {host}", lambda: host_nl.link_del(host))
-                host_nl.create_veth(host, req.ifname, podfd, node.mtu, peer_mac=mac)
+                host_nl.create_veth(host, req.ifname, podfd, node.mtu, peer_mac=mac, promisc=True)
                 step(f"configure {req.ifname} in {req.netns}")
                 _configure_pod_interface(pod_nl, podfd, req.ifname, ips, node)
                 if node.datapath == "netdev":
@@ -249,14 +272,26 @@ def add(req: Request) -> Result:
                 step(f"OVS port {host}")
                 # Undo first: an insert whose ofport never comes (vswitchd down) stays in OVSDB.
                 undo.push(f"OVS port {host}", lambda: ovsdb.del_port(node.bridge, host))
-                ofport = ovsdb.add_port(node.bridge, host, _external_ids(req, ips, mac))
+                # The port's rows are committed with a requested ofport, and the flows go in while
+                # vswitchd opens the interface: both wait on the same busy switch, so side by side.
+                pending = ovsdb.add_port_start(node.bridge, host, _external_ids(req, ips, mac),
+                                               ofports=pl.pod_ofports(req.container_id, req.ifname))
                 step("per-Pod flows")
                 cookie = pl.pod_cookie(req.container_id, req.ifname)
-                flows = pod_flows(PodPort(cookie, ofport, mac, tuple(i.address for i in ips)), gw.mac, gw.ofport)
+                addresses = tuple(i.address for i in ips)
+                ofport = pending.ofport_request if pending.ofport_request is not None else pending.finish()
+                flows = pod_flows(PodPort(cookie, ofport, mac, addresses), gw.mac, gw.ofport)
                 if install_base:
                     flows = base_flows(GatewayPort(gw.ofport, gw.mac, gw.addresses)) + flows
                 undo.push("per-Pod flows", lambda: of.del_flows(cookie))
                 of.add_flows(flows)
+                step(f"ofport of {host}")
+                assigned = pending.finish()
+                if assigned != ofport:  # vswitchd could not honour the request: flows for the real one
+                    req.logger().warning(f"{host}: asked for ofport {ofport}, vswitchd assigned {assigned}")
+                    ofport = assigned
+                    of.del_flows(cookie)
+                    of.add_flows(pod_flows(PodPort(cookie, ofport, mac, addresses), gw.mac, gw.ofport))
                 step("forget stale neighbours")
                 _forget_neighbours(host_nl, node.gateway_name, [i.address for i in ips])
                 step("announce addresses")
@@ -264,6 +299,7 @@ def add(req: Request) -> Result:
             undo.commit()
     finally:
         os.close(podfd)
+    step.report(req.logger(), "ADD")
     req.logger().info(f"{host} on {node.bridge} port {ofport}, {','.join(i.address for i in ips)}")
     return Result(
         interfaces=[Interface(name=host), Interface(name=req.ifname, mac=mac, sandbox=req.netns, mtu=node.mtu)],
@@ -377,6 +413,42 @@ def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig], log: Any) 
 # ---------------------------------------------------------------------------- DEL
 
 
+class _Background:
+    """One blocking call on a thread of its own (the GIL is released in its syscalls) while the
+    caller goes on; :meth:`join` waits for it and re-raises what it raised."""
+
+    __slots__ = ("_done", "error")
+
+    def __init__(self, call: Any) -> None:
+        import _thread  # built in: threading's import is not worth it for one thread
+
+        self.error: BaseException | None = None
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+        _thread.start_new_thread(self._run, (call,))
+
+    def _run(self, call: Any) -> None:
+        try:
+            call()
+        except BaseException as e:  # noqa: BLE001 (handed to join(), which re-raises it)
+            self.error = e
+        finally:
+            self._done.release()
+
+    def join(self) -> None:
+        self._done.acquire()
+        if self.error is not None:
+            raise self.error
+
+
+def _delete_links(names: list[str]) -> None:
+    from cni.netlink import Netlink
+
+    with Netlink() as nl:  # a socket of its own: the caller's is busy meanwhile
+        for name in names:
+            nl.link_del(name)
+
+
 def delete(req: Request) -> None:
     conf = cfg.parse(req.config)
     node = cfg.node_context(conf, need_state=False)
@@ -386,25 +458,31 @@ def delete(req: Request) -> None:
         return chained.delete(req, conf, node)
     from cni.netlink import Netlink
 
-    step = _Step()
+    step = _Step(req.log)
     with _reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname) as lock, Netlink() as host_nl:
         ovsdb, of = _ovs(node)
         step("find OVS port")
         ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
-        step("delete per-Pod flows")
-        if ports or ovsdb.bridge(node.bridge) is not None:
-            of.del_flows(pl.pod_cookie(req.container_id, req.ifname))
-        names = {p.name for p in ports} | {pl.host_veth_name(req.container_id, req.ifname)}
-        # The veth goes before its port: deleted while ovs-vswitchd still holds its AF_PACKET socket
-        # (netdev) the kernel's unregister waits for that reference; gone first, OVS just notices.
-        for name in sorted(names):
-            step(f"delete veth {name}")
-            host_nl.link_del(name)
-        for p in ports:
-            step(f"delete OVS port {p.name}")
-            ovsdb.del_port(node.bridge, p.name)
-            step("forget stale neighbours")
-            _forget_neighbours(host_nl, node.gateway_name, [a for a in p.external_ids.get(pl.EXT_IPS, "").split(",") if a])
+        names = sorted({p.name for p in ports} | {pl.host_veth_name(req.container_id, req.ifname)})
+        # The kernel takes 15-20 ms to unregister a veth pair (RCU grace periods), most of a DEL,
+        # and OVS takes its time to drop flows and ports: the veths go on a thread meanwhile.
+        # The veth goes before its port: deleted while ovs-vswitchd still holds its AF_PACKET
+        # socket (netdev), the kernel's unregister would wait for that reference.
+        step("delete veths")
+        veths = _Background(lambda: _delete_links(names))
+        try:
+            step("delete per-Pod flows")
+            if ports or ovsdb.bridge(node.bridge) is not None:
+                of.del_flows(pl.pod_cookie(req.container_id, req.ifname))
+            for p in ports:
+                step(f"delete OVS port {p.name}")
+                ovsdb.del_port(node.bridge, p.name)
+                step("forget stale neighbours")
+                _forget_neighbours(host_nl, node.gateway_name,
+                                   [a for a in p.external_ids.get(pl.EXT_IPS, "").split(",") if a])
+        finally:
+            step("wait for the veths to go")
+            veths.join()
         step("IPAM release")
         from ipam import api as ipam_api
 
@@ -413,6 +491,7 @@ def delete(req: Request) -> None:
         # plugin always allocates through ferry-ipam (an absent ipam section means its defaults).
         ipam_api.release(ipam_api.release_config(req.config), req.container_id, req.ifname)
         lock.remove()
+    step.report(req.logger(), "DEL")
 
 
 # ---------------------------------------------------------------------------- CHECK

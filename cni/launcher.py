@@ -21,7 +21,8 @@ TEMPLATE = """#!{python} -IS
 import sys
 sys.path.insert(0, {root!r})
 from {module} import main
-sys.exit(main())
+from cni.plugin import leave
+leave(main())
 """
 
 

@@ -42,7 +42,7 @@ IFLA_LINKINFO, IFLA_NET_NS_FD, IFLA_EXT_MASK = 18, 28, 29
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
 VETH_INFO_PEER = 1
 RTEXT_FILTER_SKIP_STATS = 1 << 3
-IFF_UP = 0x1
+IFF_UP, IFF_PROMISC = 0x1, 0x100
 
 # Addresses.
 IFA_ADDRESS, IFA_LOCAL, IFA_FLAGS = 1, 2, 8
@@ -281,8 +281,12 @@ class Netlink:
     # -- links
 
     def create_veth(self, name: str, peer_name: str, peer_netns_fd: int, mtu: int,
-                    peer_mac: str | None = None, mac: str | None = None) -> None:
-        """One RTM_NEWLINK: ``name`` here, ``peer_name`` already inside ``peer_netns_fd``."""
+                    peer_mac: str | None = None, mac: str | None = None, promisc: bool = False) -> None:
+        """One RTM_NEWLINK: ``name`` here, ``peer_name`` already inside ``peer_netns_fd``; both down.
+
+        ``promisc`` creates ``name`` promiscuous: a switch port that would set the flag itself
+        (ovs-vswitchd does) then finds it set and changes nothing, which spares every process
+        watching the namespace's links one more notification."""
         peer = [_str(IFLA_IFNAME, peer_name), _u32(IFLA_NET_NS_FD, peer_netns_fd)]
         if mtu:
             peer.append(_u32(IFLA_MTU, mtu))
@@ -296,7 +300,8 @@ class Netlink:
             attrs.append(_u32(IFLA_MTU, mtu))
         if mac:
             attrs.append(_attr(IFLA_ADDRESS, mac_bytes(mac)))
-        body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + b"".join(attrs)
+        flags = IFF_PROMISC if promisc else 0
+        body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, flags, flags) + b"".join(attrs)
         self._request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body,
                       f"create veth {name} (peer {peer_name})")
 

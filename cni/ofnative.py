@@ -197,7 +197,8 @@ class NativeOpenFlow:
             try:
                 sock.connect(self.path)
             except OSError as e:
-                raise OpenFlowError(f"bridge {self.bridge}: cannot connect to {self.path}: {e.strerror}") from None
+                raise OpenFlowError(f"bridge {self.bridge}: cannot connect to {self.path}: {e.strerror}"
+                                    " (is ovs-vswitchd running?)") from None
             hello = _HEADER.pack(OFP_VERSION, OFPT_HELLO, _HEADER.size, 0)
             sock.sendall(hello + b"".join(messages) + _HEADER.pack(OFP_VERSION, OFPT_BARRIER_REQUEST, 8, barrier))
             buf = b""

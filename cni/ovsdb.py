@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from types import TracebackType
     TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 DB = "Open_vSwitch"
@@ -251,55 +252,64 @@ class Ovsdb:
                  timeout: float = 5.0) -> int:
         """Add port ``name`` to ``bridge`` and return the ofport vswitchd assigns to it.
 
-        The insert and a server-side ``wait`` for a non-empty ``ofport`` go out back to back,
-        so the answer arrives as soon as vswitchd has opened the interface.  Raises
-        PortExistsError if the name is taken, OvsdbError (with vswitchd's ``error`` text) if the
-        interface cannot be opened; the port is then removed again."""
+        Raises PortExistsError if the name is taken, OvsdbError (with vswitchd's ``error`` text)
+        if the interface cannot be opened; the port is then removed again."""
+        return self.add_port_start(bridge, name, external_ids, iface_type, mac, options, timeout).finish()
+
+    def add_port_start(self, bridge: str, name: str, external_ids: dict[str, str], iface_type: str = "",
+                       mac: str | None = None, options: dict[str, str] | None = None, timeout: float = 5.0,
+                       ofports: Sequence[int] = ()) -> PendingPort:
+        """Commit the port's rows and return while vswitchd is still opening the interface.
+
+        The insert and a server-side ``wait`` for a non-empty ``ofport`` go out back to back; this
+        returns once the insert is committed (one round trip to ovsdb-server), and
+        :meth:`PendingPort.finish` collects the ofport when vswitchd has assigned it, so the caller
+        can work in between.  ``ofports``: candidate ``ofport_request`` values, tried in order
+        until one is free (no other interface requests or holds it; checked inside the same
+        transaction, so two callers cannot take the same number): the caller knows the ofport
+        before vswitchd does, and can install flows for it meanwhile."""
         iface: dict[str, Any] = {"name": name, "type": iface_type, "external_ids": omap(external_ids)}
         if mac:
             iface["mac"] = mac
         if options:
             iface["options"] = omap(options)
-        insert = [
-            _absent("Port", name),
-            {"op": "insert", "table": "Interface", "uuid-name": "iface", "row": iface},
-            {"op": "insert", "table": "Port", "uuid-name": "port",
-             "row": {"name": name, "interfaces": ["named-uuid", "iface"],
-                     "external_ids": omap(external_ids)}},
-            {"op": "mutate", "table": "Bridge", "where": [["name", "==", bridge]],
-             "mutations": [["ports", "insert", ["named-uuid", "port"]]]},
-        ]
         where = [["name", "==", name]]
-        wait = [
-            _wait_ofport(name, timeout),
-            _select("Interface", where, ["ofport", "error"]),
-        ]
+        wait = [_wait_ofport(name, timeout), _select("Interface", where, ["ofport", "error"])]
         self._connect().settimeout(max(self.timeout, timeout + 2))
-        first = self._send("transact", [DB, *insert])
-        second = self._send("transact", [DB, *wait])
-        try:
-            done = _check(self._receive(first), insert)
-        except _WaitTimedOut:
-            self.close()  # drops the pending wait
-            raise PortExistsError(f"cannot add port {name}: a port of that name exists") from None
-        except OvsdbError:
-            self.close()
-            raise
-        if done[3].get("count") != 1:  # the rows were garbage-collected
-            self.close()
-            raise OvsdbError(f"cannot add port {name}: bridge {bridge} does not exist")
-        try:
-            rows = _check(self._receive(second), wait)[1]["rows"]
-        except _WaitTimedOut:
-            info = self.port(name)
-            raise OvsdbError(f"port {name}: vswitchd assigned no ofport within {timeout}s "
-                             f"(is ovs-vswitchd running?){_err(info)}") from None
-        ofport = optional(rows[0]["ofport"]) if rows else None
-        if ofport is None or ofport < 0:
-            self.del_port(bridge, name)  # leave no broken port behind
-            raise OvsdbError(f"port {name}: vswitchd could not add the interface: "
-                             f"{optional(rows[0]['error']) if rows else 'interface vanished'}")
-        return int(ofport)
+        for requested in (*ofports, None) if ofports else (None,):
+            guard = [_absent("Port", name)]
+            if requested is not None:
+                iface["ofport_request"] = requested
+                guard += [_unused("ofport_request", requested), _unused("ofport", requested)]
+            elif ofports:
+                raise OvsdbError(f"cannot add port {name}: ofports {', '.join(map(str, ofports))} are all taken")
+            insert = [
+                *guard,
+                {"op": "insert", "table": "Interface", "uuid-name": "iface", "row": iface},
+                {"op": "insert", "table": "Port", "uuid-name": "port",
+                 "row": {"name": name, "interfaces": ["named-uuid", "iface"],
+                         "external_ids": omap(external_ids)}},
+                {"op": "mutate", "table": "Bridge", "where": [["name", "==", bridge]],
+                 "mutations": [["ports", "insert", ["named-uuid", "port"]]]},
+            ]
+            first = self._send("transact", [DB, *insert])
+            second = self._send("transact", [DB, *wait])
+            try:
+                done = _check(self._receive(first), insert)
+            except _WaitTimedOut as e:
+                if e.index == 0:
+                    self.close()  # drops the pending wait
+                    raise PortExistsError(f"cannot add port {name}: a port of that name exists") from None
+                self._receive(second)  # no row of that name: the wait answers at once
+                continue  # that ofport is taken: the next candidate
+            except OvsdbError:
+                self.close()
+                raise
+            if done[-1].get("count") != 1:  # the rows were garbage-collected
+                self.close()
+                raise OvsdbError(f"cannot add port {name}: bridge {bridge} does not exist")
+            return PendingPort(self, bridge, name, second, wait, timeout, requested)
+        raise AssertionError("unreachable")
 
     def del_port(self, bridge: str, name: str) -> bool:
         """Remove port ``name`` from ``bridge`` (OVSDB garbage-collects the rows); False if absent."""
@@ -318,10 +328,19 @@ class Ovsdb:
         return _join(res[0]["rows"], res[1]["rows"])[0]
 
     def find_ports(self, external_ids: dict[str, str]) -> list[PortInfo]:
-        """Ports whose external_ids include every given pair."""
-        res = self.transact(_select("Port", [["external_ids", "includes", omap(external_ids)]], _PORT_COLS),
-                            _select("Interface", [], _IFACE_COLS))
-        return _join(res[0]["rows"], res[1]["rows"])
+        """Ports whose external_ids include every given pair.
+
+        The plugin writes the same external_ids on a Port and its Interface, so one round trip
+        selects both by them (not every Interface of the bridge); an Interface without them
+        (written by someone else) is fetched by name in a second one."""
+        where = [["external_ids", "includes", omap(external_ids)]]
+        res = self.transact(_select("Port", where, _PORT_COLS), _select("Interface", where, _IFACE_COLS))
+        ports, ifaces = res[0]["rows"], res[1]["rows"]
+        have = {_uuid(r["_uuid"]) for r in ifaces}
+        if any(_uuid(u) not in have for p in ports for u in from_set(p["interfaces"])[:1]):
+            names = [["name", "==", p["name"]] for p in ports]
+            ifaces += [r for n in names for r in self.transact(_select("Interface", [n], _IFACE_COLS))[0]["rows"]]
+        return _join(ports, ifaces)
 
     def ports(self, bridge: str) -> list[PortInfo]:
         res = self.transact(_select("Bridge", [["name", "==", bridge]], ["ports"]),
@@ -333,8 +352,40 @@ class Ovsdb:
         return _join([p for p in res[1]["rows"] if _uuid(p["_uuid"]) in wanted], res[2]["rows"])
 
 
+class PendingPort:
+    """A port whose rows are committed while vswitchd is still opening its interface."""
+
+    __slots__ = ("_reply", "_wait", "bridge", "db", "name", "ofport_request", "timeout")
+
+    def __init__(self, db: Ovsdb, bridge: str, name: str, reply: int, wait: list[dict[str, Any]],
+                 timeout: float, ofport_request: int | None) -> None:
+        self.db, self.bridge, self.name = db, bridge, name
+        self._reply, self._wait, self.timeout = reply, wait, timeout
+        self.ofport_request = ofport_request  # the ofport asked for, or None (vswitchd picks)
+
+    def finish(self) -> int:
+        """The ofport vswitchd assigned; OvsdbError (port removed again) if it could not open it."""
+        db, name = self.db, self.name
+        try:
+            rows = _check(db._receive(self._reply), self._wait)[1]["rows"]
+        except _WaitTimedOut:
+            info = db.port(name)
+            raise OvsdbError(f"port {name}: vswitchd assigned no ofport within {self.timeout}s "
+                             f"(is ovs-vswitchd running?){_err(info)}") from None
+        ofport = optional(rows[0]["ofport"]) if rows else None
+        if ofport is None or ofport < 0:
+            db.del_port(self.bridge, name)  # leave no broken port behind
+            raise OvsdbError(f"port {name}: vswitchd could not add the interface: "
+                             f"{optional(rows[0]['error']) if rows else 'interface vanished'}")
+        return int(ofport)
+
+
 class _WaitTimedOut(OvsdbError):
     """A ``wait`` operation's condition did not hold (used as "exists"/"not yet" signals)."""
+
+    def __init__(self, text: str, index: int = -1) -> None:
+        super().__init__(text)
+        self.index = index  # which operation of the transaction
 
 
 def _select(table: str, where: list[Any], columns: list[str]) -> dict[str, Any]:
@@ -344,6 +395,12 @@ def _select(table: str, where: list[Any], columns: list[str]) -> dict[str, Any]:
 def _absent(table: str, name: str) -> dict[str, Any]:
     """A ``wait`` op that fails at once when a row named ``name`` exists."""
     return {"op": "wait", "table": table, "where": [["name", "==", name]], "columns": ["name"],
+            "until": "==", "rows": [], "timeout": 0}
+
+
+def _unused(column: str, ofport: int) -> dict[str, Any]:
+    """A ``wait`` op that fails at once when any interface has ``column`` == ``ofport``."""
+    return {"op": "wait", "table": "Interface", "where": [[column, "==", ofport]], "columns": ["name"],
             "until": "==", "rows": [], "timeout": 0}
 
 
@@ -368,6 +425,6 @@ def _check(result: Any, ops: tuple[dict[str, Any], ...] | list[dict[str, Any]]) 
             op = ops[i]["op"] if i < len(ops) else "commit"
             text = f"{r['error']}: {r.get('details', '')}".rstrip(": ")
             if r["error"] == "timed out" and op == "wait":
-                raise _WaitTimedOut(text)
+                raise _WaitTimedOut(text, i)
             raise OvsdbError(f"OVSDB {op} on {ops[i].get('table', '?') if i < len(ops) else '-'}: {text}")
     return result

@@ -145,6 +145,20 @@ EXT_NETNS = "ferry-netns"
 EXT_OWNER = "ferry-owner"  # "pod" on Pod ports, "node" on gateway/tunnel/uplink ports
 
 
+# ofport_request values for Pod ports: above what vswitchd hands out by itself (it counts up from
+# 1 for route-sync's few ports), below OFPP_MAX (0xff00).
+POD_OFPORT_MIN, POD_OFPORT_MAX = 1024, 65279
+
+
+def pod_ofports(container_id: str, ifname: str, count: int = 8) -> tuple[int, ...]:
+    """Candidate ofports for one attachment, in order: the plugin asks OVS for the first one that
+    is free, so it knows the port number, and can install the Pod's flows, before vswitchd has
+    opened the interface."""
+    digest = sha256(f"{container_id}\x00{ifname}\x00ofport".encode()).digest()
+    span = POD_OFPORT_MAX - POD_OFPORT_MIN + 1
+    return tuple(POD_OFPORT_MIN + int.from_bytes(digest[4 * i:4 * i + 4], "big") % span for i in range(count))
+
+
 def host_veth_name(container_id: str, ifname: str, salt: int = 0) -> str:
     """Host end of a Pod's veth: ``fry`` + 12 hex digits. ``salt`` > 0 resolves a collision."""
     h = sha256(f"{container_id}\x00{ifname}\x00{salt}".encode()).hexdigest()

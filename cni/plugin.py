@@ -64,5 +64,23 @@ def main() -> int:
     return protocol.run(handlers(), os.environ, _read_stdin(), sys.stdout.buffer, sys.stderr)
 
 
+def leave(code: int) -> None:
+    """Exit with ``code`` now, without the interpreter's teardown (freeing every module and
+    object: 5-8 ms of a per-Pod call, for memory the kernel reclaims anyway).  Safe for the
+    per-Pod executables: the result and errors are flushed here, the log is written with
+    ``os.write``, every file and socket is closed by its ``with`` block before the handler
+    returns, and nothing registers ``atexit`` hooks."""
+    import os
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a closed or broken pipe: nothing more to deliver
+            code = code or 1
+    os._exit(code if isinstance(code, int) else 1)
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

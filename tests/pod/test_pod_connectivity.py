@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from cni import pipeline as pl
@@ -56,3 +58,26 @@ def _container_id(node, pod) -> str:
         if k.strip('"') == pl.EXT_CONTAINER_ID:
             return v.strip('"')
     raise AssertionError(ext)
+
+
+def test_pod_port_gets_the_ofport_its_flows_were_installed_for(node):
+    """ADD installs a Pod's flows for the ofport it requested while vswitchd is still opening the
+    port: the port must end up with exactly that ofport, also when the first choice is taken
+    (here requested by an interface vswitchd cannot open), and traffic must cross."""
+    path_b = f"/run/netns/{node.name}-b"
+    cid_b = "cnitool-" + hashlib.sha512(path_b.encode()).hexdigest()[:20]  # how cnitool names a sandbox
+    taken = pl.pod_ofports(cid_b, "eth0")[0]
+    a = node.add_pod("a")  # creates the bridge (lone Node)
+    node.ovs.vsctl("add-port", node.bridge, "ghost0", "--", "set", "interface", "ghost0", f"ofport_request={taken}")
+    try:
+        b = node.add_pod("b")
+        for pod in (a, b):
+            host = pod.result["interfaces"][0]["name"]
+            cid = node.ovs.vsctl("get", "port", host, "external_ids:ferry-container-id").strip().strip('"')
+            ofport = int(node.ovs.vsctl("get", "interface", host, "ofport"))
+            want = pl.pod_ofports(cid, "eth0")
+            assert ofport == (want[1] if pod is b else want[0]), (pod.name, cid, ofport, want)
+            assert any(f"in_port={ofport}" in f for f in node.flows()), f"no flow for in_port={ofport}"
+        assert ping(a.netns, b.ip(4)) and ping(b.netns, a.ip(6))
+    finally:
+        node.ovs.vsctl("--if-exists", "del-port", node.bridge, "ghost0")

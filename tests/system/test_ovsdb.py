@@ -124,3 +124,32 @@ def test_missing_socket_names_the_path(tmp_path: object) -> None:
     with pytest.raises(OvsdbError) as e:
         Ovsdb(f"unix:{sock}").bridge("x")
     assert sock in str(e.value) and "ovsdb-server is not running" in str(e.value)
+
+
+def test_requested_ofport_is_known_before_vswitchd_and_collisions_move_on(ovs: OvsInstance, db: Ovsdb) -> None:
+    """add_port_start with candidate ofports: the first free one is requested and then assigned;
+    one requested or held by another interface is skipped inside the same transaction."""
+    first = veth_in(ovs)
+    pending = db.add_port_start(BR, first, {"ferry-owner": "pod"}, ofports=(4000, 4001))
+    assert pending.ofport_request == 4000
+    assert pending.finish() == 4000 == int(ovs.vsctl("get", "interface", first, "ofport"))
+    # 4000 is held now, and 4001 is requested by an interface vswitchd cannot open.
+    ovs.vsctl("add-port", BR, "fs-ghost", "--", "set", "interface", "fs-ghost", "ofport_request=4001")
+    second = veth_in(ovs)
+    pending = db.add_port_start(BR, second, {"ferry-owner": "pod"}, ofports=(4000, 4001, 4002))
+    assert pending.ofport_request == 4002 and pending.finish() == 4002
+    third = veth_in(ovs)
+    with pytest.raises(OvsdbError, match="4000, 4001 are all taken"):
+        db.add_port_start(BR, third, {}, ofports=(4000, 4001))
+    assert db.port(third) is None  # nothing was inserted
+    assert db.add_port(BR, third, {}) not in (4000, 4001, 4002)  # the connection is still usable
+
+
+def test_find_ports_joins_interfaces_without_external_ids(ovs: OvsInstance, db: Ovsdb) -> None:
+    """A port whose external_ids are on the Port only (written by someone else, not add_port) still
+    comes back with its Interface's ofport."""
+    name = veth_in(ovs)
+    ovs.vsctl("add-port", BR, name, "--", "set", "port", name, "external_ids:ferry-container-id=elsewhere")
+    found = db.find_ports({"ferry-container-id": "elsewhere"})
+    assert [p.name for p in found] == [name]
+    assert found[0].ofport == int(ovs.vsctl("get", "interface", name, "ofport")) > 0
