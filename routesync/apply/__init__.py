@@ -126,7 +126,7 @@ class NodeAppliers:
         if after.nft != before.nft:
             # the nft transaction (libnftables, in-process) and the flow bundle (OpenFlow socket)
             # touch unrelated state, so they run side by side (both wait on the kernel/OVS).
-            nft = self._side.submit(self.nft.sync, after.nft, verify=False)
+            nft = self._side.submit(self.nft.sync, after.nft, verify=False, defer_removals=True)
         try:
             self.ovs.sync_flow_delta(list(before.flows), list(after.flows))
             old, new = self.routes.normalized(before.routes), self.routes.normalized(after.routes)

@@ -121,3 +121,71 @@ def test_libnftables_writes_what_nft_writes_in_its_netns_only() -> None:
             native.close()
             execd.close()
     assert subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True).stdout == root_before
+
+
+def _handle(ns: str) -> str:
+    """The kernel's handle of table inet ferry (a re-created table gets a new one)."""
+    first = ns_sh(ns, "nft", "-a", "list", "table", "inet", "ferry").splitlines()[0]
+    return first.split("# handle")[1].strip()
+
+
+def _elements(ns: str, name: str) -> str:
+    return ns_sh(ns, "nft", "list", "set", "inet", "ferry", name)
+
+
+@pytest.mark.root
+def test_a_node_change_updates_set_elements_in_place() -> None:
+    """Between full passes, a change of the Pod CIDR set changes elements only (no table
+    re-creation: its kernel handle stays); removals may trail the additions but land before
+    the next command; an overlapping change is one transaction; a full pass afterwards finds
+    nothing to write; a removal that fails makes the next change write the table whole; a
+    change of shape (masquerade off) writes it whole."""
+    base = ("10.244.1.0/24", "10.244.2.0/24")
+    a = NftPlan(local_pod_cidrs=("10.244.1.0/24",), cluster_pod_cidrs=(*base, "11.0.0.0/24", "12.0.0.0/24"),
+                tunnel_udp_port=4789)
+    b = NftPlan(local_pod_cidrs=a.local_pod_cidrs, cluster_pod_cidrs=(*base, "11.0.0.0/24", "13.0.0.0/24"),
+                tunnel_udp_port=4789)
+    c = NftPlan(local_pod_cidrs=a.local_pod_cidrs, cluster_pod_cidrs=(*base, "11.0.0.0/23", "13.0.0.0/24"),
+                tunnel_udp_port=4789)
+    with netns("fb-nf5") as ns:
+        nft = NftApplier(netns=ns)
+        try:
+            assert nft.sync(a).inet_written
+            handle = _handle(ns)
+            assert nft.sync(b, verify=False, defer_removals=True).inet_written
+            nft._settle()
+            got = _elements(ns, "cluster4")
+            assert "13.0.0.0/24" in got and "12.0.0.0/24" not in got and _handle(ns) == handle
+            assert not nft.sync(b).inet_written  # a full pass: the comment is a's, the content b's
+            assert nft.sync(c, verify=False, defer_removals=True).inet_written  # 11.0.0.0/24 -> /23
+            got = _elements(ns, "cluster4")
+            assert "11.0.0.0/23" in got and "11.0.0.0/24" not in got and _handle(ns) == handle
+            assert not nft.sync(c).inet_written and not nft.sync(c, verify=False).inet_written
+            # a removal nft refuses (the element went by hand): the next change writes the table
+            ns_sh(ns, "nft", "delete", "element", "inet", "ferry", "cluster4", "{ 13.0.0.0/24 }")
+            assert nft.sync(a, verify=False, defer_removals=True).inet_written
+            nft.sync(a, verify=False)
+            assert _handle(ns) != handle and "12.0.0.0/24" in _elements(ns, "cluster4")
+            handle = _handle(ns)
+            assert not nft.sync(a).inet_written
+            off = NftPlan(masquerade=False, local_pod_cidrs=a.local_pod_cidrs, cluster_pod_cidrs=b.cluster_pod_cidrs,
+                          tunnel_udp_port=4789)
+            assert nft.sync(off, verify=False).inet_written and _handle(ns) != handle
+            assert "masquerade" not in ns_sh(ns, "nft", "list", "table", "inet", "ferry")
+        finally:
+            nft.close()
+
+
+def test_element_delta_is_what_collapse_gives() -> None:
+    from routesync.apply.nft import element_delta
+
+    a = NftPlan(local_pod_cidrs=("10.0.0.0/24",), cluster_pod_cidrs=("10.0.1.0/24", "fd00:1::/64"))
+    b = NftPlan(local_pod_cidrs=("10.0.0.0/24",), cluster_pod_cidrs=("10.0.2.0/24", "fd00:1::/64", "fd00:2::/64"))
+    # cluster4: 10.0.0.0/23 (local + 10.0.1.0/24 collapsed) -> 10.0.0.0/24 + 10.0.2.0/24
+    assert element_delta(a, b) == (("add element inet ferry cluster4 { 10.0.0.0/24, 10.0.2.0/24 }\n"
+                                   "add element inet ferry cluster6 { fd00:2::/64 }\n"),
+                                   "delete element inet ferry cluster4 { 10.0.0.0/23 }\n", True)
+    c = NftPlan(local_pod_cidrs=("10.0.0.0/24",), cluster_pod_cidrs=("10.0.4.0/24", "fd00:1::/64"))
+    assert element_delta(b, c) == ("add element inet ferry cluster4 { 10.0.4.0/24 }\n",
+                                   ("delete element inet ferry cluster4 { 10.0.2.0/24 }\n"
+                                   "delete element inet ferry cluster6 { fd00:2::/64 }\n"), False)
