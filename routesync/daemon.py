@@ -33,7 +33,16 @@ from typing import TYPE_CHECKING, Protocol
 from cni import nodestate
 
 from . import planner
-from .model import DesiredState, LocalFacts, MacDisagreement, NextHop, NodeRecord, TunnelSpec, UplinkSpec
+from .model import (
+    DesiredState,
+    LocalFacts,
+    MacDisagreement,
+    NextHop,
+    NodeRecord,
+    PeerPlan,
+    TunnelSpec,
+    UplinkSpec,
+)
 from .sources import NodeSource, SourceError
 
 if TYPE_CHECKING:
@@ -105,6 +114,7 @@ class Daemon:
         self.mac_disagreements = 0
         self._disagreeing: set[MacDisagreement] = set()
         self._memo = planner.PeerMemo()
+        self._state_rows: dict[int, tuple[PeerPlan, nodestate.Peer]] = {}  # planner.node_state's rows
         # an incremental pass's state, written once the loop is idle (or overdue)
         self._state_pending: nodestate.NodeState | None = None
         self._state_pending_since = 0.0
@@ -142,7 +152,7 @@ class Daemon:
             desired.full = full
             self._count_disagreements(desired)
             self.appliers.apply(desired)
-            state = planner.node_state(cfg, me, desired, facts)
+            state = planner.node_state(cfg, me, desired, facts, self._state_rows)
             written = self._write_state(state, full)
             self.last_desired = desired
             self._prepared = (local, facts)

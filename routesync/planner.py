@@ -364,8 +364,12 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
                         forwarding=True, mac_disagreements=disagreements)
 
 
-def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: LocalFacts) -> nodestate.NodeState:
-    """What the plugin reads: written by the daemon when it differs from the last one written."""
+def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: LocalFacts,
+               rows: dict[int, tuple[PeerPlan, nodestate.Peer]] | None = None) -> nodestate.NodeState:
+    """What the plugin reads: written by the daemon when it differs from the last one written.
+    ``rows`` (the caller's, kept across calls): each PeerPlan object's row, reused while the
+    plan is the same object (the planner's memo), so an unchanged peer costs no new record and
+    comparing two states skips it by identity."""
     tunnel = None
     if desired.tunnel is not None and facts.tunnel_ofport is not None:
         tunnel = nodestate.Tunnel(type=desired.tunnel.type, port=desired.tunnel.port_name,
@@ -383,11 +387,30 @@ def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: 
         gateway=nodestate.Gateway(name=GATEWAY_PORT, mac=facts.gateway_mac, ofport=facts.gateway_ofport,
                                   addresses=list(desired.gateway_addresses)),
         tunnel=tunnel,
-        peers=[nodestate.Peer(name=p.peer, addresses=[p.transport_address] if p.transport_address else [],
-                              podCIDRs=list(p.pod_cidrs), path=p.path, mac=p.next_hop_mac,
-                              macSource=p.mac_source)
-               for p in desired.peers],
+        peers=_peer_rows(desired.peers, rows),
     )
+
+
+def _peer_row(p: PeerPlan) -> nodestate.Peer:
+    return nodestate.Peer(name=p.peer, addresses=[p.transport_address] if p.transport_address else [],
+                          podCIDRs=list(p.pod_cidrs), path=p.path, mac=p.next_hop_mac, macSource=p.mac_source)
+
+
+def _peer_rows(plans: Sequence[PeerPlan], rows: dict[int, tuple[PeerPlan, nodestate.Peer]] | None
+               ) -> list[nodestate.Peer]:
+    if rows is None:
+        return [_peer_row(p) for p in plans]
+    out = []
+    seen: dict[int, tuple[PeerPlan, nodestate.Peer]] = {}
+    for p in plans:
+        hit = rows.get(id(p))
+        if hit is None or hit[0] is not p:
+            hit = (p, _peer_row(p))
+        seen[id(p)] = hit
+        out.append(hit[1])
+    rows.clear()
+    rows.update(seen)  # the plans are kept alive here, so their ids stay theirs
+    return out
 
 
 def self_record(config: Config, local: NodeRecord | None, facts: LocalFacts) -> NodeRecord:

@@ -22,7 +22,7 @@ from routesync.apply.ovs import OvsApplier
 from routesync.apply.routes import RouteApplier
 from routesync.apply.tnlneigh import TunnelNeighbors, tunnel_endpoints
 from routesync.apply.uplink import UplinkMover
-from routesync.model import DesiredState, LocalFacts, PeerPlan, TunnelSpec, UplinkSpec
+from routesync.model import DesiredState, HostRoute, LocalFacts, PeerPlan, TunnelSpec, UplinkSpec
 
 if TYPE_CHECKING:
     from routesync.config import Config
@@ -66,6 +66,8 @@ class NodeAppliers:
         self._replayed_for: int | None = self._read_replay_mark()
         # what the last apply installed completely (None: unknown, the next apply is full)
         self._applied: DesiredState | None = None
+        # the last delta's routes and their normalized set (the next delta's "before")
+        self._normalized: tuple[set[HostRoute], set[HostRoute]] | None = None
 
     def _mover_for(self, spec: UplinkSpec) -> UplinkMover:
         if self._mover is None or self._mover.spec != spec:
@@ -128,9 +130,13 @@ class NodeAppliers:
             # touch unrelated state, so they run side by side (both wait on the kernel/OVS).
             nft = self._side.submit(self.nft.sync, after.nft, verify=False, defer_removals=True)
         try:
-            self.ovs.sync_flow_delta(list(before.flows), list(after.flows))
-            old, new = self.routes.normalized(before.routes), self.routes.normalized(after.routes)
+            self.ovs.sync_flow_delta(before.flows, after.flows)
+            cached = self._normalized
+            old = cached[1] if cached is not None and cached[0] is before.routes else self.routes.normalized(before.routes)
+            self._normalized = None
+            new = self.routes.normalized(after.routes)
             self.routes.apply_routes(sorted(new - old, key=repr), sorted(old - new, key=repr))
+            self._normalized = (after.routes, new)
             if after.neighbors != before.neighbors:
                 self.routes.sync_neighbors(after.neighbors)
         finally:

@@ -207,6 +207,25 @@ def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str,
     return out
 
 
+def _group(flows: Iterable[Flow]) -> dict[int, tuple[Flow, ...]]:
+    """Flows by cookie value, in their order.  A planner emits a peer's flows one after the
+    other under one Cookie object: runs of the same object are grouped without asking each
+    flow's cookie for its value (1,000 peers: a few ms less per Node change)."""
+    groups: dict[int, list[Flow]] = {}
+    run: list[Flow] = []
+    cookie: Cookie | None = None
+    for f in flows:
+        if f.cookie is not cookie:
+            if run:
+                groups.setdefault(run[0].cookie.value, []).extend(run)
+            cookie, run = f.cookie, [f]
+        else:
+            run.append(f)
+    if run:
+        groups.setdefault(run[0].cookie.value, []).extend(run)
+    return {c: tuple(g) for c, g in groups.items()}
+
+
 def stable_mac(seed: str) -> str:
     """A locally administered unicast MAC derived from ``seed`` (02:xx:..)."""
     d = hashlib.sha256(seed.encode()).digest()
@@ -245,6 +264,8 @@ class OvsApplier:
         self._canon_warm: threading.Thread | None = None
         self._last_pid: int | None = None
         self.session = OpenFlowSession(bridge, run_dir, timeout)
+        # the flow list the last sync installed and its groups (the next delta starts from it)
+        self._last: tuple[list[Flow], dict[int, tuple[Flow, ...]]] | None = None
         self.native_bundles = self.ofctl_bundles = 0  # how bundles went (tests, metrics)
 
     # -- connection
@@ -517,7 +538,9 @@ class OvsApplier:
         want: dict[int, frozenset[Any]] = dict.fromkeys(by_cookie, frozenset())
         want.update(self.canonical([f for f in desired if f.cookie.value in have]))
         add, replace, delete, unchanged = plan_flow_sync(want, have)
+        self._last = None
         self._send_bundle(add, replace, delete, by_cookie)
+        self._last = (desired, _group(desired))
         if add:
             self._warm_canonical([f for c in add for f in by_cookie[c]])
         diff = FlowDiff(added=add, replaced=replace, deleted=delete, unchanged=unchanged,
@@ -531,20 +554,34 @@ class OvsApplier:
         """Install the difference between two desired flow sets without reading OVS back:
         groups whose flows differ (as text) are replaced, new ones added, gone ones deleted, in
         one bundle.  For a Node change between full syncs; ``before`` must be what the last
-        sync installed (drift is :meth:`sync_flows`' business)."""
-        old: dict[int, set[str]] = defaultdict(set)
-        for f in before:
-            old[f.cookie.value].add(f.text())
-        by_cookie: dict[int, list[Flow]] = defaultdict(list)
-        for f in after:
-            if f.cookie.owner not in SYNCED_OWNERS:
-                raise ValueError(f"route-sync does not own cookie {f.cookie} ({f.text()})")
-            by_cookie[f.cookie.value].append(f)
-        new = {c: frozenset(f.text() for f in fl) for c, fl in by_cookie.items()}
-        add, replace, delete, unchanged = plan_flow_sync(new, {c: frozenset(t) for c, t in old.items()})
-        self._send_bundle(add, replace, delete, by_cookie)
+        sync installed (drift is :meth:`sync_flows`' business).  A group of the very same Flow
+        objects (the planner's memo hands them over for unchanged peers) is equal without
+        rendering any text, and ``before`` is not grouped again when it is the list the last
+        sync got: a change costs one pass over the flows, not text sets of all of them."""
+        last = self._last
+        old = last[1] if last is not None and last[0] is before else _group(before)
+        new = _group(after)
+        for c in new:
+            if owner_of(c) not in SYNCED_OWNERS:
+                raise ValueError(f"route-sync does not own cookie {c:#x} ({new[c][0].text()})")
+        add, replace, delete, unchanged = [], [], [], 0
+        for c, flows in new.items():
+            was = old.get(c)
+            if was is None:
+                add.append(c)
+            elif was == flows or {f.text() for f in was} == {f.text() for f in flows}:
+                unchanged += 1
+            else:
+                replace.append(c)
+        delete = [c for c in old if c not in new]
+        add.sort()
+        replace.sort()
+        delete.sort()
+        self._last = None
+        self._send_bundle(add, replace, delete, {c: list(new[c]) for c in add + replace})
+        self._last = (after, new)
         diff = FlowDiff(added=add, replaced=replace, deleted=delete, unchanged=unchanged,
-                        flows_sent=sum(len(by_cookie[c]) for c in add + replace))
+                        flows_sent=sum(len(new[c]) for c in add + replace))
         if diff.changed:
             LOG.info("flows (delta): +%d groups, ~%d replaced, -%d deleted", len(add), len(replace), len(delete))
         return diff

@@ -243,3 +243,31 @@ def test_planned_flows_go_natively_and_read_back_unchanged_after_the_bridge_is_r
         assert len(d4.added) == len({f.cookie.value for f in moved}) and app.ofctl_bundles == 0
         assert app.session.connects == 2
         assert not app.sync_flows(moved).changed
+
+
+def test_group_by_cookie_value_whatever_the_cookie_objects() -> None:
+    from cni.pipeline import Cookie, Owner
+    from routesync.apply.ovs import _group
+
+    a1, a2, b = Cookie(Owner.PEER, 1), Cookie(Owner.PEER, 1), Cookie(Owner.PEER, 2)
+    f = [Flow(Table.L3_FORWARDING, 200, f"ip,nw_dst=10.0.{i}.0/24", "drop", c) for i, c in enumerate((a1, a1, b, a2, b))]
+    assert _group(f) == {a1.value: (f[0], f[1], f[3]), b.value: (f[2], f[4])}
+    assert _group([]) == {}
+
+
+def test_node_state_rows_are_reused_for_the_same_plans() -> None:
+    from cni import nodestate
+    from routesync.model import PeerPlan
+    from routesync.planner import _peer_rows
+
+    p1 = PeerPlan("a", 4, "tunnel", "192.168.1.2", ("10.0.1.0/24",), "10.0.1.1")
+    p2 = PeerPlan("b", 4, "tunnel", "192.168.1.3", ("10.0.2.0/24",), "10.0.2.1")
+    rows: dict = {}
+    first = _peer_rows([p1, p2], rows)
+    p2b = PeerPlan("b", 4, "tunnel", "192.168.1.4", ("10.0.2.0/24",), "10.0.2.1")
+    second = _peer_rows([p1, p2b], rows)
+    assert second[0] is first[0] and second[1] is not first[1]
+    assert second == _peer_rows([p1, p2b], None)
+    assert second[1] == nodestate.Peer(name="b", addresses=["192.168.1.4"], podCIDRs=["10.0.2.0/24"], path="tunnel",
+                                       mac=None, macSource=None)
+    assert set(rows) == {id(p1), id(p2b)}
