@@ -138,6 +138,7 @@ class TimedAppliers:
         self.cond = threading.Condition()
         self.applied_version = -1
         self.applied_at = 0.0
+        self.applies = 0  # applies finished
 
     def prepare(self, *a: Any, **kw: Any) -> Any:
         return self.inner.prepare(*a, **kw)
@@ -147,6 +148,7 @@ class TimedAppliers:
         self.inner.apply(desired)
         with self.cond:
             self.applied_version, self.applied_at = version, time.perf_counter()
+            self.applies += 1
             self.cond.notify_all()
 
     def wait_applied(self, version: int, timeout: float) -> float:
@@ -158,6 +160,16 @@ class TimedAppliers:
                     raise BenchError(f"change {version} not applied within {timeout} s")
                 self.cond.wait(left)
             return self.applied_at
+
+    def wait_applies(self, count: int, timeout: float) -> None:
+        """Until ``count`` applies have finished."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.applies < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BenchError(f"no apply within {timeout} s")
+                self.cond.wait(left)
 
     def ovs_generation(self) -> int:
         return int(self.inner.ovs_generation())
@@ -266,10 +278,15 @@ def time_changes(daemon: Any, source: MemorySource, appliers: TimedAppliers, nod
                  changes: int) -> dict[str, Any]:
     """Change one peer's Pod CIDR at a time; time source update → applied by the daemon's loop."""
     thread = threading.Thread(target=daemon.run, name="route-sync", daemon=True)
+    first = appliers.applies + 1
     thread.start()
     samples: list[float] = []
     try:
-        time.sleep(0.2)  # the loop's own first reconcile (a no-op here)
+        # the loop's own first reconcile (a full pass, a no-op here) must be over: a change
+        # timed while it runs would measure the full pass (a fixed 0.2 s sleep did not always
+        # cover it on a busy machine: the first sample was then ~200-300 ms)
+        appliers.wait_applies(first, timeout=60)
+        time.sleep(0.05)
         for n in range(changes):
             i = (n * 7919) % peers  # spread over the set
             old = source.records[f"peer-{i:05d}"]
