@@ -125,20 +125,11 @@ class NodeAppliers:
         netlink batch), the nft table only when its plan changed, tunnel neighbours only for new
         endpoints.  Nothing is read back: drift is the next full pass's."""
         nft = None
-        if after.nft != before.nft:
-            # the nft transaction (libnftables, in-process) and the flow bundle (OpenFlow socket)
-            # touch unrelated state, so they run side by side (both wait on the kernel/OVS).
-            nft = self._side.submit(self.nft.sync, after.nft, verify=False, defer_removals=True)
+        if after.nft != before.nft and not self.nft.native:
+            # `nft -f` launched (no libnftables): beside the rest, as it touches unrelated state
+            nft = self._side.submit(self.nft.sync, after.nft, verify=False)
         try:
-            self.ovs.sync_flow_delta(before.flows, after.flows)
-            cached = self._normalized
-            old = cached[1] if cached is not None and cached[0] is before.routes else self.routes.normalized(before.routes)
-            self._normalized = None
-            new = self.routes.normalized(after.routes)
-            self.routes.apply_routes(sorted(new - old, key=repr), sorted(old - new, key=repr))
-            self._normalized = (after.routes, new)
-            if after.neighbors != before.neighbors:
-                self.routes.sync_neighbors(after.neighbors)
+            self._apply_delta(before, after)
         finally:
             if nft is not None:
                 nft.result()  # its failure is this pass's failure too
@@ -146,6 +137,22 @@ class NodeAppliers:
             fresh = _endpoints(after.peers) - _endpoints(before.peers)
             if fresh:
                 self.tnl_neigh.sync(tunnel_endpoints(p for p in after.peers if p.transport_address in fresh))
+
+    def _apply_delta(self, before: DesiredState, after: DesiredState) -> None:
+        self.ovs.sync_flow_delta(before.flows, after.flows)
+        cached = self._normalized
+        old = cached[1] if cached is not None and cached[0] is before.routes else self.routes.normalized(before.routes)
+        self._normalized = None
+        new = self.routes.normalized(after.routes)
+        self.routes.apply_routes(sorted(new - old, key=repr), sorted(old - new, key=repr))
+        self._normalized = (after.routes, new)
+        if after.neighbors != before.neighbors:
+            self.routes.sync_neighbors(after.neighbors)
+        if after.nft != before.nft and self.nft.native:
+            # one after the other: each is a round trip of ~1 ms (OpenFlow socket, netlink,
+            # libnftables); run side by side, the threads' Python parts made each wait for the
+            # GIL (a 5 ms switch interval) and a change took longer
+            self.nft.sync(after.nft, verify=False, defer_removals=True)
 
     def apply_full(self, desired: DesiredState) -> None:
         extra = self._mover.flows() if (self._mover and self._uplink) else []

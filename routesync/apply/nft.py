@@ -224,12 +224,15 @@ def _spans(elements: Iterable[str], version: int) -> list[tuple[int, int]]:
     return out
 
 
-def element_delta(old: NftPlan, new: NftPlan) -> tuple[str, str, bool]:
+def element_delta(old: NftPlan, new: NftPlan, before: dict[str, tuple[int, list[str]]] | None = None,
+                  after: dict[str, tuple[int, list[str]]] | None = None) -> tuple[str, str, bool]:
     """(``add element`` commands, ``delete element`` commands, whether an added element overlaps
     a removed one) turning the sets of ``old`` into those of ``new`` (same :func:`inet_shape`).
     Without overlap the additions are valid before the removals (the removals may follow in a
-    transaction of their own); with one, removals must come first in the same transaction."""
-    before, after = inet_sets(old), inet_sets(new)
+    transaction of their own); with one, removals must come first in the same transaction.
+    ``before``/``after``: the plans' :func:`inet_sets` when the caller has them."""
+    before = before if before is not None else inet_sets(old)
+    after = after if after is not None else inet_sets(new)
     adds, removes, overlap = [], [], False
     for name, (v, elements) in after.items():
         gone = sorted(set(before[name][1]) - set(elements))
@@ -244,10 +247,11 @@ def element_delta(old: NftPlan, new: NftPlan) -> tuple[str, str, bool]:
     return "".join(adds), "".join(removes), overlap
 
 
-def render_inet(plan: NftPlan) -> str:
-    """The body (inside ``table inet <plan.table> { }``) for ``plan``; pure."""
+def render_inet(plan: NftPlan, sets: dict[str, tuple[int, list[str]]] | None = None) -> str:
+    """The body (inside ``table inet <plan.table> { }``) for ``plan`` (``sets``: its
+    :func:`inet_sets`, when the caller has them); pure."""
     body = ""
-    sets = inet_sets(plan)
+    sets = sets if sets is not None else inet_sets(plan)
     for name, (v, elements) in sets.items():
         body += _set(name, v, elements)
     rules = []
@@ -300,7 +304,8 @@ class NftApplier:
         # tables whose set elements this applier changed in place since their comment was
         # written: the comment they still carry (their content is ``_known``'s)
         self._deltas: dict[tuple[str, str], str | None] = {}
-        self._inet_plan: tuple[NftPlan, str] | None = None  # the plan table inet holds, its fingerprint
+        # the plan table inet holds, its fingerprint and sets
+        self._inet_plan: tuple[NftPlan, str, dict[str, tuple[int, list[str]]]] | None = None
         self._pending: tuple[tuple[str, str], Future[tuple[int, str, str]]] | None = None  # deferred removals
 
     def _argv(self, *args: str) -> list[str]:
@@ -366,14 +371,15 @@ class NftApplier:
         self._known[key] = want
         return True
 
-    def _elements(self, key: tuple[str, str], old: NftPlan, new: NftPlan, want: str, defer: bool) -> bool:
+    def _elements(self, key: tuple[str, str], old: tuple[NftPlan, str, dict[str, tuple[int, list[str]]]],
+                  new: NftPlan, sets: dict[str, tuple[int, list[str]]], want: str, defer: bool) -> bool:
         """Turn table inet's sets from ``old`` into ``new`` by element (no table re-creation:
         that costs ~16 ms of kernel time, an element addition ~1 ms).  With ``defer`` (and
         libnftables), removals that no addition overlaps are committed after this returns, in
         a transaction of their own, before any later command (a removed Pod CIDR is only
         "still not masqueraded" meanwhile); :meth:`_settle` collects the outcome.  False when
         nft refused (the caller writes the table instead)."""
-        adds, removes, overlap = element_delta(old, new)
+        adds, removes, overlap = element_delta(old[0], new, old[2], sets)
         comment = self._deltas.get(key, self._known.get(key))
         self._known.pop(key, None)
         self._deltas.pop(key, None)
@@ -429,16 +435,21 @@ class NftApplier:
         changed in place (:meth:`_elements`; ``defer_removals`` lets removals trail)."""
         self._settle()
         key = ("inet", plan.table)
-        body = render_inet(plan)
-        want = _fingerprint(body)
         last, self._inet_plan = self._inet_plan, None
+        if last is not None and last[0] == plan:
+            sets, want = last[2], last[1]
+        else:
+            sets = inet_sets(plan)
+            want = ""
+        body = render_inet(plan, sets)
+        want = want or _fingerprint(body)
         inet_written = False
         if (not verify and last is not None and last[1] != want and self._known.get(key) == last[1]
                 and inet_shape(last[0]) == inet_shape(plan)):
-            inet_written = self._elements(key, last[0], plan, want, defer_removals)
+            inet_written = self._elements(key, last, plan, sets, want, defer_removals)
         if not inet_written:
             inet_written = self._write("inet", plan.table, body, verify)
-        self._inet_plan = (plan, want)
+        self._inet_plan = (plan, want, sets)
         diff = NftDiff(inet_written=inet_written)
         diff.uplink_written, diff.uplink_deleted = self.set_uplink_drop(plan.uplink_ingress_drop, verify)
         if diff.inet_written or diff.uplink_written or diff.uplink_deleted:
