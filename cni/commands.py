@@ -94,7 +94,13 @@ def _gateway_cidrs(pod_cidrs: list[str]) -> tuple[str, ...]:
 
 def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl) -> tuple[Gateway, bool]:  # type: ignore[no-untyped-def]
     """On a Node without route-sync: the bridge and gateway port, created when absent.
-    Returns the gateway and whether the base flows must be (re)installed."""
+    Returns the gateway and whether the base flows must be (re)installed.
+
+    Once they are in place (every ADD but the first) a look without the Node lock suffices, so
+    concurrent ADDs do not queue on it."""
+    ready = _lone_gateway_ready(node, ovsdb, host_nl)
+    if ready is not None:
+        return ready, False
     with locked(conf.lock_dir, "node"):
         created = False
         if ovsdb.bridge(node.bridge) is None:
@@ -124,6 +130,21 @@ def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl)
         if not link.up or link.mtu != node.mtu:
             host_nl.link_set(link.index, up=True, mtu=node.mtu)
         return Gateway(port.ofport, link.mac, cidrs), created
+
+
+def _lone_gateway_ready(node: cfg.NodeContext, ovsdb, host_nl) -> Gateway | None:  # type: ignore[no-untyped-def]
+    """The lone Node's gateway when its port, MAC, state and addresses are all as
+    :func:`_lone_gateway` leaves them; None when anything is missing."""
+    port = ovsdb.port(pl.GATEWAY_PORT)
+    if port is None or port.ofport is None or port.ofport < 0:
+        return None
+    link = host_nl.link_get(pl.GATEWAY_PORT)
+    if link is None or not link.up or link.mtu != node.mtu or link.mac != (port.external_ids.get(pl.EXT_MAC) or link.mac):
+        return None
+    cidrs = _gateway_cidrs(node.pod_cidrs)
+    if not set(cidrs) <= set(host_nl.addrs(link.index)):
+        return None
+    return Gateway(port.ofport, link.mac, cidrs)
 
 
 def _gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl) -> tuple[Gateway, bool]:  # type: ignore[no-untyped-def]
@@ -261,19 +282,18 @@ def add(req: Request) -> Result:
                 mac = _random_mac()
                 step(f"veth {host}/{req.ifname}")
                 undo.push(f"veth {host}", lambda: host_nl.link_del(host))
-                host_nl.create_veth(host, req.ifname, podfd, node.mtu, peer_mac=mac, promisc=True)
-                step(f"configure {req.ifname} in {req.netns}")
-                _configure_pod_interface(pod_nl, podfd, req.ifname, ips, node)
+                # Born up and promiscuous, its peer down (no carrier, so the Node's stack starts
+                # nothing on it yet): two link notifications per ADD instead of four, and each one
+                # costs ovs-vswitchd a re-read of every link and route of the Node.
+                host_nl.create_veth(host, req.ifname, podfd, node.mtu, peer_mac=mac, promisc=True, up=True)
                 if node.datapath == "netdev":
                     step(f"isolate {host} from the Node's stack")
-                    _isolate_host_end(host)
-                step(f"bring up {host}")
-                host_nl.link_set(host, up=True)
+                    _isolate_host_end(host)  # before the carrier: no frame of the Pod's reaches the stack
                 step(f"OVS port {host}")
                 # Undo first: an insert whose ofport never comes (vswitchd down) stays in OVSDB.
                 undo.push(f"OVS port {host}", lambda: ovsdb.del_port(node.bridge, host))
                 # The port's rows are committed with a requested ofport, and the flows go in while
-                # vswitchd opens the interface: both wait on the same busy switch, so side by side.
+                # vswitchd opens the interface and the Pod's side is configured: all three side by side.
                 pending = ovsdb.add_port_start(node.bridge, host, _external_ids(req, ips, mac),
                                                ofports=pl.pod_ofports(req.container_id, req.ifname))
                 step("per-Pod flows")
@@ -285,6 +305,8 @@ def add(req: Request) -> Result:
                     flows = base_flows(GatewayPort(gw.ofport, gw.mac, gw.addresses)) + flows
                 undo.push("per-Pod flows", lambda: of.del_flows(cookie))
                 of.add_flows(flows)
+                step(f"configure {req.ifname} in {req.netns}")
+                _configure_pod_interface(pod_nl, podfd, req.ifname, ips, node)
                 step(f"ofport of {host}")
                 assigned = pending.finish()
                 if assigned != ofport:  # vswitchd could not honour the request: flows for the real one

@@ -3,7 +3,8 @@
 ``python -m cni.launcher DIR`` writes ``DIR/ferry`` and ``DIR/ferry-ipam``: tiny scripts that
 start the interpreter isolated and without ``site`` (``-I -S``: no site-packages scan, no
 editable-install finders; ~10 ms instead of ~40), put the source tree first on ``sys.path``
-and call the entry point.  The per-Pod path needs only the standard library, so nothing else
+and call the entry point.  The interpreter is the distribution's optimised build of the same
+Python version when there is one (:func:`per_pod_python`).  The per-Pod path needs only the standard library, so nothing else
 is importable there, on purpose.  It also links Debian's reference plugins (``portmap``,
 ``bandwidth``, ``host-local``, ``ptp``, ``bridge``, ...) when present, for chaining and for
 the benchmarks' reference.  The frozen PyInstaller bundle replaces this on real hosts."""
@@ -30,7 +31,27 @@ def source_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def write_launchers(directory: str, python: str = sys.executable) -> list[str]:
+def per_pod_python(current: str = sys.executable) -> str:
+    """The interpreter for the per-Pod launchers: the distribution's ``/usr/bin/python3.X`` when it
+    is this same minor version, else ``current``.
+
+    The per-Pod path needs only the standard library, so any CPython of the same minor version
+    runs it (same bytecode, same stdlib API).  Distribution builds are PGO+LTO-optimised and link
+    ``_socket``, ``_struct``, ``fcntl`` into the executable; a pyenv or venv build is neither:
+    measured here, ``-IS -c pass`` 12.6 vs 19.3 ms and a VERSION call 14.6 vs 22.9 ms (p50).
+    ``FERRY_PYTHON`` overrides the choice."""
+    forced = os.environ.get("FERRY_PYTHON")
+    if forced:
+        return forced
+    candidate = f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"
+    if os.path.realpath(candidate) != os.path.realpath(current) and os.access(candidate, os.X_OK):
+        return candidate
+    return current
+
+
+def write_launchers(directory: str, python: str | None = None) -> list[str]:
+    """Write the launchers into ``directory``; ``python`` defaults to :func:`per_pod_python`."""
+    python = python or per_pod_python()
     os.makedirs(directory, exist_ok=True)
     written = []
     for name, module in ENTRY_POINTS.items():

@@ -281,12 +281,16 @@ class Netlink:
     # -- links
 
     def create_veth(self, name: str, peer_name: str, peer_netns_fd: int, mtu: int,
-                    peer_mac: str | None = None, mac: str | None = None, promisc: bool = False) -> None:
-        """One RTM_NEWLINK: ``name`` here, ``peer_name`` already inside ``peer_netns_fd``; both down.
+                    peer_mac: str | None = None, mac: str | None = None, promisc: bool = False,
+                    up: bool = False) -> None:
+        """One RTM_NEWLINK: ``name`` here, ``peer_name`` already inside ``peer_netns_fd`` (down).
 
-        ``promisc`` creates ``name`` promiscuous: a switch port that would set the flag itself
-        (ovs-vswitchd does) then finds it set and changes nothing, which spares every process
-        watching the namespace's links one more notification."""
+        ``up`` and ``promisc`` set those flags on ``name`` in the same message.  Every link
+        notification costs each process that watches the namespace's links (ovs-vswitchd
+        re-reads all links and routes on each one), so a veth that is born up and promiscuous
+        (a switch port sets the flag itself and then finds it set) costs one notification where
+        create, up and promisc cost three.  With the peer down there is no carrier yet: the
+        kernel starts nothing on ``name`` (no IPv6 link-local) until the peer comes up."""
         peer = [_str(IFLA_IFNAME, peer_name), _u32(IFLA_NET_NS_FD, peer_netns_fd)]
         if mtu:
             peer.append(_u32(IFLA_MTU, mtu))
@@ -300,7 +304,7 @@ class Netlink:
             attrs.append(_u32(IFLA_MTU, mtu))
         if mac:
             attrs.append(_attr(IFLA_ADDRESS, mac_bytes(mac)))
-        flags = IFF_PROMISC if promisc else 0
+        flags = (IFF_PROMISC if promisc else 0) | (IFF_UP if up else 0)
         body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, flags, flags) + b"".join(attrs)
         self._request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body,
                       f"create veth {name} (peer {peer_name})")
