@@ -273,8 +273,9 @@ def peer_result(config: Config, networks: Sequence[str], peer: NodeRecord, facts
         r, n = host_routes(p)
         routes |= r
         neighbors |= n
+    # every Pod CIDR is in exactly one family's plan, already canonical there
     return PeerResult(tuple(plans), tuple(flows), frozenset(routes), frozenset(neighbors), tuple(disagreements),
-                      frozenset(addr.canonical_network(c) for c in peer.pod_cidrs))
+                      frozenset(c for p in plans for c in p.pod_cidrs))
 
 
 def tunnel_spec(config: Config) -> TunnelSpec | None:

@@ -155,16 +155,28 @@ class NodeAppliers:
             self.nft.sync(after.nft, verify=False, defer_removals=True)
 
     def apply_full(self, desired: DesiredState) -> None:
-        extra = self._mover.flows() if (self._mover and self._uplink) else []
-        self.ovs.sync_flows(list(desired.flows) + extra)
-        self._replay_pod_flows()
+        """OVS (flows, Pod flow replay, MTU request) and nftables here; the kernel's side
+        (gateway addresses and MTU, routes, forwarding, the tunnel neighbour cache, all on the
+        route applier's sockets) beside it on the side thread: each mostly waits for
+        ovs-vswitchd or the kernel, so the two overlap (1,000 peers: flows and routes are the
+        two largest parts of a full pass)."""
+        kernel = self._side.submit(self._apply_kernel, desired)
+        try:
+            extra = self._mover.flows() if (self._mover and self._uplink) else []
+            self.ovs.sync_flows(list(desired.flows) + extra)
+            self._replay_pod_flows()
+            if desired.mtu:
+                self.ovs.set_mtu_request(GATEWAY_PORT, desired.mtu)
+            self.nft.sync(desired.nft)
+        finally:
+            kernel.result()  # waited for also when OVS failed; its failure is this pass's too
+
+    def _apply_kernel(self, desired: DesiredState) -> None:
         self.routes.set_gateway_addresses(GATEWAY_PORT, desired.gateway_addresses)
         if desired.mtu:
-            self.ovs.set_mtu_request(GATEWAY_PORT, desired.mtu)
             self.routes.set_mtu(GATEWAY_PORT, desired.mtu)
         self.routes.sync(desired.routes, desired.neighbors)
         self.routes.set_forwarding(desired.forwarding, desired.forwarding)
-        self.nft.sync(desired.nft)
         if desired.tunnel is not None and self.config.datapath_type == "netdev":
             self.tnl_neigh.sync(tunnel_endpoints(desired.peers))
 
