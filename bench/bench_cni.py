@@ -144,6 +144,32 @@ def direct_call(plugin: Plugin, op: str, pod: str, container_id: str) -> dict[st
     return {"argv": [plugin.exe], "env": env, "stdin": plugin.stdin()}
 
 
+def version_call(plugin: Plugin) -> dict[str, Any]:
+    return {"argv": [plugin.exe], "env": dict(BASE_ENV, CNI_COMMAND="VERSION"),
+            "stdin": json.dumps({"cniVersion": CNI_VERSION})}
+
+
+# Every module an ADD or DEL imports (cni.commands pulls in the rest lazily).
+PER_POD_MODULES = ("cni.plugin", "cni.protocol", "cni.commands", "cni.netlink", "cni.netns", "cni.ethtool",
+                   "cni.ovsdb", "cni.ofctl", "cni.ofnative", "cni.flows", "cni.announce", "ipam.api")
+
+
+def import_floor_call(plugin: Plugin) -> dict[str, Any] | None:
+    """The launcher's interpreter importing every per-Pod module and exiting: the part of an ADD
+    that no plugin work can remove.  None for an executable that is not a source launcher."""
+    try:
+        with open(plugin.exe, "rb") as f:
+            first = f.readline().decode(errors="replace")
+    except OSError:
+        return None
+    if not first.startswith("#!") or "python" not in first:
+        return None
+    interpreter, *flags = first[2:].split()
+    code = (f"import sys; sys.path.insert(0, {ROOT!r}); import " + ", ".join(PER_POD_MODULES)
+            + "; from cni.plugin import leave; leave(0)")
+    return {"argv": [interpreter, *flags, "-c", code], "env": BASE_ENV}
+
+
 def cnitool_call(plugin: Plugin, cnitool: str, op: str, pod: str) -> dict[str, Any]:
     env = dict(BASE_ENV, NETCONFPATH=plugin.netconf_dir, CNI_PATH=plugin.cni_path,
                CNI_CACHE_DIR=plugin.cache_dir, CNI_ARGS=pod_args(pod), CNI_IFNAME=IFNAME)
@@ -188,7 +214,8 @@ def render(res: dict[str, Any]) -> str:
         (f"# ferry {meta['ferry_exe']} (commit {meta['ferry_commit']}); reference "
          f"containernetworking-plugins {meta['reference_version']}"),
         "# per-call wall time of the plugin process (fork+exec+run+exit), nearest-rank percentiles"]
-    rows: list[list[object]] = [["harness floor (exec /bin/true)", *_cols(res["floor"])]]
+    floors = res.get("floors") or {"harness floor (exec /bin/true)": res["floor"]}
+    rows: list[list[object]] = [[label, *_cols(s)] for label, s in floors.items()]
     for key in ("bridge", "ferry"):
         for mode, label in (("sequential", "direct"), ("cnitool", "cnitool")):
             for op in ("add", "del"):
@@ -434,6 +461,15 @@ def measure(tb: Testbed, conc: int, cnitool: str | None, cnitool_pods: int) -> d
             raise BenchError(f"br-int datapath_type is {dp}, not netdev")
     floor = _checked(run_driver(tb.plugins["bridge"].node,
                                 [{"argv": ["/bin/true"], "env": BASE_ENV}] * tb.pods), "floor")
+    floors = {"harness floor (exec /bin/true)": stats([r["ms"] for r in floor])}
+    for key in keys:  # what a call costs before any work: start, the protocol core, VERSION
+        p = tb.plugins[key]
+        res = _checked(run_driver(p.node, [version_call(p)] * tb.pods), f"{key} VERSION")
+        floors[f"{key} VERSION (start-up floor)"] = stats([r["ms"] for r in res])
+    imports = import_floor_call(tb.plugins["ferry"])
+    if imports is not None:
+        res = _checked(run_driver(tb.plugins["ferry"].node, [imports] * tb.pods), "ferry import floor")
+        floors["ferry start + every per-Pod import, no work"] = stats([r["ms"] for r in res])
     for key in keys:
         figs[key]["sequential"] = run_phase(tb, key, "sequential", 1, tb.pods, direct(key, "seq"))
     if cnitool and cnitool_pods > 0:
@@ -446,7 +482,7 @@ def measure(tb: Testbed, conc: int, cnitool: str | None, cnitool_pods: int) -> d
             figs[key]["cnitool"] = run_phase(tb, key, "cnitool", 1, min(cnitool_pods, tb.pods), via_cnitool(key))
     for key in keys:
         figs[key]["concurrent"] = run_phase(tb, key, "concurrent", conc, tb.pods, direct(key, "conc"))
-    return {"floor": stats([r["ms"] for r in floor]), "plugins": figs}
+    return {"floor": stats([r["ms"] for r in floor]), "floors": floors, "plugins": figs}
 
 
 def _version(pkg: str) -> str:
