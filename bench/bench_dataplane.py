@@ -13,7 +13,9 @@ defaults otherwise).  The server is started and waited for until its socket list
 its namespace) before the client connects, so no run meets "connection refused".
 
 Per path: the receiver's rate per run (median, min, max, spread = (max - min) / median), the
-sender's TCP retransmissions, and the **CPU cost**: CPU seconds of the two Nodes'
+sender's TCP retransmissions, the frames node-1's and node-2's AF_PACKET sockets dropped (where
+ovs-vswitchd reads veths and the moved uplink: a full 208 KiB receive buffer drops, TCP then
+retransmits), and the **CPU cost**: CPU seconds of the two Nodes'
 ovs-vswitchd and of both iperf3 processes (softirq work they trigger is accounted to them)
 per Gbit moved, a figure that load from other processes on a shared machine disturbs far less
 than the rate.  The top-level ``ratios`` give fast/gateway (and the others) from the medians
@@ -48,6 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIX = "tb"
 IPERF_PORT = 5201
 LISTEN_TIMEOUT_S = 10.0
+FAST_PATH_WAIT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,19 @@ def _proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def packet_socket_drops(netns: str) -> int:
+    """Frames dropped by the AF_PACKET sockets in ``netns`` (ovs-vswitchd reads its veth ports and
+    the moved uplink with them: a full receive buffer drops, and TCP retransmits)."""
+    cp = subprocess.run(["ip", "netns", "exec", netns, "ss", "-0", "-a", "-m"], capture_output=True, text=True,
+                        check=False)
+    total = 0
+    for part in cp.stdout.split("skmem:(")[1:]:
+        for item in part.split(")", 1)[0].split(","):
+            if item.startswith("d") and item[1:].isdigit():
+                total += int(item[1:])
+    return total
+
+
 def _children_cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -149,14 +165,17 @@ class Run:
     retransmits: int
     cpu_s: float  # the Nodes' ovs-vswitchd + both iperf3
     gbit: float  # received
+    socket_drops: int = 0  # AF_PACKET drops on node-1 and node-2 during the run
 
     @property
     def cpu_s_per_gbit(self) -> float:
         return self.cpu_s / self.gbit if self.gbit else 0.0
 
 
-def iperf_once(a: Any, b: Any, seconds: float, vswitchd_pids: tuple[int, ...] = ()) -> Run:
+def iperf_once(a: Any, b: Any, seconds: float, vswitchd_pids: tuple[int, ...] = (),
+               node_netns: tuple[str, ...] = ()) -> Run:
     """One iperf3 run a → b, the server listening before the client starts."""
+    drops0 = sum(packet_socket_drops(n) for n in node_netns)
     cpu0 = _children_cpu_s() + sum(_proc_cpu_s(p) for p in vswitchd_pids)
     server = subprocess.Popen(["ip", "netns", "exec", b.netns, "iperf3", "-s", "-1", "-p", str(IPERF_PORT)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -190,7 +209,7 @@ def iperf_once(a: Any, b: Any, seconds: float, vswitchd_pids: tuple[int, ...] = 
             server.kill()
             server.wait()
     cpu = _children_cpu_s() + sum(_proc_cpu_s(p) for p in vswitchd_pids) - cpu0
-    return Run(gbps, retr, cpu, gbit)
+    return Run(gbps, retr, cpu, gbit, sum(packet_socket_drops(n) for n in node_netns) - drops0)
 
 
 def fast_path_active(lab: Any) -> bool:
@@ -234,8 +253,13 @@ def prepare(spec: PathSpec, cni_bin: str, name: str) -> Setup:
         raise Unavailable(f"route-sync refuses the settings: {refused}")
     lab = Lab.up(topology(spec.route_sync), name=name, cni_bin=cni_bin)
     try:
-        if spec.key == "fast" and not fast_path_active(lab):
-            raise Unavailable("route-sync accepted fastPath but node-1's state file gives node-2 no 'fast' path")
+        if spec.key == "fast":  # the peer's next-hop MAC may take route-sync a moment (neighbour resolution)
+            deadline = time.monotonic() + FAST_PATH_WAIT_S
+            while not fast_path_active(lab):
+                if time.monotonic() > deadline:
+                    raise Unavailable(f"route-sync accepted fastPath but node-1's state file gives node-2 no "
+                                      f"'fast' path after {FAST_PATH_WAIT_S:g} s")
+                time.sleep(0.2)
         a, b = lab.add_pod("node-1", "a"), lab.add_pod("node-2", "b")
         if b.ipv4 is None:
             raise RuntimeError(f"Pod b got no IPv4 address: {b.ips}")
@@ -252,7 +276,8 @@ def run_one(s: Setup, seconds: float) -> None:
     """One repetition of ``s``'s path; an iperf3 hiccup is retried, at most twice per path."""
     while True:
         try:
-            s.runs.append(iperf_once(s.a, s.b, seconds, s.vswitchd_pids))
+            s.runs.append(iperf_once(s.a, s.b, seconds, s.vswitchd_pids,
+                                     tuple(s.lab.node(n).netns for n in ("node-1", "node-2"))))
             return
         except RuntimeError as e:
             s.retried.append(str(e)[-200:])
@@ -274,6 +299,7 @@ def finish(s: Setup) -> dict[str, Any]:
     cost = [r.cpu_s_per_gbit for r in s.runs]
     return {"path": spec.key, "label": spec.label, "available": True, "gbps": gbps, **summary(gbps),
             "retransmits": [r.retransmits for r in s.runs],
+            "packet_socket_drops": [r.socket_drops for r in s.runs],
             "cpu_s": [round(r.cpu_s, 3) for r in s.runs],
             "cpu_s_per_gbit": [round(c, 3) for c in cost], "cpu_s_per_gbit_median": statistics.median(cost),
             "counter_port": spec.counter_port, "counter_packets": moved, "retried": s.retried}
@@ -351,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
                     run_one(s, args.seconds)
                     last = s.runs[-1]
                     log(f"rep {rep + 1} {s.spec.label}: {last.gbps:.3f} Gbit/s, {last.retransmits} retransmits, "
-                        f"{last.cpu_s_per_gbit:.2f} CPU s/Gbit")
+                        f"{last.socket_drops} AF_PACKET drops, {last.cpu_s_per_gbit:.2f} CPU s/Gbit")
                 except Exception as e:  # noqa: BLE001 - this path failed, the others go on
                     s.error = f"{type(e).__name__}: {e}"
                     log(f"{s.spec.label}: FAILED {e}")
