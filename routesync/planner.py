@@ -185,8 +185,11 @@ def peer_plans(config: Config, networks: Sequence[str], peer: NodeRecord,
     plans: list[PeerPlan] = []
     peer_addrs = [_host(a) for a in peer.transport_addresses]
     annotation = _valid_mac(peer.annotation(MAC_ANNOTATION))
+    by_family: dict[int, list[str]] = {4: [], 6: []}
+    for c in peer.pod_cidrs:  # each parsed once (a full pass plans every peer)
+        by_family[addr.family(c)].append(c)
     for family in (4, 6):
-        cidrs = tuple(addr.canonical_network(c) for c in peer.pod_cidrs if addr.family(c) == family)
+        cidrs = tuple(addr.canonical_network(c) for c in by_family[family])
         if not cidrs:
             continue
         same = _by_family(peer_addrs, family)
