@@ -46,6 +46,10 @@ class OpenFlowSession:
         self.connects = 0  # connections opened (tests, metrics)
 
     # -- encoding (pure)
+    def encoded(self, flow: Flow) -> bool:
+        """Whether ``flow``'s text was encoded before (costs nothing to send again)."""
+        return flow.text() in self._encoded
+
     def encode(self, deletes: Iterable[Cookie], adds: Iterable[Flow]) -> list[bytes]:
         """Delete-by-cookie then add flow-mods; raises ``ofnative.OpenFlowError`` (or
         ValueError) for flow text the encoder does not speak."""

@@ -271,3 +271,27 @@ def test_node_state_rows_are_reused_for_the_same_plans() -> None:
     assert second[1] == nodestate.Peer(name="b", addresses=["192.168.1.4"], podCIDRs=["10.0.2.0/24"], path="tunnel",
                                        mac=None, macSource=None)
     assert set(rows) == {id(p1), id(p2b)}
+
+
+@pytest.mark.root
+def test_a_large_first_bundle_goes_through_ovs_ofctl_and_changes_natively(monkeypatch) -> None:
+    """Thousands of never-encoded flows (a first full pass) go through ovs-ofctl's C parser;
+    a later change of one peer goes over the socket; both leave what a full sync reads back
+    as equal."""
+    import routesync.apply.ovs as ovs_mod
+    from routesync.model import PeerPlan
+    from routesync.peerflows import peer_flows as planned_peer
+
+    monkeypatch.setattr(ovs_mod, "NATIVE_MAX_FRESH", 4)
+    gmac = "02:00:00:00:00:01"
+    desired = [f for i in range(10) for f in planned_peer(
+        PeerPlan(f"p{i}", 4, "tunnel", f"192.168.7.{i + 2}", (f"10.244.{i + 2}.0/24",), f"10.244.{i + 2}.1"), gmac, 3)]
+    with node("fb-of8") as n:
+        app = n.applier
+        app.sync_flows(desired)
+        assert (app.native_bundles, app.ofctl_bundles) == (0, 1)
+        moved = [f for f in desired if f.cookie != peer_cookie("p3")] + planned_peer(
+            PeerPlan("p3", 4, "tunnel", "192.168.8.3", ("10.245.3.0/24",), "10.245.3.1"), gmac, 3)
+        assert app.sync_flow_delta(desired, moved).replaced == [peer_cookie("p3").value]
+        assert (app.native_bundles, app.ofctl_bundles) == (1, 1)
+        assert not app.sync_flows(moved).changed
