@@ -7,8 +7,8 @@ Each size runs in a fresh worker process (so its peak RSS is its own): a network
 ``<tag>-n`` with a private OVS instance (``tests.ovs_instance.OvsInstance``, netdev) and an uplink
 ``eth0`` (a veth to a router namespace ``<tag>-r``); route-sync's real daemon
 (``routesync.daemon.Daemon``) with its real appliers (``routesync.apply.make_appliers``: ovsdbapp,
-ovs-ofctl bundles, pyroute2 routes, nftables, the uplink move, the tunnel neighbour cache) in
-encap/vxlan, fed by an in-memory Node source that holds N synthetic peers behind the router
+OpenFlow bundles (ovs-ofctl for a first pass), netlink routes, libnftables, the uplink move, the tunnel
+neighbour cache) in encap/vxlan, fed by an in-memory Node source that holds N synthetic peers behind the router
 (transport 172.16.0.0/12, one /24 Pod CIDR each from 10.0.0.0/8).
 
 * **full reconcile**: the first ``Daemon.reconcile()`` (empty Node → N peers: bridge, gateway,
