@@ -52,10 +52,6 @@ def _assert_clean(tag: str) -> None:
     assert not left, f"left behind by the benchmark: {left}"
 
 
-def fig_p50(res: dict, key: str, op: str) -> float:
-    return res["plugins"][key]["sequential"][op]["p50"]
-
-
 def test_quick_run_reports_both_plugins_and_leaves_nothing(tmp_path: Path) -> None:
     tag, out = _tag(), tmp_path / "cni.json"
     p = subprocess.run([*BENCH, "--quick", "--tag", tag, "--json", str(out)], cwd=ROOT, capture_output=True, check=False,
@@ -83,7 +79,6 @@ def test_quick_run_reports_both_plugins_and_leaves_nothing(tmp_path: Path) -> No
     assert {"ferry VERSION (start-up floor)", "bridge VERSION (start-up floor)",
             "ferry start + every per-Pod import, no work"} <= set(floors)
     assert all(f["n"] == pods and f["p50"] > 0 for f in floors.values())
-    assert floors["ferry start + every per-Pod import, no work"]["p50"] < fig_p50(res, "ferry", "add")
     assert [r["figure"] for r in res["ratios"]] == ["ADD p50", "ADD p99", "DEL p50", "concurrent ADD throughput"]
     assert all(r["ratio"] > 0 and isinstance(r["pass"], bool) for r in res["ratios"])
     assert "ferry / reference" in p.stdout and "harness floor" in p.stdout
