@@ -217,9 +217,13 @@ def _section_cni(d: dict[str, Any]) -> str:
                     rows.append([key, mode, op.upper(), str(s["n"]), _f(s["p50"]), _f(s["p90"]), _f(s["p99"]),
                                  _f(s["max"]), rate])
     meta = d.get("meta", {})
+    floors = [[label, str(s["n"]), _f(s["p50"]), _f(s["p99"])] for label, s in (d.get("floors") or {}).items()]
+    floor_table = ("\n\nFloors, same run: what a call costs before any plugin work.\n\n"
+                   + _md_table(["floor", "n", "p50 ms", "p99 ms"], floors)) if floors else ""
     return (f"{meta.get('pods')} Pods, concurrency {meta.get('conc')}; wall time per plugin process "
             f"(fork+exec+run+exit).\n\n"
-            + _md_table(["plugin", "phase", "op", "n", "p50 ms", "p90 ms", "p99 ms", "max ms", "Pods/s"], rows))
+            + _md_table(["plugin", "phase", "op", "n", "p50 ms", "p90 ms", "p99 ms", "max ms", "Pods/s"], rows)
+            + floor_table)
 
 
 def _section_ipam(d: dict[str, Any]) -> str:
@@ -248,13 +252,20 @@ def _section_dataplane(d: dict[str, Any]) -> str:
     rows = []
     for p in d.get("paths", []):
         if "median" in p:
+            retrans = p.get("retransmits") or []
             rows.append([p["label"], _f(p["median"]), _f(p["min"]), _f(p["max"]), str(len(p["gbps"])),
+                         _f(p.get("cpu_s_per_gbit_median")),
+                         f"{sorted(retrans)[len(retrans) // 2]:,}" if retrans else "—",
                          f"{p['counter_port']} {p['counter_packets']:,} pkts"])
         else:
             why = p.get("reason") or f"FAILED: {p.get('error')}"
-            rows.append([p["label"], "—", "—", "—", "0", why.replace("|", "/").replace("\n", " ")[:200]])
-    return (f"{d.get('pair')}; {d.get('repetitions')} x {d.get('seconds'):g} s each.\n\n"
-            + _md_table(["path", "median Gbit/s", "min", "max", "reps", "path check (node-1 counters)"], rows))
+            rows.append([p["label"], "—", "—", "—", "0", "—", "—", why.replace("|", "/").replace("\n", " ")[:200]])
+    how = " (interleaved rounds, the same iperf3 parameters for every path)" if d.get("interleaved") else ""
+    return (f"{d.get('pair')}; {d.get('repetitions')} x {d.get('seconds'):g} s each{how}.  CPU s / Gbit: both "
+            "Nodes' ovs-vswitchd and both iperf3 processes per Gbit received.  Where the cycles go and what "
+            "was tried for issue 7: docs/design.md, \"The fast path on the userspace datapath\".\n\n"
+            + _md_table(["path", "median Gbit/s", "min", "max", "reps", "CPU s / Gbit", "retransmits (median run)",
+                         "path check (node-1 counters)"], rows))
 
 
 SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
