@@ -158,19 +158,23 @@ def encode_instructions(text: str) -> bytes:
     return out
 
 
-def flow_mod_add(flow: Flow, xid: int) -> bytes:
-    body = (_FLOW_MOD.pack(flow.cookie.value, 0, int(flow.table), OFPFC_ADD, 0, 0, flow.priority, OFP_NO_BUFFER,
-                           OFPP_ANY, OFPG_ANY, 0)
-            + encode_match(flow.match) + encode_instructions(flow.actions))
+def _flow_mod(cookie: int, cookie_mask: int, table: int, command: int, priority: int, match: bytes,
+              instructions: bytes, xid: int) -> bytes:
+    """One OFPT_FLOW_MOD: idle/hard timeouts 0, no buffer, any out_port/out_group, no flags."""
+    body = (_FLOW_MOD.pack(cookie, cookie_mask, table, command, 0, 0, priority, OFP_NO_BUFFER, OFPP_ANY,
+                           OFPG_ANY, 0) + match + instructions)
     return _HEADER.pack(OFP_VERSION, OFPT_FLOW_MOD, _HEADER.size + len(body), xid) + body
+
+
+def flow_mod_add(flow: Flow, xid: int) -> bytes:
+    return _flow_mod(flow.cookie.value, 0, int(flow.table), OFPFC_ADD, flow.priority, encode_match(flow.match),
+                     encode_instructions(flow.actions), xid)
 
 
 def flow_mod_delete(cookie: Cookie, xid: int) -> bytes:
     from cni.pipeline import FULL_MASK
 
-    body = (_FLOW_MOD.pack(cookie.value, FULL_MASK, OFPTT_ALL, OFPFC_DELETE, 0, 0, 0, OFP_NO_BUFFER, OFPP_ANY,
-                           OFPG_ANY, 0) + encode_match(""))
-    return _HEADER.pack(OFP_VERSION, OFPT_FLOW_MOD, _HEADER.size + len(body), xid) + body
+    return _flow_mod(cookie.value, FULL_MASK, OFPTT_ALL, OFPFC_DELETE, 0, encode_match(""), b"", xid)
 
 
 class NativeOpenFlow:
@@ -355,10 +359,8 @@ def encode_instructions_ext(text: str) -> bytes:
 
 def flow_mod_add_ext(flow: Flow, xid: int) -> bytes:
     """:func:`flow_mod_add` for route-sync's flows (masked matches, tunnel destinations)."""
-    body = (_FLOW_MOD.pack(flow.cookie.value, 0, int(flow.table), OFPFC_ADD, 0, 0, flow.priority, OFP_NO_BUFFER,
-                           OFPP_ANY, OFPG_ANY, 0)
-            + encode_match_masked(flow.match) + encode_instructions_ext(flow.actions))
-    return _HEADER.pack(OFP_VERSION, OFPT_FLOW_MOD, _HEADER.size + len(body), xid) + body
+    return _flow_mod(flow.cookie.value, 0, int(flow.table), OFPFC_ADD, flow.priority,
+                     encode_match_masked(flow.match), encode_instructions_ext(flow.actions), xid)
 
 
 def with_xid(message: bytes, xid: int) -> bytes:
