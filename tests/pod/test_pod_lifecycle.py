@@ -217,3 +217,22 @@ def test_lock_files_do_not_pile_up(node):
         run(["ip", "netns", "del", p.netns], check=False)
     node.pods.clear()
     assert [f for f in os.listdir(locks) if f.startswith("pod-")] == []
+
+
+def test_debug_log_gives_each_steps_duration(node):
+    """logLevel debug: one line per ADD and per DEL naming every step with its milliseconds, the total
+    no smaller than the steps; at the default level no such line."""
+    node.add_pod("quiet")
+    assert "timing (ms)" not in (node.dir / "cni.log").read_text()
+    node.write_conflist(logLevel="debug")
+    pod = node.add_pod("timed")
+    assert node.del_pod(pod).returncode == 0
+    lines = [x for x in (node.dir / "cni.log").read_text().splitlines() if "timing (ms)" in x]
+    assert [x.split(" timing")[0].split()[-1] for x in lines] == ["ADD", "DEL"], lines
+    for line, steps in zip(lines, (("IPAM", "per-Pod flows", "ofport of", "announce addresses"),
+                                   ("find OVS port", "delete per-Pod flows", "wait for the veths to go", "IPAM release")),
+                           strict=True):
+        body, total = line.split("(ms): ", 1)[1].split("; total ")
+        parts = {p.rsplit(" ", 1)[0]: float(p.rsplit(" ", 1)[1]) for p in body.split(", ")}
+        assert all(any(k.startswith(s) for k in parts) for s in steps), (steps, parts)
+        assert float(total) > 0 and float(total) >= sum(parts.values()) - 0.05 * len(parts)  # rounding
