@@ -5,9 +5,9 @@ exec per change (~30 ms of wall time at 1,000 peers, the floor of one Node chang
 A bundle is ONF EXT-230 (what ``ovs-ofctl -O OpenFlow13 --bundle`` sends): OPEN, one
 ADD_MESSAGE per flow-mod, a BARRIER (an ADD_MESSAGE the switch refused is answered before it:
 the bundle is then dropped, not committed), COMMIT with ``OFPBF_ATOMIC | OFPBF_ORDERED``, so
-packets see the old flows or the new ones, never a mix.  The flow-mods come from :mod:`cni.ofnative`
-(``flow_mod_add_ext``, ``flow_mod_delete``), which refuses flow text it does not speak: the
-caller then sends the bundle through ``ovs-ofctl`` as before.
+packets see the old flows or the new ones, never a mix.  The flow-mods come from :mod:`routesync.apply.ofwire`
+(``flow_mod_add_ext``) and :mod:`cni.ofnative` (``flow_mod_delete``), which refuse flow text they
+do not speak: the caller then sends the bundle through ``ovs-ofctl`` as before.
 
 The connection is opened on first use and kept; a connection-level failure (ovs-vswitchd
 restarted, the socket closed) closes it and the bundle is sent once more on a new one (a bundle
@@ -21,9 +21,9 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 
 from cni import ofnative as of
+from cni.ofnative import _HEADER
 from cni.pipeline import Cookie, Flow
-
-_HEADER = struct.Struct("!BBHI")
+from routesync.apply import ofwire
 
 
 class ConnectionLost(OSError):
@@ -43,6 +43,7 @@ class OpenFlowSession:
         self._bundle_id = 0
         # flow text -> its FLOW_MOD (xid 0): route-sync re-sends the same flows often
         self._encoded: dict[str, bytes] = {}
+        self._items = ofwire.ItemCache()  # and their match/action items, shared by new flows
         self.connects = 0  # connections opened (tests, metrics)
 
     # -- encoding (pure)
@@ -59,7 +60,7 @@ class OpenFlowSession:
             text = f.text()
             m = cache.get(text)
             if m is None:
-                m = of.flow_mod_add_ext(f, 0)
+                m = ofwire.flow_mod_add_ext(f, 0, self._items)
                 if len(cache) > 200_000:
                     cache.clear()
                 cache[text] = m
@@ -109,16 +110,16 @@ class OpenFlowSession:
         sock = self._connect()
         self._bundle_id = self._bundle_id % 0xFFFFFFF0 + 1
         bid = self._bundle_id
-        parts = [of.bundle_control(bid, of.OFPBCT_OPEN_REQUEST, self._next_xid())]
-        parts += [of.bundle_add(bid, of.with_xid(m, self._next_xid())) for m in messages]
+        parts = [ofwire.bundle_control(bid, ofwire.OFPBCT_OPEN_REQUEST, self._next_xid())]
+        parts += [ofwire.bundle_add(bid, ofwire.with_xid(m, self._next_xid())) for m in messages]
         barrier = self._next_xid()
         parts.append(_HEADER.pack(of.OFP_VERSION, of.OFPT_BARRIER_REQUEST, 8, barrier))
         try:
             self._send(sock, b"".join(parts))
             self._wait(sock, lambda msg, xid: msg[1] == of.OFPT_BARRIER_REPLY and xid == barrier)
             commit = self._next_xid()
-            self._send(sock, of.bundle_control(bid, of.OFPBCT_COMMIT_REQUEST, commit))
-            self._wait(sock, lambda msg, xid: xid == commit and of.bundle_reply(msg) == (bid, of.OFPBCT_COMMIT_REPLY))
+            self._send(sock, ofwire.bundle_control(bid, ofwire.OFPBCT_COMMIT_REQUEST, commit))
+            self._wait(sock, lambda msg, xid: xid == commit and ofwire.bundle_reply(msg) == (bid, ofwire.OFPBCT_COMMIT_REPLY))
         except of.OpenFlowError:
             self.close()  # OVS discards the open bundle with the connection; no stale replies later
             raise

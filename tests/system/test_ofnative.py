@@ -176,7 +176,7 @@ def test_bundle_refused_by_the_switch_changes_nothing(rs_ovs):
     ("ip", "set_field:fd00::1->tun_dst"),
 ])
 def test_route_sync_encoder_refuses_what_it_does_not_speak(match, actions):
-    from cni.ofnative import encode_instructions_ext, encode_match_masked
+    from routesync.apply.ofwire import encode_instructions_ext, encode_match_masked
 
     with pytest.raises((OpenFlowError, ValueError)):
         encode_match_masked(match)
