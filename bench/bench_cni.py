@@ -149,11 +149,6 @@ def version_call(plugin: Plugin) -> dict[str, Any]:
             "stdin": json.dumps({"cniVersion": CNI_VERSION})}
 
 
-# Every module an ADD or DEL imports (cni.commands pulls in the rest lazily).
-PER_POD_MODULES = ("cni.plugin", "cni.protocol", "cni.commands", "cni.netlink", "cni.netns", "cni.ethtool",
-                   "cni.ovsdb", "cni.ofctl", "cni.ofnative", "cni.flows", "cni.announce", "ipam.api")
-
-
 def import_floor_call(plugin: Plugin) -> dict[str, Any] | None:
     """The launcher's interpreter importing every per-Pod module and exiting: the part of an ADD
     that no plugin work can remove.  None for an executable that is not a source launcher."""
@@ -165,6 +160,8 @@ def import_floor_call(plugin: Plugin) -> dict[str, Any] | None:
     if not first.startswith("#!") or "python" not in first:
         return None
     interpreter, *flags = first[2:].split()
+    from cni.launcher import PER_POD_MODULES
+
     code = (f"import sys; sys.path.insert(0, {ROOT!r}); import " + ", ".join(PER_POD_MODULES)
             + "; from cni.plugin import leave; leave(0)")
     return {"argv": [interpreter, *flags, "-c", code], "env": BASE_ENV}

@@ -8,6 +8,7 @@ only: this runs once per Pod."""
 from __future__ import annotations
 
 import os
+from time import perf_counter as _now  # time is loaded already (cni.log)
 
 from cni.record import record
 
@@ -227,12 +228,6 @@ class _Step:
         marks.append(("end", _now()))
         parts = [f"{marks[i][0]} {1000 * (marks[i + 1][1] - marks[i][1]):.1f}" for i in range(len(marks) - 1)]
         log.debug(f"{what} timing (ms): " + ", ".join(parts) + f"; total {1000 * (marks[-1][1] - marks[0][1]):.1f}")
-
-
-def _now() -> float:
-    from time import perf_counter
-
-    return perf_counter()
 
 
 class _reported:

@@ -4,8 +4,8 @@
 start the interpreter isolated and without ``site`` (``-I -S``: no site-packages scan, no
 editable-install finders; ~10 ms instead of ~40), put the source tree first on ``sys.path``
 and call the entry point.  The interpreter is the distribution's optimised build of the same
-Python version when there is one (:func:`per_pod_python`).  The per-Pod path needs only the standard library, so nothing else
-is importable there, on purpose.  It also links Debian's reference plugins (``portmap``,
+Python version when there is one (:func:`per_pod_python`).  The per-Pod path needs only the
+standard library, so nothing else is importable there, on purpose.  It also links Debian's reference plugins (``portmap``,
 ``bandwidth``, ``host-local``, ``ptp``, ``bridge``, ...) when present, for chaining and for
 the benchmarks' reference.  The frozen PyInstaller bundle replaces this on real hosts."""
 
@@ -15,6 +15,10 @@ import os
 import sys
 
 ENTRY_POINTS = {"ferry": "cni.plugin", "ferry-ipam": "ipam.plugin"}
+# Every module an ADD, DEL or CHECK imports (cni.commands pulls in the rest lazily): what the
+# lean-imports test and bench_cni's import floor load.
+PER_POD_MODULES = ("cni.plugin", "cni.protocol", "cni.commands", "cni.netlink", "cni.ovsdb", "cni.ofctl",
+                   "cni.ofnative", "cni.flows", "cni.locks", "cni.netns", "cni.ethtool", "cni.announce", "ipam.api")
 REFERENCE_PLUGIN_DIR = "/usr/lib/cni"
 
 TEMPLATE = """#!{python} -IS

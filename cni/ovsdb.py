@@ -276,13 +276,11 @@ class Ovsdb:
         where = [["name", "==", name]]
         wait = [_wait_ofport(name, timeout), _select("Interface", where, ["ofport", "error"])]
         self._connect().settimeout(max(self.timeout, timeout + 2))
-        for requested in (*ofports, None) if ofports else (None,):
+        for requested in ofports or (None,):
             guard = [_absent("Port", name)]
             if requested is not None:
                 iface["ofport_request"] = requested
                 guard += [_unused("ofport_request", requested), _unused("ofport", requested)]
-            elif ofports:
-                raise OvsdbError(f"cannot add port {name}: ofports {', '.join(map(str, ofports))} are all taken")
             insert = [
                 *guard,
                 {"op": "insert", "table": "Interface", "uuid-name": "iface", "row": iface},
@@ -309,7 +307,7 @@ class Ovsdb:
                 self.close()
                 raise OvsdbError(f"cannot add port {name}: bridge {bridge} does not exist")
             return PendingPort(self, bridge, name, second, wait, timeout, requested)
-        raise AssertionError("unreachable")
+        raise OvsdbError(f"cannot add port {name}: ofports {', '.join(map(str, ofports))} are all taken")
 
     def del_port(self, bridge: str, name: str) -> bool:
         """Remove port ``name`` from ``bridge`` (OVSDB garbage-collects the rows); False if absent."""
@@ -338,8 +336,8 @@ class Ovsdb:
         ports, ifaces = res[0]["rows"], res[1]["rows"]
         have = {_uuid(r["_uuid"]) for r in ifaces}
         if any(_uuid(u) not in have for p in ports for u in from_set(p["interfaces"])[:1]):
-            names = [["name", "==", p["name"]] for p in ports]
-            ifaces += [r for n in names for r in self.transact(_select("Interface", [n], _IFACE_COLS))[0]["rows"]]
+            by_name = self.transact(*(_select("Interface", [["name", "==", p["name"]]], _IFACE_COLS) for p in ports))
+            ifaces += [r for res in by_name for r in res["rows"]]
         return _join(ports, ifaces)
 
     def ports(self, bridge: str) -> list[PortInfo]:

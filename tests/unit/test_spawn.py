@@ -39,9 +39,9 @@ def test_plugin_path_imports_stay_lean():
     from pathlib import Path
 
     root = str(Path(__file__).resolve().parents[2])
-    code = (f"import sys; sys.path.insert(0, {root!r}); import cni.plugin, cni.protocol, cni.commands, "
-            "cni.netlink, cni.ovsdb, cni.ofctl, cni.ofnative, cni.locks, cni.netns, cni.ethtool, cni.announce, "
-            "ipam.api; "
+    from cni.launcher import PER_POD_MODULES
+
+    code = (f"import sys; sys.path.insert(0, {root!r}); import {', '.join(PER_POD_MODULES)}; "
             "print(' '.join(sorted(m for m in ('re','subprocess','socket','enum','contextlib','threading',"
             "'signal','json','typing','dataclasses','logging','hashlib','ipaddress','collections','array',"
             "'ctypes') if m in sys.modules)))")
