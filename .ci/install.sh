@@ -2,11 +2,11 @@
 # Installs everything Ferry's tests, lab and benchmarks need on Debian 12, as root. Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-shared=${FERRY_SHARED:-$here/../shared}
 export DEBIAN_FRONTEND=noninteractive
 
 apt_pkgs=(openvswitch-switch openvswitch-common iproute2 nftables iptables ethtool iperf3 tcpdump
-          iputils-ping arping containernetworking-plugins procps psmisc kmod conntrack python3-venv)
+          iputils-ping arping containernetworking-plugins procps psmisc kmod conntrack python3-venv
+          containerd runc podman mmdebstrap util-linux)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -16,10 +16,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# cnitool, built from Debian's packaged source (skips when present).
-if ! [ -x /opt/cni-tools/cnitool ]; then
-  sh "$shared/tools/build-cnitool.sh"
-fi
+# Go programs from their pinned modules (cnitool; with FERRY_KUBERNETES=1 also etcd and the
+# Kubernetes components), cached outside the clone: tools/build-go-tools.sh.
+command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
+go_sets=(cnitool)
+[ "${FERRY_KUBERNETES:-1}" = 0 ] || go_sets+=(kubernetes)
+bash "$here/tools/build-go-tools.sh" "${go_sets[@]}"
 
 # The project's virtualenv: runtime + dev dependencies, Ferry installed editable.
 venv=${FERRY_VENV:-$here/.venv}

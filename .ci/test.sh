@@ -4,7 +4,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 venv=${FERRY_VENV:-$PWD/.venv}
 export FERRY_CNI_BIN=${FERRY_CNI_BIN:-$PWD/build/cni-bin}
-export CNITOOL=${CNITOOL:-/opt/cni-tools/cnitool}
+export CNITOOL=${CNITOOL:-$PWD/build/tools/cnitool}
 "$venv/bin/ruff" check cni ipam routesync lab bench tests || exit 1
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
 rc=$?

@@ -2,7 +2,7 @@
 
     python -m bench.bench_cni [--pods 200] [--conc 8] [--quick] [--json OUT] [--cni-bin DIR]
 
-Measured like ``shared/tools/bench-reference-cni.sh`` measured the reference baseline: a Python
+Measured the way the reference baseline in docs/benchmarks.md was measured: a Python
 driver running inside a "node" network namespace execs the plugin directly (``CNI_COMMAND`` in
 the environment, the network configuration on stdin) and takes the wall time of each plugin
 process (fork+exec+run+exit) with ``perf_counter_ns``; every Pod is its own netns.
@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.util import percentile, table
+from lab import tools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -511,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write every figure (and the raw samples) to this file")
     ap.add_argument("--cni-bin", help="a CNI_PATH directory holding `ferry` (default: launchers in a temp dir)")
     ap.add_argument("--reference-dir", default="/usr/lib/cni", help="where Debian's bridge/host-local are")
-    ap.add_argument("--cnitool", default=os.environ.get("CNITOOL", "/opt/cni-tools/cnitool"))
+    ap.add_argument("--cnitool", default=tools.cnitool())
     ap.add_argument("--cnitool-pods", type=int, default=20, help="Pods run through cnitool (0: skip)")
     ap.add_argument("--tag", help=f"name prefix of everything created (default {PREFIX}-<random>)")
     args = ap.parse_args(args_in)

@@ -26,7 +26,7 @@ from typing import Any, Self
 
 import yaml
 
-from lab import build, layout, ovs
+from lab import build, layout, ovs, tools
 from lab import topology as topology_mod
 from lab.manifest import MANIFEST, Manifest
 from lab.sh import LabError, in_netns, run
@@ -54,7 +54,7 @@ def default_cni_bin() -> str:
 
 
 def cnitool() -> str:
-    return os.environ.get("CNITOOL", "/opt/cni-tools/cnitool")
+    return tools.cnitool()
 
 
 def ensure_cni_bin(path: str) -> str:

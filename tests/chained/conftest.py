@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.tools import cnitool
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -24,7 +26,7 @@ from cni import pipeline as pl
 from cni.flows import GatewayPort, base_flows
 from tests.ovs_instance import OvsInstance, netns
 
-CNITOOL = os.environ.get("CNITOOL", "/opt/cni-tools/cnitool")
+CNITOOL = cnitool()
 NETWORK = "chained"
 POD_CIDRS = ("10.244.1.0/24", "fd00:10:244:1::/64")
 GW_MAC = "02:fe:00:00:00:01"

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from lab.tools import cnitool
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.ovs_instance import OvsInstance, netns
 
-CNITOOL = os.environ.get("CNITOOL", "/opt/cni-tools/cnitool")
+CNITOOL = cnitool()
 NETWORK = "ferrynet"
 
 

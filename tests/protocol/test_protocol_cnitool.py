@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 
 from cni import errors
+from lab.tools import cnitool
 from tests.ovs_instance import OvsInstance, netns, netns_path
 
 pytestmark = pytest.mark.root
 
-CNITOOL = os.environ.get("CNITOOL", "/opt/cni-tools/cnitool")
+CNITOOL = cnitool()
 
 
 def needs_root() -> None:

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from lab.tools import cnitool
 from tests.ovs_instance import OvsInstance, netns
 
 from .conftest import host_bin_dir, run
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-CNITOOL = os.environ.get("CNITOOL", "/opt/cni-tools/cnitool")
+CNITOOL = cnitool()
 HOST_PORT, POD_PORT = 18080, 8080
 SERVER = """
 import socket, sys
