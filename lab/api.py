@@ -28,6 +28,9 @@ import yaml
 
 from lab import build, layout, ovs, tools
 from lab import topology as topology_mod
+from lab.kube import lab_cluster
+from lab.kube import pods as kube_pods
+from lab.kube.cluster import Cluster
 from lab.manifest import MANIFEST, Manifest
 from lab.sh import LabError, in_netns, run
 from lab.topology import (
@@ -302,10 +305,58 @@ class Lab:
                 "NETCONFPATH": node.paths.netconf, "CNI_PATH": self.cni_bin,
                 "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod}"}
 
+    # ---------------------------------------------------------------- Kubernetes
+    @property
+    def kubernetes(self) -> bool:
+        """A real cluster (``kubernetes`` topology key): Pods come from the API, Ferry from its DaemonSet."""
+        return self.topology.kubernetes is not None
+
+    def kube(self) -> Cluster:
+        if self.topology.kubernetes is None:
+            raise LabError(f"lab {self.name} is not a Kubernetes cluster (ferry-lab up --kubernetes)")
+        return Cluster(lab_cluster.cluster_plan(self.topology, self.name, self.dir), self.manifest, lambda s: None)
+
+    def _add_kube_pod(self, node: str, name: str, timeout: float) -> Pod:
+        n = self.node(node)
+        cluster = self.kube()
+        netns = pod_netns(self.name, node, name)
+        if build.netns_exists(netns):
+            raise LabError(f"pod {name} on {node} exists already (netns {netns})")
+        api_name = kube_pods.api_name(node, name)
+        cluster.kubectl("create", "-f", "-", input=json.dumps(kube_pods.pod_spec(api_name, node)))
+        obj = kube_pods.wait_running(lambda: cluster.pod(kube_pods.NAMESPACE, api_name), timeout)
+        att = kube_pods.find_attachment(lambda argv: n.exec(argv), api_name, kube_pods.NAMESPACE)
+        if att is None:
+            raise LabError(f"Pod {name} runs but no OVS port on {node} names it (external_ids ferry-pod-name)")
+        self.manifest.record("netns", name=netns)
+        kube_pods.attach_netns(cluster.plan.node(node).mount_ns, att.netns, netns)
+        result = kube_pods.result_of(att)
+        layout.write_json(n.paths.pod_result(name), {"netns": netns, "result": result,
+                                                     "kubernetes": {"namespace": kube_pods.NAMESPACE,
+                                                                    "name": api_name,
+                                                                    "uid": obj["metadata"]["uid"],
+                                                                    "podIPs": obj["status"]["podIPs"]}})
+        return self._pod_from(node, name, netns, result)
+
+    def _del_kube_pod(self, node: str, name: str, timeout: float) -> None:
+        n = self.node(node)
+        netns = pod_netns(self.name, node, name)
+        run(["ip", "netns", "del", netns], check=False)  # detach first: the kubelet's DEL owns the rest
+        self.manifest.forget("netns", name=netns)
+        self.kube().kubectl("delete", "pod", "-n", kube_pods.NAMESPACE, kube_pods.api_name(node, name), "--wait=true",
+                            f"--timeout={int(timeout)}s", timeout=timeout + 10)
+        try:
+            os.unlink(n.paths.pod_result(name))
+        except FileNotFoundError:
+            pass
+
     def add_pod(self, node: str, name: str, timeout: float = 30.0) -> Pod:
-        """Create a netns and plug it with the ``ferry`` plugin via ``cnitool add`` in the Node's netns."""
+        """Create a netns and plug it with the ``ferry`` plugin via ``cnitool add`` in the Node's netns
+        (on a Kubernetes lab: a Pod through the API, plugged by the kubelet's runtime)."""
         n = self.node(node)
         check_name("pod", name, 20)
+        if self.kubernetes:
+            return self._add_kube_pod(node, name, max(timeout, 60.0))
         netns = pod_netns(self.name, node, name)
         if build.netns_exists(netns):
             raise LabError(f"pod {name} on {node} exists already (netns {netns})")
@@ -333,6 +384,8 @@ class Lab:
         return pod
 
     def del_pod(self, node: str, name: str, timeout: float = 30.0) -> None:
+        if self.kubernetes:
+            return self._del_kube_pod(node, name, max(timeout, 60.0))
         n = self.node(node)
         netns = pod_netns(self.name, node, name)
         netns_path = os.path.join(build.NETNS_DIR, netns)

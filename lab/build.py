@@ -95,16 +95,18 @@ def _build(topo: Topology, topo_doc: dict, name: str, cni_bin: str, directory: s
     ip_batch(None, [f"netns add {ns}" for ns in plan.namespaces])
     log(f"namespaces: {len(plan.namespaces)} ({time.monotonic() - t0:.2f}s)")
 
-    rs_cmd = route_sync_command() if topo.route_sync else None
-    lone = rs_cmd is None
-    if topo.route_sync and rs_cmd is None:
+    kube = topo.kubernetes is not None
+    rs_cmd = route_sync_command() if topo.route_sync and not kube else None
+    lone = rs_cmd is None and not kube
+    if topo.route_sync and rs_cmd is None and not kube:
         log("routeSync is set but ferry-route-sync is not installed: Nodes run the plugin's lone mode")
 
     def node_files(node: NodeSpec) -> None:
         paths = layout.node_paths(directory, node.name)
         for d in paths.dirs():
             os.makedirs(d, exist_ok=True)
-        layout.write_json(paths.conflist, layout.conflist(topo, node, paths, lone))
+        if not kube:  # on a Kubernetes lab, Ferry's DaemonSet (install-cni) writes the conflist
+            layout.write_json(paths.conflist, layout.conflist(topo, node, paths, lone))
         layout.write_atomic(os.path.join(layout.registry_dir(directory), f"{node.name}.yaml"),
                             yaml.safe_dump(layout.registry_record(topo, node), sort_keys=False))
 
@@ -134,7 +136,12 @@ def _build(topo: Topology, topo_doc: dict, name: str, cni_bin: str, directory: s
         with ThreadPoolExecutor(max_workers=len(topo.nodes)) as pool:
             list(pool.map(lambda n: start_route_sync(rs_cmd, topo, n, name, directory, manifest), topo.nodes))
         log(f"route-sync ready: {time.monotonic() - t0:.2f}s")
-    manifest.set(state="up", routeSync=rs_cmd is not None, upSeconds=round(time.monotonic() - t0, 3))
+    if kube:
+        from lab.kube import lab_cluster
+
+        lab_cluster.up(topo, name, directory, manifest, log)
+    manifest.set(state="up", routeSync=rs_cmd is not None or kube, kubernetes=kube,
+                 upSeconds=round(time.monotonic() - t0, 3))
 
 
 def start_route_sync(cmd: str, topo: Topology, node: NodeSpec, name: str, directory: str,
@@ -265,6 +272,10 @@ def down(name: str, root: str | None = None) -> bool:
         return False
     manifest = Manifest.load(directory)
     namespaces = [e["name"] for e in manifest.of_kind("netns")]
+    if manifest.of_kind("mountns") or manifest.of_kind("cgroup"):
+        from lab.kube import cluster
+
+        cluster.teardown(manifest)  # containers, kubelets, containerds: before their namespaces go
     # Processes first: a namespace with a live process outlives `ip netns del`.
     _stop(set(pids_in(namespaces)) | set(_recorded_pids(manifest, directory)))
     present = [ns for ns in namespaces if netns_exists(ns)]

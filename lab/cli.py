@@ -17,7 +17,7 @@ import time
 
 import click
 
-from lab import build, check
+from lab import build, check, tools
 from lab.api import Lab, default_cni_bin, ensure_cni_bin
 from lab.sh import LabError
 from lab.topology import CATEGORIES, TopologyError, node_netns
@@ -36,18 +36,64 @@ def main() -> None:
     pass
 
 
+kubernetes_option = click.option(
+    "--kubernetes", is_flag=True, default=False,
+    help="a real Kubernetes cluster: etcd, kube-apiserver, controller-manager and scheduler on the external "
+         "host, containerd + kubelet on every Node, Ferry from deploy/ferry.yaml (topology key `kubernetes`)")
+
+
+def topology_doc(path: str | None, kubernetes: bool) -> str | dict | None:
+    """The topology to build: the file (or the default) as is, or with the ``kubernetes`` key set."""
+    if not kubernetes:
+        return path
+    import yaml
+
+    from lab.topology import DEFAULT_TOPOLOGY
+
+    with open(path or DEFAULT_TOPOLOGY) as f:
+        doc = yaml.safe_load(f) or {}
+    doc["kubernetes"] = doc.get("kubernetes") or {}
+    return doc
+
+
+def kube_hint(lab: Lab) -> str:
+    kc = lab.manifest.info.get("kubeconfig")
+    name = "" if lab.name == DEFAULT_NAME else f" --name {lab.name}"
+    return (f"Kubernetes: ferry-lab kubectl{name} -- get nodes,pods -A -o wide   (kubectl {tools.tool('kubectl')}"
+            f" with KUBECONFIG={kc}, run in the external host's netns, where the API server is)" if kc else "")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+              help="kubectl against the lab's Kubernetes cluster (admin kubeconfig, external host's netns).")
+@name_option
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def kubectl(name: str, args: tuple[str, ...]) -> None:
+    from lab.kube.cluster import kubectl_argv
+
+    try:
+        lab = Lab.attach(name)
+        argv = kubectl_argv(lab.kube().plan, list(args))
+    except LabError as e:
+        _fail(e)
+    os.execvp(argv[0], argv)
+
+
 @main.command(help="Build a lab from a topology (default: 3 Nodes, 2 segments, a router, an external host).")
 @click.option("-f", "--file", "topology", type=click.Path(exists=True, dir_okay=False), default=None)
 @name_option
 @click.option("--cni-bin", default=None, help="CNI_PATH with ferry (default $FERRY_CNI_BIN or build/cni-bin)")
-def up(topology: str | None, name: str, cni_bin: str | None) -> None:
+@kubernetes_option
+def up(topology: str | None, name: str, cni_bin: str | None, kubernetes: bool) -> None:
     t0 = time.monotonic()
     try:
-        lab = Lab.up(topology, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
+        lab = Lab.up(topology_doc(topology, kubernetes), name=name, cni_bin=cni_bin,
+                     log=lambda s: click.echo(f"  {s}", err=True))
     except (LabError, TopologyError, OSError) as e:
         _fail(e)
     click.echo(f"lab {lab.name} up in {time.monotonic() - t0:.2f}s: {len(lab.nodes)} Nodes "
                f"({'route-sync' if lab.route_sync else 'lone-Node mode, no route-sync'}), dir {lab.dir}")
+    if lab.kubernetes:
+        click.echo(kube_hint(lab))
 
 
 @main.command(help="Remove everything the lab created (from its on-disk manifest).")
@@ -144,11 +190,13 @@ def render(lab: Lab) -> str:
 @click.option("-f", "--file", "topology", type=click.Path(exists=True, dir_okay=False), default=None)
 @name_option
 @click.option("--cni-bin", default=None)
-def demo(topology: str | None, name: str, cni_bin: str | None) -> None:
+@kubernetes_option
+def demo(topology: str | None, name: str, cni_bin: str | None, kubernetes: bool) -> None:
     t0 = time.monotonic()
     try:
         cni_bin = ensure_cni_bin(os.path.abspath(cni_bin or default_cni_bin()))
-        lab = Lab.up(topology, name=name, cni_bin=cni_bin)
+        lab = Lab.up(topology_doc(topology, kubernetes), name=name, cni_bin=cni_bin,
+                     log=lambda s: click.echo(f"  {s}", err=True))
         click.echo(f"lab {name} up in {time.monotonic() - t0:.2f}s")
         for n in lab.nodes:
             for i in (1, 2):
@@ -164,6 +212,8 @@ def demo(topology: str | None, name: str, cni_bin: str | None) -> None:
     down_cmd = "make demo-down" if name == "demo" else f"ferry-lab down --name {name}"
     click.echo(f"\nThe lab stays up. Try: ferry-lab --help, ip netns exec {lab.pods()[0].netns} ping ...; "
                f"tear it down with `{down_cmd}` (= ferry-lab down --name {name}).")
+    if lab.kubernetes:
+        click.echo(kube_hint(lab))
     sys.exit(0 if all(r.ok for r in rows) else 1)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MANIFEST = "manifest.json"
-KINDS = ("netns", "pidfile", "pid", "dir", "file")
+KINDS = ("netns", "pidfile", "pid", "dir", "file", "mountns", "cgroup")
 
 
 @dataclass

@@ -30,6 +30,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab.kube import spec as kube_spec
+from lab.kube.spec import KubeSpec
+
 DEFAULT_TOPOLOGY = os.path.join(os.path.dirname(__file__), "topologies", "default.yaml")
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 MAX_LAB_NAME = 12
@@ -87,6 +90,7 @@ class Topology:
     route_sync: RouteSyncSpec | None = None
     bridge: str = "br-int"
     node_pod_routes: bool = False
+    kubernetes: KubeSpec | None = None  # a real Kubernetes cluster (lab/kube): Ferry from its DaemonSet
 
     @property
     def chained(self) -> bool:
@@ -206,7 +210,7 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 def parse(data: Any) -> Topology:
     d = _mapping(data, "topology")
     known = {"datapath", "clusterCIDRs", "segments", "router", "nodes", "routeSync", "bridge", "name",
-             "nodePodRoutes"}
+             "nodePodRoutes", "kubernetes"}
     unknown = set(d) - known
     if unknown:
         raise TopologyError(f"topology: unknown keys {sorted(unknown)}")
@@ -273,7 +277,21 @@ def parse(data: Any) -> Topology:
         external_ipv6=_cidr(ext.get("ipv6", "fd00:99::/64"), 6, "router.external.ipv6"),
         route_sync=route_sync, bridge=str(d.get("bridge", "br-int")),
         node_pod_routes=bool(d.get("nodePodRoutes", False)),
+        kubernetes=_kubernetes(d.get("kubernetes"), route_sync),
     )
+
+
+def _kubernetes(value: Any, route_sync: RouteSyncSpec | None) -> KubeSpec | None:
+    try:
+        spec = kube_spec.parse(value)
+    except kube_spec.KubeSpecError as e:
+        raise TopologyError(str(e)) from None
+    if spec is not None and route_sync is None:
+        raise TopologyError("kubernetes: needs a routeSync block (route-sync runs in Ferry's DaemonSet)")
+    if spec is not None and route_sync is not None and route_sync.trafficEncapMode == "networkPolicyOnly":
+        raise TopologyError("kubernetes: networkPolicyOnly (chained after a primary CNI) is not deployed "
+                            "by the lab's DaemonSet yet")
+    return spec
 
 
 def load(path: str | None = None) -> Topology:
@@ -323,4 +341,5 @@ def to_doc(topo: Topology) -> dict[str, Any]:
                    "podCIDRs": list(n.pod_cidrs)} for n in topo.nodes],
         "routeSync": None if rs is None else {k: getattr(rs, k) for k in RouteSyncSpec.__dataclass_fields__},
         "nodePodRoutes": topo.node_pod_routes,
+        "kubernetes": None if topo.kubernetes is None else topo.kubernetes.to_doc(),
     }

@@ -7,7 +7,9 @@ re-validates the config."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,8 +164,11 @@ _KEYS = {
 }
 
 
-def from_dict(raw: Any) -> Config:
-    """Validate a parsed YAML document; :class:`ConfigError` names the first bad key."""
+def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
+    """Validate a parsed YAML document; :class:`ConfigError` names the first bad key.
+
+    ``nodeName`` defaults to ``$NODE_NAME`` (the DaemonSet sets it from ``spec.nodeName``: a Node's
+    name need not be its host name), then to the host name."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -172,7 +177,11 @@ def from_dict(raw: Any) -> Config:
         if k not in _KEYS:
             raise ConfigError(str(k), "unknown key")
     g = raw.get
-    node_name = _str("nodeName", g("nodeName")) if g("nodeName") is not None else socket.gethostname()
+    env = os.environ if environ is None else environ
+    if g("nodeName") is not None:
+        node_name = _str("nodeName", g("nodeName"))
+    else:
+        node_name = env.get("NODE_NAME") or socket.gethostname()
     if len(node_name) > 253 or "/" in node_name or node_name.startswith("."):
         raise ConfigError("nodeName", f"not a valid Node name: {node_name!r}")
     mode = _choice("trafficEncapMode", g("trafficEncapMode", "encap"), MODES)

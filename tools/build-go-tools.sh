@@ -15,16 +15,32 @@ command -v go >/dev/null || { echo "build-go-tools: no 'go' on PATH (Go 1.24 or 
 packages_of() {
   case $1 in
     cnitool) echo "cnitool=github.com/containernetworking/cni/cnitool" ;;
-    kubernetes) echo "etcd=./cmd/etcd kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver" \
+    kubernetes) echo "etcd=./cmd/etcd kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kubectl=k8s.io/kubernetes/cmd/kubectl" \
                      "kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager" \
                      "kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubelet=k8s.io/kubernetes/cmd/kubelet" ;;
     *) echo "build-go-tools: unknown tool set '$1' (cnitool, kubernetes)" >&2; return 1 ;;
   esac
 }
 
+# Version stamps Kubernetes' own build (hack/lib/version.sh) sets, so `kubectl version` and the
+# Node objects report v1.x.y instead of v0.0.0-master.
+ldflags_of() {
+  local v
+  case $1 in
+    kubernetes)
+      v=$(sed -n 's/^[[:space:]]*k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$here/tools/kubernetes/go.mod" | head -1)
+      local minor=${v#v1.}; minor=${minor%%.*}
+      for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        printf ' -X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean' \
+          "$pkg" "$v" "$pkg" "$pkg" "$minor" "$pkg"
+      done ;;
+  esac
+}
+
 build_set() {
   local set=$1 mod=$here/tools/$1 key dest tmp spec name pkg t0
-  key=$( (cat "$mod/go.mod" "$mod/go.sum" "$mod"/cmd/*/*.go 2>/dev/null; go version) | sha256sum | cut -c1-16)
+  key=$( (cat "$mod/go.mod" "$mod/go.sum" "$mod"/cmd/*/*.go 2>/dev/null; go version; ldflags_of "$set"; packages_of "$set") \
+        | sha256sum | cut -c1-16)
   dest=$cache/$set-$key
   if ! [ -f "$dest/.complete" ]; then
     tmp=$(mktemp -d "$cache/.$set-XXXXXX")
@@ -32,7 +48,7 @@ build_set() {
     for spec in $(packages_of "$set"); do
       name=${spec%%=*}; pkg=${spec#*=}
       echo "build-go-tools: building $name ($pkg)" >&2
-      (cd "$mod" && go build -ldflags="-s -w" -o "$tmp/$name" "$pkg")
+      (cd "$mod" && go build -ldflags="-s -w$(ldflags_of "$set")" -o "$tmp/$name" "$pkg")
     done
     echo "build-go-tools: $set built in $(( $(date +%s) - t0 )) s" >&2
     touch "$tmp/.complete"

@@ -1,0 +1,401 @@
+"""Bringing the lab's Kubernetes cluster up and down (the applier for :mod:`lab.kube.plan`).
+
+Every process, mount namespace and cgroup is recorded in the lab's manifest before it is made, so
+``ferry-lab down`` removes a half-built cluster too: containers (by their Nodes' cgroup roots),
+then everything inside each Node's mount namespace (kubelet, containerd, its shims), then the
+control plane, then the mount namespaces and cgroups themselves."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+import yaml
+
+from lab import layout, tools
+from lab.kube import manifests, ociimage, pki
+from lab.kube.plan import (
+    NODE_CNI_PLUGINS,
+    PAUSE_IMAGE,
+    WORKLOAD_IMAGE,
+    ClusterPlan,
+    NodePlan,
+    Process,
+    kubeconfig,
+    server_names,
+)
+from lab.manifest import Manifest
+from lab.sh import LabError
+
+REPO = tools.REPO
+CGROUP_FS = "/sys/fs/cgroup"
+DEBIAN_CNI_DIR = "/usr/lib/cni"
+Log = Callable[[str], None]
+
+
+# ---------------------------------------------------------------- waiting on conditions
+
+def wait_for(what: str, ready: Callable[[], bool], timeout: float, detail: Callable[[], str] = lambda: "") -> None:
+    """Poll ``ready`` until true; the deadline only bounds a hang (the message says what failed)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while not ready():
+        if time.monotonic() > deadline:
+            extra = detail()
+            raise LabError(f"timed out after {timeout:.0f}s waiting for {what}" + (f"\n{extra}" if extra else ""))
+        time.sleep(delay)
+        delay = min(delay * 1.5, 1.0)
+
+
+def tail(path: str, n: int = 12) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------- processes
+
+def nsenter_argv(proc: Process) -> list[str]:
+    argv = ["nsenter", f"--net=/run/netns/{proc.netns}"]
+    if proc.mount_ns:
+        argv.append(f"--mount={proc.mount_ns}")
+    return [*argv, "--", *proc.argv]
+
+
+def start(proc: Process, manifest: Manifest) -> int:
+    os.makedirs(os.path.dirname(proc.log), exist_ok=True)
+    with open(proc.log, "ab") as out:
+        p = subprocess.Popen(nsenter_argv(proc), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True, cwd="/")
+    manifest.record("pid", pid=p.pid, role=proc.name)
+    return p.pid
+
+
+def in_node(node: NodePlan, argv: list[str], check: bool = True, timeout: float = 120.0,
+            input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``argv`` in the Node's mount namespace (its view of /run/containerd, /etc/cni/net.d, ...)."""
+    cp = subprocess.run(["nsenter", f"--mount={node.mount_ns}", "--", *argv], capture_output=True,
+                        timeout=timeout, check=False, input=input)
+    if check and cp.returncode != 0:
+        raise LabError(f"{node.name}: {' '.join(argv)} failed: {cp.stderr.decode(errors='replace').strip()}")
+    return cp
+
+
+def ctr(node: NodePlan, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+    return in_node(node, ["ctr", "-a", "/run/containerd/containerd.sock", "-n", "k8s.io", *args], check=check)
+
+
+# ---------------------------------------------------------------- Node set-up
+
+def make_cgroup(root: str) -> None:
+    """``root`` in every mounted v1 hierarchy (cpuset needs its cpus/mems copied down each level)."""
+    for controller in sorted(os.listdir(CGROUP_FS)):
+        base = os.path.join(CGROUP_FS, controller)
+        if not os.path.isdir(base) or controller == "unified":
+            continue
+        path = base
+        for part in root.strip("/").split("/"):
+            parent, path = path, os.path.join(path, part)
+            os.makedirs(path, exist_ok=True)
+            if controller == "cpuset":
+                for f in ("cpuset.cpus", "cpuset.mems"):
+                    with open(os.path.join(path, f)) as cur:
+                        if cur.read().strip():
+                            continue
+                    with open(os.path.join(parent, f)) as src, open(os.path.join(path, f), "w") as dst:
+                        dst.write(src.read().strip())
+
+
+def cgroup_pids(root: str) -> set[int]:
+    pids: set[int] = set()
+    base = os.path.join(CGROUP_FS, "pids", root.strip("/"))
+    for dirpath, _dirs, files in os.walk(base):
+        if "cgroup.procs" in files:
+            try:
+                with open(os.path.join(dirpath, "cgroup.procs")) as f:
+                    pids.update(int(x) for x in f.read().split())
+            except OSError:
+                pass
+    return pids
+
+
+def remove_cgroup(root: str) -> None:
+    for controller in os.listdir(CGROUP_FS):
+        base = os.path.join(CGROUP_FS, controller, root.strip("/"))
+        if not os.path.isdir(base):
+            continue
+        for dirpath, _dirs, _files in sorted(os.walk(base), key=lambda t: -t[0].count("/")):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass
+        # the empty parents /ferry-lab/<lab>
+        parent = os.path.dirname(base)
+        for _ in range(2):
+            try:
+                os.rmdir(parent)
+            except OSError:
+                break
+            parent = os.path.dirname(parent)
+
+
+def make_holder(holder: str, manifest: Manifest) -> None:
+    """The directory the Nodes' mount namespace files live in: a private mount (a namespace file
+    can only be bound there). Made once, before any Node's namespace (a later bind would hide them)."""
+    os.makedirs(holder, exist_ok=True)
+    manifest.record("mountns", path="", holder=holder)
+    if not os.path.ismount(holder):
+        subprocess.run(["mount", "--bind", holder, holder], check=True)
+        subprocess.run(["mount", "--make-private", holder], check=True)
+
+
+def make_mount_ns(node: NodePlan, manifest: Manifest) -> None:
+    """A persisted mount namespace (slave of the host's: host mounts show, the Node's stay inside)
+    with the Node's directories bound at the standard host paths."""
+    manifest.record("mountns", path=node.mount_ns, holder=os.path.dirname(node.mount_ns))
+    open(node.mount_ns, "a").close()
+    subprocess.run(["unshare", f"--mount={node.mount_ns}", "--propagation", "slave", "true"], check=True)
+    script = []
+    for src, dst in node.binds:
+        os.makedirs(src, exist_ok=True)
+        script.append(f"mkdir -p {dst} && mount --bind {src} {dst}")
+    in_node(node, ["sh", "-ec", "\n".join(script)])
+
+
+def stop_node(node_mount_ns: str, cgroup_root: str) -> None:
+    """Kill the Node's containers (its cgroup root), then every process in its mount namespace."""
+    for _ in range(3):
+        pids = cgroup_pids(cgroup_root)
+        if not pids:
+            break
+        for p in pids:
+            _kill(p)
+        wait_gone(pids)
+    try:
+        ino = os.stat(node_mount_ns).st_ino
+    except OSError:
+        return
+    pids = {p for p in _all_pids() if _ns_ino(p, "mnt") == ino}
+    for p in pids:
+        _kill(p)
+    wait_gone(pids)
+
+
+def _all_pids() -> Iterable[int]:
+    return (int(e) for e in os.listdir("/proc") if e.isdigit())
+
+
+def _ns_ino(pid: int, kind: str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
+    except OSError:
+        return None
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_gone(pids: set[int], timeout: float = 10.0) -> None:
+    wait_for("killed processes to exit", lambda: not any(_alive(p) for p in pids), timeout)
+
+
+def teardown(manifest: Manifest) -> None:
+    """The cluster part of ``ferry-lab down`` (before the lab's own processes and namespaces)."""
+    roots = [e["path"] for e in manifest.of_kind("cgroup")]
+    node_ns = [e for e in manifest.of_kind("mountns") if e["path"]]
+    for e in node_ns:
+        cg = next((r for r in roots if r.endswith("/" + os.path.basename(e["path"]))), "")
+        stop_node(e["path"], cg)
+    for e in node_ns:
+        subprocess.run(["umount", "-l", e["path"]], capture_output=True, check=False)
+    for holder in {e["holder"] for e in manifest.of_kind("mountns")}:
+        subprocess.run(["umount", "-l", holder], capture_output=True, check=False)
+    for r in roots:
+        remove_cgroup(r)
+
+
+# ---------------------------------------------------------------- the cluster
+
+def kubectl_argv(plan: ClusterPlan, args: list[str]) -> list[str]:
+    """kubectl with the admin kubeconfig, in the external host's network namespace: the API server
+    listens on the underlay, which this machine's own namespace does not reach (like a cluster
+    reached through a bastion); ``ferry-lab kubectl`` wraps this for users."""
+    return ["nsenter", f"--net=/run/netns/{plan.control_plane[0].netns}", "--", tools.tool("kubectl"),
+            f"--kubeconfig={plan.admin_kubeconfig}", *args]
+
+
+class Cluster:
+    """Applies a :class:`ClusterPlan` for the lab whose manifest is ``manifest``."""
+
+    def __init__(self, plan: ClusterPlan, manifest: Manifest, log: Log) -> None:
+        self.plan = plan
+        self.manifest = manifest
+        self.log = log
+
+    # -- certificates and kubeconfigs
+    def credentials(self, topo_names: tuple[str, ...]) -> None:
+        ca = pki.Authority(self.plan.pki)
+        ca.issue("apiserver", "kube-apiserver", server_names=topo_names, client=False)
+        ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ["system:masters"])
+        ca.issue("admin", "kubernetes-admin", ["system:masters"])
+        ca.issue("controller-manager", "system:kube-controller-manager")
+        ca.issue("scheduler", "system:kube-scheduler")
+        for n in self.plan.nodes:
+            ca.issue(n.name, f"system:node:{n.name}", ["system:nodes"])
+        ca.service_account_keys()
+        for path, (stem, _user) in self.plan.kubeconfigs.items():
+            doc = kubeconfig(self.plan.api_url, ca.path("ca.crt"), ca.path(f"{stem}.crt"), ca.path(f"{stem}.key"))
+            layout.write_atomic(path, yaml.safe_dump(doc, sort_keys=False))
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        cp = subprocess.run(kubectl_argv(self.plan, list(args)), input=input, capture_output=True, text=True,
+                            timeout=timeout, check=False)
+        if check and cp.returncode != 0:
+            raise LabError(f"kubectl {' '.join(args)}: {cp.stderr.strip()}")
+        return cp
+
+    def pod(self, namespace: str, name: str) -> dict | None:
+        cp = self.kubectl("get", "pod", "-n", namespace, name, "-o", "json", check=False)
+        return json.loads(cp.stdout) if cp.returncode == 0 else None
+
+    def api_ready(self) -> bool:
+        cp = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
+        return cp.returncode == 0 and cp.stdout.strip() == "ok"
+
+    # -- control plane
+    def control_plane(self) -> None:
+        by = {p.name: p for p in self.plan.control_plane}
+        start(by["etcd"], self.manifest)
+        start(by["kube-apiserver"], self.manifest)
+        wait_for("kube-apiserver /readyz", self.api_ready, 120,
+                 lambda: tail(by["kube-apiserver"].log) + tail(by["etcd"].log))
+        start(by["kube-controller-manager"], self.manifest)
+        start(by["kube-scheduler"], self.manifest)
+
+    # -- Nodes
+    def node_up(self, node: NodePlan, images: list[str]) -> None:
+        self.manifest.record("cgroup", path=node.cgroup_root)
+        make_cgroup(node.cgroup_root)
+        make_mount_ns(node, self.manifest)
+        bin_dir = {dst: src for src, dst in node.binds}["/opt/cni/bin"]
+        for plugin in NODE_CNI_PLUGINS:
+            src = os.path.join(DEBIAN_CNI_DIR, plugin)
+            if os.path.exists(src):
+                shutil.copy2(src, os.path.join(bin_dir, plugin))
+        conf = os.path.join(node.directory, "containerd.toml")
+        layout.write_atomic(conf, node.containerd_config)
+        layout.write_atomic(os.path.join(node.directory, "kubelet.yaml"),
+                            yaml.safe_dump(node.kubelet_config, sort_keys=False))
+        containerd, kubelet = node.processes
+        start(containerd, self.manifest)
+        wait_for(f"{node.name}: containerd's socket", lambda: os.path.exists(node.containerd_socket), 60,
+                 lambda: tail(containerd.log))
+        for image in images:
+            ctr(node, "images", "import", image)
+        start(kubelet, self.manifest)
+
+    def import_image(self, image: str) -> None:
+        with ThreadPoolExecutor(max_workers=len(self.plan.nodes)) as pool:
+            list(pool.map(lambda n: ctr(n, "images", "import", image), self.plan.nodes))
+
+    def nodes(self) -> dict[str, dict]:
+        cp = self.kubectl("get", "nodes", "-o", "json", check=False)
+        if cp.returncode != 0:
+            return {}
+        return {n["metadata"]["name"]: n for n in json.loads(cp.stdout)["items"]}
+
+    @staticmethod
+    def ready(node: dict) -> bool:
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
+
+    def deploy_ferry(self, overlay: manifests.Overlay) -> None:
+        docs = manifests.apply_overlay(manifests.load(), overlay)
+        self.kubectl("apply", "-f", "-", input=manifests.dump(docs))
+
+    def daemonset_ready(self) -> bool:
+        cp = self.kubectl("-n", "kube-system", "get", "daemonset", "ferry", "-o", "json", check=False)
+        if cp.returncode != 0:
+            return False
+        st = json.loads(cp.stdout).get("status", {})
+        want = len(self.plan.nodes)
+        return (st.get("desiredNumberScheduled") == want and st.get("numberReady") == want
+                and st.get("updatedNumberScheduled") == want)
+
+
+def build_images(directory: str, tag: str | None, log: Log) -> list[str]:
+    """The pause and workload images (made here) and Ferry's (``tools/build-image.sh``)."""
+    os.makedirs(directory, exist_ok=True)
+    pause = ociimage.write_archive(ociimage.busybox_image(PAUSE_IMAGE, cmd=("sleep", "2147483647")),
+                                   os.path.join(directory, "pause.tar"))
+    busybox = ociimage.write_archive(ociimage.busybox_image(WORKLOAD_IMAGE), os.path.join(directory, "busybox.tar"))
+    return [pause, busybox, ferry_image(tag, log)]
+
+
+def ferry_image(tag: str | None, log: Log) -> str:
+    """``build/image/ferry-<tag>.tar``, built (``make dist`` + ``tools/build-image.sh``) when absent
+    or older than the bundle."""
+    tag = tag or manifests.shipped_image(manifests.load()).rsplit(":", 1)[1]
+    path = os.path.join(REPO, "build", "image", f"ferry-{tag}.tar")
+    bundle = os.path.join(REPO, "dist", "ferry", "ferry-route-sync")
+    if not os.path.exists(bundle):
+        raise LabError("no frozen bundle (dist/ferry): run `make dist` (or `make image`) first")
+    if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(bundle):
+        log(f"building Ferry's image {tag}")
+        cp = subprocess.run(["bash", os.path.join(REPO, "tools", "build-image.sh"), tag], capture_output=True,
+                            text=True, check=False)
+        if cp.returncode != 0:
+            raise LabError(f"tools/build-image.sh failed: {cp.stderr.strip()[-800:]}")
+    return path
+
+
+def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, image_tag: str | None,
+       manifest: Manifest, log: Log) -> Cluster:
+    t0 = time.monotonic()
+    for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"):
+        if not os.access(tools.tool(name), os.X_OK):
+            raise LabError(f"{tools.tool(name)} missing: run `tools/build-go-tools.sh kubernetes` (make install)")
+    cluster = Cluster(plan, manifest, log)
+    os.makedirs(plan.directory, exist_ok=True)
+    cluster.credentials(topo_server_names)
+    images = build_images(os.path.join(plan.directory, "images"), image_tag, log)
+    cluster.control_plane()
+    log(f"control plane ready: {time.monotonic() - t0:.1f}s")
+    make_holder(os.path.dirname(plan.nodes[0].mount_ns), manifest)
+    with ThreadPoolExecutor(max_workers=len(plan.nodes)) as pool:
+        list(pool.map(lambda n: cluster.node_up(n, images), plan.nodes))
+    wait_for("every Node to register", lambda: set(cluster.nodes()) >= {n.name for n in plan.nodes}, 120,
+             lambda: "\n".join(tail(n.processes[1].log, 5) for n in plan.nodes))
+    log(f"kubelets registered: {time.monotonic() - t0:.1f}s")
+    image = None
+    if image_tag:
+        image = manifests.shipped_image(manifests.load()).rsplit(":", 1)[0] + f":{image_tag}"
+    cluster.deploy_ferry(manifests.Overlay(plan.api_host, plan.api_port, plan.cluster_cidrs, route_sync, image))
+    wait_for("Ferry's DaemonSet to be ready on every Node", cluster.daemonset_ready, 180,
+             lambda: cluster.kubectl("-n", "kube-system", "get", "pods", "-o", "wide", check=False).stdout)
+    wait_for("every Node to be Ready", lambda: all(cluster.ready(n) for n in cluster.nodes().values()), 120)
+    log(f"Ferry deployed, Nodes Ready: {time.monotonic() - t0:.1f}s")
+    return cluster
+
+
+__all__ = ["Cluster", "build_images", "server_names", "teardown", "up", "wait_for"]

@@ -1,0 +1,36 @@
+"""The seam between the lab (``lab.build``) and the cluster: from a Topology to a running cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lab import tools
+from lab.kube import cluster, plan
+from lab.manifest import Manifest
+from lab.topology import Topology
+
+
+def route_sync_keys(topo: Topology) -> dict[str, Any]:
+    """The topology's ``routeSync`` block as route-sync config keys (the ConfigMap's)."""
+    rs = topo.route_sync
+    assert rs is not None
+    keys: dict[str, Any] = {"trafficEncapMode": rs.trafficEncapMode, "tunnelType": rs.tunnelType,
+                            "noSNAT": rs.noSNAT, "fastPath": rs.fastPath, "macSource": rs.macSource,
+                            "resyncSeconds": rs.resyncSeconds, "bridge": topo.bridge}
+    if rs.tunnelPort is not None:
+        keys["tunnelPort"] = rs.tunnelPort
+    return keys
+
+
+def cluster_plan(topo: Topology, name: str, directory: str) -> plan.ClusterPlan:
+    assert topo.kubernetes is not None
+    return plan.plan(name, directory, topo, topo.kubernetes, tools.TOOLS_DIR)
+
+
+def up(topo: Topology, name: str, directory: str, manifest: Manifest, log: Callable[[str], None]) -> None:
+    assert topo.kubernetes is not None
+    p = cluster_plan(topo, name, directory)
+    manifest.set(kubeconfig=p.admin_kubeconfig)
+    cluster.up(p, plan.server_names(topo, topo.kubernetes), route_sync_keys(topo), topo.kubernetes.image_tag,
+               manifest, log)

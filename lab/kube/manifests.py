@@ -1,0 +1,75 @@
+"""``deploy/ferry.yaml`` as the lab applies it: the shipped manifest, changed only where the lab
+really differs from a production cluster (pure functions over the parsed documents).
+
+What the overlay changes, and why:
+
+* route-sync's config (the ConfigMap): ``datapathType: netdev`` (no OVS kernel module here), the
+  lab's cluster CIDRs and traffic mode (from the topology's ``routeSync`` block);
+* ``KUBERNETES_SERVICE_HOST``/``PORT`` on the DaemonSet's containers: the lab runs no kube-proxy,
+  so the ``kubernetes`` Service's ClusterIP leads nowhere; the API server's own address does (real
+  CNIs document the same override for clusters whose Service proxy needs the CNI first);
+* the image reference, when the lab built another tag (rolling-update tests).
+
+Everything else (RBAC, ServiceAccount, volumes, probes, install-cni) is applied as shipped."""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MANIFEST = os.path.join(REPO, "deploy", "ferry.yaml")
+CONFIG_KEY = "route-sync.yaml"
+
+
+@dataclass(frozen=True)
+class Overlay:
+    api_host: str
+    api_port: int
+    cluster_cidrs: tuple[str, ...]
+    route_sync: Mapping[str, Any]  # trafficEncapMode, tunnelType, ... as route-sync's config keys
+    image: str | None = None
+
+
+def load(path: str = MANIFEST) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def shipped_image(docs: list[dict[str, Any]]) -> str:
+    return str(daemonset(docs)["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def daemonset(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    for d in docs:
+        if d.get("kind") == "DaemonSet":
+            return d
+    raise ValueError("deploy manifest has no DaemonSet")
+
+
+def apply_overlay(docs: list[dict[str, Any]], overlay: Overlay) -> list[dict[str, Any]]:
+    out = copy.deepcopy(docs)
+    for d in out:
+        if d.get("kind") == "ConfigMap" and CONFIG_KEY in (d.get("data") or {}):
+            conf = yaml.safe_load(d["data"][CONFIG_KEY]) or {}
+            conf.update(datapathType="netdev", clusterCIDRs=list(overlay.cluster_cidrs))
+            conf.update(dict(overlay.route_sync))
+            d["data"][CONFIG_KEY] = yaml.safe_dump(conf, sort_keys=False)
+    pod = daemonset(out)["spec"]["template"]["spec"]
+    api_env = [{"name": "KUBERNETES_SERVICE_HOST", "value": overlay.api_host},
+               {"name": "KUBERNETES_SERVICE_PORT", "value": str(overlay.api_port)}]
+    for c in (*pod.get("initContainers", []), *pod["containers"]):
+        env = [e for e in c.get("env", []) if e["name"] not in {"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}]
+        c["env"] = env + api_env
+        if overlay.image:
+            c["image"] = overlay.image
+    return out
+
+
+def dump(docs: list[dict[str, Any]]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False)

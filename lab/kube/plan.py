@@ -1,0 +1,276 @@
+"""What the lab's Kubernetes cluster runs, as plain data (no system access): every process's argv
+and namespace, every config file's content, every Node's mounts and cgroup root.
+
+Where things run:
+
+* the control plane (etcd on loopback; kube-apiserver on the external host's underlay addresses,
+  port ``apiPort``; kube-controller-manager with ``--allocate-node-cidrs`` over the lab's cluster
+  CIDRs, so Nodes get ``spec.podCIDRs`` as in real clusters; kube-scheduler, which binds the
+  DaemonSet's Pods and the workload Pods) in the external host's network namespace: a machine
+  outside every Node's subnet, reached over the underlay through the router;
+* on each Node, containerd and the kubelet in the Node's network namespace and in a mount
+  namespace of the Node's own, where the host paths a CNI and its DaemonSet expect
+  (``/etc/cni/net.d``, ``/opt/cni/bin``, ``/run/openvswitch``, ``/run/ferry``, ...) are bind mounts
+  of the Node's directories: one DaemonSet template then serves every Node, as on real hosts;
+* the kubelet under a cgroup root of its own (``/ferry-lab/<lab>/<node>``), cgroupfs driver."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from lab.kube.spec import KubeSpec
+from lab.topology import Topology, external_address, external_netns, node_addresses, node_netns
+
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+CLUSTER_DOMAIN = "cluster.local"
+PAUSE_IMAGE = "ferry.local/pause:1"
+WORKLOAD_IMAGE = "ferry.local/busybox:1"
+# The Node paths a container runtime, a kubelet and Ferry's DaemonSet use, each a bind mount of a
+# directory of the Node's own (name under nodes/<node>/k8s/, or a lab path for OVS and Ferry's).
+NODE_MOUNTS = (
+    ("net.d", "/etc/cni/net.d"),
+    ("cni-bin", "/opt/cni/bin"),
+    ("cni-cache", "/var/lib/cni"),
+    ("netns", "/run/netns"),
+    ("ovs", "/run/openvswitch"),
+    ("ferry-run", "/run/ferry"),
+    ("ferry-lib", "/var/lib/ferry"),
+    ("ferry-log", "/var/log/ferry"),
+    ("containerd", "/var/lib/containerd"),
+    ("containerd-run", "/run/containerd"),
+    ("kubelet", "/var/lib/kubelet"),
+    ("pod-logs", "/var/log/pods"),
+    ("container-logs", "/var/log/containers"),
+)
+CONTAINERD_SOCKET = "/run/containerd/containerd.sock"  # as the Node sees it
+# Debian's reference plugins a Node's OS package brings: containerd's CRI runs `loopback` for
+# every sandbox; install-cni chains portmap and bandwidth when present.
+NODE_CNI_PLUGINS = ("loopback", "portmap", "bandwidth")
+
+
+@dataclass(frozen=True)
+class Process:
+    name: str
+    argv: tuple[str, ...]
+    netns: str
+    log: str
+    mount_ns: str | None = None  # a persisted mount namespace (file) to enter, else the host's
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    name: str
+    directory: str  # nodes/<node>/k8s
+    addresses: tuple[str, ...]
+    mount_ns: str
+    binds: tuple[tuple[str, str], ...]  # (directory on this machine, path the Node sees)
+    cgroup_root: str
+    containerd_config: str
+    containerd_socket: str  # the socket's path on this machine
+    kubelet_config: dict[str, Any]
+    kubeconfig: str
+    processes: tuple[Process, ...]  # containerd, kubelet
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    directory: str  # <lab>/k8s
+    pki: str
+    api_host: str
+    api_url: str
+    api_port: int
+    service_cidr: str
+    cluster_cidrs: tuple[str, ...]
+    admin_kubeconfig: str
+    kubeconfigs: dict[str, tuple[str, str]]  # path -> (client cert stem, user)
+    control_plane: tuple[Process, ...]
+    nodes: tuple[NodePlan, ...] = field(default_factory=tuple)
+
+    def node(self, name: str) -> NodePlan:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+
+def api_host(topo: Topology) -> str:
+    v4, v6 = external_address(topo)
+    return v4 or v6
+
+
+def server_names(topo: Topology, spec: KubeSpec) -> tuple[str, ...]:
+    """The API server certificate's names: its addresses, loopback, the ``kubernetes`` Service."""
+    import ipaddress
+
+    first_service_ip = str(next(ipaddress.ip_network(spec.service_cidr).hosts()))
+    addrs = tuple(a for a in external_address(topo) if a)
+    return (*addrs, "127.0.0.1", first_service_ip, "kubernetes", "kubernetes.default",
+            "kubernetes.default.svc", f"kubernetes.default.svc.{CLUSTER_DOMAIN}")
+
+
+def mask_sizes(cluster_cidrs: tuple[str, ...]) -> dict[int, int]:
+    """Per family, the Node CIDR size the controller-manager allocates (/24 and /64, as the lab's
+    own Pod CIDRs); both must be within 16 bits of the cluster CIDR (the controller's limit)."""
+    import ipaddress
+
+    out: dict[int, int] = {}
+    for c in cluster_cidrs:
+        net = ipaddress.ip_network(c)
+        want = 24 if net.version == 4 else 64
+        out[net.version] = max(want, net.prefixlen + 1) if want - net.prefixlen <= 16 else net.prefixlen + 16
+    return out
+
+
+def plan(lab: str, lab_dir: str, topo: Topology, spec: KubeSpec, tools_dir: str) -> ClusterPlan:
+    d = os.path.join(lab_dir, "k8s")
+    pki = os.path.join(d, "pki")
+    logs = os.path.join(d, "logs")
+    host = api_host(topo)
+    url = f"https://{host}:{spec.api_port}" if ":" not in host else f"https://[{host}]:{spec.api_port}"
+    ext = external_netns(lab)
+    tool = lambda name: os.path.join(tools_dir, name)
+    kc = lambda stem: os.path.join(d, f"{stem}.kubeconfig")
+    sizes = mask_sizes(topo.cluster_cidrs)
+    cluster = ",".join(topo.cluster_cidrs)
+    p = lambda name: os.path.join(pki, name)
+    etcd = Process("etcd", (
+        tool("etcd"), "--name", "lab", "--data-dir", os.path.join(d, "etcd"),
+        "--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
+        "--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+        "--initial-cluster", "lab=http://127.0.0.1:2380", "--listen-metrics-urls", "http://127.0.0.1:2381",
+    ), ext, os.path.join(logs, "etcd.log"))
+    apiserver = Process("kube-apiserver", (
+        tool("kube-apiserver"), "--etcd-servers=http://127.0.0.1:2379", "--bind-address=::",
+        f"--secure-port={spec.api_port}", f"--advertise-address={host}",
+        f"--tls-cert-file={p('apiserver.crt')}", f"--tls-private-key-file={p('apiserver.key')}",
+        f"--client-ca-file={p('ca.crt')}", f"--service-account-key-file={p('sa.pub')}",
+        f"--service-account-signing-key-file={p('sa.key')}",
+        f"--service-account-issuer=https://kubernetes.default.svc.{CLUSTER_DOMAIN}",
+        f"--service-cluster-ip-range={spec.service_cidr}", "--authorization-mode=Node,RBAC",
+        "--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
+        f"--kubelet-client-certificate={p('apiserver-kubelet-client.crt')}",
+        f"--kubelet-client-key={p('apiserver-kubelet-client.key')}",
+        f"--kubelet-certificate-authority={p('ca.crt')}",
+        "--kubelet-preferred-address-types=InternalIP", "--profiling=false",
+    ), ext, os.path.join(logs, "kube-apiserver.log"))
+    kcm = Process("kube-controller-manager", (
+        tool("kube-controller-manager"), f"--kubeconfig={kc('controller-manager')}",
+        f"--authentication-kubeconfig={kc('controller-manager')}",
+        f"--authorization-kubeconfig={kc('controller-manager')}",
+        "--use-service-account-credentials=true", f"--service-account-private-key-file={p('sa.key')}",
+        f"--root-ca-file={p('ca.crt')}", f"--cluster-signing-cert-file={p('ca.crt')}",
+        f"--cluster-signing-key-file={p('ca.key')}", "--allocate-node-cidrs=true",
+        f"--cluster-cidr={cluster}", *(f"--node-cidr-mask-size-ipv{v}={s}" for v, s in sorted(sizes.items())),
+        f"--service-cluster-ip-range={spec.service_cidr}", "--leader-elect=false",
+        "--controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+        "--bind-address=127.0.0.1", "--secure-port=10257",
+        # A Node whose kubelet stops posting status is marked unreachable after 20 s (default 40 s).
+        "--node-monitor-grace-period=20s",
+    ), ext, os.path.join(logs, "kube-controller-manager.log"))
+    scheduler = Process("kube-scheduler", (
+        tool("kube-scheduler"), f"--kubeconfig={kc('scheduler')}",
+        f"--authentication-kubeconfig={kc('scheduler')}", f"--authorization-kubeconfig={kc('scheduler')}",
+        "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=10259",
+    ), ext, os.path.join(logs, "kube-scheduler.log"))
+    kubeconfigs = {kc("admin"): ("admin", "kubernetes-admin"),
+                   kc("controller-manager"): ("controller-manager", "system:kube-controller-manager"),
+                   kc("scheduler"): ("scheduler", "system:kube-scheduler")}
+    nodes = []
+    for n in topo.nodes:
+        kubeconfigs[kc(n.name)] = (n.name, f"system:node:{n.name}")
+        nodes.append(node_plan(lab, lab_dir, topo, n.name, kc(n.name), p("ca.crt"), tools_dir))
+    return ClusterPlan(d, pki, host, url, spec.api_port, spec.service_cidr, topo.cluster_cidrs, kc("admin"),
+                       kubeconfigs, (etcd, apiserver, kcm, scheduler), tuple(nodes))
+
+
+def node_dir(lab_dir: str, node: str) -> str:
+    return os.path.join(lab_dir, "nodes", node, "k8s")
+
+
+def node_plan(lab: str, lab_dir: str, topo: Topology, name: str, kubeconfig: str, ca: str,
+              tools_dir: str) -> NodePlan:
+    from lab import layout
+
+    spec = topo.node(name)
+    d = node_dir(lab_dir, name)
+    paths = layout.node_paths(lab_dir, name)
+    own = {"net.d": paths.netconf, "ovs": paths.ovs, "ferry-log": paths.log,
+           "ferry-run": os.path.dirname(paths.state_file)}
+    binds = tuple((own.get(key, os.path.join(d, key)), target) for key, target in NODE_MOUNTS)
+    cgroup_root = f"/ferry-lab/{lab}/{name}"
+    addresses = tuple(a for a in node_addresses(topo, spec) if a)
+    containerd_dir = dict(NODE_MOUNTS)
+    config = containerd_config(containerd_dir["containerd"], containerd_dir["containerd-run"])
+    kubelet = kubelet_config(cgroup_root, ca)
+    mount_ns = os.path.join(lab_dir, "k8s", "mnt", name)
+    netns = node_netns(lab, name)
+    conf_path = os.path.join(d, "containerd.toml")
+    kubelet_path = os.path.join(d, "kubelet.yaml")
+    procs = (
+        Process("containerd", ("containerd", "--config", conf_path), netns,
+                os.path.join(paths.log, "containerd.log"), mount_ns),
+        Process("kubelet", (os.path.join(tools_dir, "kubelet"), f"--config={kubelet_path}",
+                            f"--kubeconfig={kubeconfig}", f"--hostname-override={name}",
+                            f"--node-ip={','.join(addresses)}", "--v=1"),
+                netns, os.path.join(paths.log, "kubelet.log"), mount_ns),
+    )
+    return NodePlan(name, d, addresses, mount_ns, binds, cgroup_root, config,
+                    os.path.join(d, "containerd-run", "containerd.sock"), kubelet, kubeconfig, procs)
+
+
+def containerd_config(root: str, state: str) -> str:
+    """containerd 1.6's config (version 2): CRI with runc, CNI from the standard paths, the lab's
+    pause image; ``restrict_oom_score_adj`` because root here lacks CAP_SYS_RESOURCE."""
+    return f"""version = 2
+root = "{root}"
+state = "{state}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+                    "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "{CONTAINERD_SOCKET}"
+[ttrpc]
+  address = "{CONTAINERD_SOCKET}.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/opt/cni/bin"
+    conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+"""
+
+
+def kubelet_config(cgroup_root: str, ca: str) -> dict[str, Any]:
+    """The KubeletConfiguration. What this machine needs (lab/README.md has the why): cgroup v1
+    with the cgroupfs driver (``failCgroupV1: false``), no oom_score_adj change, eviction and image
+    GC thresholds that never fire on a shared disk, no swap check."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "cgroupDriver": "cgroupfs", "cgroupRoot": cgroup_root, "failCgroupV1": False,
+        "failSwapOn": False, "containerRuntimeEndpoint": f"unix://{CONTAINERD_SOCKET}",
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": ca}},
+        "authorization": {"mode": "Webhook"},
+        "clusterDomain": CLUSTER_DOMAIN, "healthzBindAddress": "127.0.0.1", "healthzPort": 10248,
+        "resolvConf": "/etc/resolv.conf", "oomScoreAdj": 0,
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                         "nodefs.inodesFree": "1%"},
+        "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+        "rotateCertificates": False, "serializeImagePulls": False,
+        "nodeStatusUpdateFrequency": "4s", "syncFrequency": "10s",
+    }
+
+
+def kubeconfig(server: str, ca: str, cert: str, key: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "ferry-lab", "cluster": {"server": server, "certificate-authority": ca}}],
+            "users": [{"name": "user", "user": {"client-certificate": cert, "client-key": key}}],
+            "contexts": [{"name": "ferry-lab", "context": {"cluster": "ferry-lab", "user": "user"}}],
+            "current-context": "ferry-lab"}

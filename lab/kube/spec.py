@@ -1,0 +1,58 @@
+"""The topology's ``kubernetes`` block: whether the lab is a Kubernetes cluster, and its few knobs.
+
+```yaml
+kubernetes:
+  serviceCIDR: 10.96.0.0/16   # the API server's --service-cluster-ip-range
+  apiPort: 6443
+  imageTag: null              # Ferry's image tag (default: the one deploy/ferry.yaml names)
+```
+``kubernetes: {}`` (or ``ferry-lab up --kubernetes``) takes every default."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+KEYS = ("serviceCIDR", "apiPort", "imageTag")
+
+
+class KubeSpecError(ValueError):
+    """The ``kubernetes`` block is malformed; the message names the key."""
+
+
+@dataclass(frozen=True)
+class KubeSpec:
+    service_cidr: str = "10.96.0.0/16"
+    api_port: int = 6443
+    image_tag: str | None = None
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"serviceCIDR": self.service_cidr, "apiPort": self.api_port, "imageTag": self.image_tag}
+
+
+def parse(value: Any) -> KubeSpec | None:
+    """``None``/``false`` -> no cluster; a mapping (possibly empty) or ``true`` -> a cluster."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict):
+        raise KubeSpecError("kubernetes: expected a mapping (or true)")
+    unknown = sorted(set(value) - set(KEYS))
+    if unknown:
+        raise KubeSpecError(f"kubernetes: unknown keys {unknown} (known: {', '.join(KEYS)})")
+    cidr = str(value.get("serviceCIDR", "10.96.0.0/16"))
+    try:
+        net = ipaddress.ip_network(cidr, strict=True)
+    except ValueError as e:
+        raise KubeSpecError(f"kubernetes.serviceCIDR {cidr!r}: {e}") from None
+    if net.version != 4 or net.prefixlen > 24 or net.prefixlen < 12:
+        raise KubeSpecError(f"kubernetes.serviceCIDR {cidr!r}: an IPv4 network between /12 and /24")
+    port = value.get("apiPort", 6443)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise KubeSpecError(f"kubernetes.apiPort {port!r}: a port number")
+    tag = value.get("imageTag")
+    if tag is not None and (not isinstance(tag, str) or not tag or "/" in tag or ":" in tag):
+        raise KubeSpecError(f"kubernetes.imageTag {tag!r}: a tag (no '/' or ':')")
+    return KubeSpec(str(net), port, tag)

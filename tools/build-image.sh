@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `make image`: Ferry's container image from the frozen bundle, with nothing pulled from a registry.
+#   tools/build-image.sh [TAG]        (default: the tag deploy/ferry.yaml names)
+# 1. base root file system: mmdebstrap of Debian 12 with the packages the Containerfile names,
+#    cached outside the clone by the package list (a fresh machine builds it once, ~30 s);
+# 2. the frozen bundle (`make dist` must have run: dist/ferry);
+# 3. podman build -f Containerfile, then an OCI archive at build/image/ferry-<TAG>.tar that
+#    `ctr images import` loads (the lab loads it into every Node's containerd).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+image=$(sed -n 's/^ *image: *\(ferry-cni\/ferry\):\(.*\)$/\1/p' "$here/deploy/ferry.yaml" | head -1)
+tag=${1:-$(sed -n 's/^ *image: *ferry-cni\/ferry:\(.*\)$/\1/p' "$here/deploy/ferry.yaml" | head -1)}
+ref=docker.io/$image:$tag
+packages=openvswitch-common,libnftables1,iproute2
+cache=${FERRY_IMAGE_CACHE:-/var/cache/ferry/image}
+out=$here/build/image
+mkdir -p "$cache" "$out"
+[ -x "$here/dist/ferry/ferry-route-sync" ] || { echo "build-image: no dist/ferry (run make dist)" >&2; exit 1; }
+
+key=$(echo "bookworm essential $packages" | sha256sum | cut -c1-12)
+base=$cache/rootfs-$key.tar
+if ! [ -f "$base" ]; then
+  echo "build-image: making the base root file system ($packages)" >&2
+  mmdebstrap --quiet --variant=essential --include="$packages" \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' bookworm "$cache/.partial-$key.tar"
+  mv "$cache/.partial-$key.tar" "$base"
+fi
+ctx=$out/context
+rm -rf "$ctx"; mkdir -p "$ctx"
+ln "$base" "$ctx/rootfs.tar" 2>/dev/null || cp "$base" "$ctx/rootfs.tar"
+cp -a "$here/dist/ferry" "$ctx/ferry"
+podman build --quiet -f "$here/Containerfile" -t "$ref" "$ctx" >/dev/null
+rm -f "$out/ferry-$tag.tar"
+podman save --quiet --format oci-archive -o "$out/ferry-$tag.tar" "$ref"
+rm -rf "$ctx"
+echo "$out/ferry-$tag.tar"
