@@ -314,7 +314,8 @@ class Lab:
     def kube(self) -> Cluster:
         if self.topology.kubernetes is None:
             raise LabError(f"lab {self.name} is not a Kubernetes cluster (ferry-lab up --kubernetes)")
-        return Cluster(lab_cluster.cluster_plan(self.topology, self.name, self.dir), self.manifest, lambda s: None)
+        return Cluster(lab_cluster.cluster_plan(self.topology, self.name, self.dir), self.manifest, lambda s: None,
+                       router_netns(self.name) if self.topology.route_pod_cidrs else None)
 
     def _add_kube_pod(self, node: str, name: str, timeout: float) -> Pod:
         n = self.node(node)

@@ -75,7 +75,7 @@ def plan(lab: str, topo: Topology) -> NetPlan:
     r += ["link set eth-ext up",
           f"addr add {with_prefix(topo.external_ipv4, ROUTER_ON_SEGMENT)} dev eth-ext",
           f"addr add {with_prefix(topo.external_ipv6, ROUTER_ON_SEGMENT)} dev eth-ext nodad"]
-    if topo.route_pod_cidrs:
+    if topo.route_pod_cidrs and topo.kubernetes is None:  # Kubernetes: from the Node objects (lab.kube)
         for n in topo.nodes:
             v4, v6 = node_addresses(topo, n)
             for c in n.pod_cidrs:

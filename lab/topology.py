@@ -277,11 +277,11 @@ def parse(data: Any) -> Topology:
         external_ipv6=_cidr(ext.get("ipv6", "fd00:99::/64"), 6, "router.external.ipv6"),
         route_sync=route_sync, bridge=str(d.get("bridge", "br-int")),
         node_pod_routes=bool(d.get("nodePodRoutes", False)),
-        kubernetes=_kubernetes(d.get("kubernetes"), route_sync),
+        kubernetes=_kubernetes(d.get("kubernetes"), route_sync, tuple(n.name for n in nodes)),
     )
 
 
-def _kubernetes(value: Any, route_sync: RouteSyncSpec | None) -> KubeSpec | None:
+def _kubernetes(value: Any, route_sync: RouteSyncSpec | None, node_names: tuple[str, ...]) -> KubeSpec | None:
     try:
         spec = kube_spec.parse(value)
     except kube_spec.KubeSpecError as e:
@@ -291,6 +291,11 @@ def _kubernetes(value: Any, route_sync: RouteSyncSpec | None) -> KubeSpec | None
     if spec is not None and route_sync is not None and route_sync.trafficEncapMode == "networkPolicyOnly":
         raise TopologyError("kubernetes: networkPolicyOnly (chained after a primary CNI) is not deployed "
                             "by the lab's DaemonSet yet")
+    unknown = [n for n in (spec.join_later if spec else ()) if n not in node_names]
+    if unknown:
+        raise TopologyError(f"kubernetes.joinLater: no Node named {', '.join(unknown)}")
+    if spec is not None and len(spec.join_later) >= len(node_names):
+        raise TopologyError("kubernetes.joinLater: at least one Node must start with the cluster")
     return spec
 
 

@@ -31,7 +31,7 @@ from lab.kube.plan import (
     server_names,
 )
 from lab.manifest import Manifest
-from lab.sh import LabError
+from lab.sh import LabError, ip_batch
 
 REPO = tools.REPO
 CGROUP_FS = "/sys/fs/cgroup"
@@ -75,7 +75,7 @@ def start(proc: Process, manifest: Manifest) -> int:
     with open(proc.log, "ab") as out:
         p = subprocess.Popen(nsenter_argv(proc), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                              start_new_session=True, cwd="/")
-    manifest.record("pid", pid=p.pid, role=proc.name)
+    manifest.record("pid", pid=p.pid, role=proc.role)
     return p.pid
 
 
@@ -236,6 +236,18 @@ def teardown(manifest: Manifest) -> None:
 
 # ---------------------------------------------------------------- the cluster
 
+def router_routes(nodes: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]) -> list[str]:
+    """``<cidr> via <node address of the same family>`` for every Node's Pod CIDRs (pure)."""
+    out = []
+    for name in sorted(nodes):
+        cidrs, addrs = nodes[name]
+        for c in cidrs:
+            via = next((a for a in addrs if (":" in a) == (":" in c)), None)
+            if via:
+                out.append(f"{c} via {via}")
+    return out
+
+
 def kubectl_argv(plan: ClusterPlan, args: list[str]) -> list[str]:
     """kubectl with the admin kubeconfig, in the external host's network namespace: the API server
     listens on the underlay, which this machine's own namespace does not reach (like a cluster
@@ -247,10 +259,11 @@ def kubectl_argv(plan: ClusterPlan, args: list[str]) -> list[str]:
 class Cluster:
     """Applies a :class:`ClusterPlan` for the lab whose manifest is ``manifest``."""
 
-    def __init__(self, plan: ClusterPlan, manifest: Manifest, log: Log) -> None:
+    def __init__(self, plan: ClusterPlan, manifest: Manifest, log: Log, router_netns: str | None = None) -> None:
         self.plan = plan
         self.manifest = manifest
         self.log = log
+        self.router_netns = router_netns  # set: the router follows the Nodes' Pod CIDRs (routePodCIDRs)
 
     # -- certificates and kubeconfigs
     def credentials(self, topo_names: tuple[str, ...]) -> None:
@@ -274,6 +287,31 @@ class Cluster:
         if check and cp.returncode != 0:
             raise LabError(f"kubectl {' '.join(args)}: {cp.stderr.strip()}")
         return cp
+
+    # -- components: stop, start, restart (the failure tests)
+    def pid_of(self, role: str) -> int | None:
+        """The live pid of ``role`` (the newest record whose process still runs)."""
+        for e in reversed(self.manifest.of_kind("pid")):
+            if e.get("role") == role and _alive(e["pid"]):
+                return int(e["pid"])
+        return None
+
+    def stop(self, role: str, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+        pid = self.pid_of(role)
+        if pid is None:
+            raise LabError(f"{role} is not running")
+        os.kill(pid, sig)
+        try:
+            wait_gone({pid}, timeout)
+        except LabError:
+            _kill(pid)
+            wait_gone({pid}, 10)
+        self.manifest.forget("pid", pid=pid, role=role)
+
+    def start(self, role: str) -> int:
+        if self.pid_of(role) is not None:
+            raise LabError(f"{role} runs already")
+        return start(self.plan.process(role), self.manifest)
 
     def pod(self, namespace: str, name: str) -> dict | None:
         cp = self.kubectl("get", "pod", "-n", namespace, name, "-o", "json", check=False)
@@ -333,23 +371,70 @@ class Cluster:
         docs = manifests.apply_overlay(manifests.load(), overlay)
         self.kubectl("apply", "-f", "-", input=manifests.dump(docs))
 
-    def daemonset_ready(self) -> bool:
+    def daemonset_ready(self, want: int) -> bool:
+        """Ferry's DaemonSet runs ready and up to date on ``want`` Nodes."""
         cp = self.kubectl("-n", "kube-system", "get", "daemonset", "ferry", "-o", "json", check=False)
         if cp.returncode != 0:
             return False
-        st = json.loads(cp.stdout).get("status", {})
-        want = len(self.plan.nodes)
-        return (st.get("desiredNumberScheduled") == want and st.get("numberReady") == want
-                and st.get("updatedNumberScheduled") == want)
+        doc = json.loads(cp.stdout)
+        st = doc.get("status", {})
+        return (st.get("observedGeneration") == doc["metadata"]["generation"]
+                and st.get("desiredNumberScheduled") == want and st.get("numberReady") == want
+                and st.get("updatedNumberScheduled") == want and st.get("numberAvailable") == want)
+
+    def started_nodes(self) -> list[NodePlan]:
+        return [n for n in self.plan.nodes if self.pid_of(f"{n.name}/kubelet") is not None]
+
+    def wait_converged(self, timeout: float = 180.0) -> None:
+        """Every started Node registered and Ready, Ferry's DaemonSet ready on each."""
+        names = {n.name for n in self.started_nodes()}
+        wait_for(f"Nodes {sorted(names)} to register", lambda: set(self.nodes()) >= names, timeout,
+                 lambda: "\n".join(tail(n.processes[1].log, 5) for n in self.plan.nodes if n.name in names))
+        wait_for("Ferry's DaemonSet to be ready on every Node", lambda: self.daemonset_ready(len(names)), timeout,
+                 lambda: self.kubectl("-n", "kube-system", "get", "pods", "-o", "wide", check=False).stdout)
+        wait_for("every Node to be Ready",
+                 lambda: all(self.ready(n) for k, n in self.nodes().items() if k in names), timeout)
+
+    def node_pod_cidrs(self) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """Node name -> (spec.podCIDRs, InternalIP addresses), as the API has them."""
+        out = {}
+        for name, n in self.nodes().items():
+            ips = tuple(a["address"] for a in n["status"].get("addresses", []) if a["type"] == "InternalIP")
+            out[name] = (tuple(n["spec"].get("podCIDRs") or ()), ips)
+        return out
+
+    def route_pod_cidrs(self, router_netns: str) -> list[str]:
+        """What a cloud's route controller does for noEncap: the router gets a route to every
+        Node's Pod CIDRs (from the Node objects) via that Node's address. Returns the routes."""
+        routes = router_routes(self.node_pod_cidrs())
+        ip_batch(router_netns, [f"route replace {r}" for r in routes])
+        return routes
+
+    def images(self) -> list[str]:
+        d = os.path.join(self.plan.directory, "images")
+        return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".tar"))
+
+    def join(self, node: str, timeout: float = 180.0) -> None:
+        """Start ``node``'s containerd and kubelet (a ``joinLater`` Node): it registers, gets its
+        Pod CIDRs from the controller-manager, Ferry's DaemonSet lands on it."""
+        self.node_up(self.plan.node(node), self.images())
+        self.wait_converged(timeout)
+        if self.router_netns:
+            self.route_pod_cidrs(self.router_netns)
 
 
 def build_images(directory: str, tag: str | None, log: Log) -> list[str]:
-    """The pause and workload images (made here) and Ferry's (``tools/build-image.sh``)."""
+    """The pause and workload images (made here) and Ferry's (``tools/build-image.sh``), in
+    ``directory`` (Ferry's linked from build/image)."""
     os.makedirs(directory, exist_ok=True)
     pause = ociimage.write_archive(ociimage.busybox_image(PAUSE_IMAGE, cmd=("sleep", "2147483647")),
                                    os.path.join(directory, "pause.tar"))
     busybox = ociimage.write_archive(ociimage.busybox_image(WORKLOAD_IMAGE), os.path.join(directory, "busybox.tar"))
-    return [pause, busybox, ferry_image(tag, log)]
+    ferry = os.path.join(directory, "ferry.tar")
+    if os.path.lexists(ferry):
+        os.unlink(ferry)
+    os.symlink(ferry_image(tag, log), ferry)
+    return [pause, busybox, ferry]
 
 
 def ferry_image(tag: str | None, log: Log) -> str:
@@ -370,30 +455,29 @@ def ferry_image(tag: str | None, log: Log) -> str:
 
 
 def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, image_tag: str | None,
-       manifest: Manifest, log: Log) -> Cluster:
+       join_later: tuple[str, ...], route_pod_cidrs: bool, router_netns: str, manifest: Manifest,
+       log: Log) -> Cluster:
     t0 = time.monotonic()
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"):
         if not os.access(tools.tool(name), os.X_OK):
             raise LabError(f"{tools.tool(name)} missing: run `tools/build-go-tools.sh kubernetes` (make install)")
-    cluster = Cluster(plan, manifest, log)
+    cluster = Cluster(plan, manifest, log, router_netns if route_pod_cidrs else None)
     os.makedirs(plan.directory, exist_ok=True)
     cluster.credentials(topo_server_names)
     images = build_images(os.path.join(plan.directory, "images"), image_tag, log)
     cluster.control_plane()
     log(f"control plane ready: {time.monotonic() - t0:.1f}s")
     make_holder(os.path.dirname(plan.nodes[0].mount_ns), manifest)
-    with ThreadPoolExecutor(max_workers=len(plan.nodes)) as pool:
-        list(pool.map(lambda n: cluster.node_up(n, images), plan.nodes))
-    wait_for("every Node to register", lambda: set(cluster.nodes()) >= {n.name for n in plan.nodes}, 120,
-             lambda: "\n".join(tail(n.processes[1].log, 5) for n in plan.nodes))
-    log(f"kubelets registered: {time.monotonic() - t0:.1f}s")
+    now = [n for n in plan.nodes if n.name not in join_later]
+    with ThreadPoolExecutor(max_workers=len(now)) as pool:
+        list(pool.map(lambda n: cluster.node_up(n, images), now))
     image = None
     if image_tag:
         image = manifests.shipped_image(manifests.load()).rsplit(":", 1)[0] + f":{image_tag}"
     cluster.deploy_ferry(manifests.Overlay(plan.api_host, plan.api_port, plan.cluster_cidrs, route_sync, image))
-    wait_for("Ferry's DaemonSet to be ready on every Node", cluster.daemonset_ready, 180,
-             lambda: cluster.kubectl("-n", "kube-system", "get", "pods", "-o", "wide", check=False).stdout)
-    wait_for("every Node to be Ready", lambda: all(cluster.ready(n) for n in cluster.nodes().values()), 120)
+    cluster.wait_converged()
+    if route_pod_cidrs:
+        cluster.route_pod_cidrs(router_netns)
     log(f"Ferry deployed, Nodes Ready: {time.monotonic() - t0:.1f}s")
     return cluster
 

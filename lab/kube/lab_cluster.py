@@ -8,7 +8,7 @@ from typing import Any
 from lab import tools
 from lab.kube import cluster, plan
 from lab.manifest import Manifest
-from lab.topology import Topology
+from lab.topology import Topology, router_netns
 
 
 def route_sync_keys(topo: Topology) -> dict[str, Any]:
@@ -33,4 +33,4 @@ def up(topo: Topology, name: str, directory: str, manifest: Manifest, log: Calla
     p = cluster_plan(topo, name, directory)
     manifest.set(kubeconfig=p.admin_kubeconfig)
     cluster.up(p, plan.server_names(topo, topo.kubernetes), route_sync_keys(topo), topo.kubernetes.image_tag,
-               manifest, log)
+               topo.kubernetes.join_later, topo.route_pod_cidrs, router_netns(name), manifest, log)

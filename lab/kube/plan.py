@@ -57,6 +57,11 @@ class Process:
     netns: str
     log: str
     mount_ns: str | None = None  # a persisted mount namespace (file) to enter, else the host's
+    node: str | None = None  # the Node it serves (containerd, kubelet); None: the control plane
+
+    @property
+    def role(self) -> str:
+        return f"{self.node}/{self.name}" if self.node else self.name
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,13 @@ class ClusterPlan:
             if n.name == name:
                 return n
         raise KeyError(name)
+
+    def process(self, role: str) -> Process:
+        """``kube-apiserver``, ``etcd``, ... or ``<node>/kubelet``, ``<node>/containerd``."""
+        for p in (*self.control_plane, *(q for n in self.nodes for q in n.processes)):
+            if p.role == role:
+                return p
+        raise KeyError(role)
 
 
 def api_host(topo: Topology) -> str:
@@ -210,11 +222,11 @@ def node_plan(lab: str, lab_dir: str, topo: Topology, name: str, kubeconfig: str
     kubelet_path = os.path.join(d, "kubelet.yaml")
     procs = (
         Process("containerd", ("containerd", "--config", conf_path), netns,
-                os.path.join(paths.log, "containerd.log"), mount_ns),
+                os.path.join(paths.log, "containerd.log"), mount_ns, name),
         Process("kubelet", (os.path.join(tools_dir, "kubelet"), f"--config={kubelet_path}",
                             f"--kubeconfig={kubeconfig}", f"--hostname-override={name}",
                             f"--node-ip={','.join(addresses)}", "--v=1"),
-                netns, os.path.join(paths.log, "kubelet.log"), mount_ns),
+                netns, os.path.join(paths.log, "kubelet.log"), mount_ns, name),
     )
     return NodePlan(name, d, addresses, mount_ns, binds, cgroup_root, config,
                     os.path.join(d, "containerd-run", "containerd.sock"), kubelet, kubeconfig, procs)

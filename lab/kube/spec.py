@@ -5,6 +5,7 @@ kubernetes:
   serviceCIDR: 10.96.0.0/16   # the API server's --service-cluster-ip-range
   apiPort: 6443
   imageTag: null              # Ferry's image tag (default: the one deploy/ferry.yaml names)
+  joinLater: []               # Nodes whose kubelet starts only on `Cluster.join` (a Node joining)
 ```
 ``kubernetes: {}`` (or ``ferry-lab up --kubernetes``) takes every default."""
 
@@ -14,7 +15,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-KEYS = ("serviceCIDR", "apiPort", "imageTag")
+KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater")
 
 
 class KubeSpecError(ValueError):
@@ -26,9 +27,11 @@ class KubeSpec:
     service_cidr: str = "10.96.0.0/16"
     api_port: int = 6443
     image_tag: str | None = None
+    join_later: tuple[str, ...] = ()
 
     def to_doc(self) -> dict[str, Any]:
-        return {"serviceCIDR": self.service_cidr, "apiPort": self.api_port, "imageTag": self.image_tag}
+        return {"serviceCIDR": self.service_cidr, "apiPort": self.api_port, "imageTag": self.image_tag,
+                "joinLater": list(self.join_later)}
 
 
 def parse(value: Any) -> KubeSpec | None:
@@ -55,4 +58,7 @@ def parse(value: Any) -> KubeSpec | None:
     tag = value.get("imageTag")
     if tag is not None and (not isinstance(tag, str) or not tag or "/" in tag or ":" in tag):
         raise KubeSpecError(f"kubernetes.imageTag {tag!r}: a tag (no '/' or ':')")
-    return KubeSpec(str(net), port, tag)
+    later = value.get("joinLater") or []
+    if not isinstance(later, list) or not all(isinstance(n, str) for n in later):
+        raise KubeSpecError(f"kubernetes.joinLater {later!r}: a list of Node names")
+    return KubeSpec(str(net), port, tag, tuple(later))
