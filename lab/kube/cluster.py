@@ -226,10 +226,10 @@ def teardown(manifest: Manifest) -> None:
     for e in node_ns:
         cg = next((r for r in roots if r.endswith("/" + os.path.basename(e["path"]))), "")
         stop_node(e["path"], cg)
-    for e in node_ns:
-        subprocess.run(["umount", "-l", e["path"]], capture_output=True, check=False)
-    for holder in {e["holder"] for e in manifest.of_kind("mountns")}:
-        subprocess.run(["umount", "-l", holder], capture_output=True, check=False)
+    for path in [e["path"] for e in node_ns] + sorted({e["holder"] for e in manifest.of_kind("mountns")}):
+        for _ in range(8):  # a mount point may carry several mounts (an interrupted earlier up)
+            if subprocess.run(["umount", "-l", path], capture_output=True, check=False).returncode != 0:
+                break
     for r in roots:
         remove_cgroup(r)
 
@@ -409,6 +409,16 @@ class Cluster:
         routes = router_routes(self.node_pod_cidrs())
         ip_batch(router_netns, [f"route replace {r}" for r in routes])
         return routes
+
+    def retag_ferry_image(self, tag: str) -> str:
+        """Ferry's image under another tag on every started Node (``ctr images tag``): a new image
+        reference for a DaemonSet rolling update. Returns the reference."""
+        shipped = manifests.shipped_image(manifests.load())
+        src = f"docker.io/{shipped}"
+        new = f"{shipped.rsplit(':', 1)[0]}:{tag}"
+        for n in self.started_nodes():
+            ctr(n, "images", "tag", "--force", src, f"docker.io/{new}")
+        return new
 
     def images(self) -> list[str]:
         d = os.path.join(self.plan.directory, "images")

@@ -64,19 +64,30 @@ def kube_cni_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
     return ensure_cni_bin(str(tmp_path_factory.mktemp("cni-bin")))
 
 
-@pytest.fixture(scope="module")
-def kube_lab_of(kube_cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
-    """``kube_lab_of(topology)`` -> a running Kubernetes lab, torn down at module end."""
+def _factory(cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
     labs: list[Lab] = []
 
     def make(topo: dict[str, Any]) -> Lab:
         reason = can_run()
         if reason:
             pytest.skip(reason)
-        lab = Lab.up(topo, name=lab_name(), cni_bin=kube_cni_bin)
+        lab = Lab.up(topo, name=lab_name(), cni_bin=cni_bin)
         labs.append(lab)
         return lab
 
     yield make
     for lab in labs:
         lab.down()
+
+
+@pytest.fixture
+def kube_lab_of(kube_cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
+    """``kube_lab_of(topology)`` -> a running Kubernetes lab, torn down after the test (a
+    cluster is ~10 processes: one at a time on a 2-core machine)."""
+    yield from _factory(kube_cni_bin)
+
+
+@pytest.fixture(scope="module")
+def kube_module_lab_of(kube_cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
+    """The same, shared by a module's tests and torn down at its end."""
+    yield from _factory(kube_cni_bin)
