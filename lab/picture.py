@@ -13,6 +13,7 @@ are pure (a :class:`Scene` in, DOT source out), so the drawing is tested without
 
 from __future__ import annotations
 
+import html
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -210,22 +211,28 @@ def _node(c: graphviz.Graph, n: NodeView) -> None:
             nc.edge(_id("node", n.name), pid, color="#8fb3d9")
 
 
+LINE_GLYPHS = {"solid": "──────", "dashed": "╌╌╌╌╌╌", "dotted": "┈┈┈┈┈┈", "bold": "━━━━━━"}
+
+
 def _legend(g: graphviz.Graph, edges: Sequence[PeerEdge]) -> None:
-    used = {(e.main, e.tunnel if e.main == "tunnel" else None) for e in edges}
+    """One box naming each path drawn, with a sample of its line (an HTML-like table)."""
+    used = sorted({(e.main, e.tunnel if e.main == "tunnel" else "") for e in edges})
     if not used:
         return
-    with g.subgraph(name="cluster_legend") as c:
-        c.attr(label="paths between Nodes", fontsize="10", style="rounded", color="#cccccc", labeljust="l")
-        for i, (path, tunnel) in enumerate(sorted(used, key=lambda u: (u[0], u[1] or ""))):
-            color, style, width, text = PATH_STYLES[path]
-            if path == "tunnel":
-                color, text = TUNNEL_COLORS.get(tunnel or "", TUNNEL_COLORS["vxlan"]), f"{tunnel} tunnel"
-            a, b = f"legend_{i}_a", f"legend_{i}_b"
-            with c.subgraph() as row:  # one row per path: a short line, then its name
-                row.attr(rank="same")
-                row.node(a, "", shape="point", width="0.05")
-                row.node(b, text, shape="plaintext", fontsize="9", fontcolor=color)
-            c.edge(a, b, color=color, style=style, penwidth=width, minlen="1")
+    rows = []
+    for path, tunnel in used:
+        color, style, _, text = PATH_STYLES[path]
+        if path == "tunnel":
+            color, text = TUNNEL_COLORS.get(tunnel, TUNNEL_COLORS["vxlan"]), f"{tunnel} tunnel"
+        rows.append(f'<TR><TD ALIGN="LEFT"><FONT COLOR="{color}">{LINE_GLYPHS[style]}</FONT></TD>'
+                    f'<TD ALIGN="LEFT"><FONT COLOR="{color}">{html.escape(text)}</FONT></TD></TR>')
+    g.node("legend", f'<<TABLE BORDER="0" CELLSPACING="2"><TR><TD COLSPAN="2" ALIGN="LEFT">paths between '
+                     f'Nodes</TD></TR>{"".join(rows)}</TABLE>>', shape="box", style="rounded", color="#cccccc",
+           fontsize="9")
+    with g.subgraph() as top:
+        top.attr(rank="same")
+        top.node("router")
+        top.node("legend")
 
 
 def render(sc: Scene, fmt: str) -> bytes:
