@@ -18,6 +18,7 @@ reason; the result is then parsed like any topology (``lab.topology.parse``)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,15 +47,6 @@ class Overrides:
     tunnel: str | None = None  # tunnelType
     fast_path: bool = False  # True: fastPath on
     family: str | None = None  # "4" | "6" | "dual"
-
-    def __bool__(self) -> bool:
-        return bool(self.mode or self.tunnel or self.fast_path or self.family)
-
-    def describe(self) -> str:
-        """The flags as typed (for messages): ``--mode hybrid --fast-path``."""
-        parts = [f"--mode {self.mode}" if self.mode else "", f"--tunnel {self.tunnel}" if self.tunnel else "",
-                 "--fast-path" if self.fast_path else "", f"--family {self.family}" if self.family else ""]
-        return " ".join(p for p in parts if p)
 
 
 def apply(doc: dict[str, Any] | None, o: Overrides) -> dict[str, Any]:
@@ -146,7 +138,8 @@ def _family(doc: dict[str, Any], family: str) -> None:
         doc["nodes"] = out
 
 
-def _only(block: dict[str, Any], wanted: tuple[int, ...], dropped: list[int], default: Any) -> dict[str, Any]:
+def _only(block: dict[str, Any], wanted: tuple[int, ...], dropped: list[int], default: Callable[[int], str]
+          ) -> dict[str, Any]:
     """A segment / external block with exactly the ``wanted`` families: others removed; when it
     named any, the missing wanted ones added with ``default(family)`` (naming none, the parser
     gives it the cluster's families)."""

@@ -14,18 +14,19 @@ YAML (every key optional; ``lab/topologies/default.yaml`` is the default)::
     router:
       routePodCIDRs: false               # routes to each Node's Pod CIDRs via the Node
       external: {ipv4: 192.168.99.0/24, ipv6: fd00:99::/64}
-
-Families: the underlay gets only the families the topology names.  A segment (or
-``router.external``) that names ``ipv4`` and/or ``ipv6`` gets exactly those; one that names
-neither gets the defaults of the cluster's families (those of ``clusterCIDRs``; the external
-link: those of the segments).  So ``clusterCIDRs: [10.244.0.0/16]`` with ``segments: {a: {},
-b: {}}`` is IPv4-only throughout.
     nodes:
       - {name: node-1, segment: a}       # optional: datapath, podCIDRs, address index
     routeSync: null                      # or {trafficEncapMode: encap, tunnelType: vxlan, ...}
     nodePodRoutes: false                 # each Node routes the Pod CIDRs of the other Nodes on its
                                          # segment via them (the primary CNI's routing when Ferry
                                          # runs chained, trafficEncapMode networkPolicyOnly)
+
+Families: the underlay gets only the families the topology names.  A segment (or
+``router.external``) that names ``ipv4`` and/or ``ipv6`` gets exactly those; one that names
+neither gets the defaults of the cluster's families (those of ``clusterCIDRs``; the external
+link: those of the segments).  So ``clusterCIDRs: [10.244.0.0/16]`` with ``segments: {a: {},
+b: {}}`` is IPv4-only throughout.  ``lab.overrides`` rewrites a document for ``--family``
+and the mode flags.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ MAX_LAB_NAME = 12
 MAX_NODE_NAME = 15  # the Node's name is its veth name inside the segment namespace
 DATAPATHS = ("netdev", "system")
 ENCAP_MODES = ("encap", "noEncap", "hybrid", "networkPolicyOnly")
-TUNNEL_TYPES = ("vxlan", "geneve", "gre")  # what a netdev (userspace) datapath tunnels with
+TUNNEL_TYPES = ("vxlan", "geneve", "gre")  # what a netdev (userspace) datapath tunnels with (stt: system only)
 TUNNELLED_MODES = ("encap", "hybrid")
 FAST_PATH_MODES = ("noEncap", "hybrid")
 FAMILIES = (4, 6)
@@ -329,7 +330,7 @@ def parse(data: Any) -> Topology:
         if set(rs) - allowed:
             raise TopologyError(f"routeSync: unknown keys {sorted(set(rs) - allowed)}")
         route_sync = RouteSyncSpec(**rs)
-        check_route_sync(route_sync)
+        check_route_sync(route_sync, {n.datapath for n in nodes})
     return Topology(
         segments=tuple(segments), nodes=tuple(nodes), cluster_cidrs=cluster,
         route_pod_cidrs=bool(router.get("routePodCIDRs", False)),
@@ -339,27 +340,25 @@ def parse(data: Any) -> Topology:
     )
 
 
-def route_sync_problem(rs: RouteSyncSpec) -> tuple[str, str] | None:
-    """(key, reason) when the ``routeSync`` keys do not go together (route-sync would refuse
-    them at start), else None."""
+def check_route_sync(rs: RouteSyncSpec, datapaths: set[str]) -> None:
+    """Refuse ``routeSync`` keys that do not go together (route-sync would refuse them at start),
+    naming the key and the reason.  ``datapaths``: those of the Nodes."""
     mode = rs.trafficEncapMode
+    problem = None
     if mode not in ENCAP_MODES:
-        return "trafficEncapMode", f"{mode!r} is not one of {', '.join(ENCAP_MODES)}"
-    if rs.tunnelType not in TUNNEL_TYPES:
-        return "tunnelType", f"{rs.tunnelType!r} is not one of {', '.join(TUNNEL_TYPES)}"
-    if rs.fastPath and mode not in FAST_PATH_MODES:
-        return "fastPath", (f"only with trafficEncapMode {' or '.join(FAST_PATH_MODES)} (mode is {mode}: "
-                            f"{'every peer is tunnelled' if mode == 'encap' else 'the primary CNI routes'}, "
-                            f"no routed peer to take a fast path)")
-    if rs.noSNAT and mode != "noEncap":
-        return "noSNAT", f"only with trafficEncapMode noEncap (mode is {mode})"
-    if rs.tunnelPort is not None and rs.tunnelType == "gre":
-        return "tunnelPort", "gre has no UDP port"
-    return None
-
-
-def check_route_sync(rs: RouteSyncSpec) -> None:
-    problem = route_sync_problem(rs)
+        problem = "trafficEncapMode", f"{mode!r} is not one of {', '.join(ENCAP_MODES)}"
+    elif rs.tunnelType == "stt" and datapaths != {"system"}:
+        problem = "tunnelType", "stt needs datapath system on every Node (the netdev datapath has no STT)"
+    elif rs.tunnelType not in (*TUNNEL_TYPES, "stt"):
+        problem = "tunnelType", f"{rs.tunnelType!r} is not one of {', '.join(TUNNEL_TYPES)}"
+    elif rs.fastPath and mode not in FAST_PATH_MODES:
+        why = "every peer is tunnelled" if mode == "encap" else "the primary CNI routes"
+        problem = "fastPath", (f"only with trafficEncapMode {' or '.join(FAST_PATH_MODES)} (mode is {mode}: "
+                               f"{why}, no routed peer to take a fast path)")
+    elif rs.noSNAT and mode != "noEncap":
+        problem = "noSNAT", f"only with trafficEncapMode noEncap (mode is {mode})"
+    elif rs.tunnelPort is not None and rs.tunnelType == "gre":
+        problem = "tunnelPort", "gre has no UDP port"
     if problem:
         raise TopologyError(f"routeSync.{problem[0]}: {problem[1]}")
 

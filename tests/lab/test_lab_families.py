@@ -103,7 +103,8 @@ def test_a_segment_naming_no_family_gets_the_clusters() -> None:
      r"routeSync.fastPath: only with trafficEncapMode noEncap or hybrid \(mode is encap"),
     ({"routeSync": {"trafficEncapMode": "networkPolicyOnly", "fastPath": True}}, r"routeSync.fastPath: .*primary CNI"),
     ({"routeSync": {"trafficEncapMode": "hybrid", "noSNAT": True}}, r"routeSync.noSNAT: only with .*noEncap"),
-    ({"routeSync": {"tunnelType": "stt"}}, r"routeSync.tunnelType: 'stt' is not one of vxlan, geneve, gre"),
+    ({"routeSync": {"tunnelType": "stt"}}, r"routeSync.tunnelType: stt needs datapath system"),
+    ({"routeSync": {"tunnelType": "ipip"}}, r"routeSync.tunnelType: 'ipip' is not one of vxlan, geneve, gre"),
     ({"routeSync": {"tunnelType": "gre", "tunnelPort": 4789}}, r"routeSync.tunnelPort: gre has no UDP port"),
 ])
 def test_inconsistent_topologies_are_refused_naming_the_key(doc: dict, message: str) -> None:
@@ -234,8 +235,6 @@ def test_family_flag_keeps_explicit_pod_cidrs_of_the_family() -> None:
 
 def test_no_flags_leave_the_topology_as_it_is() -> None:
     assert overrides.apply(base(), Overrides()) == base()
-    assert not Overrides() and Overrides(family="4")
-    assert Overrides("hybrid", "gre", True, "6").describe() == "--mode hybrid --tunnel gre --fast-path --family 6"
 
 
 @pytest.mark.parametrize("args, message", [
