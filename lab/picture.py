@@ -155,7 +155,7 @@ def graph(sc: Scene) -> graphviz.Graph:
     topo = sc.topology
     g = graphviz.Graph(sc.lab, engine="dot")
     g.attr(rankdir="TB", fontname=FONT, fontsize="16", labelloc="t", newrank="true", nodesep="0.35",
-           ranksep="0.6", pad="0.3", label=f"ferry-lab {sc.lab}: {_mode_line(topo)}", bgcolor="white")
+           ranksep="0.6", pad="0.3", label=f"ferry-lab {sc.lab}: {_mode_line(topo)}\n ", bgcolor="white")
     g.attr("node", fontname=FONT, fontsize="10")
     g.attr("edge", fontname=FONT, fontsize="9")
 
