@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 BIN := $(CURDIR)/build/cni-bin
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: install bin test test-unit demo demo-down bench lint dist clean chaos
+.PHONY: install bin test test-unit demo demo-down lab-pictures bench lint dist clean chaos
 
 install:
 	bash .ci/install.sh
@@ -20,11 +20,21 @@ test: bin
 test-unit: install
 	$(PY) -m pytest -q -m "not root" tests
 
+# DEMO: more flags for ferry-lab demo, e.g. make demo DEMO="--mode hybrid --family 6".
+# The picture of the lab (Graphviz) goes to build/demo.svg; the demo prints its path.
+DEMO ?=
 demo: bin
-	$(VENV)/bin/ferry-lab demo --cni-bin $(BIN)
+	$(VENV)/bin/ferry-lab demo --cni-bin $(BIN) --picture $(CURDIR)/build/demo.svg $(DEMO)
 
 demo-down:
 	$(VENV)/bin/ferry-lab down
+
+# The pictures docs/ and README show, drawn by the command: the default demo and a hybrid demo.
+lab-pictures: bin
+	@set -e; for lab in "pic-default:" "pic-hybrid:--mode hybrid"; do name=$${lab%%:*}; \
+	  $(VENV)/bin/ferry-lab demo --name $$name --cni-bin $(BIN) --picture docs/lab-$${name#pic-}.svg $${lab#*:} \
+	    >/dev/null || { $(VENV)/bin/ferry-lab down --name $$name; exit 1; }; \
+	  $(VENV)/bin/ferry-lab down --name $$name >/dev/null; echo "docs/lab-$${name#pic-}.svg"; done
 
 # Issue 10 at full size: 3 Nodes, 1,000 ADD/DEL from 16 workers, >= 100 SIGKILLs of plugin processes,
 # route-sync killed 4 times, one ovs-vswitchd restart; prints the report (exit 1 on any leak).

@@ -6,7 +6,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 apt_pkgs=(openvswitch-switch openvswitch-common iproute2 nftables iptables ethtool iperf3 tcpdump
           iputils-ping arping containernetworking-plugins procps psmisc kmod conntrack python3-venv
-          containerd runc podman mmdebstrap util-linux busybox-static)
+          containerd runc podman mmdebstrap util-linux busybox-static graphviz)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -26,7 +26,7 @@ from typing import Any, Self
 
 import yaml
 
-from lab import build, layout, ovs, tools
+from lab import build, layout, netplan, ovs, tools
 from lab import topology as topology_mod
 from lab.kube import lab_cluster
 from lab.kube import pods as kube_pods
@@ -132,7 +132,11 @@ class Host:
 
     name: str
     netns: str
-    addresses: tuple[str, ...]
+    addresses: tuple[str, ...]  # the families it has, IPv4 first
+
+    def address(self, family: int) -> str | None:
+        """Its first address of ``family`` (None: it has none)."""
+        return next((a for a in self.addresses if (":" in a) == (family == 6)), None)
 
     def exec(self, argv: Sequence[str], check: bool = False, timeout: float = 30.0
              ) -> subprocess.CompletedProcess[str]:
@@ -145,21 +149,21 @@ class Node:
     spec: NodeSpec
     netns: str
     paths: layout.NodePaths
-    addresses: tuple[str, str]  # transport IPv4, IPv6
+    addresses: tuple[str | None, str | None]  # transport IPv4, IPv6 (None: its segment has no such family)
 
     @property
     def name(self) -> str:
         return self.spec.name
 
     @property
-    def ipv4(self) -> str:
+    def ipv4(self) -> str | None:
         return self.addresses[0]
 
     @property
-    def ipv6(self) -> str:
+    def ipv6(self) -> str | None:
         return self.addresses[1]
 
-    def address(self, family: int) -> str:
+    def address(self, family: int) -> str | None:
         return self.addresses[0 if family == 4 else 1]
 
     def exec(self, argv: Sequence[str], check: bool = False, timeout: float = 30.0
@@ -283,12 +287,13 @@ class Lab:
 
     @property
     def router(self) -> Host:
-        addrs = tuple(a for s in self.topology.segments for a in topology_mod.router_address(self.topology, s.name))
+        addrs = tuple(a for s in self.topology.segments for a in topology_mod.router_address(self.topology, s.name)
+                      if a)
         return Host("router", router_netns(self.name), addrs)
 
     @property
     def external(self) -> Host:
-        return Host("external", external_netns(self.name), external_address(self.topology))
+        return Host("external", external_netns(self.name), tuple(a for a in external_address(self.topology) if a))
 
     def pods(self) -> list[Pod]:
         return [p for n in self.nodes for p in n.pods()]
@@ -369,6 +374,9 @@ class Lab:
         m.record("file", path=cache)
         run(["ip", "netns", "add", netns])
         run(["ip", "-n", netns, "link", "set", "lo", "up"])
+        # no DAD in the Pod either (as everywhere in the lab, lab.netplan.NO_DAD): a primary CNI
+        # that does not add its addresses "nodad" (Debian's ptp, chained) waits ~2 s per Pod otherwise
+        run(["sysctl", "-q", "-w", *netplan.NO_DAD], netns=netns)
         cp = run([cnitool(), "add", layout.NETWORK_NAME, netns_path], netns=n.netns,
                  env=self._cni_env(n, name), check=False, timeout=timeout)
         if cp.returncode != 0:
@@ -477,7 +485,7 @@ class Lab:
     def _where(self, addr: str) -> str:
         """The namespace holding ``addr`` (a Pod, a Node, the router or the external host)."""
         for n in self.nodes:
-            if addr in n.addresses:
+            if addr in (a for a in n.addresses if a):
                 return n.netns
             for p in n.pods():
                 if addr in (p.ipv4, p.ipv6):

@@ -3,16 +3,20 @@
 Categories (``lab.topology.CATEGORIES``): same-node (Pod↔Pod on one Node), same-subnet (Pods
 on two Nodes of one segment), other-subnet (Pods on Nodes of two segments, across the router),
 pod-to-node (a Pod to its own Node's transport address), pod-to-remote-node, pod-to-external.
-Each probe is ping and TCP, IPv4 and IPv6.  Categories the configuration does not promise
-(e.g. cross-Node without route-sync) are listed as "not configured" and never fail."""
+Each probe is ping and TCP, in every address family both ends are configured with: a Pod's are
+its Node's Pod CIDRs', a Node's its segment's, the external host's its link's.  A family one end
+lacks by configuration is not probed (an IPv4-only cluster has no IPv6 probes); a configured
+family that fails, or a Pod missing an address of a configured family, is a failure.
+Categories the configuration does not promise (e.g. cross-Node without route-sync) are listed
+as "not configured" and never fail."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from lab.api import Lab, Pod, Probe
-from lab.topology import CATEGORIES, expectation
+from lab.api import Lab, Node, Pod, Probe
+from lab.topology import CATEGORIES, FAMILIES, expectation, families_of
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,15 @@ class Row:
         return self.tcp.peer == self.spec.expect_source
 
 
+def pod_families(node: Node) -> tuple[int, ...]:
+    """The families a Pod on ``node`` is configured with (its Node's Pod CIDRs)."""
+    return families_of(node.spec.pod_cidrs)
+
+
+def node_families(node: Node) -> tuple[int, ...]:
+    return tuple(f for f in FAMILIES if node.address(f))
+
+
 def plan(lab: Lab, only: tuple[str, ...] = ()) -> list[Spec]:
     """The probes for the Pods that exist now.  One source Pod per Node (its first Pod)."""
     specs: list[Spec] = []
@@ -52,38 +65,40 @@ def plan(lab: Lab, only: tuple[str, ...] = ()) -> list[Spec]:
     pods = {n.name: n.pods() for n in nodes}
     rs = lab.topology.route_sync
     snat = lab.route_sync and rs is not None and not rs.noSNAT and rs.trafficEncapMode != "networkPolicyOnly"
-
     ext = lab.external
-
-    def external_address(family: int) -> str:
-        return ext.addresses[0 if family == 4 else 1]
+    ext_families = tuple(f for f in FAMILIES if ext.address(f))
 
     def pod_label(p: Pod) -> str:
         return f"{p.node}/{p.name}"
 
-    def add(category: str, src: Pod, dst: str, addr_of, expect=None) -> None:  # type: ignore[no-untyped-def]
-        for fam in (4, 6):
+    def add(category: str, src: Pod, dst: str, families: tuple[int, ...], addr_of, expect=None  # type: ignore[no-untyped-def]
+            ) -> None:
+        for fam in families:
             specs.append(Spec(category, pod_label(src), dst, fam, addr_of(fam), expect(fam) if expect else None))
+
+    def both(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(f for f in a if f in b)
 
     for i, n in enumerate(nodes):
         mine = pods[n.name]
         if not mine:
             continue
         a = mine[0]
+        fams = pod_families(n)
         if len(mine) > 1:
             b = mine[1]
-            add("same-node", a, pod_label(b), b.address)
-        add("pod-to-node", a, n.name, n.address)
+            add("same-node", a, pod_label(b), fams, b.address)
+        add("pod-to-node", a, n.name, both(fams, node_families(n)), n.address)
         for m in nodes[i + 1:]:
             if not pods[m.name]:
                 continue
             b = pods[m.name][0]
             cat = "same-subnet" if m.spec.segment == n.spec.segment else "other-subnet"
-            add(cat, a, pod_label(b), b.address)
+            add(cat, a, pod_label(b), both(fams, pod_families(m)), b.address)
         if len(nodes) > 1:
             r = nodes[(i + 1) % len(nodes)]
-            add("pod-to-remote-node", a, r.name, r.address)
-        add("pod-to-external", a, "external", external_address, n.address if snat else None)
+            add("pod-to-remote-node", a, r.name, both(fams, node_families(r)), r.address)
+        add("pod-to-external", a, "external", both(fams, ext_families), ext.address, n.address if snat else None)
     if only:
         specs = [s for s in specs if s.category in only]
     return sorted(specs, key=lambda s: CATEGORIES.index(s.category))
@@ -141,7 +156,8 @@ def table(lab: Lab, rows: list[Row]) -> str:
     failed = [r for r in ran if not r.ok]
     mode = "route-sync" if lab.route_sync else "lone Nodes (no route-sync)"
     out.append("")
-    out.append(f"mode: {mode}; router routes Pod CIDRs: {lab.topology.route_pod_cidrs}")
+    fams = " + ".join(f"IPv{f}" for f in FAMILIES if any(r.spec.family == f for r in rows)) or "none"
+    out.append(f"mode: {mode}; router routes Pod CIDRs: {lab.topology.route_pod_cidrs}; families probed: {fams}")
     out.append(f"configured categories: {', '.join(c for c in CATEGORIES if c in exp.configured)}")
     skipped = sorted({r.spec.category for r in rows if not r.configured})
     if skipped:

@@ -1,11 +1,14 @@
 """``ferry-lab``: a multi-Node Ferry cluster on one machine (namespaces + one OVS per Node).
 
-    ferry-lab up [-f topology.yaml] [--name NAME] [--cni-bin DIR]
+    ferry-lab up [-f topology.yaml] [--name NAME] [--cni-bin DIR] [MODE FLAGS]
     ferry-lab pod add NODE POD / pod del NODE POD
     ferry-lab check [--only same-node ...]
-    ferry-lab show
+    ferry-lab show [--svg FILE] [--png FILE]
     ferry-lab down [--name NAME]
-    ferry-lab demo            # up + 2 Pods per Node + check + show; leaves the lab up
+    ferry-lab demo [MODE FLAGS] [--picture FILE]   # up + 2 Pods per Node + check + show; leaves the lab up
+
+MODE FLAGS override the topology's keys: --mode encap|noEncap|hybrid|networkPolicyOnly,
+--tunnel vxlan|geneve|gre, --fast-path, --family 4|6|dual (lab/overrides.py).
 
 The lab name defaults to $FERRY_LAB_NAME or "demo"."""
 
@@ -14,13 +17,15 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import click
 
-from lab import build, check, tools
+from lab import build, check, overrides, picture, tools
 from lab.api import Lab, default_cni_bin, ensure_cni_bin
 from lab.sh import LabError
-from lab.topology import CATEGORIES, TopologyError, node_netns
+from lab.topology import CATEGORIES, ENCAP_MODES, TUNNEL_TYPES, TopologyError, node_netns
 
 DEFAULT_NAME = os.environ.get("FERRY_LAB_NAME", "demo")
 name_option = click.option("--name", "-n", default=DEFAULT_NAME, show_default=True, help="lab name")
@@ -29,6 +34,29 @@ name_option = click.option("--name", "-n", default=DEFAULT_NAME, show_default=Tr
 def _fail(e: Exception) -> None:
     click.echo(f"ferry-lab: {e}", err=True)
     sys.exit(1)
+
+
+def mode_options(f: Callable[..., None]) -> Callable[..., None]:
+    """--mode, --tunnel, --fast-path, --family: override the topology's keys (lab.overrides)."""
+    for opt in reversed((
+        click.option("--mode", type=click.Choice(ENCAP_MODES), default=None,
+                     help="routeSync.trafficEncapMode (and the underlay routes the mode needs)"),
+        click.option("--tunnel", type=click.Choice(TUNNEL_TYPES), default=None,
+                     help="routeSync.tunnelType (encap, hybrid)"),
+        click.option("--fast-path", is_flag=True, default=False, help="routeSync.fastPath (noEncap, hybrid)"),
+        click.option("--family", type=click.Choice(tuple(overrides.FAMILY_CHOICES)), default=None,
+                     help="address families of Pods and underlay"),
+    )):
+        f = opt(f)
+    return f
+
+
+def _doc(topology: str | None, mode: str | None, tunnel: str | None, fast_path: bool, family: str | None,
+         kubernetes: bool = False) -> dict[str, Any]:
+    doc = overrides.load(topology, overrides.Overrides(mode, tunnel, fast_path, family))
+    if kubernetes:
+        doc["kubernetes"] = doc.get("kubernetes") or {}
+    return doc
 
 
 @click.group(help=__doc__)
@@ -42,18 +70,6 @@ kubernetes_option = click.option(
          "host, containerd + kubelet on every Node, Ferry from deploy/ferry.yaml (topology key `kubernetes`)")
 
 
-def topology_doc(path: str | None, kubernetes: bool) -> str | dict | None:
-    """The topology to build: the file (or the default) as is, or with the ``kubernetes`` key set."""
-    if not kubernetes:
-        return path
-    import yaml
-
-    from lab.topology import DEFAULT_TOPOLOGY
-
-    with open(path or DEFAULT_TOPOLOGY) as f:
-        doc = yaml.safe_load(f) or {}
-    doc["kubernetes"] = doc.get("kubernetes") or {}
-    return doc
 
 
 def kube_hint(lab: Lab) -> str:
@@ -82,12 +98,14 @@ def kubectl(name: str, args: tuple[str, ...]) -> None:
 @click.option("-f", "--file", "topology", type=click.Path(exists=True, dir_okay=False), default=None)
 @name_option
 @click.option("--cni-bin", default=None, help="CNI_PATH with ferry (default $FERRY_CNI_BIN or build/cni-bin)")
+@mode_options
 @kubernetes_option
-def up(topology: str | None, name: str, cni_bin: str | None, kubernetes: bool) -> None:
+def up(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
+       fast_path: bool, family: str | None, kubernetes: bool) -> None:
     t0 = time.monotonic()
     try:
-        lab = Lab.up(topology_doc(topology, kubernetes), name=name, cni_bin=cni_bin,
-                     log=lambda s: click.echo(f"  {s}", err=True))
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes)
+        lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
     except (LabError, TopologyError, OSError) as e:
         _fail(e)
     click.echo(f"lab {lab.name} up in {time.monotonic() - t0:.2f}s: {len(lab.nodes)} Nodes "
@@ -152,14 +170,20 @@ def check_cmd(only: tuple[str, ...], name: str) -> None:
     sys.exit(0 if all(r.ok for r in rows) else 1)
 
 
-@main.command(help="Nodes, Pods, addresses, and per-peer paths from each Node's state file.")
+@main.command(help="Nodes, Pods, addresses, and per-peer paths from each Node's state file; "
+                   "--svg/--png also draw them (Graphviz).")
 @name_option
-def show(name: str) -> None:
+@click.option("--svg", "svg", type=click.Path(dir_okay=False), default=None, help="draw the lab into this SVG file")
+@click.option("--png", "png", type=click.Path(dir_okay=False), default=None, help="draw the lab into this PNG file")
+def show(name: str, svg: str | None, png: str | None) -> None:
     try:
         lab = Lab.attach(name)
-    except LabError as e:
+        click.echo(render(lab))
+        for path, fmt in ((svg, "svg"), (png, "png")):
+            if path:
+                click.echo(f"picture: {picture.draw(lab, path, fmt)}")
+    except (LabError, picture.PictureError) as e:
         _fail(e)
-    click.echo(render(lab))
 
 
 def render(lab: Lab) -> str:
@@ -170,7 +194,8 @@ def render(lab: Lab) -> str:
     for n in lab.nodes:
         alive = "ovs ok" if n.vswitchd_answers() else "ovs DOWN"
         out.append(f"node {n.name} [{node_netns(lab.name, n.name)}] segment {n.spec.segment}, "
-                   f"{n.ipv4} {n.ipv6}, Pod CIDRs {' '.join(n.spec.pod_cidrs)}, {n.spec.datapath}, {alive}")
+                   f"{' '.join(a for a in n.addresses if a)}, Pod CIDRs {' '.join(n.spec.pod_cidrs)}, "
+                   f"{n.spec.datapath}, {alive}")
         state = n.state()
         if state is None:
             out.append("    state: none (no route-sync: lone Node)")
@@ -190,13 +215,17 @@ def render(lab: Lab) -> str:
 @click.option("-f", "--file", "topology", type=click.Path(exists=True, dir_okay=False), default=None)
 @name_option
 @click.option("--cni-bin", default=None)
+@mode_options
 @kubernetes_option
-def demo(topology: str | None, name: str, cni_bin: str | None, kubernetes: bool) -> None:
+@click.option("--picture", "picture_file", type=click.Path(dir_okay=False), default=None,
+              help="also draw the lab into this .svg or .png file")
+def demo(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
+         fast_path: bool, family: str | None, kubernetes: bool, picture_file: str | None) -> None:
     t0 = time.monotonic()
     try:
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes)
         cni_bin = ensure_cni_bin(os.path.abspath(cni_bin or default_cni_bin()))
-        lab = Lab.up(topology_doc(topology, kubernetes), name=name, cni_bin=cni_bin,
-                     log=lambda s: click.echo(f"  {s}", err=True))
+        lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
         click.echo(f"lab {name} up in {time.monotonic() - t0:.2f}s")
         for n in lab.nodes:
             for i in (1, 2):
@@ -209,6 +238,11 @@ def demo(topology: str | None, name: str, cni_bin: str | None, kubernetes: bool)
     click.echo(check.table(lab, rows))
     click.echo("")
     click.echo(render(lab))
+    if picture_file:
+        try:
+            click.echo(f"\npicture of the lab: {picture.draw(lab, picture_file)}")
+        except picture.PictureError as e:
+            _fail(e)
     down_cmd = "make demo-down" if name == "demo" else f"ferry-lab down --name {name}"
     click.echo(f"\nThe lab stays up. Try: ferry-lab --help, ip netns exec {lab.pods()[0].netns} ping ...; "
                f"tear it down with `{down_cmd}` (= ferry-lab down --name {name}).")

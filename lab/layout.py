@@ -128,7 +128,7 @@ def chained_conflist(node: NodeSpec, paths: NodePaths, ferry: dict) -> dict:
 
 
 def registry_record(topo: Topology, node: NodeSpec) -> dict:
-    return {"name": node.name, "transportAddresses": list(node_addresses(topo, node)),
+    return {"name": node.name, "transportAddresses": [a for a in node_addresses(topo, node) if a],
             "podCIDRs": list(node.pod_cidrs), "annotations": {}}
 
 

@@ -65,40 +65,27 @@ def plan(lab: str, topo: Topology) -> NetPlan:
             f"link set {n.name} master {SEGMENT_BRIDGE} up"]
     create[router] += [f"link add eth-ext type veth peer name eth0 netns {ext}"]
 
-    # Stage 2: addresses and routes, each namespace on its own.
+    # Stage 2: addresses and routes, each namespace on its own; only the families each link has.
     config: dict[str, list[str]] = {}
     r = config.setdefault(router, [])
     for s in topo.segments:
-        r += [f"link set eth-{s.name} up",
-              f"addr add {with_prefix(s.ipv4, ROUTER_ON_SEGMENT)} dev eth-{s.name}",
-              f"addr add {with_prefix(s.ipv6, ROUTER_ON_SEGMENT)} dev eth-{s.name} nodad"]
-    r += ["link set eth-ext up",
-          f"addr add {with_prefix(topo.external_ipv4, ROUTER_ON_SEGMENT)} dev eth-ext",
-          f"addr add {with_prefix(topo.external_ipv6, ROUTER_ON_SEGMENT)} dev eth-ext nodad"]
+        r += [f"link set eth-{s.name} up", *_addresses(f"eth-{s.name}", (s.ipv4, s.ipv6), ROUTER_ON_SEGMENT)]
+    ext_cidrs = (topo.external_ipv4, topo.external_ipv6)
+    r += ["link set eth-ext up", *_addresses("eth-ext", ext_cidrs, ROUTER_ON_SEGMENT)]
     if topo.route_pod_cidrs and topo.kubernetes is None:  # Kubernetes: from the Node objects (lab.kube)
         for n in topo.nodes:
-            v4, v6 = node_addresses(topo, n)
-            for c in n.pod_cidrs:
-                r.append(f"route add {c} via {v4 if ':' not in c else v6}")
-    e4 = host(topo.external_ipv4, ROUTER_ON_SEGMENT)
-    e6 = host(topo.external_ipv6, ROUTER_ON_SEGMENT)
-    config[ext] = ["link set eth0 up",
-                   f"addr add {with_prefix(topo.external_ipv4, EXTERNAL_HOST)} dev eth0",
-                   f"addr add {with_prefix(topo.external_ipv6, EXTERNAL_HOST)} dev eth0 nodad",
-                   f"route add default via {e4}", f"route add ::/0 via {e6}"]
+            r += _pod_routes(node_addresses(topo, n), n.pod_cidrs)
+    config[ext] = ["link set eth0 up", *_addresses("eth0", ext_cidrs, EXTERNAL_HOST),
+                   *_default_routes(tuple(host(c, ROUTER_ON_SEGMENT) if c else None for c in ext_cidrs))]
     for n in topo.nodes:
         s = topo.segment(n.segment)
-        g4, g6 = router_address(topo, n.segment)
-        config[nodes[n.name]] = [
-            "link set eth0 up",
-            f"addr add {with_prefix(s.ipv4, NODE_HOST_BASE + n.index)} dev eth0",
-            f"addr add {with_prefix(s.ipv6, NODE_HOST_BASE + n.index)} dev eth0 nodad",
-            f"route add default via {g4}", f"route add ::/0 via {g6}"]
+        config[nodes[n.name]] = ["link set eth0 up",
+                                 *_addresses("eth0", (s.ipv4, s.ipv6), NODE_HOST_BASE + n.index),
+                                 *_default_routes(router_address(topo, n.segment))]
         if topo.node_pod_routes:  # the underlay routes Pods (networkPolicyOnly): peers on the segment
             for m in topo.nodes:
                 if m.name != n.name and m.segment == n.segment:
-                    m4, m6 = node_addresses(topo, m)
-                    config[nodes[n.name]] += [f"route add {c} via {m6 if ':' in c else m4}" for c in m.pod_cidrs]
+                    config[nodes[n.name]] += _pod_routes(node_addresses(topo, m), m.pod_cidrs)
     sysctls: dict[str, tuple[str, ...]] = {ns: NO_DAD for ns in namespaces}
     for ns in (router, *nodes.values()):
         sysctls[ns] = NO_DAD + FORWARDING
@@ -111,15 +98,32 @@ def plan(lab: str, topo: Topology) -> NetPlan:
     return NetPlan(namespaces=namespaces, stages=(create, config), sysctls=sysctls, tx_csum_off=tx_off)
 
 
+def _addresses(dev: str, cidrs: tuple[str | None, ...], index: int) -> list[str]:
+    """``addr add`` of the ``index``-th host of each present range (IPv6 without DAD)."""
+    return [f"addr add {with_prefix(c, index)} dev {dev}" + (" nodad" if ":" in c else "") for c in cidrs if c]
+
+
+def _default_routes(gateways: tuple[str | None, ...]) -> list[str]:
+    return [f"route add {'::/0' if ':' in g else 'default'} via {g}" for g in gateways if g]
+
+
+def _pod_routes(via: tuple[str | None, str | None], pod_cidrs: tuple[str, ...]) -> list[str]:
+    """Routes to ``pod_cidrs`` via the Node's address of each one's family (none without one)."""
+    return [f"route add {c} via {via[1] if ':' in c else via[0]}" for c in pod_cidrs if via[1 if ":" in c else 0]]
+
+
 def address_book(lab: str, topo: Topology) -> dict[str, str]:
     """Every underlay address → the namespace that holds it (for ``tcp`` servers, ``show``)."""
     book: dict[str, str] = {}
     for n in topo.nodes:
         for a in node_addresses(topo, n):
-            book[a] = node_netns(lab, n.name)
+            if a:
+                book[a] = node_netns(lab, n.name)
     for s in topo.segments:
         for a in router_address(topo, s.name):
-            book[a] = router_netns(lab)
+            if a:
+                book[a] = router_netns(lab)
     for a in external_address(topo):
-        book[a] = external_netns(lab)
+        if a:
+            book[a] = external_netns(lab)
     return book

@@ -7,7 +7,7 @@ the functions below, so tests can check the plan without root.
 YAML (every key optional; ``lab/topologies/default.yaml`` is the default)::
 
     datapath: netdev                     # netdev | system (per Node overridable)
-    clusterCIDRs: [10.244.0.0/16, fd00:10:244::/48]
+    clusterCIDRs: [10.244.0.0/16, fd00:10:244::/48]   # the Pods' families: one or both
     segments:
       a: {ipv4: 192.168.77.0/24, ipv6: fd00:77::/64, mtu: 1500}
       b: {ipv4: 192.168.88.0/24, ipv6: fd00:88::/64, mtu: 1500}
@@ -20,6 +20,13 @@ YAML (every key optional; ``lab/topologies/default.yaml`` is the default)::
     nodePodRoutes: false                 # each Node routes the Pod CIDRs of the other Nodes on its
                                          # segment via them (the primary CNI's routing when Ferry
                                          # runs chained, trafficEncapMode networkPolicyOnly)
+
+Families: the underlay gets only the families the topology names.  A segment (or
+``router.external``) that names ``ipv4`` and/or ``ipv6`` gets exactly those; one that names
+neither gets the defaults of the cluster's families (those of ``clusterCIDRs``; the external
+link: those of the segments).  So ``clusterCIDRs: [10.244.0.0/16]`` with ``segments: {a: {},
+b: {}}`` is IPv4-only throughout.  ``lab.overrides`` rewrites a document for ``--family``
+and the mode flags.
 """
 
 from __future__ import annotations
@@ -39,6 +46,12 @@ MAX_LAB_NAME = 12
 MAX_NODE_NAME = 15  # the Node's name is its veth name inside the segment namespace
 DATAPATHS = ("netdev", "system")
 ENCAP_MODES = ("encap", "noEncap", "hybrid", "networkPolicyOnly")
+TUNNEL_TYPES = ("vxlan", "geneve", "gre")  # what a netdev (userspace) datapath tunnels with (stt: system only)
+TUNNELLED_MODES = ("encap", "hybrid")
+FAST_PATH_MODES = ("noEncap", "hybrid")
+FAMILIES = (4, 6)
+DEFAULT_CLUSTER_CIDRS = {4: "10.244.0.0/16", 6: "fd00:10:244::/48"}
+DEFAULT_EXTERNAL = {4: "192.168.99.0/24", 6: "fd00:99::/64"}
 ROUTER_ON_SEGMENT = 1  # host index of the router on every segment / the external link
 EXTERNAL_HOST = 2  # host index of the external host on the external link
 NODE_HOST_BASE = 10  # node i (1-based, lab-wide) is host NODE_HOST_BASE + i on its segment
@@ -51,9 +64,16 @@ class TopologyError(ValueError):
 @dataclass(frozen=True)
 class Segment:
     name: str
-    ipv4: str  # "192.168.77.0/24"
-    ipv6: str  # "fd00:77::/64"
+    ipv4: str | None  # "192.168.77.0/24"; None: no IPv4 on this segment
+    ipv6: str | None  # "fd00:77::/64"; None: no IPv6
     mtu: int = 1500
+
+    def cidr(self, family: int) -> str | None:
+        return self.ipv4 if family == 4 else self.ipv6
+
+    @property
+    def families(self) -> tuple[int, ...]:
+        return tuple(f for f in FAMILIES if self.cidr(f))
 
 
 @dataclass(frozen=True)
@@ -85,8 +105,8 @@ class Topology:
     nodes: tuple[NodeSpec, ...]
     cluster_cidrs: tuple[str, ...] = ("10.244.0.0/16", "fd00:10:244::/48")
     route_pod_cidrs: bool = False
-    external_ipv4: str = "192.168.99.0/24"
-    external_ipv6: str = "fd00:99::/64"
+    external_ipv4: str | None = "192.168.99.0/24"
+    external_ipv6: str | None = "fd00:99::/64"
     route_sync: RouteSyncSpec | None = None
     bridge: str = "br-int"
     node_pod_routes: bool = False
@@ -96,6 +116,19 @@ class Topology:
     def chained(self) -> bool:
         """networkPolicyOnly: the Nodes' conflist is [ptp + host-local, ferry]."""
         return self.route_sync is not None and self.route_sync.trafficEncapMode == "networkPolicyOnly"
+
+    @property
+    def pod_families(self) -> tuple[int, ...]:
+        """The Pods' address families (those of the cluster CIDRs)."""
+        return families_of(self.cluster_cidrs)
+
+    @property
+    def underlay_families(self) -> tuple[int, ...]:
+        """The families any segment carries."""
+        return tuple(f for f in FAMILIES if any(s.cidr(f) for s in self.segments))
+
+    def external_cidr(self, family: int) -> str | None:
+        return self.external_ipv4 if family == 4 else self.external_ipv6
 
     def segment(self, name: str) -> Segment:
         for s in self.segments:
@@ -124,19 +157,38 @@ def with_prefix(cidr: str, index: int) -> str:
     return f"{host(cidr, index)}/{ipaddress.ip_network(cidr, strict=False).prefixlen}"
 
 
-def node_addresses(topo: Topology, node: NodeSpec) -> tuple[str, str]:
-    """The Node's transport addresses (IPv4, IPv6), without prefix length."""
+def families_of(cidrs: tuple[str, ...] | list[str]) -> tuple[int, ...]:
+    """The address families among ``cidrs`` (addresses or networks), in order 4, 6."""
+    present = {6 if ":" in c else 4 for c in cidrs}
+    return tuple(f for f in FAMILIES if f in present)
+
+
+def _hosts(v4: str | None, v6: str | None, index: int) -> tuple[str | None, str | None]:
+    return (host(v4, index) if v4 else None), (host(v6, index) if v6 else None)
+
+
+def node_addresses(topo: Topology, node: NodeSpec) -> tuple[str | None, str | None]:
+    """The Node's transport addresses (IPv4, IPv6), without prefix length; None for a family
+    its segment does not carry."""
     seg = topo.segment(node.segment)
-    return host(seg.ipv4, NODE_HOST_BASE + node.index), host(seg.ipv6, NODE_HOST_BASE + node.index)
+    return _hosts(seg.ipv4, seg.ipv6, NODE_HOST_BASE + node.index)
 
 
-def router_address(topo: Topology, segment: str) -> tuple[str, str]:
+def router_address(topo: Topology, segment: str) -> tuple[str | None, str | None]:
     seg = topo.segment(segment)
-    return host(seg.ipv4, ROUTER_ON_SEGMENT), host(seg.ipv6, ROUTER_ON_SEGMENT)
+    return _hosts(seg.ipv4, seg.ipv6, ROUTER_ON_SEGMENT)
 
 
-def external_address(topo: Topology) -> tuple[str, str]:
-    return host(topo.external_ipv4, EXTERNAL_HOST), host(topo.external_ipv6, EXTERNAL_HOST)
+def external_address(topo: Topology) -> tuple[str | None, str | None]:
+    return _hosts(topo.external_ipv4, topo.external_ipv6, EXTERNAL_HOST)
+
+
+def default_segment_cidr(name: str, position: int, family: int) -> str:
+    """The address range a segment gets for ``family`` when it names none: a and b have their
+    own, the segment at ``position`` (0-based) otherwise 192.168.(100+position).0/24 / fd00:(100+position)::/64."""
+    named = {"a": ("192.168.77.0/24", "fd00:77::/64"), "b": ("192.168.88.0/24", "fd00:88::/64")}
+    d4, d6 = named.get(name, (f"192.168.{100 + position}.0/24", f"fd00:{100 + position:x}::/64"))
+    return d4 if family == 4 else d6
 
 
 def default_pod_cidrs(cluster_cidrs: tuple[str, ...], index: int) -> tuple[str, ...]:
@@ -217,22 +269,36 @@ def parse(data: Any) -> Topology:
     datapath = d.get("datapath", "netdev")
     if datapath not in DATAPATHS:
         raise TopologyError(f"datapath {datapath!r}: one of {DATAPATHS}")
-    cluster = tuple(str(ipaddress.ip_network(str(c), strict=True))
-                    for c in d.get("clusterCIDRs", ["10.244.0.0/16", "fd00:10:244::/48"]))
+    cluster_in = d.get("clusterCIDRs", [DEFAULT_CLUSTER_CIDRS[f] for f in FAMILIES])
+    if not isinstance(cluster_in, list) or not cluster_in:
+        raise TopologyError("clusterCIDRs: expected a non-empty list")
+    cluster = tuple(_cidr(c, 6 if ":" in str(c) else 4, "clusterCIDRs") for c in cluster_in)
+    if len(families_of(cluster)) != len(cluster):
+        raise TopologyError(f"clusterCIDRs {list(cluster)}: at most one per address family")
     segs_in = _mapping(d.get("segments") or {"a": {}, "b": {}}, "segments")
     segments = []
-    defaults = {"a": ("192.168.77.0/24", "fd00:77::/64"), "b": ("192.168.88.0/24", "fd00:88::/64")}
     for i, (name, s) in enumerate(segs_in.items()):
         check_name("segment", str(name), 8)
         s = _mapping(s, f"segments.{name}")
-        d4, d6 = defaults.get(name, (f"192.168.{100 + i}.0/24", f"fd00:{100 + i:x}::/64"))
         mtu = int(s.get("mtu", 1500))
         if not 1280 <= mtu <= 9000:
             raise TopologyError(f"segments.{name}.mtu {mtu}: 1280..9000")
-        segments.append(Segment(str(name), _cidr(s.get("ipv4", d4), 4, f"segments.{name}.ipv4"),
-                                _cidr(s.get("ipv6", d6), 6, f"segments.{name}.ipv6"), mtu))
+        unknown = set(s) - {"ipv4", "ipv6", "mtu"}
+        if unknown:
+            raise TopologyError(f"segments.{name}: unknown keys {sorted(unknown)}")
+        # the families it names; naming none: the cluster's families, with the defaults
+        named = {f: s.get(f"ipv{f}") for f in FAMILIES if s.get(f"ipv{f}") is not None}
+        if not named:
+            named = {f: default_segment_cidr(str(name), i, f) for f in families_of(cluster)}
+        v4, v6 = (_cidr(named[f], f, f"segments.{name}.ipv{f}") if f in named else None for f in FAMILIES)
+        segments.append(Segment(str(name), v4, v6, mtu))
     router = _mapping(d.get("router"), "router")
     ext = _mapping(router.get("external"), "router.external")
+    ext_named = {f: ext.get(f"ipv{f}") for f in FAMILIES if ext.get(f"ipv{f}") is not None}
+    if not ext_named:  # the families of the underlay it hangs off
+        ext_named = {f: DEFAULT_EXTERNAL[f] for f in FAMILIES if any(seg.cidr(f) for seg in segments)}
+    ext4, ext6 = (_cidr(ext_named[f], f, f"router.external.ipv{f}") if f in ext_named else None
+                  for f in FAMILIES)
     nodes_in = d.get("nodes")
     if nodes_in is None:
         nodes_in = [{"name": "node-1", "segment": "a"}, {"name": "node-2", "segment": "a"},
@@ -268,13 +334,11 @@ def parse(data: Any) -> Topology:
         if set(rs) - allowed:
             raise TopologyError(f"routeSync: unknown keys {sorted(set(rs) - allowed)}")
         route_sync = RouteSyncSpec(**rs)
-        if route_sync.trafficEncapMode not in ENCAP_MODES:
-            raise TopologyError(f"routeSync.trafficEncapMode: one of {ENCAP_MODES}")
+        check_route_sync(route_sync, {n.datapath for n in nodes})
     return Topology(
         segments=tuple(segments), nodes=tuple(nodes), cluster_cidrs=cluster,
         route_pod_cidrs=bool(router.get("routePodCIDRs", False)),
-        external_ipv4=_cidr(ext.get("ipv4", "192.168.99.0/24"), 4, "router.external.ipv4"),
-        external_ipv6=_cidr(ext.get("ipv6", "fd00:99::/64"), 6, "router.external.ipv6"),
+        external_ipv4=ext4, external_ipv6=ext6,
         route_sync=route_sync, bridge=str(d.get("bridge", "br-int")),
         node_pod_routes=bool(d.get("nodePodRoutes", False)),
         kubernetes=_kubernetes(d.get("kubernetes"), route_sync, tuple(n.name for n in nodes)),
@@ -297,6 +361,29 @@ def _kubernetes(value: Any, route_sync: RouteSyncSpec | None, node_names: tuple[
     if spec is not None and len(spec.join_later) >= len(node_names):
         raise TopologyError("kubernetes.joinLater: at least one Node must start with the cluster")
     return spec
+
+
+def check_route_sync(rs: RouteSyncSpec, datapaths: set[str]) -> None:
+    """Refuse ``routeSync`` keys that do not go together (route-sync would refuse them at start),
+    naming the key and the reason.  ``datapaths``: those of the Nodes."""
+    mode = rs.trafficEncapMode
+    problem = None
+    if mode not in ENCAP_MODES:
+        problem = "trafficEncapMode", f"{mode!r} is not one of {', '.join(ENCAP_MODES)}"
+    elif rs.tunnelType == "stt" and datapaths != {"system"}:
+        problem = "tunnelType", "stt needs datapath system on every Node (the netdev datapath has no STT)"
+    elif rs.tunnelType not in (*TUNNEL_TYPES, "stt"):
+        problem = "tunnelType", f"{rs.tunnelType!r} is not one of {', '.join(TUNNEL_TYPES)}"
+    elif rs.fastPath and mode not in FAST_PATH_MODES:
+        why = "every peer is tunnelled" if mode == "encap" else "the primary CNI routes"
+        problem = "fastPath", (f"only with trafficEncapMode {' or '.join(FAST_PATH_MODES)} (mode is {mode}: "
+                               f"{why}, no routed peer to take a fast path)")
+    elif rs.noSNAT and mode != "noEncap":
+        problem = "noSNAT", f"only with trafficEncapMode noEncap (mode is {mode})"
+    elif rs.tunnelPort is not None and rs.tunnelType == "gre":
+        problem = "tunnelPort", "gre has no UDP port"
+    if problem:
+        raise TopologyError(f"routeSync.{problem[0]}: {problem[1]}")
 
 
 def load(path: str | None = None) -> Topology:
@@ -339,9 +426,10 @@ def to_doc(topo: Topology) -> dict[str, Any]:
     return {
         "bridge": topo.bridge,
         "clusterCIDRs": list(topo.cluster_cidrs),
-        "segments": {s.name: {"ipv4": s.ipv4, "ipv6": s.ipv6, "mtu": s.mtu} for s in topo.segments},
+        "segments": {s.name: {**{f"ipv{f}": s.cidr(f) for f in s.families}, "mtu": s.mtu}
+                     for s in topo.segments},
         "router": {"routePodCIDRs": topo.route_pod_cidrs,
-                   "external": {"ipv4": topo.external_ipv4, "ipv6": topo.external_ipv6}},
+                   "external": {f"ipv{f}": topo.external_cidr(f) for f in FAMILIES if topo.external_cidr(f)}},
         "nodes": [{"name": n.name, "segment": n.segment, "index": n.index, "datapath": n.datapath,
                    "podCIDRs": list(n.pod_cidrs)} for n in topo.nodes],
         "routeSync": None if rs is None else {k: getattr(rs, k) for k in RouteSyncSpec.__dataclass_fields__},
