@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 BIN := $(CURDIR)/build/cni-bin
 export PATH := $(VENV)/bin:$(PATH)
 
-.PHONY: install bin test test-unit demo demo-down lab-pictures bench lint dist clean chaos
+.PHONY: install bin test test-unit demo demo-k8s demo-down lab-pictures bench lint dist image clean chaos
 
 install:
 	bash .ci/install.sh
@@ -14,7 +14,9 @@ install:
 bin: install
 	$(PY) -m cni.launcher $(BIN)
 
-test: bin
+# The frozen bundle and Ferry's image are built first: the Kubernetes e2e (tests/kube) deploys
+# the image with deploy/ferry.yaml, as users do.
+test: bin image
 	bash .ci/test.sh
 
 test-unit: install
@@ -25,6 +27,11 @@ test-unit: install
 DEMO ?=
 demo: bin
 	$(VENV)/bin/ferry-lab demo --cni-bin $(BIN) --picture $(CURDIR)/build/demo.svg $(DEMO)
+
+# The same on a real Kubernetes cluster (kube-apiserver, etcd, controller-manager, scheduler; a
+# kubelet + containerd per Node; Ferry deployed by deploy/ferry.yaml); prints how to use kubectl.
+demo-k8s: bin image
+	$(VENV)/bin/ferry-lab demo --kubernetes --cni-bin $(BIN) --picture $(CURDIR)/build/demo.svg $(DEMO)
 
 demo-down:
 	$(VENV)/bin/ferry-lab down
@@ -47,6 +54,11 @@ bench: bin
 # The frozen onedir bundle (dist/ferry: ferry, ferry-ipam, ferry-route-sync, one _internal); see build.spec.
 dist: install
 	$(VENV)/bin/pyinstaller --noconfirm --log-level WARN --distpath $(CURDIR)/dist --workpath $(CURDIR)/build/pyi build.spec
+
+# Ferry's container image (Containerfile) from the bundle, on a Debian root file system made with
+# mmdebstrap (cached); an OCI archive in build/image/ that `ctr images import` loads.
+image: dist
+	bash tools/build-image.sh
 
 lint:
 	$(VENV)/bin/ruff check cni ipam routesync lab bench tests

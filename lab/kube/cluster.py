@@ -275,6 +275,8 @@ class Cluster:
         ca.issue("scheduler", "system:kube-scheduler")
         for n in self.plan.nodes:
             ca.issue(n.name, f"system:node:{n.name}", ["system:nodes"])
+            ca.issue(f"{n.name}-serving", f"system:node:{n.name}", ["system:nodes"],
+                     server_names=(n.name, *n.addresses), client=False)
         ca.service_account_keys()
         for path, (stem, _user) in self.plan.kubeconfigs.items():
             doc = kubeconfig(self.plan.api_url, ca.path("ca.crt"), ca.path(f"{stem}.crt"), ca.path(f"{stem}.key"))

@@ -215,7 +215,9 @@ def node_plan(lab: str, lab_dir: str, topo: Topology, name: str, kubeconfig: str
     addresses = tuple(a for a in node_addresses(topo, spec) if a)
     containerd_dir = dict(NODE_MOUNTS)
     config = containerd_config(containerd_dir["containerd"], containerd_dir["containerd-run"])
-    kubelet = kubelet_config(cgroup_root, ca)
+    pki_dir = os.path.dirname(ca)
+    kubelet = kubelet_config(cgroup_root, ca, os.path.join(pki_dir, f"{name}-serving.crt"),
+                             os.path.join(pki_dir, f"{name}-serving.key"))
     mount_ns = os.path.join(lab_dir, "k8s", "mnt", name)
     netns = node_netns(lab, name)
     conf_path = os.path.join(d, "containerd.toml")
@@ -259,7 +261,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 """
 
 
-def kubelet_config(cgroup_root: str, ca: str) -> dict[str, Any]:
+def kubelet_config(cgroup_root: str, ca: str, serving_cert: str, serving_key: str) -> dict[str, Any]:
     """The KubeletConfiguration. What this machine needs (lab/README.md has the why): cgroup v1
     with the cgroupfs driver (``failCgroupV1: false``), no oom_score_adj change, eviction and image
     GC thresholds that never fire on a shared disk, no swap check."""
@@ -270,6 +272,9 @@ def kubelet_config(cgroup_root: str, ca: str) -> dict[str, Any]:
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
                            "x509": {"clientCAFile": ca}},
         "authorization": {"mode": "Webhook"},
+        # a serving certificate from the cluster's CA (Node name and addresses): the API server
+        # verifies the kubelet for logs and exec (--kubelet-certificate-authority)
+        "tlsCertFile": serving_cert, "tlsPrivateKeyFile": serving_key,
         "clusterDomain": CLUSTER_DOMAIN, "healthzBindAddress": "127.0.0.1", "healthzPort": 10248,
         "resolvConf": "/etc/resolv.conf", "oomScoreAdj": 0,
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
