@@ -27,6 +27,7 @@ from lab.kube.plan import (
     ClusterPlan,
     NodePlan,
     Process,
+    bridge_conflist,
     kubeconfig,
     server_names,
 )
@@ -422,6 +423,20 @@ class Cluster:
             ctr(n, "images", "tag", "--force", src, f"docker.io/{new}")
         return new
 
+    def install_bridge(self, timeout: float = 120.0) -> None:
+        """The reference CNI instead of Ferry: each Node's conflist is Debian's bridge + host-local
+        on the Pod CIDRs the controller-manager gave it; waits until every Node is Ready."""
+        names = {n.name for n in self.started_nodes()}
+        wait_for("Pod CIDRs on every Node",
+                 lambda: all(len(c) == len(self.plan.cluster_cidrs) for k, (c, _a) in self.node_pod_cidrs().items()
+                             if k in names) and set(self.nodes()) >= names, timeout)
+        cidrs = self.node_pod_cidrs()
+        for n in self.started_nodes():
+            conf_dir = {dst: src for src, dst in n.binds}["/etc/cni/net.d"]
+            layout.write_json(os.path.join(conf_dir, "10-bridge.conflist"), bridge_conflist(cidrs[n.name][0]))
+        wait_for("every Node to be Ready",
+                 lambda: all(self.ready(n) for k, n in self.nodes().items() if k in names), timeout)
+
     def images(self) -> list[str]:
         d = os.path.join(self.plan.directory, "images")
         return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".tar"))
@@ -468,7 +483,7 @@ def ferry_image(tag: str | None, log: Log) -> str:
 
 def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, image_tag: str | None,
        join_later: tuple[str, ...], route_pod_cidrs: bool, router_netns: str, manifest: Manifest,
-       log: Log) -> Cluster:
+       log: Log, cni: str = "ferry") -> Cluster:
     t0 = time.monotonic()
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"):
         if not os.access(tools.tool(name), os.X_OK):
@@ -483,6 +498,10 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
     now = [n for n in plan.nodes if n.name not in join_later]
     with ThreadPoolExecutor(max_workers=len(now)) as pool:
         list(pool.map(lambda n: cluster.node_up(n, images), now))
+    if cni == "bridge":
+        cluster.install_bridge()
+        log(f"bridge + host-local on every Node: {time.monotonic() - t0:.1f}s")
+        return cluster
     image = None
     if image_tag:
         image = manifests.shipped_image(manifests.load()).rsplit(":", 1)[0] + f":{image_tag}"

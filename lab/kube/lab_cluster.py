@@ -33,4 +33,5 @@ def up(topo: Topology, name: str, directory: str, manifest: Manifest, log: Calla
     p = cluster_plan(topo, name, directory)
     manifest.set(kubeconfig=p.admin_kubeconfig)
     cluster.up(p, plan.server_names(topo, topo.kubernetes), route_sync_keys(topo), topo.kubernetes.image_tag,
-               topo.kubernetes.join_later, topo.route_pod_cidrs, router_netns(name), manifest, log)
+               topo.kubernetes.join_later, topo.route_pod_cidrs, router_netns(name), manifest, log,
+               topo.kubernetes.cni)

@@ -47,7 +47,15 @@ NODE_MOUNTS = (
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"  # as the Node sees it
 # Debian's reference plugins a Node's OS package brings: containerd's CRI runs `loopback` for
 # every sandbox; install-cni chains portmap and bandwidth when present.
-NODE_CNI_PLUGINS = ("loopback", "portmap", "bandwidth")
+NODE_CNI_PLUGINS = ("loopback", "portmap", "bandwidth", "bridge", "host-local")
+
+
+def bridge_conflist(pod_cidrs: tuple[str, ...]) -> dict[str, Any]:
+    """Debian's bridge + host-local on a Node's Pod CIDRs: the reference CNI (``kubernetes.cni:
+    bridge``), at the highest version containerd 1.6 reads."""
+    return {"cniVersion": "1.0.0", "name": "bridge",
+            "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
+                         "ipam": {"type": "host-local", "ranges": [[{"subnet": c}] for c in pod_cidrs]}}]}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ kubernetes:
   apiPort: 6443
   imageTag: null              # Ferry's image tag (default: the one deploy/ferry.yaml names)
   joinLater: []               # Nodes whose kubelet starts only on `Cluster.join` (a Node joining)
+  cni: ferry                  # ferry (the DaemonSet) | bridge (Debian's bridge + host-local, the
+                              # reference a benchmark compares with; no cross-Node routing)
 ```
 ``kubernetes: {}`` (or ``ferry-lab up --kubernetes``) takes every default."""
 
@@ -15,7 +17,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater")
+KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni")
+CNIS = ("ferry", "bridge")
 
 
 class KubeSpecError(ValueError):
@@ -28,10 +31,11 @@ class KubeSpec:
     api_port: int = 6443
     image_tag: str | None = None
     join_later: tuple[str, ...] = ()
+    cni: str = "ferry"
 
     def to_doc(self) -> dict[str, Any]:
         return {"serviceCIDR": self.service_cidr, "apiPort": self.api_port, "imageTag": self.image_tag,
-                "joinLater": list(self.join_later)}
+                "joinLater": list(self.join_later), "cni": self.cni}
 
 
 def parse(value: Any) -> KubeSpec | None:
@@ -61,4 +65,7 @@ def parse(value: Any) -> KubeSpec | None:
     later = value.get("joinLater") or []
     if not isinstance(later, list) or not all(isinstance(n, str) for n in later):
         raise KubeSpecError(f"kubernetes.joinLater {later!r}: a list of Node names")
-    return KubeSpec(str(net), port, tag, tuple(later))
+    cni = value.get("cni", "ferry")
+    if cni not in CNIS:
+        raise KubeSpecError(f"kubernetes.cni {cni!r}: one of {', '.join(CNIS)}")
+    return KubeSpec(str(net), port, tag, tuple(later), cni)

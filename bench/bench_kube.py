@@ -1,0 +1,133 @@
+"""Pod start latency on a real Kubernetes cluster: Ferry (its DaemonSet, encap/VXLAN) against
+Debian's bridge + host-local on the same kind of cluster, measured in the same run.
+
+    python -m bench.bench_kube [--pods 30] [--json OUT] [--cni-bin DIR]
+
+For each CNI a three-Node ferry-lab cluster comes up (``ferry-lab up --kubernetes``, with
+``kubernetes.cni: bridge`` for the reference); then ``--pods`` Pods, spread round-robin over the
+Nodes, are created one after another through the API. A Pod's latency is from just before its
+``kubectl create`` to the moment a watch on the API (``kubectl get pods --watch``, started before
+the first create) reports it Running with ``status.podIPs``: what a user waits for. Percentiles are
+nearest-rank. Cluster up time and the cold/cached component build times (from the build cache's
+logs, when present) are reported beside them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from bench.util import percentile
+from lab.api import Lab, ensure_cni_bin
+from lab.kube import pods as kube_pods
+from lab.kube.cluster import kubectl_argv
+
+NODES = ("node-1", "node-2", "node-3")
+
+
+def topology(cni: str) -> dict[str, Any]:
+    return {"datapath": "netdev", "clusterCIDRs": ["10.244.0.0/16", "fd00:10:244::/48"],
+            "segments": {"a": {"ipv4": "192.168.77.0/24", "ipv6": "fd00:77::/64"},
+                         "b": {"ipv4": "192.168.88.0/24", "ipv6": "fd00:88::/64"}},
+            "nodes": [{"name": "node-1", "segment": "a"}, {"name": "node-2", "segment": "a"},
+                      {"name": "node-3", "segment": "b"}],
+            "routeSync": {"trafficEncapMode": "encap", "tunnelType": "vxlan"},
+            "kubernetes": {"cni": cni}}
+
+
+class RunningWatch:
+    """``kubectl get pods --watch -o json``: the first time each Pod is seen Running with IPs."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.seen: dict[str, float] = {}
+        self.cond = threading.Condition()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        buf = ""
+        depth = 0
+        for line in self.proc.stdout:  # kubectl prints one pretty JSON object per event
+            buf += line
+            depth += line.count("{") - line.count("}")
+            if depth == 0 and buf.strip():
+                try:
+                    ev = json.loads(buf)
+                except ValueError:
+                    buf = ""
+                    continue
+                buf = ""
+                obj = ev.get("object", ev)
+                st = obj.get("status") or {}
+                name = obj.get("metadata", {}).get("name", "")
+                if st.get("phase") == "Running" and st.get("podIPs"):
+                    with self.cond:
+                        self.seen.setdefault(name, time.monotonic())
+                        self.cond.notify_all()
+
+    def wait(self, name: str, timeout: float) -> float:
+        with self.cond:
+            if not self.cond.wait_for(lambda: name in self.seen, timeout):
+                raise TimeoutError(f"Pod {name} not Running with IPs within {timeout}s")
+            return self.seen[name]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def measure(cni: str, pods: int, cni_bin: str) -> dict[str, Any]:
+    name = f"bk{cni[:2]}{os.getpid() % 10000}"
+    t0 = time.monotonic()
+    lab = Lab.up(topology(cni), name=name, cni_bin=cni_bin)
+    up_s = time.monotonic() - t0
+    try:
+        cluster = lab.kube()
+        watch = RunningWatch(kubectl_argv(cluster.plan, ["get", "pods", "-n", kube_pods.NAMESPACE, "--watch",
+                                                         "--output-watch-events", "-o", "json"]))
+        try:
+            lat = []
+            for i in range(pods):
+                node = NODES[i % len(NODES)]
+                pod = kube_pods.api_name(node, f"b{i}")
+                start = time.monotonic()
+                cluster.kubectl("create", "-f", "-", input=json.dumps(kube_pods.pod_spec(pod, node)))
+                lat.append((watch.wait(pod, 120) - start) * 1000)
+        finally:
+            watch.close()
+    finally:
+        lab.down()
+    return {"cni": cni, "pods": pods, "cluster_up_s": round(up_s, 1),
+            "p50_ms": round(percentile(lat, 50), 1), "p90_ms": round(percentile(lat, 90), 1),
+            "p99_ms": round(percentile(lat, 99), 1), "max_ms": round(max(lat), 1), "samples_ms": [round(x, 1) for x in lat]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pods", type=int, default=30)
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--cni-bin", help="CNI_PATH with ferry (launchers; the cluster uses the image anyway)")
+    args = ap.parse_args(argv)
+    cni_bin = ensure_cni_bin(os.path.abspath(args.cni_bin or os.path.join("build", "cni-bin")))
+    results = [measure(cni, args.pods, cni_bin) for cni in ("bridge", "ferry")]
+    ref, ferry = results
+    print(f"{'cni':<8}{'up s':>8}{'p50 ms':>10}{'p90 ms':>10}{'p99 ms':>10}{'max ms':>10}")
+    for r in results:
+        print(f"{r['cni']:<8}{r['cluster_up_s']:>8}{r['p50_ms']:>10}{r['p90_ms']:>10}{r['p99_ms']:>10}{r['max_ms']:>10}")
+    print(f"ferry/bridge: p50 {ferry['p50_ms'] / ref['p50_ms']:.2f}x, p99 {ferry['p99_ms'] / ref['p99_ms']:.2f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"results": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
