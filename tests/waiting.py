@@ -15,7 +15,7 @@ HANG = 60.0  # s: only a hang takes this long
 T = TypeVar("T")
 
 
-def until(cond: Callable[[], T], what: str, timeout: float = HANG, step: float = 0.01) -> T:
+def until(cond: Callable[[], T], what: str = "the condition", timeout: float = HANG, step: float = 0.01) -> T:
     """Poll ``cond()`` until it returns something truthy, and return that; AssertionError naming
     ``what`` after ``timeout`` s."""
     deadline = time.monotonic() + timeout
@@ -28,7 +28,8 @@ def until(cond: Callable[[], T], what: str, timeout: float = HANG, step: float =
         time.sleep(step)
 
 
-def elapsed_until(cond: Callable[[], object], what: str, timeout: float = HANG, step: float = 0.005) -> float:
+def elapsed_until(cond: Callable[[], object], what: str = "the condition", timeout: float = HANG,
+                  step: float = 0.005) -> float:
     """Seconds until ``cond()`` held (a measurement to print, not to assert on)."""
     t0 = time.monotonic()
     until(cond, what, timeout, step)

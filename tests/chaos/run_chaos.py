@@ -45,6 +45,8 @@ if ROOT not in sys.path:
 
 from cni import pipeline as pl
 from cni.flows import PodPort, pod_flows
+from tests.e2e.helpers import tunnel_neighbours
+from tests.liveping import LivePing
 
 IFNAME = "eth0"
 KILL_WINDOW_MAX = 0.25  # s: the latest instant a plugin call is SIGKILLed at
@@ -294,61 +296,6 @@ class Plugin:
         if kill_after is not None and proc.returncode == -signal.SIGKILL:
             return None, ""
         return proc.returncode, out.decode(errors="replace")
-
-
-class Ping:
-    """A 20 ms ping (``ping -D``) from namespace ``netns``, its replies read as they come."""
-
-    def __init__(self, netns: str, dst: str) -> None:
-        # -w bounds a hang only: stop() ends it with SIGINT, which makes ping print its summary
-        self.proc = subprocess.Popen(["ip", "netns", "exec", netns, "ping", "-n", "-D", "-i", "0.02", "-W", "1",
-                                      "-w", "900", dst], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self._cv = threading.Condition()
-        self.replies: list[float] = []  # wall-clock stamps of the replies, in order
-        self.other: list[str] = []
-        self._ended = False
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            m = re.match(r"^\[([\d.]+)\] \d+ bytes from", line)
-            with self._cv:
-                if m:
-                    self.replies.append(float(m.group(1)))
-                else:
-                    self.other.append(line)
-                self._cv.notify_all()
-        with self._cv:
-            self._ended = True
-            self._cv.notify_all()
-
-    def reply_after(self, wall: float, timeout: float) -> bool:
-        """Wait until a reply stamped after ``wall`` (``time.time()``) came; False after ``timeout`` s."""
-        deadline = time.monotonic() + timeout
-        with self._cv:
-            while not (self.replies and self.replies[-1] > wall):
-                left = deadline - time.monotonic()
-                if left <= 0 or self._ended:
-                    return False
-                self._cv.wait(left)
-            return True
-
-    def stop(self) -> tuple[float, int | None]:
-        """End the ping: (longest gap between replies in s, packets lost)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # `ip netns exec` exec'd ping: same pid
-        try:
-            self.proc.wait(timeout=PROCESS_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._reader.join()
-        with self._cv:
-            gap = round(max((b - a for a, b in itertools.pairwise(self.replies)), default=0.0), 3)
-            m = re.search(r"(\d+) packets transmitted, (\d+) received", "".join(self.other))
-        return gap, (int(m.group(1)) - int(m.group(2))) if m else None
 
 
 # ------------------------------------------------------------------------------- the run
@@ -605,20 +552,21 @@ class Chaos:
         joined before the audit) has seen every flow come back from route-sync alone."""
         n = self.lab.node(node)
         self.gate.pause(node)
-        ping: Ping | None = None
+        ping: LivePing | None = None
         try:
             want_peer = len(flow_lines(n, pl.Cookie.owner_match(pl.Owner.PEER)))
             live = {pl.pod_cookie(p.cid, IFNAME).value for p in [*self.live.values(), *self.anchors.values()]
                     if p.node == node}
             before = pod_flow_counts(n)
             want_pod = {c: k for c, k in before.items() if c in live}
+            want_neigh = tunnel_neighbours(self.lab, node)
             with self.lock:  # flows of no live Pod: left behind (the restart would hide them)
                 self.report.leaks += [f"{node}: flows only: {k} per-Pod flows with cookie {c:#x} of no live Pod "
                                       "(before the ovs-vswitchd restart)"
                                       for c, k in before.items() if c not in live]
             src, dst = self.anchors.get(node), self.anchors.get("node-3")
             if src and dst:
-                ping = Ping(src.netns, dst.address(4))
+                ping = LivePing(src.netns, dst.address(4), interval=0.02)
                 if not ping.reply_after(0.0, timeout=PROCESS_TIMEOUT):
                     raise RuntimeError(f"no ping reply from {src.cid} to {dst.cid} before the restart")
             t_kill, t0 = time.time(), time.monotonic()
@@ -630,19 +578,20 @@ class Chaos:
             raise
         with self.lock:
             self.report.vswitchd_restarts += 1
-        rec = threading.Thread(target=self._flows_back, args=(node, want_peer, want_pod, t0, t_kill, ping))
+        rec = threading.Thread(target=self._flows_back, args=(node, want_peer, want_pod, want_neigh, t0, t_kill, ping))
         self.recovery[node] = rec
         rec.start()
 
-    def _flows_back(self, node: str, want_peer: int, want_pod: dict[int, int], t0: float, t_kill: float,
-                    ping: Ping | None) -> None:
+    def _flows_back(self, node: str, want_peer: int, want_pod: dict[int, int], want_neigh: set[tuple[str, str]],
+                    t0: float, t_kill: float, ping: LivePing | None) -> None:
         n = self.lab.node(node)
         try:
             deadline = t0 + FLOWS_BACK_TIMEOUT
-            while True:  # every PEER flow back, and every Pod's flows as the plugin had installed them
+            while True:  # every PEER flow back, every Pod's flows as the plugin had installed them,
+                # and the tunnel neighbours OVS lost (until route-sync refills them IPv6 underlay drops)
                 have_peer = len(flow_lines(n, pl.Cookie.owner_match(pl.Owner.PEER)))
                 have_pod = pod_flow_counts(n)
-                if have_peer == want_peer and have_pod == want_pod:
+                if have_peer == want_peer and have_pod == want_pod and tunnel_neighbours(self.lab, node) >= want_neigh:
                     break
                 if time.monotonic() > deadline:
                     if have_peer == want_peer and set(have_pod) == set(want_pod):
@@ -651,7 +600,8 @@ class Chaos:
                                 f"{c:#x}: {have_pod.get(c)} of {k}" for c, k in want_pod.items() if have_pod.get(c) != k]
                         break
                     raise AssertionError(f"{node}: flows not back {FLOWS_BACK_TIMEOUT:.0f} s after the ovs-vswitchd "
-                                         f"restart (PEER {have_peer}/{want_peer}, Pods {len(have_pod)}/{len(want_pod)})")
+                                         f"restart (PEER {have_peer}/{want_peer}, Pods {len(have_pod)}/{len(want_pod)}, "
+                                         f"tunnel neighbours missing: {want_neigh - tunnel_neighbours(self.lab, node)})")
                 time.sleep(0.05)
             with self.lock:
                 self.report.flows_back_s = round(time.monotonic() - t0, 3)
@@ -667,9 +617,9 @@ class Chaos:
                 self.report.errors.append(f"{node} after the ovs-vswitchd restart: {type(e).__name__}: {e}")
         finally:
             if ping is not None:
-                gap, lost = ping.stop()
+                res = ping.stop()
                 with self.lock:
-                    self.report.traffic_gap_s, self.report.pings_lost_during_restart = gap, lost
+                    self.report.traffic_gap_s, self.report.pings_lost_during_restart = round(res.gap, 3), res.lost
             self.gate.resume(node)
         self.log(f"{node}: flows back after {self.report.flows_back_s}s, traffic gap {self.report.traffic_gap_s}s")
 
@@ -799,7 +749,7 @@ def audit(lab, pods: list[LivePod], report: Report) -> None:  # type: ignore[no-
 
 def _ping(src: LivePod, dst: str) -> bool:
     for _ in range(3):
-        if _run(["ip", "netns", "exec", src.netns, "ping", "-n", "-q", "-c", "1", "-W", "2", dst]).returncode == 0:
+        if _run(["ip", "netns", "exec", src.netns, "ping", "-n", "-q", "-c", "1", "-W", "5", dst]).returncode == 0:
             return True
     return False
 

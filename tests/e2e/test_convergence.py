@@ -15,7 +15,6 @@ the deadlines only bound a hang."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import time
@@ -26,12 +25,19 @@ import yaml
 from cni.pipeline import Cookie, Owner, peer_cookie
 from lab import layout
 from lab.api import Lab
-from routesync.apply.tnlneigh import parse_show
 from tests.liveping import LivePing
 from tests.waiting import HANG
 
 from .conftest import start_lab, topology
-from .helpers import cookie_dump, dump_flows, ferry_routes, flow_lines, owner_flow_count, wait_for
+from .helpers import (
+    cookie_dump,
+    dump_flows,
+    ferry_routes,
+    flow_lines,
+    owner_flow_count,
+    tunnel_neighbours,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -126,15 +132,6 @@ def _diff(a: tuple[dict[str, list[str]], list[str]], b: tuple[dict[str, list[str
     return "\n".join(out)
 
 
-def _tnl_neigh(lab: Lab, node: str) -> set[tuple[str, str]]:
-    """OVS's tunnel neighbour cache on ``node`` (ip, mac) for underlay addresses: what its userspace
-    tunnels need to send (entries OVS snooped from Pods' ARP are left out: nothing refills them)."""
-    out = lab.node(node).exec(["ovs-appctl", "tnl/neigh/show"], check=True).stdout
-    pods = [ipaddress.ip_network(c) for c in lab.topology.cluster_cidrs]
-    return {(ip, mac) for ip, mac in parse_show(out, lab.topology.bridge).items()
-            if not any(ipaddress.ip_address(ip) in c for c in pods)}
-
-
 def _min_age(lab: Lab, node: str) -> float:
     dump = dump_flows(lab.node(node))
     return min(float(m) for m in re.findall(r"duration=([\d.]+)s", dump))
@@ -174,7 +171,7 @@ def test_route_sync_sigkill_and_restart_changes_nothing(lab: Lab) -> None:
 def test_ovs_vswitchd_restart_restores_flows_and_pod_flows(lab: Lab) -> None:
     dst = lab.pod("node-3", "a").ipv4 or ""
     before = _snapshot(lab, "node-1")
-    neigh = _tnl_neigh(lab, "node-1")
+    neigh = tunnel_neighbours(lab, "node-1")
     pod_flows = owner_flow_count(lab.node("node-1"), Owner.POD)
     assert pod_flows > 0
     with LivePing(lab.pod("node-1", "a").netns, dst, interval=0.02) as ping:
@@ -183,7 +180,7 @@ def test_ovs_vswitchd_restart_restores_flows_and_pod_flows(lab: Lab) -> None:
         lab.restart_vswitchd("node-1")
         # restored: route-sync's flows and routes, the Pods' flows, and the tunnel neighbours OVS
         # lost (route-sync refills them after the flows; until then IPv6 underlay packets drop)
-        wait_for(lambda: _snapshot(lab, "node-1") == before and _tnl_neigh(lab, "node-1") >= neigh, HANG,
+        wait_for(lambda: _snapshot(lab, "node-1") == before and tunnel_neighbours(lab, "node-1") >= neigh, HANG,
                  step=0.05)
         assert ping.reply_after(t_restart), "no ping reply across the Nodes after the restart"
         ping.more_replies(5, "after the flows are back")
