@@ -20,9 +20,13 @@ def lab_name() -> str:
     return f"tf{os.getpid() % 100000:x}{next(_counter)}"[:12]
 
 
+RESYNC = 600  # s: far beyond any wait's deadline (tests.waiting.HANG), so what a test sees follow
+# an event followed it from the event, whatever the machine's speed, not from a periodic resync
+
+
 def fast_topology(mode: str, mac_source: str, **extra: object) -> dict:
     """The default three Nodes, route-sync with the fast path; the router routes Pod CIDRs."""
-    rs = {"trafficEncapMode": mode, "fastPath": True, "macSource": mac_source, "resyncSeconds": 30, **extra}
+    rs = {"trafficEncapMode": mode, "fastPath": True, "macSource": mac_source, "resyncSeconds": RESYNC, **extra}
     return topology(rs, route_pod_cidrs=True)
 
 
