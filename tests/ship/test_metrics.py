@@ -5,7 +5,6 @@ real ones need root: the root run on a lab is in test_lab_frozen.py)."""
 from __future__ import annotations
 
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,11 +19,12 @@ from routesync.health import Health, HealthServer
 from routesync.metrics import Observer, RouteSyncMetrics
 from routesync.sources.registry import RegistrySource
 from tests.routesync.test_daemon_loop import RecordingAppliers
+from tests.waiting import HANG, until
 
 
 def get(port: int, path: str) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=HANG) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -42,16 +42,6 @@ def scrape_when(port: int, key: tuple, value: float) -> dict | None:
     """The scraped samples once ``key`` has ``value``, else None."""
     s = samples(get(port, "/metrics")[1])
     return s if s.get(key) == value else None
-
-
-def until(cond, timeout: float = 10.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
 
 
 def write_peer(reg: Path, name: str, addr: str, cidr: str) -> None:
@@ -75,7 +65,7 @@ def served(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield server.port, d, t, reg
     finally:
         d.stop.set()
-        t.join(5)
+        t.join(HANG)
         server.close()
 
 
