@@ -5,6 +5,7 @@ real ones need root: the root run on a lab is in test_lab_frozen.py)."""
 from __future__ import annotations
 
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -73,6 +74,7 @@ def test_scrape_follows_the_loop(served) -> None:  # type: ignore[no-untyped-def
     port, daemon, thread, reg = served
     code, text = get(port, "/readyz")
     assert code == 503 and "state file" in text  # nothing ran yet
+    t_start = time.monotonic()
     thread.start()
     s = until(lambda: scrape_when(port, ("ferry_route_sync_reconciles_total", (("result", "ok"),)), 1))
     assert s[("ferry_route_sync_errors_total", (("type", "RuntimeError"),))] == 1
@@ -88,8 +90,12 @@ def test_scrape_follows_the_loop(served) -> None:  # type: ignore[no-untyped-def
     # a peer appears: counted by path and family, and its change-to-applied latency observed
     write_peer(reg, "node-b", "192.168.77.12", "10.244.2.0/24")
     s = until(lambda: scrape_when(port, ("ferry_route_sync_peers", (("family", "4"), ("path", "tunnel"))), 1))
-    assert s[("ferry_route_sync_node_change_to_applied_seconds_count", ())] >= 1
-    assert 0 < s[("ferry_route_sync_node_change_to_applied_seconds_sum", ())] < 5
+    running = time.monotonic() - t_start
+    count = s[("ferry_route_sync_node_change_to_applied_seconds_count", ())]
+    assert count >= 1
+    # in seconds: none of them longer than the loop has run (a bound that does not depend on how
+    # fast the machine is, unlike the "< 5 s" it replaces)
+    assert 0 < s[("ferry_route_sync_node_change_to_applied_seconds_sum", ())] <= count * running
     assert s[("ferry_route_sync_peers", (("family", "6"), ("path", "tunnel")))] == 0
     assert s[("ferry_route_sync_mac_source_disagreements_total", ())] == 0
 
