@@ -43,7 +43,7 @@ lab-pictures: bin
 	    >/dev/null || { $(VENV)/bin/ferry-lab down --name $$name; exit 1; }; \
 	  $(VENV)/bin/ferry-lab down --name $$name >/dev/null; echo "docs/lab-$${name#pic-}.svg"; done
 
-# Issue 10 at full size: 3 Nodes, 1,000 ADD/DEL from 16 workers, >= 100 SIGKILLs of plugin processes,
+# Issue 10 at full size: 3 Nodes, 1,000 ADD/DEL from 16 workers, 100 SIGKILLs of plugin processes,
 # route-sync killed 4 times, one ovs-vswitchd restart; prints the report (exit 1 on any leak).
 chaos: bin
 	$(PY) -m tests.chaos.run_chaos --ops 1000 --workers 16 --kills 100 --route-sync-restarts 4 --cni-bin $(BIN)

@@ -433,8 +433,9 @@ class Lab:
     def route_sync_pid(self, node: str) -> int | None:
         return build.route_sync_pid(self.manifest, self.node(node).name)
 
-    def kill_route_sync(self, node: str, sig: int = 9, timeout: float = 5.0) -> int:
-        """Signal ``node``'s route-sync (SIGKILL by default) and wait until it is gone."""
+    def kill_route_sync(self, node: str, sig: int = 9, timeout: float = 30.0) -> int:
+        """Signal ``node``'s route-sync (SIGKILL by default) and wait until it is gone (``timeout``
+        only bounds a hang: a loaded machine may take a while to reap it)."""
         pid = self.route_sync_pid(node)
         if pid is None:
             raise LabError(f"no route-sync runs on {node}")

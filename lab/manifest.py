@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 MANIFEST = "manifest.json"
 KINDS = ("netns", "pidfile", "pid", "dir", "file", "mountns", "cgroup")
+# For the tests of a half-built lab: the process stops itself (SIGSTOP) right after this step is
+# on record ("created": the manifest exists; else an entry kind), so a test kills it at exactly
+# that point whatever the machine's speed.
+STOP_AT_ENV = "FERRY_LAB_STOP_AT"
+
+
+def _stop_at(step: str) -> None:
+    if os.environ.get(STOP_AT_ENV) == step:
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 @dataclass
@@ -35,6 +45,7 @@ class Manifest:
         os.close(fd)
         m = cls(path=path, name=name)
         m.save()
+        _stop_at("created")
         return m
 
     @classmethod
@@ -65,6 +76,7 @@ class Manifest:
             if entry not in self.entries:
                 self.entries.append(entry)
                 self.save()
+                _stop_at(kind)
 
     def forget(self, kind: str, **fields: Any) -> None:
         entry = {"kind": kind, **fields}

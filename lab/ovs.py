@@ -22,7 +22,7 @@ def env(paths: NodePaths) -> dict[str, str]:
     return {**os.environ, **paths.ovs_env()}
 
 
-def start(netns: str, paths: NodePaths, manifest: Manifest, timeout: float = 10.0) -> None:
+def start(netns: str, paths: NodePaths, manifest: Manifest, timeout: float = 30.0) -> None:
     """Create the database and start both daemons; returns when ovs-vswitchd is connected.
 
     ``--detach`` returns only once each daemon is ready (pidfile written, db socket listening,
@@ -42,14 +42,14 @@ def start(netns: str, paths: NodePaths, manifest: Manifest, timeout: float = 10.
     start_vswitchd(netns, paths, timeout)
 
 
-def start_vswitchd(netns: str, paths: NodePaths, timeout: float = 10.0) -> None:
+def start_vswitchd(netns: str, paths: NodePaths, timeout: float = 30.0) -> None:
     """ovs-vswitchd alone (``--detach``: returns once it is configured from the database)."""
     run(["ovs-vswitchd", f"unix:{paths.db_sock}", f"--pidfile={pidfile(paths, 'ovs-vswitchd')}",
          f"--log-file={os.path.join(paths.ovs, 'ovs-vswitchd.log')}", "--detach", "--no-chdir"],
         netns=netns, env=env(paths), timeout=timeout)
 
 
-def stop_vswitchd(paths: NodePaths, sig: int = signal.SIGKILL, timeout: float = 5.0) -> int | None:
+def stop_vswitchd(paths: NodePaths, sig: int = signal.SIGKILL, timeout: float = 30.0) -> int | None:
     """Signal ovs-vswitchd and wait until it is gone; its pid, or None when none ran.  Flows
     die with it; ports, internal (tap) devices and the database stay."""
     import time
@@ -92,7 +92,8 @@ def alive(pid: int) -> bool:
     return True
 
 
-def vswitchd_answers(paths: NodePaths, timeout: float = 5.0) -> bool:
+def vswitchd_answers(paths: NodePaths, timeout: float = 30.0) -> bool:
+    """ovs-vswitchd answers on its control socket (``timeout`` bounds a hung daemon only)."""
     pid = read_pid(pidfile(paths, "ovs-vswitchd"))
     if pid is None:
         return False

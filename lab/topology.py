@@ -96,7 +96,7 @@ class RouteSyncSpec:
     fastPath: bool = False
     macSource: str = "annotation"  # fast path next-hop MACs: annotation | neighbor | both
     resyncSeconds: float = 60.0  # route-sync's periodic re-assertion (tests make it short)
-    startTimeout: float = 20.0
+    startTimeout: float = 60.0  # s: bounds a hang only (a loaded machine starts it slowly)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from cni.netns import entered
 from cni.request import Request
 from cni.result import decode
 from tests.pod.netcheck import ping, tcp_echo
+from tests.waiting import until
 
 pytestmark = pytest.mark.root
 FORGE = str(Path(__file__).resolve().parents[1] / "pod" / "forge.py")
@@ -37,14 +37,15 @@ def _packets(node, pod, match: str) -> int:
     return total
 
 
-def _wait_counter(fn, at_least: int, timeout: float = 5.0) -> int:
-    """Datapath statistics reach the OpenFlow counters at the revalidator's pace."""
-    deadline = time.monotonic() + timeout
-    value = fn()
-    while value < at_least and time.monotonic() < deadline:
-        time.sleep(0.2)
+def _wait_counter(node, fn, at_least: int) -> int:
+    """Datapath statistics reach the OpenFlow counters when the revalidators have run a pass: wait
+    for one, read, until the counter reaches ``at_least`` (the deadline only bounds a hang)."""
+    def reached() -> int:
+        node.ovs.appctl("revalidator/wait")
         value = fn()
-    return value
+        return value if value >= at_least else 0
+
+    return until(reached, f"a counter to reach {at_least}") if at_least > 0 else fn()
 
 
 def test_two_chained_pods_talk_through_ovs(node):
@@ -62,8 +63,8 @@ def test_two_chained_pods_talk_through_ovs(node):
         out = a.exec("ip", "neigh", "show", a.gateway(fam)).stdout
         assert "02:fe:00:00:00:01" in out, out
     # Their packets crossed OVS: SpoofGuard admitted them (per-Pod counters moved).
-    assert _wait_counter(lambda: _packets(node, a, "nw_src=" + a.ip(4)), 4) >= 4
-    assert _wait_counter(lambda: _packets(node, a, "ipv6_src=" + a.ip(6)), 4) >= 4
+    assert _wait_counter(node, lambda: _packets(node, a, "nw_src=" + a.ip(4)), 4) >= 4
+    assert _wait_counter(node, lambda: _packets(node, a, "ipv6_src=" + a.ip(6)), 4) >= 4
 
 
 def test_pod_to_node_and_node_to_pod(node):
@@ -103,7 +104,7 @@ def test_spoofing_from_a_chained_pod_is_dropped(node):
                   "10.244.1.250", victim.ip(4), "7")
     attacker.exec(sys.executable, FORGE, "eth0", "arp-reply", attacker.mac, victim.mac,
                   "10.244.1.1", victim.ip(4), "7")  # "the next hop is at <attacker>"
-    assert _wait_counter(drops, d0 + 14) - d0 >= 14
+    assert _wait_counter(node, drops, d0 + 14) - d0 >= 14
     assert in_echos() == e0, "a forged echo request reached the victim"
     assert "02:fe:00:00:00:01" in victim.exec("ip", "neigh", "show", "10.244.1.1").stdout or \
         "lladdr" not in victim.exec("ip", "neigh", "show", "10.244.1.1").stdout

@@ -4,6 +4,7 @@ Pure helpers plus thin readers of a lab Node (``ovs-ofctl dump-flows``, ``ip rou
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import time
@@ -81,6 +82,18 @@ def measure(lab: Lab, src: Pod, dst_node: str, probe: Callable[[], object]) -> P
     probe()
     settle(s, d)
     return PathSample(peer_packets(s, dst_node) - out0, tunnel_in_packets(d) - in0)
+
+
+def tunnel_neighbours(lab: Lab, node: str) -> set[tuple[str, str]]:
+    """OVS's tunnel neighbour cache on ``node`` (ip, mac) for underlay addresses: what its userspace
+    tunnels need to send, which an ovs-vswitchd restart empties and route-sync refills after the
+    flows (entries OVS snooped from Pods' ARP are left out: nothing refills them)."""
+    from routesync.apply.tnlneigh import parse_show
+
+    out = lab.node(node).exec(["ovs-appctl", "tnl/neigh/show"], check=True).stdout
+    pods = [ipaddress.ip_network(c) for c in lab.topology.cluster_cidrs]
+    return {(ip, mac) for ip, mac in parse_show(out, lab.topology.bridge).items()
+            if not any(ipaddress.ip_address(ip) in c for c in pods)}
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, step: float = 0.005) -> float:

@@ -1,20 +1,22 @@
 """Convergence and restarts, in one encap/vxlan lab with a short re-assertion period.
 
 * a peer's appearance, Pod CIDR change, address change and removal reach another Node's flows
-  and routes within 1 s (registry write → installed, measured);
+  and routes (registry write → installed, measured and printed, not bounded: a bound would
+  depend on the machine's speed; bench/ tracks the figures);
 * a route deleted by hand is back after the next re-assertion;
 * SIGKILL of route-sync and a restart lose no ping of a running ``ping -i 0.1`` across Nodes
   and re-install nothing (same flows, same routes, flows keep their age);
 * an ovs-vswitchd restart (every flow lost, the plugin's per-Pod flows too): route-sync puts its
-  flows back and replays the per-Pod flows from the Pod ports' external_ids; the traffic gap
-  is measured."""
+  flows back and replays the per-Pod flows from the Pod ports' external_ids; traffic comes back
+  and its gap is measured.
+
+Every wait is on the observable condition (replies of a running ping, a log line, the flows);
+the deadlines only bound a hang."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
-import subprocess
 import time
 
 import pytest
@@ -23,10 +25,19 @@ import yaml
 from cni.pipeline import Cookie, Owner, peer_cookie
 from lab import layout
 from lab.api import Lab
-from lab.sh import in_netns
+from tests.liveping import LivePing
+from tests.waiting import HANG
 
 from .conftest import start_lab, topology
-from .helpers import cookie_dump, dump_flows, ferry_routes, flow_lines, owner_flow_count, wait_for
+from .helpers import (
+    cookie_dump,
+    dump_flows,
+    ferry_routes,
+    flow_lines,
+    owner_flow_count,
+    tunnel_neighbours,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -59,35 +70,35 @@ def _installed(lab: Lab, node: str, peer: str) -> tuple[str, list[str]]:
     return cookie_dump(n, peer_cookie(peer)), ferry_routes(n)
 
 
-def test_peer_change_converges_within_1s(lab: Lab) -> None:
+def test_peer_change_converges(lab: Lab) -> None:
     """A synthetic peer node-9 (192.168.77.19): appear, change Pod CIDR, change address, vanish;
-    node-1's flows and routes follow each change within 1 s."""
+    node-1's flows and routes follow each change (how fast is printed)."""
     def has(cidr: str, tun: str) -> bool:
         flows, routes = _installed(lab, "node-1", "node-9")
         return (f"nw_dst={cidr}" in flows and f"{tun}->tun_dst" in flows
                 and any(r.startswith(f"{cidr} ") for r in routes))
 
     _write_record(lab, "node-9", ["192.168.77.19"], ["10.244.9.0/24"])
-    FIGURES["peer added"] = wait_for(lambda: has("10.244.9.0/24", "192.168.77.19"), 1.0)
+    FIGURES["peer added"] = wait_for(lambda: has("10.244.9.0/24", "192.168.77.19"), HANG)
 
     _write_record(lab, "node-9", ["192.168.77.19"], ["10.244.19.0/24"])
     FIGURES["Pod CIDR changed"] = wait_for(
         lambda: has("10.244.19.0/24", "192.168.77.19") and "10.244.9.0" not in _installed(lab, "node-1", "node-9")[0]
-        and not any(r.startswith("10.244.9.0/24") for r in ferry_routes(lab.node("node-1"))), 1.0)
+        and not any(r.startswith("10.244.9.0/24") for r in ferry_routes(lab.node("node-1"))), HANG)
 
     _write_record(lab, "node-9", ["192.168.77.29"], ["10.244.19.0/24"])
     FIGURES["address changed"] = wait_for(
         lambda: has("10.244.19.0/24", "192.168.77.29") and "192.168.77.19" not in _installed(lab, "node-1", "node-9")[0],
-        1.0)
+        HANG)
 
     _remove_record(lab, "node-9")
 
     def gone() -> bool:
         flows, routes = _installed(lab, "node-1", "node-9")
         return not flow_lines(flows) and not any(r.startswith("10.244.19.0/24") for r in routes)
-    FIGURES["peer removed"] = wait_for(gone, 1.0)
+    FIGURES["peer removed"] = wait_for(gone, HANG)
     # the other Nodes converged too, and the real peers were never touched
-    wait_for(lambda: not flow_lines(_installed(lab, "node-3", "node-9")[0]), 1.0)
+    wait_for(lambda: not flow_lines(_installed(lab, "node-3", "node-9")[0]), HANG)
     assert lab.ping(lab.pod("node-1", "a"), lab.pod("node-3", "a").ipv4 or "")
 
 
@@ -97,7 +108,7 @@ def test_route_deleted_by_hand_is_restored(lab: Lab) -> None:
     victim = next(r for r in before if r.startswith("10.244.3.0/24 "))
     n.exec(["ip", "route", "del", "10.244.3.0/24"], check=True)
     assert not any(r.startswith("10.244.3.0/24 ") for r in ferry_routes(n))
-    FIGURES["route restored after"] = wait_for(lambda: victim in ferry_routes(n), RESYNC + 2.0, step=0.02)
+    FIGURES["route restored after"] = wait_for(lambda: victim in ferry_routes(n), HANG, step=0.02)
     assert ferry_routes(n) == before
 
 
@@ -134,58 +145,48 @@ def _log_count(lab: Lab, node: str, text: str) -> int:
         return 0
 
 
-def _ping(lab: Lab, src_node: str, dst: str, seconds: float, interval: float) -> subprocess.Popen[str]:
-    src = lab.pod(src_node, "a")
-    count = int(seconds / interval)
-    return subprocess.Popen(in_netns(src.netns, ["ping", "-n", "-D", "-i", f"{interval:g}", "-c", str(count),
-                                                 "-W", "1", dst]),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def _ping_result(proc: subprocess.Popen[str]) -> tuple[int, int, float]:
-    """(transmitted, received, longest gap between consecutive replies in seconds)."""
-    out, _ = proc.communicate(timeout=60)
-    m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
-    assert m, out
-    stamps = [float(t) for t in re.findall(r"^\[([\d.]+)\] \d+ bytes from", out, re.MULTILINE)]
-    gap = max((b - a for a, b in itertools.pairwise(stamps)), default=0.0)
-    return int(m.group(1)), int(m.group(2)), gap
-
-
 def test_route_sync_sigkill_and_restart_changes_nothing(lab: Lab) -> None:
     dst = lab.pod("node-3", "a").ipv4 or ""
     assert lab.ping(lab.pod("node-1", "a"), dst)
     before = _snapshot(lab, "node-1")
     ready = _log_count(lab, "node-1", "first reconcile done")
-    t_kill = time.monotonic()
-    ping = _ping(lab, "node-1", dst, seconds=5.0, interval=0.1)
-    time.sleep(1.0)
-    lab.kill_route_sync("node-1")
-    time.sleep(0.5)
-    lab.start_route_sync("node-1")
-    wait_for(lambda: _log_count(lab, "node-1", "first reconcile done") > ready, 10.0, step=0.02)
-    sent, received, _gap = _ping_result(ping)
-    FIGURES["route-sync restart: pings lost"] = sent - received
-    assert sent >= 45 and received == sent, f"{sent - received} of {sent} pings lost during the restart"
+    with LivePing(lab.pod("node-1", "a").netns, dst, interval=0.1) as ping:
+        ping.more_replies(5, "before the kill")
+        t_kill = time.monotonic()
+        lab.kill_route_sync("node-1")
+        ping.more_replies(5, "while route-sync is down")
+        lab.start_route_sync("node-1")
+        wait_for(lambda: _log_count(lab, "node-1", "first reconcile done") > ready, HANG, step=0.02)
+        ping.more_replies(5, "after route-sync's first reconcile")
+        res = ping.stop()
+    FIGURES["route-sync restart: pings lost"] = len(res.lost_seqs)
+    assert res.lost_seqs == [], f"pings {res.lost_seqs} of {res.transmitted} lost during the restart"
     after = _snapshot(lab, "node-1")
     assert after == before, _diff(before, after)
-    # nothing was re-installed: every flow is older than the kill
-    assert _min_age(lab, "node-1") >= time.monotonic() - t_kill - 0.5
+    # nothing was re-installed: every flow is older than the kill (OVS prints ages in ms)
+    t_check = time.monotonic()  # before the dump: a flow older than the kill is older than this
+    assert _min_age(lab, "node-1") >= t_check - t_kill - 0.002
 
 
 def test_ovs_vswitchd_restart_restores_flows_and_pod_flows(lab: Lab) -> None:
     dst = lab.pod("node-3", "a").ipv4 or ""
     before = _snapshot(lab, "node-1")
+    neigh = tunnel_neighbours(lab, "node-1")
     pod_flows = owner_flow_count(lab.node("node-1"), Owner.POD)
     assert pod_flows > 0
-    ping = _ping(lab, "node-1", dst, seconds=6.0, interval=0.02)
-    time.sleep(1.0)
-    lab.restart_vswitchd("node-1")
-    sent, received, gap = _ping_result(ping)
-    FIGURES["vswitchd restart: traffic gap s"] = gap
-    FIGURES["vswitchd restart: pings lost (of 300 at 20 ms)"] = sent - received
-    assert received > 0 and gap < 3.0, f"gap {gap:.2f}s, {sent - received} of {sent} lost"
-    wait_for(lambda: _snapshot(lab, "node-1") == before, 3.0, step=0.05)
+    with LivePing(lab.pod("node-1", "a").netns, dst, interval=0.02) as ping:
+        ping.more_replies(5, "before the restart")
+        t_restart = time.time()
+        lab.restart_vswitchd("node-1")
+        # restored: route-sync's flows and routes, the Pods' flows, and the tunnel neighbours OVS
+        # lost (route-sync refills them after the flows; until then IPv6 underlay packets drop)
+        wait_for(lambda: _snapshot(lab, "node-1") == before and tunnel_neighbours(lab, "node-1") >= neigh, HANG,
+                 step=0.05)
+        assert ping.reply_after(t_restart), "no ping reply across the Nodes after the restart"
+        ping.more_replies(5, "after the flows are back")
+        res = ping.stop()
+    FIGURES["vswitchd restart: traffic gap s"] = res.gap
+    FIGURES["vswitchd restart: pings lost (at 20 ms)"] = res.lost
     assert owner_flow_count(lab.node("node-1"), Owner.POD) == pod_flows
     for fam in (4, 6):
         for other in ("node-1/b", "node-2/a", "node-3/a"):

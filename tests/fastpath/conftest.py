@@ -9,8 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from lab.api import Lab, ensure_cni_bin
+from lab.api import Lab, Node, ensure_cni_bin
 from tests.e2e.conftest import can_run, topology
+from tests.waiting import until
 
 _counter = itertools.count()
 PODS = (("node-1", "a"), ("node-2", "a"), ("node-3", "a"))
@@ -20,10 +21,20 @@ def lab_name() -> str:
     return f"tf{os.getpid() % 100000:x}{next(_counter)}"[:12]
 
 
+RESYNC = 600  # s: far beyond any wait's deadline (tests.waiting.HANG), so what a test sees follow
+# an event followed it from the event, whatever the machine's speed, not from a periodic resync
+
+
 def fast_topology(mode: str, mac_source: str, **extra: object) -> dict:
     """The default three Nodes, route-sync with the fast path; the router routes Pod CIDRs."""
-    rs = {"trafficEncapMode": mode, "fastPath": True, "macSource": mac_source, "resyncSeconds": 30, **extra}
+    rs = {"trafficEncapMode": mode, "fastPath": True, "macSource": mac_source, "resyncSeconds": RESYNC, **extra}
     return topology(rs, route_pod_cidrs=True)
+
+
+def settled(node: Node, peers: list[str]) -> bool:
+    st = node.state() or {}
+    paths = {(p["name"], ":" in p["podCIDRs"][0]): p.get("path") for p in st.get("peers", [])}
+    return all(paths.get((peer, v6)) in ("fast", "tunnel") for peer in peers for v6 in (False, True))
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +57,11 @@ def fast_lab_of(fast_cni_bin: str) -> Iterator:
         labs.append(lab)
         for node, pod in PODS:
             lab.add_pod(node, pod)
+        # Settled: every Node has a path to every peer in both families that is not the gateway
+        # fallback.  A peer's MAC comes from its annotation (published by its route-sync's first
+        # pass) or the neighbour table, so right after up a Node may still be on the fallback.
+        until(lambda: all(settled(n, [m.name for m in lab.nodes if m.name != n.name]) for n in lab.nodes),
+              "every Node off the gateway fallback to every peer")
         return lab
 
     yield make

@@ -1,8 +1,10 @@
-"""Crash test: 200 ADDs and DELs, each run in a child process SIGKILLed at a random instant.
+"""Crash test: at least 200 ADDs and DELs, each run in a child process SIGKILLed at a random instant.
 
 The kill delay is drawn over the measured duration of an operation, measured from the moment
 the child is about to call the API, so kills land before, inside and after the journaled commit
-(the test counts how many found a journal in place).  After every kill the store must open,
+(the test counts how many found a journal in place).  Where the kills land depends on the
+machine's speed, so the run goes on past 200 operations until more than 100 children were
+killed and 5 inside the commit (MAX_OPS only bounds a hang).  After every kill the store must open,
 replay, and pass its invariant check (no torn file, no address leaked or held twice); repeating
 the operation must complete it; the store must always equal the model."""
 
@@ -18,6 +20,8 @@ from ipam import api
 from ipam.store import JOURNAL, Store
 
 OPS = 200
+MAX_OPS = 20 * OPS
+MID_COMMIT = 5
 RANGES = [[{"subnet": "10.78.0.0/24"}], [{"subnet": "fd78::/120"}]]
 
 
@@ -53,7 +57,9 @@ def test_sigkill_at_random_instants(tmp_path: Path) -> None:
 
     model: dict[tuple[str, str], list[str]] = {}
     killed = mid_commit = 0
-    for n in range(OPS):
+    n = 0
+    while n < OPS or killed <= OPS // 2 or mid_commit < MID_COMMIT:
+        assert n < MAX_OPS, f"after {n} operations only {killed} kills landed, {mid_commit} inside the commit"
         if len(model) < 3 or rnd.random() < 0.6:
             key = (f"c{n}", "eth0")
             op = "add"
@@ -81,5 +87,5 @@ def test_sigkill_at_random_instants(tmp_path: Path) -> None:
             assert {r.key: [i.address for i in r.ips] for r in txn.records()} == model
             claimed = set(txn.claims())
         assert claimed == {a.split("/")[0] for ips in model.values() for a in ips}  # nothing leaked
-    print(f"crash test: {killed} of {OPS} children killed, {mid_commit} inside the journaled commit")
-    assert killed > OPS // 2 and mid_commit >= 5
+        n += 1
+    print(f"crash test: {killed} of {n} children killed, {mid_commit} inside the journaled commit")

@@ -15,7 +15,8 @@ import yaml
 
 from lab import build, layout
 from lab.api import CNI_CACHE, Lab, LabError, cnitool_container_id
-from lab.manifest import Manifest
+from lab.manifest import STOP_AT_ENV, Manifest
+from tests.waiting import until
 
 pytestmark = pytest.mark.root
 FERRY_LAB = [sys.executable, "-m", "lab.cli"]
@@ -41,6 +42,15 @@ def processes_of(lab_directory: str) -> list[int]:
 def root_links_of(name: str) -> list[str]:
     cp = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True)
     return [line for line in cp.stdout.splitlines() if name in line]
+
+
+def _stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP): state T in /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
 
 
 def assert_gone(name: str, lab_directory: str) -> None:
@@ -110,23 +120,19 @@ def test_down_after_up_leaves_nothing(lab_factory: Callable[..., Lab]) -> None:
 def test_down_after_up_was_killed_half_way(kill_when: str, new_lab_name: Callable[[], str]) -> None:
     name = new_lab_name()
     directory = layout.lab_dir(name)
-    proc = subprocess.Popen([*FERRY_LAB, "up", "--name", name], cwd=REPO,
+    # up stops itself at the step (lab.manifest.STOP_AT_ENV): the kill lands there, not wherever
+    # a poll happened to catch it
+    step = {"dir-only": "created"}.get(kill_when, kill_when)
+    proc = subprocess.Popen([*FERRY_LAB, "up", "--name", name], cwd=REPO, env={**os.environ, STOP_AT_ENV: step},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:  # wait for the moment we want to crash at
-            if kill_when == "dir-only" and os.path.isdir(directory):
-                break
-            try:
-                entries = Manifest.load(directory).of_kind(kill_when)
-            except (OSError, ValueError):
-                entries = []
-            if entries:
-                break
-            time.sleep(0.001)
+        until(lambda: proc.poll() is not None or _stopped(proc.pid), f"ferry-lab up to stop at {step}")
+        assert proc.poll() is None, f"ferry-lab up ended ({proc.returncode}) before {step}"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert os.path.exists(directory)
+        if kill_when != "dir-only":
+            assert Manifest.load(directory).of_kind(kill_when), f"killed before any {kill_when} was on record"
         try:
             state = Manifest.load(directory).state
         except (OSError, ValueError):
@@ -167,14 +173,17 @@ def test_up_refuses_namespaces_it_does_not_own(lab_factory: Callable[..., Lab],
 
 
 def test_up_timing(lab_factory: Callable[..., Lab]) -> None:
+    """How long up and down take, printed (a bound would depend on the machine; bench/ has the
+    figures); the outcome is asserted: up, then nothing left."""
     t0 = time.monotonic()
     lab = lab_factory()
     up_s = time.monotonic() - t0
+    assert Manifest.load(lab.dir).state == "up"
     t0 = time.monotonic()
     lab.down()
     down_s = time.monotonic() - t0
     print(f"up {up_s:.3f}s down {down_s:.3f}s")
-    assert up_s < 5 and down_s < 5
+    assert_gone(lab.name, lab.dir)
 
 
 def test_route_sync_that_dies_fails_up_cleanly(monkeypatch: pytest.MonkeyPatch,
@@ -183,5 +192,6 @@ def test_route_sync_that_dies_fails_up_cleanly(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("FERRY_ROUTE_SYNC", "/bin/false")
     name = new_lab_name()
     with pytest.raises(LabError, match=r"ferry-route-sync on node-\d exited \(rc=1\) before writing"):
-        Lab.up({"routeSync": {"trafficEncapMode": "encap", "startTimeout": 5}}, name=name, cni_bin="/nonexistent")
+        # startTimeout only bounds a hang: the exit is what ends the wait
+        Lab.up({"routeSync": {"trafficEncapMode": "encap", "startTimeout": 60}}, name=name, cni_bin="/nonexistent")
     assert_gone(name, layout.lab_dir(name))

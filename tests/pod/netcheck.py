@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 ECHO_SERVER = r"""
 import socket, sys
@@ -13,7 +12,8 @@ s = socket.socket(fam, socket.SOCK_STREAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2])))
 s.listen(1)
-s.settimeout(20)
+print("ready", flush=True)
+s.settimeout(60)
 c, _ = s.accept()
 data = b""
 while len(data) < int(sys.argv[3]):
@@ -30,12 +30,7 @@ import socket, sys, os
 size = int(sys.argv[3])
 payload = os.urandom(size)
 fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
-for attempt in range(50):
-    try:
-        c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
-        break
-    except ConnectionRefusedError:
-        import time; time.sleep(0.1)
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)  # the server listens already
 c.sendall(payload)
 back = b""
 while len(back) < size:
@@ -58,10 +53,12 @@ def tcp_echo(server_ns: str, server_ip: str, client_ns: str, port: int = 5201, s
     srv = subprocess.Popen(["ip", "netns", "exec", server_ns, sys.executable, "-c", ECHO_SERVER, server_ip,
                             str(port), str(size)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        time.sleep(0.15)
+        assert srv.stdout is not None
+        if srv.stdout.readline().strip() != b"ready":  # listening (not a guess at how long that takes)
+            return False
         cli = subprocess.run(["ip", "netns", "exec", client_ns, sys.executable, "-c", ECHO_CLIENT, server_ip,
-                              str(port), str(size)], check=False, capture_output=True, timeout=30)
-        return cli.returncode == 0 and srv.wait(timeout=10) == 0
+                              str(port), str(size)], check=False, capture_output=True, timeout=90)
+        return cli.returncode == 0 and srv.wait(timeout=60) == 0
     finally:
         if srv.poll() is None:
             srv.kill()

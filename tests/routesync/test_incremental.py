@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ipaddress
 import threading
-import time
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,7 +18,8 @@ from routesync.daemon import Daemon
 from routesync.model import DesiredState, LocalFacts, NodeRecord
 from routesync.planner import PeerMemo, plan
 from routesync.sources.registry import RegistrySource
-from tests.routesync.test_daemon_loop import RecordingAppliers, until
+from tests.routesync.test_daemon_loop import RecordingAppliers
+from tests.waiting import HANG, until
 
 FACTS = LocalFacts(gateway_ofport=2, gateway_mac="02:00:00:00:01:01", tunnel_ofport=3, uplink_name="eth0",
                    uplink_addresses=("192.168.77.11/24", "fd00:77::11/64"), transport_mtu=1500,
@@ -99,7 +99,9 @@ def test_daemon_full_first_incremental_for_changes_full_after_ovs_restart(tmp_pa
         # a first change: this Node's own record (published by the first pass) is seen once
         other.publish_self(NodeRecord("node-b", ("192.168.77.59",), ("10.244.2.0/24",)))
         until(lambda: apl.applied[-1].peers and apl.applied[-1].peers[0].transport_address == "192.168.77.59")
-        time.sleep(0.1)
+        # the pass that saw our own record prepared again (its local facts changed); from here on
+        # nothing local changes (was a 0.1 s sleep, short on a slow machine)
+        until(lambda: apl.prepared >= 2, "the pass that sees this Node's own record")
         n, prepared = len(apl.applied), apl.prepared
         for i in range(3):
             other.publish_self(NodeRecord("node-b", (f"192.168.77.{60 + i}",), ("10.244.2.0/24",)))
@@ -109,7 +111,7 @@ def test_daemon_full_first_incremental_for_changes_full_after_ovs_restart(tmp_pa
         assert changes and not any(x.full for x in changes)
         assert apl.prepared == prepared  # the local facts were reused
         apl.generation += 1  # ovs-vswitchd restarted: the next pass is full and prepares
-        until(lambda: apl.applied[-1].full and apl.prepared > prepared, timeout=3)
+        until(lambda: apl.applied[-1].full and apl.prepared > prepared, "the full pass after the restart")
     finally:
         d.stop.set()
-        t.join(5)
+        t.join(HANG)

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import itertools
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from routesync.model import MAC_ANNOTATION, TRANSPORT_ANNOTATION, NodeRecord
 from routesync.sources.kube import KubeSource, record_from_node
+from tests.waiting import until
 
 from .kubeserver import KubeServer, make_node
-
-
-def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from routesync.apply.ovs import OvsApplier
 from tests.ovs_instance import OvsInstance, netns
+from tests.waiting import HANG
 
 
 def sh(*argv: str, check: bool = True) -> str:
@@ -61,14 +63,40 @@ class Pinger:
         self.proc = subprocess.Popen(["ip", "netns", "exec", ns, "ping", "-n", "-i", str(interval),
                                       "-W", "1", target], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
+        self._cv = threading.Condition()
+        self._seqs: list[int] = []
+        self._ended = False
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
-    def stop(self) -> tuple[int, int]:
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            m = re.search(r"icmp_seq=(\d+) ", line)
+            with self._cv:
+                if m:
+                    self._seqs.append(int(m.group(1)))
+                self._cv.notify_all()
+        with self._cv:
+            self._ended = True
+            self._cv.notify_all()
+
+    def stop(self, replies_after: int = 10) -> tuple[int, int]:
         """(sent, lost) up to the last answered request: a request still in flight when the
-        pinger is stopped is not counted as lost."""
-        time.sleep(0.3)
+        pinger is stopped is not counted as lost.  Stops once ``replies_after`` more replies came
+        (traffic goes on after whatever happened before the call), not after a guessed time."""
+        deadline = time.monotonic() + HANG
+        with self._cv:
+            want = len(self._seqs) + replies_after
+            while len(self._seqs) < want and not self._ended:
+                left = deadline - time.monotonic()
+                assert left > 0, f"ping: no {replies_after} replies within {HANG:.0f} s (got {len(self._seqs)})"
+                self._cv.wait(left)
         self.proc.send_signal(signal.SIGINT)
-        out, _ = self.proc.communicate(timeout=10)
-        seqs = {int(m) for m in re.findall(r"icmp_seq=(\d+) ", out)}
-        assert seqs, out
+        self.proc.wait(timeout=HANG)
+        self._reader.join()
+        assert self.proc.stderr is not None
+        assert len(self._seqs) >= want, f"ping ended early: {self.proc.stderr.read()}"
+        seqs = set(self._seqs)
         last = max(seqs)
         return last, len(set(range(1, last + 1)) - seqs)

@@ -18,13 +18,14 @@ PLAN = NftPlan(local_pod_cidrs=("10.244.1.0/24", "fd00:10:244:1::/64"),
 RECEIVE = """
 import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("0.0.0.0", 9999)); s.settimeout(5)
+s.bind(("0.0.0.0", 9999)); s.settimeout(60)
+print("ready", flush=True)
 print(s.recvfrom(100)[1][0])
 """
 SEND = """
 import socket, sys, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for _ in range(40):
+while True:  # until the receiver has one and the test ends this
     s.sendto(b"x", (sys.argv[1], 9999)); time.sleep(0.05)
 """
 
@@ -38,10 +39,17 @@ def test_render_masquerade_off_and_gre() -> None:
 
 
 def source_seen(ext: str, pod: str, dst: str) -> str:
+    """The source address ``ext`` sees on a datagram from ``pod`` to ``dst``: the sender starts
+    once the receiver is bound, and sends until it has one."""
     rx = subprocess.Popen(["ip", "netns", "exec", ext, "python3", "-c", RECEIVE],
                           stdout=subprocess.PIPE, text=True)
-    ns_sh(pod, "python3", "-c", SEND, dst)
-    out, _ = rx.communicate(timeout=10)
+    assert rx.stdout is not None and rx.stdout.readline().strip() == "ready"
+    tx = subprocess.Popen(["ip", "netns", "exec", pod, "python3", "-c", SEND, dst])
+    try:
+        out, _ = rx.communicate(timeout=90)
+    finally:
+        tx.kill()
+        tx.wait()
     return out.strip()
 
 

@@ -11,6 +11,7 @@ import pytest
 from cni.pipeline import BASE_COOKIE, NODE_COOKIE, Flow, Table, peer_cookie, pod_cookie
 from routesync.apply.ovs import (
     EXT_GATEWAY_MAC,
+    InstalledFlow,
     OvsApplier,
     group_installed,
     parse_dump,
@@ -18,6 +19,7 @@ from routesync.apply.ovs import (
 )
 from routesync.model import TunnelSpec
 from tests.routesync_apply.helpers import node, ns_sh
+from tests.waiting import until
 
 DUMP = """OFPST_FLOW reply (OF1.3) (xid=0x2):
  cookie=0x400000000000000, duration=0.006s, table=0, n_packets=3, n_bytes=180, udp,tp_dst=4789 actions=drop
@@ -61,6 +63,25 @@ def installed(app: OvsApplier) -> dict[int, list]:
     return group_installed(app.dump_flows())
 
 
+AGE = 0.2  # s: how much older the flows are than anything a sync would re-install
+SLACK = 0.05  # s: durations print in ms and are taken flow by flow within one dump
+
+
+def reinstalled(before: list[InstalledFlow], after: list[InstalledFlow], ref_cookie: int) -> set[int]:
+    """Cookies with a flow (re)installed between two dumps.  A flow left alone ages exactly as
+    much as the reference flows (``ref_cookie``: flows no sync touches) between the dumps; one
+    re-installed is younger than that by its age at ``before`` (>= AGE: the test paused so).
+    Only OVS's own durations are compared, so how fast the machine is does not matter."""
+    def key(f: InstalledFlow) -> tuple[int, int, int, str, str]:
+        return (f.cookie, *f.canon())
+
+    was = {key(f): f.duration for f in before}
+    ref = [f.duration - was[key(f)] for f in after if f.cookie == ref_cookie and key(f) in was]
+    assert ref, f"no reference flow with cookie {ref_cookie:#x} in both dumps"
+    elapsed = min(ref)
+    return {f.cookie for f in after if key(f) not in was or f.duration - was[key(f)] < elapsed - SLACK}
+
+
 @pytest.mark.root
 def test_flow_sync_exact_idempotent_replace_stale_and_pod_survive() -> None:
     with node("fb-of1") as n:
@@ -84,11 +105,12 @@ def test_flow_sync_exact_idempotent_replace_stale_and_pod_survive() -> None:
         pod_flows = [f for f in app.dump_flows() if f.cookie == pod.value]
         assert len(pod_flows) == 2
 
-        time.sleep(1.1)
+        time.sleep(AGE)  # not a wait: it makes a re-installed flow tell from an untouched one
+        before = app.dump_flows()
         d2 = app.sync_flows(desired)
         assert not d2.changed and d2.flows_sent == 0 and d2.unchanged == 4
-        # nothing was re-added: every flow is older than the pause
-        assert all(f.duration >= 1.0 for f in app.dump_flows())
+        after = app.dump_flows()
+        assert reinstalled(before, after, pod.value) == set()  # nothing was re-added
 
         # peer b's tunnel address changed: its group is replaced, c's flows stay as they were
         desired2 = base_flows() + peer_flows("b", "192.168.7.22", "10.244.2.0/24") + \
@@ -98,8 +120,7 @@ def test_flow_sync_exact_idempotent_replace_stale_and_pod_survive() -> None:
         now = installed(app)
         assert all("192.168.7.22" in f.actions or "192.168.7.22" in f.match
                    for f in now[peer_cookie("b").value])
-        assert all(f.duration >= 1.0 for f in now[peer_cookie("c").value])
-        assert all(f.duration < 1.0 for f in now[peer_cookie("b").value])
+        assert reinstalled(after, app.dump_flows(), pod.value) == {peer_cookie("b").value}  # c left alone
 
         # peer c removed: exactly its group goes; Pod flows still untouched
         d4 = app.sync_flows(base_flows() + peer_flows("b", "192.168.7.22", "10.244.2.0/24"))
@@ -148,6 +169,14 @@ def test_bridge_gateway_tunnel_ports() -> None:
             again.close()
 
 
+def _answers(app: OvsApplier) -> bool:
+    try:
+        app.dump_flows()
+    except Exception:  # noqa: BLE001 - not yet
+        return False
+    return True
+
+
 @pytest.mark.root
 def test_vswitchd_restart_detected_and_flows_reinstalled() -> None:
     with node("fb-or1") as n:
@@ -159,9 +188,7 @@ def test_vswitchd_restart_detected_and_flows_reinstalled() -> None:
         d = n.ovs.dir
         old = n.ovs._pids[1]
         n.ovs.appctl("exit")
-        deadline = time.monotonic() + 5
-        while os.path.exists(f"/proc/{old}") and time.monotonic() < deadline:
-            time.sleep(0.02)
+        until(lambda: not os.path.exists(f"/proc/{old}"), f"ovs-vswitchd {old} to exit")
         subprocess.run(["ip", "netns", "exec", n.ns, "ovs-vswitchd", n.ovs.db,
                         f"--pidfile={d}/ovs-vswitchd.pid", f"--log-file={d}/ovs-vswitchd.log",
                         f"--unixctl={d}/ovs-vswitchd.ctl", "--detach", "--no-chdir"],
@@ -169,13 +196,7 @@ def test_vswitchd_restart_detected_and_flows_reinstalled() -> None:
         new = app.vswitchd_pid()
         assert new and new != old
         n.ovs._pids[1] = new  # so the fixture stops the new daemon
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # the bridge is back when ofctl answers
-            try:
-                app.dump_flows()
-                break
-            except Exception:  # noqa: BLE001
-                time.sleep(0.05)
+        until(lambda: _answers(app), "the bridge to answer OpenFlow again")
         assert app.vswitchd_restarted() is True
         assert installed(app) == {}  # OVS lost every flow
         t0 = time.perf_counter()

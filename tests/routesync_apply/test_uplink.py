@@ -55,6 +55,7 @@ def test_move_and_restore_exact_and_reachable() -> None:
             assert n.ovs.vsctl("get", "interface", "eth0", "type").strip() == "internal"
             assert mover.snapshot("eth0~")["addresses"] == []
             assert "uplink_in" in ns_sh(n.ns, "nft", "list", "table", "netdev", "ferry_uplink")
+            n.ovs.appctl("revalidator/wait")  # the datapath's counts are on the OpenFlow flows now
             flows = [f for f in n.applier.dump_flows() if f.cookie == UPLINK_COOKIE.value]
             assert len(flows) == 2 and all(f.n_packets > 0 for f in flows)  # host traffic via OVS
             assert mover.flows() and mover.move().phase == "moved"  # a second move is a no-op
@@ -150,6 +151,7 @@ def test_vxlan_between_two_moved_nodes() -> None:
         ns_sh(a.ns, "ping", "-c", "2", "-W", "1", "192.168.70.2")
         out = ns_sh(pa, "ping", "-c", "5", "-i", "0.2", "-W", "2", "10.99.0.2")
         assert " 0% packet loss" in out
+        a.ovs.appctl("revalidator/wait")  # the datapath's counts are on the OpenFlow flows now
         tun_flows = [f for f in a.applier.dump_flows()
                      if f.cookie == peer_cookie("the-other-node").value and "tun_dst" in f.actions]
         assert tun_flows[0].n_packets >= 5  # the path is the tunnel

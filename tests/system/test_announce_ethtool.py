@@ -15,6 +15,7 @@ from cni.announce import checksum, gratuitous_arp, unsolicited_na
 from cni.ethtool import get_tx_checksum, set_tx_checksum
 from cni.netlink import Netlink
 from cni.netns import entered, open_netns
+from tests.waiting import HANG, until
 
 pytestmark = pytest.mark.root
 MAC_A, MAC_B = "02:fe:00:00:0a:01", "02:fe:00:00:0b:01"
@@ -76,12 +77,12 @@ def capture(ns: str, ethertype: int) -> socket.socket:
     with entered(f"/run/netns/{ns}"):
         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ethertype))
         s.bind(("eth0", 0))
-    s.settimeout(2)
+    s.settimeout(HANG)
     return s
 
 
 def recv_matching(s: socket.socket, pred) -> bytes:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + HANG  # the frame is already queued: this bounds a hang only
     while time.monotonic() < deadline:
         frame = s.recv(2048)
         if pred(frame):
@@ -100,11 +101,7 @@ def test_gratuitous_arp_updates_the_neighbour(pair) -> None:  # type: ignore[no-
     htype, ptype, hlen, plen, op = struct.unpack("!HHBBH", f[14:22])
     assert (htype, ptype, hlen, plen, op) == (1, 0x0800, 6, 4, 1)
     assert f[22:28] == f[6:12] and f[28:32] == f[38:42]  # sha = source MAC, spa = tpa
-    for _ in range(50):
-        if neigh(b, "10.77.0.1") == MAC_A:
-            break
-        time.sleep(0.02)
-    assert neigh(b, "10.77.0.1") == MAC_A
+    until(lambda: neigh(b, "10.77.0.1") == MAC_A, "the neighbour entry to take the announced MAC")
 
 
 def test_unsolicited_na_fields_and_kernel_accepts_it(pair) -> None:  # type: ignore[no-untyped-def]
@@ -125,8 +122,5 @@ def test_unsolicited_na_fields_and_kernel_accepts_it(pair) -> None:  # type: ign
     flags = struct.unpack("!I", icmp[4:8])[0]
     assert flags & 0x20000000 and not flags & 0xC0000000  # override; not router, not solicited
     assert icmp[24:26] == b"\x02\x01" and icmp[26:32] == bytes.fromhex(MAC_A.replace(":", ""))
-    for _ in range(50):  # the kernel (which drops bad checksums / hop limits) took the new MAC
-        if neigh(b, "fd00:77::1") == MAC_A:
-            break
-        time.sleep(0.02)
-    assert neigh(b, "fd00:77::1") == MAC_A
+    # the kernel (which drops bad checksums / hop limits) took the new MAC
+    until(lambda: neigh(b, "fd00:77::1") == MAC_A, "the neighbour entry to take the announced MAC")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import socket
-import time
 from collections.abc import Callable
 
 import pytest
@@ -14,6 +13,7 @@ from pyroute2 import IPRoute, NetNS
 from cni.netlink import IFA_F_TENTATIVE, Netlink, NetlinkError
 from cni.netns import SELF_NETNS, entered, open_netns
 from tests.system.conftest import uniq
+from tests.waiting import until
 
 pytestmark = pytest.mark.root
 
@@ -171,12 +171,12 @@ def test_addresses_v4_v6_without_dad(veth: tuple[str, str]) -> None:
         assert nl.addrs(idx, socket.AF_INET6) == ["fd00:99::5/64"]
         flags = nl.addr_flags(idx, "fd00:99::5/64")
         assert flags is not None and not flags & IFA_F_TENTATIVE
-        for _ in range(100):
+        def with_link_local() -> dict:
             with NetNS(ns) as pr:
                 seen = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"]): a for a in pr.get_addr(index=idx)}
-            if any(a.startswith("fe80") for a, _p in seen):
-                break
-            time.sleep(0.01)
+            return seen if any(a.startswith("fe80") for a, _p in seen) else {}
+
+        seen = until(with_link_local, "the kernel's link-local address on eth0")
         assert ("10.99.0.5", 24) in seen and ("fd00:99::5", 64) in seen
         # pyroute2's view: the v6 address is neither tentative nor DAD-pending.
         v6flags = seen[("fd00:99::5", 64)].get_attr("IFA_FLAGS")

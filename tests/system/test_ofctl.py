@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +18,7 @@ from cni.ovsdb import Ovsdb
 from cni.pipeline import BASE_COOKIE, Cookie, Flow, Owner, Table, goto, pod_cookie
 from tests.ovs_instance import OvsInstance
 from tests.system.conftest import uniq
+from tests.waiting import until
 
 BR = "fs-br"
 
@@ -147,21 +147,20 @@ def test_netdev_bridge_forwards_ping_and_tcp_with_our_flows(ovs: OvsInstance, of
         return sum(f.n_packets for f in of.dump_flows(table=int(Table.L2_FORWARDING))
                    if f.actions == f"output:{portb}")
 
-    deadline = time.monotonic() + 3  # datapath stats reach the OpenFlow table with a delay
-    while to_b() < 3 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert to_b() >= 3  # ARP + 2 echo requests went through our flows
+    # datapath stats reach the OpenFlow table when the revalidators have run a pass
+    until(lambda: ovs.appctl("revalidator/wait") is not None and to_b() >= 3,
+          "ARP + 2 echo requests counted on our flows")
     # TCP too (needs TX checksum offload off in the Pods on a netdev datapath).
     server = subprocess.Popen(["ip", "netns", "exec", pods[1][0], "python3", "-c",
-                               ("import socket;s=socket.create_server(('0.0.0.0',5201));c,_=s.accept();"
-                               "c.sendall(c.recv(100)[::-1]);c.close()")])
+                               ("import socket;s=socket.create_server(('0.0.0.0',5201));print('ready',flush=True);"
+                                "c,_=s.accept();c.sendall(c.recv(100)[::-1]);c.close()")],
+                              stdout=subprocess.PIPE, text=True)
     try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"  # listening
         client = subprocess.run(["ip", "netns", "exec", pa, "python3", "-c",
-                                 ("import socket,time\nfor _ in range(50):\n try:\n"
-                                 f"  s=socket.create_connection(('{ipb}',5201),timeout=2);break\n"
-                                 " except OSError: time.sleep(0.05)\n"
-                                 "s.sendall(b'ferry');print(s.recv(100).decode())")],
-                                check=False, capture_output=True, text=True, timeout=20)
+                                 (f"import socket\ns=socket.create_connection(('{ipb}',5201),timeout=30)\n"
+                                  "s.sendall(b'ferry');print(s.recv(100).decode())")],
+                                check=False, capture_output=True, text=True, timeout=90)
         assert client.stdout.strip() == "yrref", client.stderr
     finally:
         server.kill()
