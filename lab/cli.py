@@ -191,12 +191,16 @@ def render(lab: Lab) -> str:
     out.append(f"router {lab.router.netns}: {', '.join(lab.router.addresses)}; "
                f"routes Pod CIDRs: {lab.topology.route_pod_cidrs}")
     out.append(f"external {lab.external.netns}: {', '.join(lab.external.addresses)}")
+    if lab.kubernetes:
+        out.append(f"kubernetes: API {lab.kube().plan.api_url}, Pod CIDRs from the controller-manager")
     for n in lab.nodes:
         alive = "ovs ok" if n.vswitchd_answers() else "ovs DOWN"
-        out.append(f"node {n.name} [{node_netns(lab.name, n.name)}] segment {n.spec.segment}, "
-                   f"{' '.join(a for a in n.addresses if a)}, Pod CIDRs {' '.join(n.spec.pod_cidrs)}, "
-                   f"{n.spec.datapath}, {alive}")
         state = n.state()
+        # on a Kubernetes lab the Node's Pod CIDRs are the controller-manager's (route-sync's state)
+        cidrs = (state or {}).get("podCIDRs") if lab.kubernetes else None
+        out.append(f"node {n.name} [{node_netns(lab.name, n.name)}] segment {n.spec.segment}, "
+                   f"{' '.join(a for a in n.addresses if a)}, Pod CIDRs {' '.join(cidrs or n.spec.pod_cidrs)}, "
+                   f"{n.spec.datapath}, {alive}")
         if state is None:
             out.append("    state: none (no route-sync: lone Node)")
         else:

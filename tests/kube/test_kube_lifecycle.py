@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ import pytest
 from ipam.api import list_allocations
 from lab.api import Lab, Probe
 from lab.kube import pods as kube_pods
-from lab.kube.cluster import Cluster, wait_for
+from lab.kube.cluster import Cluster, cgroup_pids, wait_for
 
 from .conftest import topology
 
@@ -130,17 +132,58 @@ def test_apiserver_away_30s(lab: Lab) -> None:
                  lambda n=n: re.search(r"kube: Node list/watch failed", route_sync_log(cluster, n)) is not None, 60)
 
 
-def test_node_object_deleted(lab: Lab) -> None:
+def route_sync_pid(cluster: Cluster, node: str) -> int:
+    """route-sync's process in Ferry's Pod on ``node`` (found in the Node's cgroup root)."""
+    for pid in sorted(cgroup_pids(cluster.plan.node(node).cgroup_root)):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"ferry-route-sync") and b"run" in argv:
+            return pid
+    raise AssertionError(f"no route-sync process on {node}")
+
+
+def etcd(cluster: Cluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """etcd's v3 JSON gateway on the control plane's loopback."""
+    cp = subprocess.run(["nsenter", f"--net=/run/netns/{cluster.plan.process('etcd').netns}", "--", "curl", "-sf",
+                         "-X", "POST", f"http://127.0.0.1:2379{path}", "-d", json.dumps(body)],
+                        capture_output=True, text=True, check=True, timeout=30)
+    return json.loads(cp.stdout)
+
+
+def test_node_object_deleted_and_a_stale_watch(lab: Lab) -> None:
     """node-4 leaves: its kubelet stops, its Node object is deleted; every peer forgets it (state
-    file, flows to its address)."""
+    file, flows to its address). On node-1 route-sync is frozen (SIGSTOP) meanwhile, etcd is
+    compacted past the deletion and the API server restarted: when it runs again its watch
+    version is gone, the server answers 410, and route-sync re-lists (it says so) and forgets
+    node-4 too."""
     cluster = lab.kube()
     addr4 = lab.node("node-4").ipv4
     lab.del_pod("node-4", "a")
-    cluster.stop("node-4/kubelet")
-    cluster.kubectl("delete", "node", "node-4", "--wait=true")
+    frozen = route_sync_pid(cluster, "node-1")
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        cluster.stop("node-4/kubelet")
+        cluster.kubectl("delete", "node", "node-4", "--wait=true")
+        for n in ("node-2", "node-3"):
+            wait_for(f"{n} to forget node-4", lambda n=n: "node-4" not in peers(lab, n), 60)
+        assert "node-4" in peers(lab, "node-1")  # frozen: still as it was
+        rev = int(etcd(cluster, "/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+        etcd(cluster, "/v3/kv/compaction", {"revision": str(rev), "physical": True})
+        cluster.stop("kube-apiserver")
+        cluster.start("kube-apiserver")
+        wait_for("kube-apiserver ready again", cluster.api_ready, 120)
+    finally:
+        os.kill(frozen, signal.SIGCONT)
     for n in ("node-1", "node-2", "node-3"):
         wait_for(f"{n} to forget node-4", lambda n=n: "node-4" not in peers(lab, n), 60)
         wait_for(f"{n}'s flows to node-4 to go", lambda n=n: not any(addr4 and addr4 in f for f in flows(lab, n)), 60)
+    log = route_sync_log(cluster, "node-1")
+    assert re.search(r"kube: watch version \d+ expired \(410 Gone\), re-listing|Node list/watch failed", log), log[-2000:]
+    print("node-1 after the stale watch:", [ln for ln in log.splitlines() if "410" in ln or "watch failed" in ln][-2:])
+    assert route_sync_pid(cluster, "node-1") == frozen  # recovered without a restart
     assert lab.ping(lab.pod("node-1", "a"), lab.pod("node-3", "a").ipv4 or "", count=2, interval=0.2)
 
 
