@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -153,37 +152,38 @@ def etcd(cluster: Cluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
     return json.loads(cp.stdout)
 
 
-def test_node_object_deleted_and_a_stale_watch(lab: Lab) -> None:
+def test_node_object_deleted_then_compaction(lab: Lab) -> None:
     """node-4 leaves: its kubelet stops, its Node object is deleted; every peer forgets it (state
-    file, flows to its address). On node-1 route-sync is frozen (SIGSTOP) meanwhile, etcd is
-    compacted past the deletion and the API server restarted: when it runs again its watch
-    version is gone, the server answers 410, and route-sync re-lists (it says so) and forgets
-    node-4 too."""
+    file, flows to its address). Then etcd is compacted past the deletion and the API server
+    restarted: route-sync, whose watch broke with the restart and whose version is compacted
+    away, lists and watches again in the same process (no container restart) and keeps following
+    changes. (A 410 itself is not asserted: kube-apiserver 1.34 answers a watch from a compacted
+    version after its restart with the current objects, not with 410; the 410 path is covered
+    against tests/routesync/kubeserver.py.)"""
     cluster = lab.kube()
     addr4 = lab.node("node-4").ipv4
     lab.del_pod("node-4", "a")
-    frozen = route_sync_pid(cluster, "node-1")
-    os.kill(frozen, signal.SIGSTOP)
-    try:
-        cluster.stop("node-4/kubelet")
-        cluster.kubectl("delete", "node", "node-4", "--wait=true")
-        for n in ("node-2", "node-3"):
-            wait_for(f"{n} to forget node-4", lambda n=n: "node-4" not in peers(lab, n), 60)
-        assert "node-4" in peers(lab, "node-1")  # frozen: still as it was
-        rev = int(etcd(cluster, "/v3/kv/range", {"key": "AA=="})["header"]["revision"])
-        etcd(cluster, "/v3/kv/compaction", {"revision": str(rev), "physical": True})
-        cluster.stop("kube-apiserver")
-        cluster.start("kube-apiserver")
-        wait_for("kube-apiserver ready again", cluster.api_ready, 120)
-    finally:
-        os.kill(frozen, signal.SIGCONT)
+    pids = {n: route_sync_pid(cluster, n) for n in ("node-1", "node-2", "node-3")}
+    cluster.stop("node-4/kubelet")
+    cluster.kubectl("delete", "node", "node-4", "--wait=true")
     for n in ("node-1", "node-2", "node-3"):
         wait_for(f"{n} to forget node-4", lambda n=n: "node-4" not in peers(lab, n), 60)
         wait_for(f"{n}'s flows to node-4 to go", lambda n=n: not any(addr4 and addr4 in f for f in flows(lab, n)), 60)
-    log = route_sync_log(cluster, "node-1")
-    assert re.search(r"kube: watch version \d+ expired \(410 Gone\), re-listing|Node list/watch failed", log), log[-2000:]
-    print("node-1 after the stale watch:", [ln for ln in log.splitlines() if "410" in ln or "watch failed" in ln][-2:])
-    assert route_sync_pid(cluster, "node-1") == frozen  # recovered without a restart
+    rev = int(etcd(cluster, "/v3/kv/range", {"key": "AA=="})["header"]["revision"])
+    etcd(cluster, "/v3/kv/compaction", {"revision": str(rev), "physical": True})
+    cluster.stop("kube-apiserver")
+    cluster.start("kube-apiserver")
+    wait_for("kube-apiserver ready again", cluster.api_ready, 120)
+    for n in ("node-1", "node-3"):
+        wait_for(f"{n}'s route-sync to see its watch break",
+                 lambda n=n: re.search(r"kube: (Node list/watch failed|watch version \d+ expired)",
+                                       route_sync_log(cluster, n)) is not None, 90)
+    assert {n: route_sync_pid(cluster, n) for n in pids} == pids  # recovered in place
+    # still following: node-2's own annotation is restored by its route-sync after a change
+    cluster.kubectl("annotate", "node", "node-2", "ferry.io/mac-address=00:00:00:00:00:02", "--overwrite")
+    wait_for("node-2's route-sync to restore its MAC annotation",
+             lambda: cluster.nodes()["node-2"]["metadata"]["annotations"].get("ferry.io/mac-address")
+             != "00:00:00:00:00:02", 90)
     assert lab.ping(lab.pod("node-1", "a"), lab.pod("node-3", "a").ipv4 or "", count=2, interval=0.2)
 
 
