@@ -164,6 +164,52 @@ def reading(rv: RuntimeVersion) -> Reading:
                        f"results up to {FALLBACK}")
     held = [r for r in rows if version_tuple(r.since) <= rv.version]
     row = held[-1] if held else rows[0]
-    older = "" if held else f" (older than every {rv.runtime} release in the table: no more than {row.since})"
-    return Reading(rv, row.reads, row,
-                   f"{rv} reads results up to {row.reads}{older}: libcni {row.libcni} per {row.source} go.mod")
+    which = (f"table row {rv.runtime} {row.since}" if held else
+             f"older than every {rv.runtime} release in the table, so no more than its oldest row {row.since}")
+    return Reading(rv, row.reads, row, f"{rv} reads results up to {row.reads} ({which}: libcni {row.libcni} "
+                                       f"per the go.mod of {row.source})")
+
+
+# --- asking a runtime on this host -------------------------------------------------------------
+
+# (runtime, binary, pattern of its ``--version`` output whose group 1 is the release):
+#   containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3
+#   containerd github.com/containerd/containerd/v2 v2.0.0 207ad711eabd375a01713109a8a197d197ff6542
+#   crio version 1.20.0            (older)      Version:        1.30.4     (newer, among other lines)
+#   podman version 4.3.1
+LOCAL: tuple[tuple[str, str, str], ...] = (
+    ("containerd", "containerd", r"^containerd\s+\S+\s+(v?\d+\.\d+(?:\.\d+)?)"),
+    ("cri-o", "crio", r"(?im)^(?:crio\s+version|version:)\s+(v?\d+\.\d+(?:\.\d+)?)"),
+    ("podman", "podman", r"^podman\s+version\s+(v?\d+\.\d+(?:\.\d+)?)"),
+)
+
+
+def parse_version_output(runtime: str, output: str) -> RuntimeVersion | None:
+    """The release in ``<binary> --version`` output of ``runtime``; None when it has none."""
+    for name, _binary, pattern in LOCAL:
+        if name == runtime:
+            m = re.search(pattern, output.strip())
+            return parse_runtime_version(f"{runtime}://{m[1]}") if m else None
+    raise ValueError(f"no --version parser for {runtime!r}")
+
+
+def local_runtimes(path: str | None = None, timeout: float = 10.0) -> list[tuple[RuntimeVersion, str]]:
+    """The runtimes installed on this host (``containerd``, ``crio``, ``podman`` on ``path``, by
+    default ``$PATH``), each with where its version came from. A conf dir is read by every runtime
+    on the host, so all of them count."""
+    import shutil
+    import subprocess
+
+    found = []
+    for runtime, binary, _pattern in LOCAL:
+        exe = shutil.which(binary, path=path)
+        if exe is None:
+            continue
+        try:
+            p = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=timeout, check=False)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        rv = parse_version_output(runtime, p.stdout or p.stderr)
+        if rv is not None:
+            found.append((rv, f"`{exe} --version`"))
+    return found
