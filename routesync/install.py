@@ -279,7 +279,7 @@ def resolve_cni_version(requested: str, found: list[Runtime], present: dict[str,
         if below:
             notes.append(f"--force: writing cniVersion {requested} although {below[0].reading.runtime} "
                          f"reads only up to {below[0].reading.reads}")
-        return requested, notes
+        return requested, notes + below_1_1(requested)
     readable = [v for v in CNI_VERSIONS if runtimes.version_tuple(v) <= runtimes.version_tuple(ceiling)]
     if not readable:
         raise InstallError(f"--cni-version {AUTO}: the runtime reads CNI results only up to {ceiling}, below "
@@ -292,7 +292,14 @@ def resolve_cni_version(requested: str, found: list[Runtime], present: dict[str,
         lacking = sorted(n for n, vs in present.items() if readable[0] not in vs)
         why += f" that {', '.join(lacking)} also support{'s' if len(lacking) == 1 else ''}"
     notes.append(why)
-    return version, notes
+    return version, notes + below_1_1(version)
+
+
+def below_1_1(version: str) -> list[str]:
+    if runtimes.version_tuple(version) >= (1, 1, 0):
+        return []
+    return [(f"cniVersion {version} is below 1.1.0: results carry no interface or route MTU, and the "
+             "runtime calls neither STATUS nor GC")]
 
 
 # --- the plan ----------------------------------------------------------------------------------

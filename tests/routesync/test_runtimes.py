@@ -138,6 +138,8 @@ def rt(text: str, origin: str = "--runtime-version") -> Runtime:
 
 
 def test_auto_is_the_highest_the_runtime_reads() -> None:
+    version, notes = install.resolve_cni_version("auto", [rt("containerd://2.0.0")], {})
+    assert version == "1.1.0" and notes[-1] == "cniVersion 1.1.0 (auto): the highest containerd://2.0.0 reads"
     assert install.resolve_cni_version("auto", [rt("containerd://1.6.20")], {})[0] == "1.0.0"
     assert install.resolve_cni_version("auto", [rt("containerd://2.0.0")], {})[0] == "1.1.0"
     assert install.resolve_cni_version("auto", [rt("podman://4.3.1")], {})[0] == "1.0.0"
@@ -156,7 +158,8 @@ def test_auto_without_a_runtime_or_with_an_unknown_one_is_1_0_0() -> None:
 def test_auto_keeps_chained_plugins_when_a_lower_version_does() -> None:
     present = {"portmap": ("0.3.1", "0.4.0", "1.0.0"), "bandwidth": ("0.4.0", "1.0.0", "1.1.0")}
     version, notes = install.resolve_cni_version("auto", [rt("containerd://2.0.0")], present)
-    assert version == "1.0.0" and "portmap also supports" in notes[-1]
+    assert version == "1.0.0" and "portmap also supports" in notes[-2]
+    assert notes[-1].startswith("cniVersion 1.0.0 is below 1.1.0: results carry no interface or route MTU")
     # no version every plugin supports below the ceiling: the ceiling (the plugin is left out later)
     version, _ = install.resolve_cni_version("auto", [rt("containerd://2.0.0")], {"portmap": ("0.3.1",)})
     assert version == "1.1.0"
