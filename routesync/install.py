@@ -26,6 +26,7 @@ links (when they point into the bundle dir) and the bundle dir."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -335,7 +336,7 @@ def stale_confs(conf_dir: str, keep: str) -> list[str]:
     return out
 
 
-def plan_install(bundle: str, cni_bin_dir: str, cni_conf_dir: str, cni_version: str = DEFAULT_CNI_VERSION,
+def plan_install(bundle: str, cni_bin_dir: str, cni_conf_dir: str, cni_version: str = runtimes.FALLBACK,
                  overrides: dict[str, Any] | None = None, templates: dict[str, dict[str, Any]] | None = None,
                  versions_of: Callable[[str], tuple[str, ...]] = supported_versions) -> InstallPlan:
     check_bundle(bundle)
@@ -481,6 +482,7 @@ def install_cni(cni_bin_dir: str, cni_conf_dir: str, bundle_dir: str | None = No
     if bundle is None:
         raise InstallError("not running from a frozen bundle: give --bundle-dir (see `make dist`)")
     overrides = load_overrides(ferry_conf)
+    versions_of = functools.cache(versions_of)  # the choice and the plan ask the same plugins
     found = find_runtimes(runtime_version, node_name, kubeconfig, log, local=local)
     version, why = resolve_cni_version(cni_version, found, chained_present(cni_bin_dir, versions_of), force)
     for line in why:

@@ -262,3 +262,22 @@ def test_cli_auto_reads_the_node_object(fake_bundle: Path, tmp_path: Path, runti
         p = cli(fake_bundle, conf_dir, "--kubeconfig", kubeconfig, "--node-name", "node-8")
         assert p.returncode == 0, p.stderr
         assert "cannot read Node node-8" in p.stdout and written_version(conf_dir) == "1.0.0"
+
+
+def test_auto_keeps_portmap_chained_on_a_runtime_that_reads_1_1_0(fake_bundle: Path, tmp_path: Path) -> None:
+    """containerd 2 reads 1.1.0, but the host's portmap speaks up to 1.0.0 (Debian's 1.1.1 plugins):
+    auto writes 1.0.0 with portmap rather than 1.1.0 without hostPorts; an explicit 1.1.0 leaves it out."""
+    bin_dir, conf_dir = tmp_path / "bin", tmp_path / "net.d"
+    bin_dir.mkdir()
+    executable(bin_dir / "portmap")
+    sup = versions({"portmap": ("0.3.1", "0.4.0", "1.0.0")})
+    lines: list[str] = []
+    install.install_cni(str(bin_dir), str(conf_dir), str(fake_bundle), "auto", log=lines.append,
+                        runtime_version="containerd://2.0.0", versions_of=sup, local=list)
+    conf = json.loads((conf_dir / "10-ferry.conflist").read_text())
+    assert conf["cniVersion"] == "1.0.0" and [p["type"] for p in conf["plugins"]] == ["ferry", "portmap"]
+    assert any("that portmap also supports" in line for line in lines), lines
+    install.install_cni(str(bin_dir), str(conf_dir), str(fake_bundle), "1.1.0", log=lines.append,
+                        runtime_version="containerd://2.0.0", versions_of=sup, local=list)
+    conf = json.loads((conf_dir / "10-ferry.conflist").read_text())
+    assert conf["cniVersion"] == "1.1.0" and [p["type"] for p in conf["plugins"]] == ["ferry"]
