@@ -245,13 +245,39 @@ class _reported:
         raise _system_error(self.step.name, exc) from None
 
 
+NOTED_PREFIX = "cni-version-noted-"  # + cniVersion: beside the state file, once per boot (a tmpfs)
+
+
+def note_version_limits(req: Request, conf: cfg.PluginConfig, result: Result) -> None:
+    """Say once (per Node boot and cniVersion) what the conflist's version cannot carry.
+
+    A conflist below 1.1.0 is the install's choice for a runtime whose libcni reads no newer
+    results (install-cni --cni-version auto); the result then leaves out the MTUs, and the runtime
+    never calls STATUS or GC. Once, not per ADD: a marker file beside the state file records it."""
+    dropped = result.left_out(req.cni_version)
+    if not dropped:
+        return
+    marker = os.path.join(os.path.dirname(conf.state_file) or ".", NOTED_PREFIX + req.cni_version)
+    try:
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+    except FileExistsError:
+        return
+    except OSError as e:
+        req.logger().debug(f"cannot create {marker}: {e}")  # say it anyway; it may repeat
+    req.logger().info(
+        f"cniVersion {req.cni_version} (the conflist's; 1.1 features off): results leave out "
+        f"{', '.join(dropped)}; STATUS and GC need 1.1.0 and are not called. Said once per boot ({marker})")
+
+
 def add(req: Request) -> Result:
     conf = cfg.parse(req.config)
     node = cfg.node_context(conf, need_state=True)
     if node.mode == "networkPolicyOnly":
         from cni import chained  # Ferry chained after the primary CNI: take its interface, no IPAM
 
-        return chained.add(req, conf, node)
+        result = chained.add(req, conf, node)
+        note_version_limits(req, conf, result)
+        return result
     from cni.netlink import Netlink
 
     ipam_api, ipam_conf = _ipam(req.config, node)
@@ -318,9 +344,11 @@ def add(req: Request) -> Result:
         os.close(podfd)
     step.report(req.logger(), "ADD")
     req.logger().info(f"{host} on {node.bridge} port {ofport}, {','.join(i.address for i in ips)}")
-    return Result(
+    result = Result(
         interfaces=[Interface(name=host), Interface(name=req.ifname, mac=mac, sandbox=req.netns, mtu=node.mtu)],
         ips=ips, routes=_default_routes(ips), dns=_dns(conf))
+    note_version_limits(req, conf, result)
+    return result
 
 
 def _external_ids(req: Request, ips: list[IPConfig], mac: str) -> dict[str, str]:

@@ -69,6 +69,13 @@ class Result:
     routes: list[Route] = Factory(list)
     dns: DNS = Factory(DNS)
 
+    def left_out(self, cni_version: str) -> list[str]:
+        """What :meth:`encode` drops because ``cni_version`` cannot say it (MTUs before 1.1.0)."""
+        if version_tuple(cni_version) >= (1, 1, 0):
+            return []
+        return ([f"interface {i.name} mtu {i.mtu}" for i in self.interfaces if i.mtu]
+                + [f"route {r.dst} mtu {r.mtu}" for r in self.routes if r.mtu])
+
     def encode(self, cni_version: str) -> dict[str, Any]:
         """The result as the JSON object of ``cni_version``."""
         v = version_tuple(cni_version)

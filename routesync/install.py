@@ -10,6 +10,14 @@ What it does (plan as data, then apply; every step idempotent):
 * writes ``<cni-conf-dir>/10-ferry.conflist`` atomically (temp file + fsync + rename) from the
   templates in ``conflist/``: ``ferry`` with its IPAM, then ``portmap`` and ``bandwidth`` when they
   are in the bin dir and support the chosen ``cniVersion`` (asked with CNI VERSION);
+* the ``cniVersion`` (``--cni-version auto``, the default) is the highest one the Node's container
+  runtime reads (``routesync/runtimes.py``: runtime release -> libcni -> result versions), among
+  those the chained plugins present also support; the runtime is named by ``--runtime-version``,
+  else read from this Node's object (``status.nodeInfo.containerRuntimeVersion``; ``--node-name``
+  or ``$NODE_NAME``, in-cluster credentials or ``--kubeconfig``), else asked on this host
+  (``containerd``/``crio``/``podman --version``: every one found), else unknown (1.0.0). An
+  explicit ``--cni-version`` above what a known runtime reads is refused unless ``--force``: the
+  runtime would refuse every Pod's result;
 * removes stale Ferry confs (any other conf in the conf dir whose plugins include ``ferry``) and
   older bundle copies.
 
@@ -18,6 +26,7 @@ links (when they point into the bundle dir) and the bundle dir."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -28,13 +37,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import runtimes
+
 CONFLIST_NAME = "10-ferry.conflist"
 NETWORK_NAME = "ferry"
 BUNDLE_DIR_NAME = ".ferry-bundle"
 LINKED = ("ferry", "ferry-ipam")
 CHAINED = ("portmap", "bandwidth")
-CNI_VERSIONS = ("1.1.0", "1.0.0", "0.4.0")
-DEFAULT_CNI_VERSION = "1.1.0"
+CNI_VERSIONS = ("1.1.0", "1.0.0", "0.4.0")  # what install-cni writes, newest first
+AUTO = "auto"
+DEFAULT_CNI_VERSION = AUTO
 CONF_SUFFIXES = (".conf", ".conflist", ".json")  # what libcni loads from a conf dir
 
 
@@ -152,21 +164,143 @@ def supported_versions(plugin: str, timeout: float = 5.0) -> tuple[str, ...]:
     return tuple(v for v in versions if isinstance(v, str)) if isinstance(versions, list) else ()
 
 
+def chained_present(cni_bin_dir: str,
+                    versions_of: Callable[[str], tuple[str, ...]] = supported_versions) -> dict[str, tuple[str, ...]]:
+    """The chained plugins in the bin dir, each with the versions it says it supports."""
+    out = {}
+    for name in CHAINED:
+        path = os.path.join(cni_bin_dir, name)
+        if os.access(path, os.X_OK):
+            out[name] = versions_of(path)
+    return out
+
+
 def chainable(cni_bin_dir: str, cni_version: str,
               versions_of: Callable[[str], tuple[str, ...]] = supported_versions) -> tuple[list[str], list[str]]:
     """(plugins to chain, notes on those left out)."""
     chained, notes = [], []
-    for name in CHAINED:
-        path = os.path.join(cni_bin_dir, name)
-        if not os.access(path, os.X_OK):
-            continue
-        vs = versions_of(path)
+    for name, vs in chained_present(cni_bin_dir, versions_of).items():
         if cni_version in vs:
             chained.append(name)
         else:
             notes.append(f"{name} in {cni_bin_dir} does not support cniVersion {cni_version} "
                          f"(supports {', '.join(vs) or 'nothing it would say'}): not chained")
     return chained, notes
+
+
+# --- which cniVersion --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Runtime:
+    """A container runtime that will read the conflist, and how we know of it."""
+
+    reading: runtimes.Reading
+    origin: str  # "--runtime-version", "Node n1 status.nodeInfo.containerRuntimeVersion", ...
+
+    def __str__(self) -> str:
+        return f"{self.reading.note}; runtime from {self.origin}"
+
+
+def node_runtime_version(node: dict[str, Any]) -> str:
+    """``status.nodeInfo.containerRuntimeVersion`` of a Node object ("" when absent)."""
+    info = ((node.get("status") or {}).get("nodeInfo") or {}) if isinstance(node, dict) else {}
+    value = info.get("containerRuntimeVersion") if isinstance(info, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def in_cluster(environ: dict[str, str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return bool(env.get("KUBERNETES_SERVICE_HOST"))
+
+
+def find_runtimes(runtime_version: str | None, node_name: str | None, kubeconfig: str | None,
+                  log: Callable[[str], None] = print,
+                  read_node: Callable[[str | None, str], dict[str, Any]] | None = None,
+                  local: Callable[[], list[tuple[runtimes.RuntimeVersion, str]]] = runtimes.local_runtimes,
+                  environ: dict[str, str] | None = None) -> list[Runtime]:
+    """The runtimes the conflist is for, from the first source that names one: ``--runtime-version``,
+    this Node's object (when a Node name and credentials are there), the runtimes on this host.
+    [] when none does."""
+    if runtime_version:
+        try:
+            rv = runtimes.parse_runtime_version(runtime_version)
+        except ValueError as e:
+            raise InstallError(f"--runtime-version: {e}") from None
+        return [Runtime(runtimes.reading(rv), "--runtime-version")]
+    if node_name and (kubeconfig or in_cluster(environ)):
+        origin = f"Node {node_name} status.nodeInfo.containerRuntimeVersion"
+        try:
+            if read_node is None:
+                from .sources import kube
+
+                read_node = kube.read_node
+            text = node_runtime_version(read_node(kubeconfig, node_name))
+        except Exception as e:  # noqa: BLE001 - any failure to ask the API: say so, look further
+            log(f"note: cannot read Node {node_name} from the Kubernetes API ({type(e).__name__}: "
+                f"{' '.join(str(e).split())[:200]}); asking the runtimes on this host")
+        else:
+            try:
+                return [Runtime(runtimes.reading(runtimes.parse_runtime_version(text)), origin)]
+            except ValueError as e:
+                log(f"note: {origin}: {e}; asking the runtimes on this host")
+    elif node_name:
+        log(f"note: --node-name {node_name} but no Kubernetes credentials (not in a cluster, no "
+            "--kubeconfig): asking the runtimes on this host")
+    return [Runtime(runtimes.reading(rv), origin) for rv, origin in local()]
+
+
+def resolve_cni_version(requested: str, found: list[Runtime], present: dict[str, tuple[str, ...]],
+                        force: bool = False) -> tuple[str, list[str]]:
+    """(the cniVersion to write, notes that say why).
+
+    ``auto``: the highest of :data:`CNI_VERSIONS` that every runtime in ``found`` reads (1.0.0 when
+    ``found`` is empty), preferring one that every chained plugin in ``present`` supports too (a
+    plugin left out costs its capability: hostPort, bandwidth; a lower version costs only what
+    needs 1.1). An explicit version is written as asked, unless a known runtime reads less:
+    :class:`InstallError` naming the flag, or with ``force`` a note."""
+    known = [r for r in found if r.reading.known]
+    ceiling = min((r.reading.reads for r in found), key=runtimes.version_tuple, default=runtimes.FALLBACK)
+    notes = [f"{r}" for r in found]
+    if not found:
+        notes.append(f"no container runtime named (--runtime-version), found on the Node object or on "
+                     f"this host: assuming it reads results up to {runtimes.FALLBACK}")
+    if requested != AUTO:
+        if requested not in CNI_VERSIONS:
+            raise InstallError(f"--cni-version {requested!r} is not one of {AUTO}, {', '.join(CNI_VERSIONS)}")
+        below = [r for r in known if runtimes.version_tuple(r.reading.reads) < runtimes.version_tuple(requested)]
+        if below and not force:
+            r = below[0]
+            row = r.reading.row
+            assert row is not None  # known
+            raise InstallError(
+                f"--cni-version {requested}: {r.reading.runtime} (from {r.origin}) reads CNI results only "
+                f"up to {r.reading.reads} (libcni {row.libcni}, per the go.mod of {row.source}) and would "
+                f"refuse every Pod's result. Use --cni-version {AUTO} (or {r.reading.reads}), or --force "
+                f"to write {requested} anyway")
+        if below:
+            notes.append(f"--force: writing cniVersion {requested} although {below[0].reading.runtime} "
+                         f"reads only up to {below[0].reading.reads}")
+        return requested, notes + below_1_1(requested)
+    readable = [v for v in CNI_VERSIONS if runtimes.version_tuple(v) <= runtimes.version_tuple(ceiling)]
+    if not readable:
+        raise InstallError(f"--cni-version {AUTO}: the runtime reads CNI results only up to {ceiling}, below "
+                           f"every version install-cni writes ({', '.join(CNI_VERSIONS)})")
+    full = [v for v in readable if all(v in vs for vs in present.values())]
+    version = (full or readable)[0]
+    who = " and ".join(str(r.reading.runtime) for r in found) or "an unknown runtime"
+    why = f"cniVersion {version} ({AUTO}): the highest {who} read{'s' if len(found) < 2 else ''}"
+    if version != readable[0]:
+        lacking = sorted(n for n, vs in present.items() if readable[0] not in vs)
+        why += f" that {', '.join(lacking)} also support{'s' if len(lacking) == 1 else ''}"
+    notes.append(why)
+    return version, notes + below_1_1(version)
+
+
+def below_1_1(version: str) -> list[str]:
+    if runtimes.version_tuple(version) >= (1, 1, 0):
+        return []
+    return [(f"cniVersion {version} is below 1.1.0: results carry no interface or route MTU, and the "
+             "runtime calls neither STATUS nor GC")]
 
 
 # --- the plan ----------------------------------------------------------------------------------
@@ -202,7 +336,7 @@ def stale_confs(conf_dir: str, keep: str) -> list[str]:
     return out
 
 
-def plan_install(bundle: str, cni_bin_dir: str, cni_conf_dir: str, cni_version: str = DEFAULT_CNI_VERSION,
+def plan_install(bundle: str, cni_bin_dir: str, cni_conf_dir: str, cni_version: str = runtimes.FALLBACK,
                  overrides: dict[str, Any] | None = None, templates: dict[str, dict[str, Any]] | None = None,
                  versions_of: Callable[[str], tuple[str, ...]] = supported_versions) -> InstallPlan:
     check_bundle(bundle)
@@ -332,7 +466,11 @@ def load_overrides(path: str | None) -> dict[str, Any]:
 
 def install_cni(cni_bin_dir: str, cni_conf_dir: str, bundle_dir: str | None = None,
                 cni_version: str = DEFAULT_CNI_VERSION, ferry_conf: str | None = None,
-                do_uninstall: bool = False, log: Callable[[str], None] = print) -> int:
+                do_uninstall: bool = False, log: Callable[[str], None] = print, *,
+                runtime_version: str | None = None, node_name: str | None = None,
+                kubeconfig: str | None = None, force: bool = False,
+                versions_of: Callable[[str], tuple[str, ...]] = supported_versions,
+                local: Callable[[], list[tuple[runtimes.RuntimeVersion, str]]] = runtimes.local_runtimes) -> int:
     """The command: 0 on success; :class:`InstallError` when it cannot proceed."""
     if do_uninstall:
         removed = uninstall(cni_bin_dir, cni_conf_dir)
@@ -343,8 +481,14 @@ def install_cni(cni_bin_dir: str, cni_conf_dir: str, bundle_dir: str | None = No
     bundle = bundle_dir or running_bundle()
     if bundle is None:
         raise InstallError("not running from a frozen bundle: give --bundle-dir (see `make dist`)")
-    plan = plan_install(os.path.realpath(bundle), cni_bin_dir, cni_conf_dir, cni_version,
-                        load_overrides(ferry_conf))
+    overrides = load_overrides(ferry_conf)
+    versions_of = functools.cache(versions_of)  # the choice and the plan ask the same plugins
+    found = find_runtimes(runtime_version, node_name, kubeconfig, log, local=local)
+    version, why = resolve_cni_version(cni_version, found, chained_present(cni_bin_dir, versions_of), force)
+    for line in why:
+        log(f"note: {line}")
+    plan = plan_install(os.path.realpath(bundle), cni_bin_dir, cni_conf_dir, version, overrides,
+                        versions_of=versions_of)
     for note in plan.notes:
         log(f"note: {note}")
     changed = apply_install(plan)
@@ -363,17 +507,30 @@ def click_command() -> Any:
     @click.option("--cni-conf-dir", default="/etc/cni/net.d", show_default=True, help="where conflists live")
     @click.option("--bundle-dir", default=None,
                   help="the onedir bundle to install (default: the one this executable runs from)")
-    @click.option("--cni-version", type=click.Choice(CNI_VERSIONS), default=DEFAULT_CNI_VERSION,
-                  show_default=True, help="cniVersion of the conflist (0.4.0/1.0.0 for older runtimes)")
+    @click.option("--cni-version", type=click.Choice((AUTO, *CNI_VERSIONS)), default=DEFAULT_CNI_VERSION,
+                  show_default=True,
+                  help="cniVersion of the conflist; auto: the highest the Node's container runtime reads")
+    @click.option("--runtime-version", default=None, metavar="NAME://VERSION",
+                  help="the container runtime that reads the conflist, as a Node reports it "
+                       "(containerd://1.7.24, cri-o://1.30.4, podman://4.3.1); default: this Node's "
+                       "status.nodeInfo.containerRuntimeVersion, else the runtimes on this host")
+    @click.option("--node-name", envvar="NODE_NAME", default=None, show_envvar=True,
+                  help="this Node's name, to read its runtime version from the Kubernetes API")
+    @click.option("--kubeconfig", default=None,
+                  help="credentials for the Kubernetes API (default: in-cluster service account)")
+    @click.option("--force", is_flag=True,
+                  help="write an explicit --cni-version even when the runtime is known to read less")
     @click.option("--ferry-conf", default=None,
                   help="JSON object overriding keys of the ferry entry (ipam merged one level deep)")
     @click.option("--uninstall", is_flag=True, help="remove what install-cni wrote")
     def install_cni_cmd(cni_bin_dir: str, cni_conf_dir: str, bundle_dir: str | None, cni_version: str,
-                        ferry_conf: str | None, uninstall: bool) -> None:
+                        runtime_version: str | None, node_name: str | None, kubeconfig: str | None,
+                        force: bool, ferry_conf: str | None, uninstall: bool) -> None:
         """Copy the bundle, link ferry/ferry-ipam into the CNI bin dir, write 10-ferry.conflist."""
         try:
             install_cni(cni_bin_dir, cni_conf_dir, bundle_dir, cni_version, ferry_conf, uninstall,
-                        log=click.echo)
+                        log=click.echo, runtime_version=runtime_version, node_name=node_name,
+                        kubeconfig=kubeconfig, force=force)
         except (InstallError, OSError) as e:
             raise click.ClickException(str(e)) from None
 

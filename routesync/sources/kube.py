@@ -52,6 +52,37 @@ def record_from_node(node: dict[str, Any]) -> NodeRecord:
     ))
 
 
+def api_client(kubeconfig: str | None) -> Any:
+    """A ``kubernetes.client.ApiClient``: from ``kubeconfig`` when given, else the in-cluster
+    service account, else ``~/.kube/config`` (``kubernetes.config.ConfigException`` when none)."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        try:
+            config.load_incluster_config(client_configuration=cfg)
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+def read_node(kubeconfig: str | None, name: str, timeout: float = 10.0) -> dict[str, Any]:
+    """``GET /api/v1/nodes/<name>`` as a JSON dict (one request, no retries)."""
+    from kubernetes import client
+
+    api = api_client(kubeconfig)
+    try:
+        resp: Any = client.CoreV1Api(api).read_node(name, _preload_content=False, _request_timeout=timeout)
+        doc = json.loads(resp.data)
+    finally:
+        api.close()
+    if not isinstance(doc, dict):
+        raise ValueError(f"Node {name!r}: the API server answered {type(doc).__name__}, not an object")  # noqa: TRY004
+    return doc
+
+
 class KubeSource(NodeSource):
     def __init__(self, node_name: str, api_client: Any) -> None:
         from kubernetes import client
@@ -72,17 +103,7 @@ class KubeSource(NodeSource):
 
     @classmethod
     def from_kubeconfig(cls, node_name: str, kubeconfig: str | None) -> KubeSource:
-        from kubernetes import client, config
-
-        cfg = client.Configuration()
-        if kubeconfig:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-        else:
-            try:
-                config.load_incluster_config(client_configuration=cfg)
-            except config.ConfigException:
-                config.load_kube_config(client_configuration=cfg)
-        return cls(node_name, client.ApiClient(cfg))
+        return cls(node_name, api_client(kubeconfig))
 
     # -- the watch loop --------------------------------------------------------------------
     def start(self) -> None:

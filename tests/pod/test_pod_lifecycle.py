@@ -236,3 +236,25 @@ def test_debug_log_gives_each_steps_duration(node):
         parts = {p.rsplit(" ", 1)[0]: float(p.rsplit(" ", 1)[1]) for p in body.split(", ")}
         assert all(any(k.startswith(s) for k in parts) for s in steps), (steps, parts)
         assert float(total) > 0 and float(total) >= sum(parts.values()) - 0.05 * len(parts)  # rounding
+
+
+def test_below_1_1_0_results_leave_out_the_mtu_and_say_so_once(node):
+    """A 1.0.0 conflist (what install-cni writes for containerd 1.6/1.7): results in 1.0.0 without
+    the interface MTU, and one log line says what is off, not one per ADD; a 1.1.0 conflist has the
+    MTU and says nothing."""
+    assert node.cni_version == "1.0.0"
+    pods = [node.add_pod(n) for n in ("a", "b")]
+    for pod in pods:
+        assert pod.result["cniVersion"] == "1.0.0"
+        assert all("mtu" not in i for i in pod.result["interfaces"]), pod.result
+    said = [x for x in (node.dir / "cni.log").read_text().splitlines() if "1.1 features off" in x]
+    assert len(said) == 1, said
+    assert "cniVersion 1.0.0" in said[0] and "interface eth0 mtu " in said[0] and "STATUS and GC" in said[0]
+    assert (node.dir / "state" / "cni-version-noted-1.0.0").exists()
+
+    node.cni_version = "1.1.0"
+    node.write_conflist()
+    c = node.add_pod("c")
+    eth0 = next(i for i in c.result["interfaces"] if i.get("sandbox"))
+    assert c.result["cniVersion"] == "1.1.0" and eth0["mtu"] >= 1280
+    assert len([x for x in (node.dir / "cni.log").read_text().splitlines() if "1.1 features off" in x]) == 1

@@ -45,6 +45,21 @@ def test_route_mtu_round_trips_in_1_1_0() -> None:
     assert decode(r.encode("1.1.0")) == r
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_left_out_names_what_the_version_drops(version: str) -> None:
+    r = Result(interfaces=[Interface(name="fry1"), Interface(name="eth0", sandbox="/run/netns/x", mtu=1450)],
+               ips=[IPConfig(address="10.0.0.2/24", interface=1)],
+               routes=[Route(dst="0.0.0.0/0", gw="10.0.0.1"), Route(dst="10.0.0.0/8", gw="10.0.0.1", mtu=1400)])
+    dropped = r.left_out(version)
+    doc = r.encode(version)
+    if version == "1.1.0":
+        assert dropped == [] and doc["interfaces"][1]["mtu"] == 1450 and doc["routes"][1]["mtu"] == 1400
+    else:
+        assert dropped == ["interface eth0 mtu 1450", "route 10.0.0.0/8 mtu 1400"]
+        assert "mtu" not in json.dumps(doc)
+    assert Result(interfaces=[Interface(name="eth0")]).left_out(version) == []  # nothing to drop
+
+
 def test_decode_reads_other_plugins_results() -> None:
     """A 0.4.0 result as Debian's bridge plugin prints it (tagged IPs, host + sandbox interfaces)."""
     doc = {"cniVersion": "0.4.0",

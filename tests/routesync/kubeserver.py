@@ -1,6 +1,7 @@
 """A tiny Kubernetes API server for Node objects, speaking the real wire format.
 
-Only what route-sync's Kubernetes source uses: ``GET /api/v1/nodes`` (NodeList with
+Only what route-sync's Kubernetes source and install-cni use: ``GET /api/v1/nodes/<name>``,
+``GET /api/v1/nodes`` (NodeList with
 ``metadata.resourceVersion``), ``GET /api/v1/nodes?watch=true&resourceVersion=..`` as a chunked
 stream of JSON lines, ERROR events with a ``Status`` (410 Gone when the version is compacted),
 BOOKMARK events, and ``PATCH /api/v1/nodes/<name>`` with a JSON merge patch."""
@@ -156,6 +157,15 @@ class _Handler(BaseHTTPRequestHandler):
         with st.cond:  # what a watch started now must still send: injections from here on
             n_inject = len(st.inject)
             st.requests.append((time.monotonic(), "GET", self.path))
+        if url.path.startswith("/api/v1/nodes/"):  # GET one Node
+            name = url.path.rsplit("/", 1)[-1]
+            with st.cond:
+                node = copy.deepcopy(st.nodes.get(name))
+            if node is None:
+                self._json(404, _status_event(404, "NotFound", f'nodes "{name}" not found')["object"])
+            else:
+                self._json(200, node)
+            return
         if url.path != "/api/v1/nodes":
             self._json(404, _status_event(404, "NotFound", url.path)["object"])
             return

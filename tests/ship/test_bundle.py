@@ -128,3 +128,22 @@ def test_frozen_plugin_plugs_a_pod_through_cnitool(bundle: Path, tmp_path: Path)
                 node.del_pod(pod)
                 run(["ip", "netns", "del", pod.netns], check=False)
         assert not [p for p in node.ports() if p != "ferry-gw0"]
+
+
+def test_frozen_install_cni_auto_reads_the_node_object(bundle: Path, tmp_path: Path) -> None:
+    """The frozen Kubernetes client works (it imports pydantic since kubernetes 35): install-cni
+    in auto reads NODE_NAME's status.nodeInfo.containerRuntimeVersion and writes what it reads."""
+    from tests.routesync.kubeserver import KubeServer, make_node
+
+    node = make_node("node-5", "192.168.77.15", ["10.244.5.0/24"])
+    node["status"]["nodeInfo"]["containerRuntimeVersion"] = "containerd://2.0.2"
+    with KubeServer() as server:
+        server.state.put(node)
+        kubeconfig = server.kubeconfig(str(tmp_path / "kubeconfig"))
+        p = subprocess.run([str(bundle / "ferry-route-sync"), "install-cni", "--cni-bin-dir", str(tmp_path / "bin"),
+                            "--cni-conf-dir", str(tmp_path / "net.d"), "--kubeconfig", kubeconfig],
+                           env={"NODE_NAME": "node-5", "PATH": "/nonexistent"}, capture_output=True, text=True,
+                           timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    assert "Node node-5 status.nodeInfo.containerRuntimeVersion" in p.stdout, p.stdout
+    assert json.loads((tmp_path / "net.d" / "10-ferry.conflist").read_text())["cniVersion"] == "1.1.0"

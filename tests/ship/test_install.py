@@ -154,3 +154,130 @@ def test_cli_writes_overrides_and_version(fake_bundle: Path, tmp_path: Path) -> 
     assert conf["plugins"] == [{"type": "ferry", "stateFile": "/var/run/ferry/node-state.json",
                                 "logFile": "/var/log/ferry/cni.log", "bridge": "br-x",
                                 "ipam": {"type": "ferry-ipam", "dataDir": "/d"}}]
+
+
+# --- cniVersion: auto (the default) and the runtime that reads the conflist ---------------------
+
+def cli(fake_bundle: Path, conf_dir: Path, *args: str, env: dict[str, str] | None = None,
+        path: str = "/nonexistent") -> subprocess.CompletedProcess[str]:
+    """install-cni as a user runs it; PATH without containerd/crio/podman unless ``path`` says so."""
+    return subprocess.run([sys.executable, "-c", "from routesync.cli import main; main()", "install-cni",
+                           "--bundle-dir", str(fake_bundle), "--cni-bin-dir", str(conf_dir.parent / "bin"),
+                           "--cni-conf-dir", str(conf_dir), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+                          env={"PATH": path, **(env or {})})
+
+
+def written_version(conf_dir: Path) -> str:
+    return json.loads((conf_dir / "10-ferry.conflist").read_text())["cniVersion"]
+
+
+@pytest.mark.parametrize(("runtime", "expected"), [
+    ("containerd://1.6.20", "1.0.0"), ("containerd://1.7.24", "1.0.0"), ("containerd://2.0.0", "1.1.0"),
+    ("cri-o://1.34.0", "1.1.0"), ("podman://4.3.1", "1.0.0"), ("containerd://1.5.18", "0.4.0"),
+    ("docker://24.0.7", "1.0.0"),
+])
+def test_cli_auto_writes_what_the_runtime_reads(fake_bundle: Path, tmp_path: Path, runtime: str,
+                                                expected: str) -> None:
+    conf_dir = tmp_path / "net.d"
+    p = cli(fake_bundle, conf_dir, "--cni-version", "auto", "--runtime-version", runtime)
+    assert p.returncode == 0, p.stderr
+    assert written_version(conf_dir) == expected
+    assert f"cniVersion {expected} (auto)" in p.stdout
+
+
+def test_cli_default_is_auto(fake_bundle: Path, tmp_path: Path) -> None:
+    conf_dir = tmp_path / "net.d"
+    p = cli(fake_bundle, conf_dir, "--runtime-version", "containerd://2.1.4")
+    assert p.returncode == 0, p.stderr
+    assert written_version(conf_dir) == "1.1.0"
+    p = cli(fake_bundle, conf_dir, "--runtime-version", "containerd://1.6.20")
+    assert p.returncode == 0, p.stderr
+    assert written_version(conf_dir) == "1.0.0"  # the old default's 1.1.0 conflist is replaced
+
+
+def test_cli_auto_without_any_runtime_falls_back_to_1_0_0(fake_bundle: Path, tmp_path: Path) -> None:
+    conf_dir = tmp_path / "net.d"
+    p = cli(fake_bundle, conf_dir)
+    assert p.returncode == 0, p.stderr
+    assert written_version(conf_dir) == "1.0.0"
+    assert "assuming it reads results up to 1.0.0" in p.stdout
+
+
+def test_cli_auto_asks_the_runtimes_on_the_host(fake_bundle: Path, tmp_path: Path) -> None:
+    host_bin = tmp_path / "host-bin"
+    host_bin.mkdir()
+    (host_bin / "containerd").write_text(
+        "#!/bin/sh\necho 'containerd github.com/containerd/containerd/v2 v2.0.0 207ad711'\n")
+    (host_bin / "containerd").chmod(0o755)
+    conf_dir = tmp_path / "net.d"
+    p = cli(fake_bundle, conf_dir, path=f"{host_bin}:/usr/bin:/bin")
+    assert p.returncode == 0, p.stderr
+    reading_podman = os.access("/usr/bin/podman", os.X_OK)  # Debian's podman 4.3.1 reads the conf dir too
+    assert written_version(conf_dir) == ("1.0.0" if reading_podman else "1.1.0")
+    assert f"`{host_bin / 'containerd'} --version`" in p.stdout
+
+
+def test_cli_refuses_1_1_0_for_containerd_1_6_and_writes_nothing(fake_bundle: Path, tmp_path: Path) -> None:
+    conf_dir = tmp_path / "net.d"
+    p = cli(fake_bundle, conf_dir, "--cni-version", "1.1.0", "--runtime-version", "containerd://1.6.20")
+    assert p.returncode != 0
+    assert "--cni-version 1.1.0" in p.stderr and "--force" in p.stderr and "up to 1.0.0" in p.stderr
+    assert not (conf_dir / "10-ferry.conflist").exists() and not (tmp_path / "bin" / "ferry").exists()
+    # an existing conflist stays as it was
+    assert cli(fake_bundle, conf_dir, "--runtime-version", "containerd://1.6.20").returncode == 0
+    before = (conf_dir / "10-ferry.conflist").read_text()
+    p = cli(fake_bundle, conf_dir, "--cni-version", "1.1.0", "--runtime-version", "containerd://1.6.20")
+    assert p.returncode != 0 and (conf_dir / "10-ferry.conflist").read_text() == before
+    # --force writes it, and says what it overrides
+    p = cli(fake_bundle, conf_dir, "--cni-version", "1.1.0", "--runtime-version", "containerd://1.6.20", "--force")
+    assert p.returncode == 0, p.stderr
+    assert written_version(conf_dir) == "1.1.0" and "--force" in p.stdout
+
+
+def test_cli_refuses_a_bad_runtime_version(fake_bundle: Path, tmp_path: Path) -> None:
+    p = cli(fake_bundle, tmp_path / "net.d", "--runtime-version", "containerd 1.7.24")
+    assert p.returncode != 0 and "--runtime-version" in p.stderr
+    assert not (tmp_path / "net.d" / "10-ferry.conflist").exists()
+
+
+@pytest.mark.parametrize(("runtime", "expected"), [("containerd://1.7.24", "1.0.0"), ("containerd://2.1.4", "1.1.0")])
+def test_cli_auto_reads_the_node_object(fake_bundle: Path, tmp_path: Path, runtime: str, expected: str) -> None:
+    """NODE_NAME (as the DaemonSet sets it) and the Node's status.nodeInfo.containerRuntimeVersion,
+    through the Kubernetes client against a server speaking the API's wire format."""
+    from tests.routesync.kubeserver import KubeServer, make_node
+
+    node = make_node("node-7", "192.168.77.17", ["10.244.7.0/24"])
+    node["status"]["nodeInfo"]["containerRuntimeVersion"] = runtime
+    with KubeServer() as server:
+        server.state.put(node)
+        kubeconfig = server.kubeconfig(str(tmp_path / "kubeconfig"))
+        conf_dir = tmp_path / "net.d"
+        p = cli(fake_bundle, conf_dir, "--kubeconfig", kubeconfig, env={"NODE_NAME": "node-7"})
+        assert p.returncode == 0, p.stderr
+        assert written_version(conf_dir) == expected
+        assert "Node node-7 status.nodeInfo.containerRuntimeVersion" in p.stdout
+        assert any(path == "/api/v1/nodes/node-7" for _, method, path in server.state.requests if method == "GET")
+        # a Node the server does not have: said, then the host (none here), then 1.0.0
+        p = cli(fake_bundle, conf_dir, "--kubeconfig", kubeconfig, "--node-name", "node-8")
+        assert p.returncode == 0, p.stderr
+        assert "cannot read Node node-8" in p.stdout and written_version(conf_dir) == "1.0.0"
+
+
+def test_auto_keeps_portmap_chained_on_a_runtime_that_reads_1_1_0(fake_bundle: Path, tmp_path: Path) -> None:
+    """containerd 2 reads 1.1.0, but the host's portmap speaks up to 1.0.0 (Debian's 1.1.1 plugins):
+    auto writes 1.0.0 with portmap rather than 1.1.0 without hostPorts; an explicit 1.1.0 leaves it out."""
+    bin_dir, conf_dir = tmp_path / "bin", tmp_path / "net.d"
+    bin_dir.mkdir()
+    executable(bin_dir / "portmap")
+    sup = versions({"portmap": ("0.3.1", "0.4.0", "1.0.0")})
+    lines: list[str] = []
+    install.install_cni(str(bin_dir), str(conf_dir), str(fake_bundle), "auto", log=lines.append,
+                        runtime_version="containerd://2.0.0", versions_of=sup, local=list)
+    conf = json.loads((conf_dir / "10-ferry.conflist").read_text())
+    assert conf["cniVersion"] == "1.0.0" and [p["type"] for p in conf["plugins"]] == ["ferry", "portmap"]
+    assert any("that portmap also supports" in line for line in lines), lines
+    install.install_cni(str(bin_dir), str(conf_dir), str(fake_bundle), "1.1.0", log=lines.append,
+                        runtime_version="containerd://2.0.0", versions_of=sup, local=list)
+    conf = json.loads((conf_dir / "10-ferry.conflist").read_text())
+    assert conf["cniVersion"] == "1.1.0" and [p["type"] for p in conf["plugins"]] == ["ferry"]

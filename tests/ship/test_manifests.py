@@ -51,6 +51,10 @@ def test_daemonset_wiring(docs: dict[str, dict]) -> None:
     (init,) = pod["initContainers"]
     assert init["command"][:2] == ["/opt/ferry/ferry-route-sync", "install-cni"]
     assert init["securityContext"]["privileged"] is True
+    # cniVersion: what the Node's runtime reads, found through this Node's object
+    assert init["command"][init["command"].index("--cni-version") + 1] == "auto"
+    env = {e["name"]: e for e in init["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     mounts = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
     i = init["command"].index
     volumes = {v["name"]: v for v in pod["volumes"]}
