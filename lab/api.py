@@ -28,6 +28,7 @@ import yaml
 
 from lab import build, layout, netplan, ovs, tools
 from lab import topology as topology_mod
+from lab.kube import cluster as kube_cluster
 from lab.kube import lab_cluster
 from lab.kube import pods as kube_pods
 from lab.kube.cluster import Cluster
@@ -50,6 +51,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ECHO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "echo.py")
 ECHO_PORT = 7777
 CNI_CACHE = "/var/lib/cni/results"
+# A Pod through the API waits on the scheduler, the kubelet, containerd and the CNI: on a loaded
+# 2-core machine with two clusters, a minute was seen to pass; this only bounds a hang.
+KUBE_POD_TIMEOUT = 240.0
 
 
 def default_cni_bin() -> str:
@@ -330,7 +334,13 @@ class Lab:
             raise LabError(f"pod {name} on {node} exists already (netns {netns})")
         api_name = kube_pods.api_name(node, name)
         cluster.kubectl("create", "-f", "-", input=json.dumps(kube_pods.pod_spec(api_name, node)))
-        obj = kube_pods.wait_running(lambda: cluster.pod(kube_pods.NAMESPACE, api_name), timeout)
+        try:
+            obj = kube_pods.wait_running(lambda: cluster.pod(kube_pods.NAMESPACE, api_name), timeout)
+        except LabError as e:
+            events = cluster.kubectl("get", "events", "-n", kube_pods.NAMESPACE, "--field-selector",
+                                     f"involvedObject.name={api_name}", check=False).stdout
+            raise LabError(f"{e}\nevents:\n{events}\nkube-scheduler log:\n"
+                           f"{kube_cluster.tail(cluster.plan.process('kube-scheduler').log, 8)}") from None
         att = kube_pods.find_attachment(lambda argv: n.exec(argv), api_name, kube_pods.NAMESPACE)
         if att is None:
             raise LabError(f"Pod {name} runs but no OVS port on {node} names it (external_ids ferry-pod-name)")
@@ -362,7 +372,7 @@ class Lab:
         n = self.node(node)
         check_name("pod", name, 20)
         if self.kubernetes:
-            return self._add_kube_pod(node, name, max(timeout, 60.0))
+            return self._add_kube_pod(node, name, max(timeout, KUBE_POD_TIMEOUT))
         netns = pod_netns(self.name, node, name)
         if build.netns_exists(netns):
             raise LabError(f"pod {name} on {node} exists already (netns {netns})")
@@ -394,7 +404,7 @@ class Lab:
 
     def del_pod(self, node: str, name: str, timeout: float = 30.0) -> None:
         if self.kubernetes:
-            return self._del_kube_pod(node, name, max(timeout, 60.0))
+            return self._del_kube_pod(node, name, max(timeout, KUBE_POD_TIMEOUT))
         n = self.node(node)
         netns = pod_netns(self.name, node, name)
         netns_path = os.path.join(build.NETNS_DIR, netns)

@@ -82,12 +82,12 @@ def test_node_ready_follows_ferry_conflist(lab: Lab) -> None:
     aside = conf + ".aside"
     os.rename(conf, aside)
     try:
-        wait_for("node-2 NotReady without a CNI config", lambda: not cluster.ready(cluster.nodes()["node-2"]), 90)
+        wait_for("node-2 NotReady without a CNI config", lambda: not cluster.ready(cluster.nodes()["node-2"]), 180)
         cond = next(c for c in cluster.nodes()["node-2"]["status"]["conditions"] if c["type"] == "Ready")
         assert "NetworkReady=false" in cond["message"] or "network" in cond["message"].lower(), cond
     finally:
         os.rename(aside, conf)
-    wait_for("node-2 Ready again", lambda: cluster.ready(cluster.nodes()["node-2"]), 90)
+    wait_for("node-2 Ready again", lambda: cluster.ready(cluster.nodes()["node-2"]), 180)
 
 
 def test_a_node_joins(lab: Lab) -> None:
@@ -100,7 +100,7 @@ def test_a_node_joins(lab: Lab) -> None:
     cidrs = cluster.node_pod_cidrs()["node-4"][0]
     assert len(cidrs) == 2, cidrs
     for n in ("node-1", "node-2", "node-3"):
-        wait_for(f"{n} to learn node-4", lambda n=n: "node-4" in peers(lab, n), 60)
+        wait_for(f"{n} to learn node-4", lambda n=n: "node-4" in peers(lab, n), 180)
     pod = lab.add_pod("node-4", "a")
     probe = lab.ping(lab.pod("node-1", "a"), pod.ipv4 or "", count=1, timeout=2)
     for _ in range(20):  # the first packets may still meet the joining Node's flows being installed
@@ -128,7 +128,7 @@ def test_apiserver_away_30s(lab: Lab) -> None:
     assert route_sync_restarts(cluster) == before
     for n in ("node-1", "node-3"):
         wait_for(f"{n}'s route-sync to list again",
-                 lambda n=n: re.search(r"kube: Node list/watch failed", route_sync_log(cluster, n)) is not None, 60)
+                 lambda n=n: re.search(r"kube: Node list/watch failed", route_sync_log(cluster, n)) is not None, 180)
 
 
 def route_sync_pid(cluster: Cluster, node: str) -> int:
@@ -167,8 +167,8 @@ def test_node_object_deleted_then_compaction(lab: Lab) -> None:
     cluster.stop("node-4/kubelet")
     cluster.kubectl("delete", "node", "node-4", "--wait=true")
     for n in ("node-1", "node-2", "node-3"):
-        wait_for(f"{n} to forget node-4", lambda n=n: "node-4" not in peers(lab, n), 60)
-        wait_for(f"{n}'s flows to node-4 to go", lambda n=n: not any(addr4 and addr4 in f for f in flows(lab, n)), 60)
+        wait_for(f"{n} to forget node-4", lambda n=n: "node-4" not in peers(lab, n), 180)
+        wait_for(f"{n}'s flows to node-4 to go", lambda n=n: not any(addr4 and addr4 in f for f in flows(lab, n)), 180)
     rev = int(etcd(cluster, "/v3/kv/range", {"key": "AA=="})["header"]["revision"])
     etcd(cluster, "/v3/kv/compaction", {"revision": str(rev), "physical": True})
     cluster.stop("kube-apiserver")
@@ -177,13 +177,13 @@ def test_node_object_deleted_then_compaction(lab: Lab) -> None:
     for n in ("node-1", "node-3"):
         wait_for(f"{n}'s route-sync to see its watch break",
                  lambda n=n: re.search(r"kube: (Node list/watch failed|watch version \d+ expired)",
-                                       route_sync_log(cluster, n)) is not None, 90)
+                                       route_sync_log(cluster, n)) is not None, 180)
     assert {n: route_sync_pid(cluster, n) for n in pids} == pids  # recovered in place
     # still following: node-2's own annotation is restored by its route-sync after a change
     cluster.kubectl("annotate", "node", "node-2", "ferry.io/mac-address=00:00:00:00:00:02", "--overwrite")
     wait_for("node-2's route-sync to restore its MAC annotation",
              lambda: cluster.nodes()["node-2"]["metadata"]["annotations"].get("ferry.io/mac-address")
-             != "00:00:00:00:00:02", 90)
+             != "00:00:00:00:00:02", 180)
     assert lab.ping(lab.pod("node-1", "a"), lab.pod("node-3", "a").ipv4 or "", count=2, interval=0.2)
 
 
@@ -233,7 +233,7 @@ def test_rolling_update_loses_no_ping(lab: Lab) -> None:
     assert out and out[0], out
     assert not (set(route_sync_restarts(cluster)) & pods_before), "every Ferry Pod was replaced"
     for n, was in before.items():
-        wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was: flows(lab, n) == was, 60)
+        wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was: flows(lab, n) == was, 180)
 
 
 def test_rbac_is_what_route_sync_uses(lab: Lab) -> None:
@@ -255,7 +255,7 @@ def test_rbac_is_what_route_sync_uses(lab: Lab) -> None:
         # a changed annotation must be written back: make route-sync patch its Node
         cluster.kubectl("annotate", "node", "node-2", "ferry.io/mac-address=00:00:00:00:00:01", "--overwrite")
         wait_for("route-sync on node-2 to log the refused patch",
-                 lambda: re.search(r"forbidden|403", route_sync_log(cluster, "node-2"), re.IGNORECASE) is not None, 90)
+                 lambda: re.search(r"forbidden|403", route_sync_log(cluster, "node-2"), re.IGNORECASE) is not None, 180)
         assert lab.ping(lab.pod("node-1", "a"), lab.pod("node-3", "a").ipv4 or "", count=2, interval=0.2)
     finally:
         role["metadata"] = {"name": "ferry", "labels": role["metadata"].get("labels", {})}

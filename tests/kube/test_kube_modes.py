@@ -66,3 +66,16 @@ def test_cni_args_carry_the_pod_identity(kube_lab_of) -> None:  # type: ignore[n
     att = kube_pods.find_attachment(lambda argv: lab.node("node-2").exec(argv),
                                     kube_pods.api_name("node-2", "ident"), kube_pods.NAMESPACE)
     assert att is not None and att.netns.startswith("/var/run/netns/cni-"), att
+
+
+def test_install_cni_writes_what_the_runtime_reads(kube_lab_of) -> None:  # type: ignore[no-untyped-def]
+    """deploy/ferry.yaml's install-cni (--cni-version auto) reads the Node's runtime from the API
+    (Debian's containerd 1.6: libcni 1.1, results up to 1.0.0) and writes a 1.0.0 conflist, which
+    the runtime then uses for every Pod (the matrix above)."""
+    lab: Lab = kube_lab_of(topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}))
+    cluster = lab.kube()
+    for name, node in cluster.nodes().items():
+        runtime = node["status"]["nodeInfo"]["containerRuntimeVersion"]
+        assert runtime.startswith("containerd://1.6."), runtime
+        with open(lab.node(name).paths.conflist) as f:
+            assert json.load(f)["cniVersion"] == "1.0.0"
