@@ -77,7 +77,9 @@ def test_publishes_itself_writes_state_and_follows_peers(tmp_path) -> None:  # t
             latencies.append(time.monotonic() - t0)
         print(f"registry change -> applied: p50 {statistics.median(latencies) * 1e3:.0f} ms, "
               f"max {max(latencies) * 1e3:.0f} ms")
-        until(lambda: nodestate.read(str(tmp_path / "state.json")).peers[0].addresses == ["192.168.77.59"])
+        # the state file is written after the apply the loop above saw: it may still hold no peer
+        until(lambda: [p.addresses for p in nodestate.read(str(tmp_path / "state.json")).peers]
+              == [["192.168.77.59"]])
         n_written = d.reconciles
         mtime = (tmp_path / "state.json").stat().st_mtime_ns
         apl.generation = 2  # "ovs-vswitchd restarted": a full reconcile, state unchanged → not rewritten
