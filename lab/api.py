@@ -33,7 +33,7 @@ from lab.kube import lab_cluster
 from lab.kube import pods as kube_pods
 from lab.kube.cluster import Cluster
 from lab.manifest import MANIFEST, Manifest
-from lab.sh import LabError, in_netns, run
+from lab.sh import LabError, in_netns, run, running
 from lab.topology import (
     NodeSpec,
     Topology,
@@ -451,7 +451,7 @@ class Lab:
             raise LabError(f"no route-sync runs on {node}")
         ovs.signal_pid(pid, sig)
         deadline = time.monotonic() + timeout
-        while build._running(pid):
+        while running(pid):
             if time.monotonic() > deadline:
                 raise LabError(f"route-sync {pid} on {node} did not exit")
             time.sleep(0.005)

@@ -22,7 +22,7 @@ import yaml
 
 from lab import layout, netplan, ovs
 from lab.manifest import MANIFEST, Manifest
-from lab.sh import LabError, ip_batch, run
+from lab.sh import LabError, ip_batch, run, running
 from lab.topology import MAX_LAB_NAME, NodeSpec, Topology, check_name, node_netns
 
 NETNS_DIR = "/run/netns"
@@ -174,7 +174,7 @@ def route_sync_pid(manifest: Manifest, node: str) -> int | None:
     for e in reversed(manifest.of_kind("pid")):
         if e.get("what") == f"route-sync {node}":
             pid = int(e["pid"])
-            return pid if _running(pid) and "route-sync" in _cmdline(pid) else None
+            return pid if running(pid) and "route-sync" in _cmdline(pid) else None
     return None
 
 
@@ -241,25 +241,17 @@ def _stop(pids: set[int], grace: float = 2.0) -> None:
         ovs.signal_pid(p, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while pids and time.monotonic() < deadline:
-        pids = {p for p in pids if _running(p)}
+        pids = {p for p in pids if running(p)}
         if pids:
             time.sleep(0.01)
     for p in pids:
         ovs.signal_pid(p, signal.SIGKILL)
     deadline = time.monotonic() + grace
     while pids and time.monotonic() < deadline:
-        pids = {p for p in pids if _running(p)}
+        pids = {p for p in pids if running(p)}
         if pids:
             time.sleep(0.01)
 
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (a zombie's namespace is already released)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def down(name: str, root: str | None = None) -> bool:

@@ -8,7 +8,7 @@ import signal
 
 from lab.layout import NodePaths
 from lab.manifest import Manifest
-from lab.sh import LabError, run
+from lab.sh import LabError, run, running
 
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 DAEMONS = ("ovsdb-server", "ovs-vswitchd")
@@ -59,19 +59,12 @@ def stop_vswitchd(paths: NodePaths, sig: int = signal.SIGKILL, timeout: float = 
         return None
     signal_pid(pid, sig)
     deadline = time.monotonic() + timeout
-    while _running(pid):
+    while running(pid):
         if time.monotonic() > deadline:
             raise LabError(f"ovs-vswitchd {pid} did not exit")
         time.sleep(0.005)
     return pid
 
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def read_pid(path: str) -> int | None:

@@ -38,3 +38,12 @@ def ip_batch(netns: str | None, lines: Sequence[str]) -> None:
         return
     argv = ["ip", "-n", netns, "-batch", "-"] if netns else ["ip", "-batch", "-"]
     run(argv, input="\n".join(lines) + "\n")
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie's namespaces are already released)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -32,7 +32,7 @@ from lab.kube.plan import (
     server_names,
 )
 from lab.manifest import Manifest
-from lab.sh import LabError, ip_batch
+from lab.sh import LabError, ip_batch, running
 
 REPO = tools.REPO
 CGROUP_FS = "/sys/fs/cgroup"
@@ -208,16 +208,9 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
 
 def wait_gone(pids: set[int], timeout: float = 10.0) -> None:
-    wait_for("killed processes to exit", lambda: not any(_alive(p) for p in pids), timeout)
+    wait_for("killed processes to exit", lambda: not any(running(p) for p in pids), timeout)
 
 
 def teardown(manifest: Manifest) -> None:
@@ -295,7 +288,7 @@ class Cluster:
     def pid_of(self, role: str) -> int | None:
         """The live pid of ``role`` (the newest record whose process still runs)."""
         for e in reversed(self.manifest.of_kind("pid")):
-            if e.get("role") == role and _alive(e["pid"]):
+            if e.get("role") == role and running(e["pid"]):
                 return int(e["pid"])
         return None
 

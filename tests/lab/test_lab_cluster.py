@@ -16,6 +16,7 @@ import yaml
 from lab import build, layout
 from lab.api import CNI_CACHE, Lab, LabError, cnitool_container_id
 from lab.manifest import STOP_AT_ENV, Manifest
+from lab.sh import running
 from tests.waiting import until
 
 pytestmark = pytest.mark.root
@@ -111,7 +112,7 @@ def test_down_after_up_leaves_nothing(lab_factory: Callable[..., Lab]) -> None:
     lab.down()
     print(f"down: {time.monotonic() - t0:.3f}s")
     assert_gone(lab.name, lab.dir)
-    assert not any(build._running(p) for p in ns_pids)
+    assert not any(running(p) for p in ns_pids)
     assert not os.path.exists(cache)
     assert build.down(lab.name) is False  # a second down: nothing left to do
 
