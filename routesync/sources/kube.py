@@ -5,8 +5,14 @@ A background thread keeps a cache of :class:`NodeRecord` by Node name:
 * list (``GET /api/v1/nodes``), remember ``metadata.resourceVersion``, replace the cache;
 * watch from that version with bookmarks (``?watch=true&allowWatchBookmarks=true``):
   ADDED/MODIFIED/DELETED update the cache, BOOKMARK only advances the version;
-* an ERROR event with code 410 (Gone: the version is too old) forces a re-list at once;
-  any other failure waits with exponential backoff (0.2 s doubling to 30 s) and re-lists.
+* a watch that ends (the server's timeout) or breaks (connection reset, refused while the API
+  server restarts) is opened again from the last version seen, after exponential backoff
+  (0.2 s doubling to 30 s) when it failed: like client-go's reflector, so an API server restart
+  does not make every Node re-list at once;
+* an ERROR event with code 410 (Gone: that version is compacted away, or older than a restarted
+  API server's watch cache) forces a re-list at once: changes in between were never seen;
+* a failed list, or the server refusing the watch itself (403, 500, ...), waits with the same
+  backoff and re-lists.
 
 Objects are read as plain JSON dicts (``return_type=object``): the model classes cost far more
 than the three fields Ferry reads (``spec.podCIDRs``, ``status.addresses``, annotations)."""
@@ -16,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import Any
 
 from ..model import TRANSPORT_ANNOTATION, NodeRecord
@@ -99,7 +106,8 @@ class KubeSource(NodeSource):
         self._watch: Any = None
         self.resource_version: str | None = None
         self.relists = 0  # observable for tests and `show`
-        self.errors = 0
+        self.errors = 0  # failed lists and watches (a 410 is not one)
+        self.expired = 0  # watches answered 410 Gone
 
     @classmethod
     def from_kubeconfig(cls, node_name: str, kubeconfig: str | None) -> KubeSource:
@@ -150,17 +158,20 @@ class KubeSource(NodeSource):
         nodes[rec.name] = rec
         anns[rec.name] = dict(rec.annotations)
 
-    def _watch_once(self) -> None:
+    def _watch_once(self) -> int:
+        """One watch until the server ends it; the number of events it carried."""
         from kubernetes import watch
 
         self._watch = w = watch.Watch(return_type=object)
+        events = 0
         if self._stop.is_set():
-            return
+            return events
         for ev in w.stream(self.api.list_node, resource_version=self.resource_version,
                            allow_watch_bookmarks=True, timeout_seconds=WATCH_TIMEOUT,
                            _request_timeout=WATCH_TIMEOUT + 30):
             if self._stop.is_set():
                 break
+            events += 1
             kind, obj = ev.get("type"), ev.get("raw_object") or {}
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             if kind == "BOOKMARK":
@@ -178,6 +189,7 @@ class KubeSource(NodeSource):
             if rv:
                 self.resource_version = rv
             self._changed.set()
+        return events
 
     def _run(self) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -189,28 +201,35 @@ class KubeSource(NodeSource):
                 if need_list:
                     self._relist()
                     need_list = False
-                self._watch_once()
-                backoff = BACKOFF_MIN
+                started = time.monotonic()
+                if self._watch_once() == 0 and time.monotonic() - started < 1.0:
+                    # closed at once with nothing in it (a proxy, a server shutting down): not a
+                    # loop that hammers the server, the same backoff as a failure
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+                else:
+                    backoff = BACKOFF_MIN
             except ApiException as e:
                 if e.status == 410:
+                    self.expired += 1
                     log.info("kube: watch version %s expired (410 Gone), re-listing", self.resource_version)
                     need_list = True
                     continue
-                self._fail(e)
+                self._fail(e, "re-listing")
                 need_list = True
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
             except Exception as e:  # noqa: BLE001
                 if self._stop.is_set():
                     break
-                self._fail(e)
-                need_list = True
+                # A list that failed is listed again; a broken watch resumes from its version.
+                self._fail(e, "re-listing" if need_list else f"watching again from version {self.resource_version}")
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
 
-    def _fail(self, e: BaseException) -> None:
+    def _fail(self, e: BaseException, then: str) -> None:
         self.errors += 1
-        log.warning("kube: Node list/watch failed (%s: %s); retrying", type(e).__name__, e)
+        log.warning("kube: Node list/watch failed (%s: %s); %s", type(e).__name__, e, then)
 
     # -- NodeSource ---------------------------------------------------------------------------
     def list(self) -> list[NodeRecord]:

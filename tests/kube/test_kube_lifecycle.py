@@ -8,6 +8,7 @@ joining Node, which the later tests use)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -114,8 +115,10 @@ def test_a_node_joins(lab: Lab) -> None:
 
 def test_apiserver_away_30s(lab: Lab) -> None:
     """The API server stops for 30 s: forwarding between running Pods goes on, route-sync notices
-    (its watch fails, it says so) and does not restart; that it re-lists and watches again once
-    the server is back shows in the next test, whose Node deletion every route-sync must see."""
+    (its watch fails, it says so), does not restart, and opens its watch again from the version it
+    had (like client-go: no re-list of every Node by every Node after an API server restart); that
+    it follows changes afterwards shows in the next test, whose Node deletion every route-sync
+    must see."""
     cluster = lab.kube()
     before = route_sync_restarts(cluster)
     t, out = ping_during(lab, "node-1", "node-3", 36)
@@ -126,9 +129,10 @@ def test_apiserver_away_30s(lab: Lab) -> None:
     t.join()
     assert out and out[0], out
     assert route_sync_restarts(cluster) == before
-    for n in ("node-1", "node-3"):
-        wait_for(f"{n}'s route-sync to list again",
-                 lambda n=n: re.search(r"kube: Node list/watch failed", route_sync_log(cluster, n)) is not None, 180)
+    for n in ("node-1", "node-3"):  # the broken watch resumes from its version, no re-list
+        wait_for(f"{n}'s route-sync to watch again",
+                 lambda n=n: re.search(r"kube: Node list/watch failed \(.*\); watching again from version \d+",
+                                       route_sync_log(cluster, n)) is not None, 180)
 
 
 def route_sync_pid(cluster: Cluster, node: str) -> int:
@@ -144,6 +148,13 @@ def route_sync_pid(cluster: Cluster, node: str) -> int:
     raise AssertionError(f"no route-sync process on {node}")
 
 
+EXPIRED = r"kube: watch version \d+ expired \(410 Gone\), re-listing"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
 def etcd(cluster: Cluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """etcd's v3 JSON gateway on the control plane's loopback."""
     cp = subprocess.run(["nsenter", f"--net=/run/netns/{cluster.plan.process('etcd').netns}", "--", "curl", "-sf",
@@ -154,12 +165,11 @@ def etcd(cluster: Cluster, path: str, body: dict[str, Any]) -> dict[str, Any]:
 
 def test_node_object_deleted_then_compaction(lab: Lab) -> None:
     """node-4 leaves: its kubelet stops, its Node object is deleted; every peer forgets it (state
-    file, flows to its address). Then etcd is compacted past the deletion and the API server
-    restarted: route-sync, whose watch broke with the restart and whose version is compacted
-    away, lists and watches again in the same process (no container restart) and keeps following
-    changes. (A 410 itself is not asserted: kube-apiserver 1.34 answers a watch from a compacted
-    version after its restart with the current objects, not with 410; the 410 path is covered
-    against tests/routesync/kubeserver.py.)"""
+    file, flows to its address). Then the API server stops, etcd moves on and is compacted past
+    every version route-sync saw, and the API server starts again: each route-sync's watch, resumed
+    from its last version, is answered 410 Gone (the version is older than the restarted server's
+    watch cache and compacted in etcd); route-sync re-lists and watches again in the same process
+    (no container restart) and keeps following changes."""
     cluster = lab.kube()
     addr4 = lab.node("node-4").ipv4
     lab.del_pod("node-4", "a")
@@ -169,15 +179,19 @@ def test_node_object_deleted_then_compaction(lab: Lab) -> None:
     for n in ("node-1", "node-2", "node-3"):
         wait_for(f"{n} to forget node-4", lambda n=n: "node-4" not in peers(lab, n), 180)
         wait_for(f"{n}'s flows to node-4 to go", lambda n=n: not any(addr4 and addr4 in f for f in flows(lab, n)), 180)
-    rev = int(etcd(cluster, "/v3/kv/range", {"key": "AA=="})["header"]["revision"])
-    etcd(cluster, "/v3/kv/compaction", {"revision": str(rev), "physical": True})
+    expired_before = {n: len(re.findall(EXPIRED, route_sync_log(cluster, n))) for n in pids}
     cluster.stop("kube-apiserver")
+    # etcd's revision moves past every version a watcher can hold (writes outside /registry,
+    # which the API server never reads), then the history is compacted away
+    for i in range(3):
+        rev = int(etcd(cluster, "/v3/kv/put", {"key": b64(f"/ferry-test/bump-{i}"), "value": b64("x")})
+                  ["header"]["revision"])
+    etcd(cluster, "/v3/kv/compaction", {"revision": str(rev), "physical": True})
     cluster.start("kube-apiserver")
     wait_for("kube-apiserver ready again", cluster.api_ready, 120)
-    for n in ("node-1", "node-3"):
-        wait_for(f"{n}'s route-sync to see its watch break",
-                 lambda n=n: re.search(r"kube: (Node list/watch failed|watch version \d+ expired)",
-                                       route_sync_log(cluster, n)) is not None, 180)
+    for n in pids:
+        wait_for(f"{n}'s route-sync to be answered 410 Gone and re-list",
+                 lambda n=n: len(re.findall(EXPIRED, route_sync_log(cluster, n))) > expired_before[n], 180)
     assert {n: route_sync_pid(cluster, n) for n in pids} == pids  # recovered in place
     # still following: node-2's own annotation is restored by its route-sync after a change
     cluster.kubectl("annotate", "node", "node-2", "ferry.io/mac-address=00:00:00:00:00:02", "--overwrite")

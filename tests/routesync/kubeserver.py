@@ -4,7 +4,13 @@ Only what route-sync's Kubernetes source and install-cni use: ``GET /api/v1/node
 ``GET /api/v1/nodes`` (NodeList with
 ``metadata.resourceVersion``), ``GET /api/v1/nodes?watch=true&resourceVersion=..`` as a chunked
 stream of JSON lines, ERROR events with a ``Status`` (410 Gone when the version is compacted),
-BOOKMARK events, and ``PATCH /api/v1/nodes/<name>`` with a JSON merge patch."""
+BOOKMARK events, and ``PATCH /api/v1/nodes/<name>`` with a JSON merge patch.
+
+A stand-in, kept only where the real kube-apiserver (which the lab runs: tests/kube/) cannot
+produce the case on demand: a bookmark at a chosen moment, a watch dropped with nothing written,
+a change only a re-list shows, lists failing with 500 (tests/routesync/test_kube_source.py), and
+install-cni reading Node objects of runtimes the lab does not run (CRI-O, containerd 2;
+tests/ship/)."""
 
 from __future__ import annotations
 
