@@ -15,6 +15,7 @@ The lab name defaults to $FERRY_LAB_NAME or "demo"."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -70,12 +71,20 @@ kubernetes_option = click.option(
          "host, containerd + kubelet on every Node, Ferry from deploy/ferry.yaml (topology key `kubernetes`)")
 
 
+def invoked_as() -> str:
+    """How the user can call ferry-lab again: its name when PATH finds this one, else the path
+    they used (``.venv/bin/ferry-lab`` from a fresh clone)."""
+    argv0 = sys.argv[0]
+    found = shutil.which("ferry-lab")
+    if found and os.path.realpath(found) == os.path.realpath(argv0):
+        return "ferry-lab"
+    return os.path.relpath(argv0) if os.path.basename(argv0) == "ferry-lab" else "ferry-lab"
 
 
 def kube_hint(lab: Lab) -> str:
     kc = lab.manifest.info.get("kubeconfig")
     name = "" if lab.name == DEFAULT_NAME else f" --name {lab.name}"
-    return (f"Kubernetes: ferry-lab kubectl{name} -- get nodes,pods -A -o wide   (kubectl {tools.tool('kubectl')}"
+    return (f"Kubernetes: {invoked_as()} kubectl{name} -- get nodes,pods -A -o wide   (kubectl {tools.tool('kubectl')}"
             f" with KUBECONFIG={kc}, run in the external host's netns, where the API server is)" if kc else "")
 
 

@@ -39,14 +39,6 @@ def run(argv: list[str], check: bool = True, timeout: float = 60, **kw) -> subpr
     return p
 
 
-@pytest.fixture(scope="session")
-def cni_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A CNI_PATH with Ferry's launchers and Debian's plugins (ptp, host-local), written fresh."""
-    d = tmp_path_factory.mktemp("cni-bin")
-    subprocess.run([sys.executable, "-m", "cni.launcher", str(d)], cwd=ROOT, check=True, capture_output=True)
-    return str(d)
-
-
 @dataclass
 class Pod:
     name: str

@@ -1,3 +1,3 @@
 """Fixtures shared with tests/hostile: one fx- Node with a private OVS, driven by the real plugin."""
 
-from tests.hostile.conftest import fx_cni_bin, fx_node  # noqa: F401 - fixtures
+from tests.hostile.conftest import fx_node  # noqa: F401 - fixtures

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from lab.api import Lab, Node, ensure_cni_bin
+from lab.api import Lab, Node
 from tests.e2e.conftest import can_run, topology
 from tests.waiting import until
 
@@ -37,23 +37,15 @@ def settled(node: Node, peers: list[str]) -> bool:
     return all(paths.get((peer, v6)) in ("fast", "tunnel") for peer in peers for v6 in (False, True))
 
 
-@pytest.fixture(scope="session")
-def fast_cni_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
-    env = os.environ.get("FERRY_CNI_BIN")
-    if env and os.access(os.path.join(env, "ferry"), os.X_OK):
-        return env
-    return ensure_cni_bin(str(tmp_path_factory.mktemp("cni-bin")))
-
-
 @pytest.fixture(scope="module")
-def fast_lab_of(fast_cni_bin: str) -> Iterator:
+def fast_lab_of(cni_bin: str) -> Iterator:
     labs: list[Lab] = []
 
     def make(topo: dict) -> Lab:
         reason = can_run()
         if reason:
             pytest.skip(reason)
-        lab = Lab.up(topo, name=lab_name(), cni_bin=fast_cni_bin)
+        lab = Lab.up(topo, name=lab_name(), cni_bin=cni_bin)
         labs.append(lab)
         for node, pod in PODS:
             lab.add_pod(node, pod)

@@ -25,13 +25,6 @@ from tests.pod.conftest import Node, Pod, run
 PREFIX = "fx-"
 
 
-@pytest.fixture(scope="session")
-def fx_cni_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
-    d = tmp_path_factory.mktemp("fx-cni-bin")
-    subprocess.run([sys.executable, "-m", "cni.launcher", str(d)], cwd=ROOT, check=True, capture_output=True)
-    return str(d)
-
-
 class FxNode(Node):
     """A Node whose Pods are created under the ``fx-`` prefix and which can exec the plugin directly."""
 
@@ -64,10 +57,10 @@ class FxNode(Node):
 
 
 @pytest.fixture
-def fx_node(fx_cni_bin: str, tmp_path: Path) -> Iterator[FxNode]:
+def fx_node(cni_bin: str, tmp_path: Path) -> Iterator[FxNode]:
     name = f"{PREFIX}{secrets.token_hex(3)}"
     with netns(name) as ns, OvsInstance(name, netns=ns) as ovs:
-        n = FxNode(name=ns, ovs=ovs, dir=tmp_path, cni_bin=fx_cni_bin)
+        n = FxNode(name=ns, ovs=ovs, dir=tmp_path, cni_bin=cni_bin)
         n.direct_pods = []  # type: ignore[attr-defined]
         n.write_conflist()
         try:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from lab import tools
-from lab.api import Lab, ensure_cni_bin
+from lab.api import Lab
 
 _counter = itertools.count()
 REPO = tools.REPO
@@ -56,14 +56,6 @@ def topology(route_sync: dict[str, Any], route_pod_cidrs: bool = False, nodes: i
             "kubernetes": {"joinLater": list(join_later)}}
 
 
-@pytest.fixture(scope="session")
-def kube_cni_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
-    env = os.environ.get("FERRY_CNI_BIN")
-    if env and os.access(os.path.join(env, "ferry"), os.X_OK):
-        return env
-    return ensure_cni_bin(str(tmp_path_factory.mktemp("cni-bin")))
-
-
 def _factory(cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
     labs: list[Lab] = []
 
@@ -81,13 +73,13 @@ def _factory(cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
 
 
 @pytest.fixture
-def kube_lab_of(kube_cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
+def kube_lab_of(cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
     """``kube_lab_of(topology)`` -> a running Kubernetes lab, torn down after the test (a
     cluster is ~10 processes: one at a time on a 2-core machine)."""
-    yield from _factory(kube_cni_bin)
+    yield from _factory(cni_bin)
 
 
 @pytest.fixture(scope="module")
-def kube_module_lab_of(kube_cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
+def kube_module_lab_of(cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
     """The same, shared by a module's tests and torn down at its end."""
-    yield from _factory(kube_cni_bin)
+    yield from _factory(cni_bin)

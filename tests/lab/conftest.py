@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from lab import build
-from lab.api import Lab, ensure_cni_bin
+from lab.api import Lab
 
 _counter = itertools.count()
 
@@ -33,15 +33,6 @@ def _can_run() -> str | None:
         if shutil.which(tool) is None:
             return f"{tool} not installed"
     return None
-
-
-@pytest.fixture(scope="session")
-def cni_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """$FERRY_CNI_BIN when set, else a private launcher dir written from this tree."""
-    env = os.environ.get("FERRY_CNI_BIN")
-    if env and os.access(os.path.join(env, "ferry"), os.X_OK):
-        return env
-    return ensure_cni_bin(str(tmp_path_factory.mktemp("cni-bin")))
 
 
 @pytest.fixture

@@ -24,14 +24,6 @@ CNITOOL = cnitool()
 NETWORK = "ferrynet"
 
 
-@pytest.fixture(scope="session")
-def cni_bin(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A CNI_PATH with Ferry's launchers (and Debian's plugins), written fresh for this run."""
-    d = tmp_path_factory.mktemp("cni-bin")
-    subprocess.run([sys.executable, "-m", "cni.launcher", str(d)], cwd=ROOT, check=True, capture_output=True)
-    return str(d)
-
-
 def run(argv: list[str], check: bool = True, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
     p = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout, **kw)
     if check and p.returncode != 0:

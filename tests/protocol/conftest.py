@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from cni import protocol
-from cni.launcher import write_launchers
 from cni.request import Request
 from cni.result import Interface, IPConfig, Result, Route
 
@@ -75,14 +74,6 @@ def run_inproc(log_file: str) -> Callable[..., Outcome]:
         return Outcome(rc, out.getvalue(), err.getvalue(), calls)
 
     return run
-
-
-@pytest.fixture(scope="session")
-def cni_bin(tmp_path_factory: Any) -> str:
-    """A CNI_PATH directory with the real ``ferry`` launcher (and Debian's reference plugins)."""
-    d = str(tmp_path_factory.mktemp(PREFIX + "cni-bin"))
-    write_launchers(d)
-    return d
 
 
 @pytest.fixture
