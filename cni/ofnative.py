@@ -31,25 +31,25 @@ OFPIT_GOTO_TABLE, OFPIT_APPLY_ACTIONS = 1, 4
 OFPAT_OUTPUT, OFPAT_DEC_NW_TTL, OFPAT_SET_FIELD, OFPAT_EXPERIMENTER = 0, 24, 25, 0xFFFF
 NX_VENDOR_ID, NXAST_REG_MOVE, NXAST_REG_LOAD = 0x00002320, 6, 7
 
-_HEADER = struct.Struct("!BBHI")
+HEADER = struct.Struct("!BBHI")
 _FLOW_MOD = struct.Struct("!QQBBHHHIIIH2x")
 
 # OXM fields of class OPENFLOW_BASIC: name -> (field number, length).
-_OXM = {
+OXM_FIELDS = {
     "in_port": (0, 4), "eth_dst": (3, 6), "eth_src": (4, 6), "eth_type": (5, 2), "ip_proto": (10, 1),
     "ipv4_src": (11, 4), "ipv4_dst": (12, 4), "arp_op": (21, 2), "arp_spa": (22, 4), "arp_tpa": (23, 4),
     "arp_sha": (24, 6), "arp_tha": (25, 6), "ipv6_src": (26, 16), "ipv6_dst": (27, 16),
     "icmpv6_type": (29, 1), "nd_target": (31, 16),
 }
 # Prerequisites before the fields that need them (OVS checks OXM order).
-_ORDER = ("in_port", "eth_dst", "eth_src", "eth_type", "ip_proto", "ipv4_src", "ipv4_dst", "arp_op", "arp_spa",
+MATCH_ORDER = ("in_port", "eth_dst", "eth_src", "eth_type", "ip_proto", "ipv4_src", "ipv4_dst", "arp_op", "arp_spa",
           "arp_tpa", "arp_sha", "ipv6_src", "ipv6_dst", "icmpv6_type", "nd_target")
 # ovs-ofctl's names in cni.flows' text -> OXM names.
-_MATCH_KEYS = {"in_port": "in_port", "dl_src": "eth_src", "dl_dst": "eth_dst", "nw_src": "ipv4_src",
+MATCH_KEYS = {"in_port": "in_port", "dl_src": "eth_src", "dl_dst": "eth_dst", "nw_src": "ipv4_src",
                "nw_dst": "ipv4_dst", "arp_op": "arp_op", "arp_spa": "arp_spa", "arp_tpa": "arp_tpa",
                "arp_sha": "arp_sha", "ipv6_src": "ipv6_src", "ipv6_dst": "ipv6_dst",
                "icmp_type": "icmpv6_type", "nd_target": "nd_target"}
-_SHORTHANDS = {"arp": {"eth_type": 0x0806}, "ip": {"eth_type": 0x0800}, "ipv6": {"eth_type": 0x86DD},
+SHORTHANDS = {"arp": {"eth_type": 0x0806}, "ip": {"eth_type": 0x0800}, "ipv6": {"eth_type": 0x86DD},
                "icmp6": {"eth_type": 0x86DD, "ip_proto": 58}}
 # NXM headers (Nicira) named in move:/load: actions -> (OXM field for set_field, NXM header, bits).
 _NXM = {"NXM_OF_ETH_DST": ("eth_dst", 0x00000206, 48), "NXM_OF_ETH_SRC": ("eth_src", 0x00000406, 48),
@@ -62,8 +62,8 @@ class OpenFlowError(Exception):
     """The switch refused a message, or the flow text is outside what this encoder speaks."""
 
 
-def _value(field: str, text: str) -> bytes:
-    length = _OXM[field][1]
+def encode_value(field: str, text: str) -> bytes:
+    length = OXM_FIELDS[field][1]
     if field in ("eth_src", "eth_dst", "arp_sha", "arp_tha"):
         from cni.flows import mac
 
@@ -76,8 +76,8 @@ def _value(field: str, text: str) -> bytes:
     return int(text, 0).to_bytes(length, "big")
 
 
-def _oxm(field: str, value: bytes) -> bytes:
-    number, length = _OXM[field]
+def encode_oxm(field: str, value: bytes) -> bytes:
+    number, length = OXM_FIELDS[field]
     return struct.pack("!I", (0x8000 << 16) | (number << 9) | length) + value
 
 
@@ -86,21 +86,21 @@ def encode_match(text: str) -> bytes:
     for item in filter(None, text.split(",")):
         key, eq, value = item.partition("=")
         if not eq:
-            if key not in _SHORTHANDS:
+            if key not in SHORTHANDS:
                 raise OpenFlowError(f"match {item!r} is not spoken here")
-            for f, v in _SHORTHANDS[key].items():
-                fields[f] = v.to_bytes(_OXM[f][1], "big")
-        elif key in _MATCH_KEYS:
-            fields[_MATCH_KEYS[key]] = _value(_MATCH_KEYS[key], value)
+            for f, v in SHORTHANDS[key].items():
+                fields[f] = v.to_bytes(OXM_FIELDS[f][1], "big")
+        elif key in MATCH_KEYS:
+            fields[MATCH_KEYS[key]] = encode_value(MATCH_KEYS[key], value)
         else:
             raise OpenFlowError(f"match {item!r} is not spoken here")
-    body = b"".join(_oxm(f, fields[f]) for f in _ORDER if f in fields)
+    body = b"".join(encode_oxm(f, fields[f]) for f in MATCH_ORDER if f in fields)
     length = 4 + len(body)
     return struct.pack("!HH", 1, length) + body + b"\0" * (-length % 8)
 
 
 def _action_set_field(field: str, value: bytes) -> bytes:
-    oxm = _oxm(field, value)
+    oxm = encode_oxm(field, value)
     length = 4 + len(oxm)
     pad = -length % 8
     return struct.pack("!HH", OFPAT_SET_FIELD, length + pad) + oxm + b"\0" * pad
@@ -130,7 +130,7 @@ def encode_instructions(text: str) -> bytes:
             actions.append(struct.pack("!HH4x", OFPAT_DEC_NW_TTL, 8))
         elif item.startswith(("mod_dl_src:", "mod_dl_dst:")):
             field = "eth_src" if item.startswith("mod_dl_src:") else "eth_dst"
-            actions.append(_action_set_field(field, _value(field, item.split(":", 1)[1])))
+            actions.append(_action_set_field(field, encode_value(field, item.split(":", 1)[1])))
         elif item.startswith("load:"):  # NXAST_REG_LOAD, as ovs-ofctl sends it
             value, _, dst = item[5:].partition("->")
             _field, header, bits = _NXM[_nxm_name(dst)]
@@ -158,23 +158,23 @@ def encode_instructions(text: str) -> bytes:
     return out
 
 
-def _flow_mod(cookie: int, cookie_mask: int, table: int, command: int, priority: int, match: bytes,
+def encode_flow_mod(cookie: int, cookie_mask: int, table: int, command: int, priority: int, match: bytes,
               instructions: bytes, xid: int) -> bytes:
     """One OFPT_FLOW_MOD: idle/hard timeouts 0, no buffer, any out_port/out_group, no flags."""
     body = (_FLOW_MOD.pack(cookie, cookie_mask, table, command, 0, 0, priority, OFP_NO_BUFFER, OFPP_ANY,
                            OFPG_ANY, 0) + match + instructions)
-    return _HEADER.pack(OFP_VERSION, OFPT_FLOW_MOD, _HEADER.size + len(body), xid) + body
+    return HEADER.pack(OFP_VERSION, OFPT_FLOW_MOD, HEADER.size + len(body), xid) + body
 
 
 def flow_mod_add(flow: Flow, xid: int) -> bytes:
-    return _flow_mod(flow.cookie.value, 0, int(flow.table), OFPFC_ADD, flow.priority, encode_match(flow.match),
+    return encode_flow_mod(flow.cookie.value, 0, int(flow.table), OFPFC_ADD, flow.priority, encode_match(flow.match),
                      encode_instructions(flow.actions), xid)
 
 
 def flow_mod_delete(cookie: Cookie, xid: int) -> bytes:
     from cni.pipeline import FULL_MASK
 
-    return _flow_mod(cookie.value, FULL_MASK, OFPTT_ALL, OFPFC_DELETE, 0, encode_match(""), b"", xid)
+    return encode_flow_mod(cookie.value, FULL_MASK, OFPTT_ALL, OFPFC_DELETE, 0, encode_match(""), b"", xid)
 
 
 class NativeOpenFlow:
@@ -203,12 +203,12 @@ class NativeOpenFlow:
             except OSError as e:
                 raise OpenFlowError(f"bridge {self.bridge}: cannot connect to {self.path}: {e.strerror}"
                                     " (is ovs-vswitchd running?)") from None
-            hello = _HEADER.pack(OFP_VERSION, OFPT_HELLO, _HEADER.size, 0)
-            sock.sendall(hello + b"".join(messages) + _HEADER.pack(OFP_VERSION, OFPT_BARRIER_REQUEST, 8, barrier))
+            hello = HEADER.pack(OFP_VERSION, OFPT_HELLO, HEADER.size, 0)
+            sock.sendall(hello + b"".join(messages) + HEADER.pack(OFP_VERSION, OFPT_BARRIER_REQUEST, 8, barrier))
             buf = b""
             while True:
                 while len(buf) >= 8:
-                    version, mtype, length, xid = _HEADER.unpack_from(buf)
+                    version, mtype, length, xid = HEADER.unpack_from(buf)
                     if length < 8:
                         raise OpenFlowError(f"bridge {self.bridge}: malformed OpenFlow message")
                     if len(buf) < length:
@@ -221,7 +221,7 @@ class NativeOpenFlow:
                     if mtype == OFPT_HELLO and version < OFP_VERSION:
                         raise OpenFlowError(f"bridge {self.bridge}: OpenFlow 1.3 not enabled on the bridge")
                     if mtype == OFPT_ECHO_REQUEST:
-                        sock.sendall(_HEADER.pack(version, OFPT_ECHO_REPLY, length, xid) + msg[8:])
+                        sock.sendall(HEADER.pack(version, OFPT_ECHO_REPLY, length, xid) + msg[8:])
                     if mtype == OFPT_BARRIER_REPLY and xid == barrier:
                         return
                 data = sock.recv(65536)

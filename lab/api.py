@@ -33,7 +33,7 @@ from lab.kube import lab_cluster
 from lab.kube import pods as kube_pods
 from lab.kube.cluster import Cluster
 from lab.manifest import MANIFEST, Manifest
-from lab.sh import LabError, in_netns, run, running
+from lab.sh import LabError, cmdline, in_netns, run, running
 from lab.topology import (
     NodeSpec,
     Topology,
@@ -514,7 +514,7 @@ class Lab:
         with self._echo_lock:
             rec = os.path.join(self.dir, "echo", f"{netns}.pid")
             pid = ovs.read_pid(rec)
-            if pid and ECHO in build._cmdline(pid):
+            if pid and ECHO in cmdline(pid):
                 return
             os.makedirs(os.path.dirname(rec), exist_ok=True)
             errlog = os.path.join(os.path.dirname(rec), f"{netns}.log")

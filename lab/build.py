@@ -22,7 +22,7 @@ import yaml
 
 from lab import layout, netplan, ovs
 from lab.manifest import MANIFEST, Manifest
-from lab.sh import LabError, ip_batch, run, running
+from lab.sh import LabError, cmdline, ip_batch, run, running
 from lab.topology import MAX_LAB_NAME, NodeSpec, Topology, check_name, node_netns
 
 NETNS_DIR = "/run/netns"
@@ -174,7 +174,7 @@ def route_sync_pid(manifest: Manifest, node: str) -> int | None:
     for e in reversed(manifest.of_kind("pid")):
         if e.get("what") == f"route-sync {node}":
             pid = int(e["pid"])
-            return pid if running(pid) and "route-sync" in _cmdline(pid) else None
+            return pid if running(pid) and "route-sync" in cmdline(pid) else None
     return None
 
 
@@ -215,23 +215,15 @@ def pids_in(namespaces: list[str]) -> list[int]:
     return out
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def _recorded_pids(manifest: Manifest, directory: str) -> list[int]:
     """Pids from pidfiles/records whose command line names this lab (guards against pid reuse)."""
     pids = []
     for e in manifest.of_kind("pidfile"):
         pid = ovs.read_pid(e["path"])
-        if pid and directory in _cmdline(pid):
+        if pid and directory in cmdline(pid):
             pids.append(pid)
     for e in manifest.of_kind("pid"):
-        if directory in _cmdline(e["pid"]) or f"{manifest.name}-" in _cmdline(e["pid"]):
+        if directory in cmdline(e["pid"]) or f"{manifest.name}-" in cmdline(e["pid"]):
             pids.append(e["pid"])
     return pids
 

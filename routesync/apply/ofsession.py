@@ -21,7 +21,7 @@ import struct
 from collections.abc import Callable, Iterable, Sequence
 
 from cni import ofnative as of
-from cni.ofnative import _HEADER
+from cni.ofnative import HEADER
 from cni.pipeline import Cookie, Flow
 from routesync.apply import ofwire
 
@@ -80,7 +80,7 @@ class OpenFlowSession:
         sock.settimeout(self.timeout)
         try:
             sock.connect(self.path)
-            sock.sendall(_HEADER.pack(of.OFP_VERSION, of.OFPT_HELLO, 8, 0))
+            sock.sendall(HEADER.pack(of.OFP_VERSION, of.OFPT_HELLO, 8, 0))
         except OSError as e:
             sock.close()
             raise of.OpenFlowError(f"bridge {self.bridge}: cannot connect to {self.path}: {e.strerror}") from None
@@ -113,7 +113,7 @@ class OpenFlowSession:
         parts = [ofwire.bundle_control(bid, ofwire.OFPBCT_OPEN_REQUEST, self._next_xid())]
         parts += [ofwire.bundle_add(bid, ofwire.with_xid(m, self._next_xid())) for m in messages]
         barrier = self._next_xid()
-        parts.append(_HEADER.pack(of.OFP_VERSION, of.OFPT_BARRIER_REQUEST, 8, barrier))
+        parts.append(HEADER.pack(of.OFP_VERSION, of.OFPT_BARRIER_REQUEST, 8, barrier))
         try:
             self._send(sock, b"".join(parts))
             self._wait(sock, lambda msg, xid: msg[1] == of.OFPT_BARRIER_REPLY and xid == barrier)
@@ -139,7 +139,7 @@ class OpenFlowSession:
         """Read until a message ``done`` accepts; raise on OFPT_ERROR."""
         while True:
             while len(self._buf) >= 8:
-                version, mtype, length, xid = _HEADER.unpack_from(self._buf)
+                version, mtype, length, xid = HEADER.unpack_from(self._buf)
                 if length < 8:
                     raise of.OpenFlowError(f"bridge {self.bridge}: malformed OpenFlow message")
                 if len(self._buf) < length:
@@ -152,7 +152,7 @@ class OpenFlowSession:
                 if mtype == of.OFPT_HELLO and version < of.OFP_VERSION:
                     raise of.OpenFlowError(f"bridge {self.bridge}: OpenFlow 1.3 not enabled on the bridge")
                 if mtype == of.OFPT_ECHO_REQUEST:
-                    sock.sendall(_HEADER.pack(version, of.OFPT_ECHO_REPLY, length, xid) + msg[8:])
+                    sock.sendall(HEADER.pack(version, of.OFPT_ECHO_REPLY, length, xid) + msg[8:])
                     continue
                 if done(msg, xid):
                     return

@@ -14,20 +14,20 @@ from collections.abc import Callable
 
 from cni import addr
 from cni.ofnative import (
-    _HEADER,
-    _MATCH_KEYS,
-    _ORDER,
-    _OXM,
-    _SHORTHANDS,
+    HEADER,
+    MATCH_KEYS,
+    MATCH_ORDER,
     OFP_VERSION,
     OFPAT_SET_FIELD,
     OFPFC_ADD,
     OFPIT_APPLY_ACTIONS,
+    OXM_FIELDS,
+    SHORTHANDS,
     OpenFlowError,
-    _flow_mod,
-    _oxm,
-    _value,
+    encode_flow_mod,
     encode_instructions,
+    encode_oxm,
+    encode_value,
 )
 from cni.pipeline import Flow
 
@@ -68,7 +68,7 @@ def _masked(field: str, text: str) -> bytes | None:
     the exact value for a full-length prefix; None for /0 (no constraint)."""
     ip, _, plen_text = text.partition("/")
     value, bits = addr.parse_ip(ip)
-    length = _OXM[field][1]
+    length = OXM_FIELDS[field][1]
     if bits // 8 != length:
         raise OpenFlowError(f"{field}={text}: wrong address family")
     if not plen_text.isdigit() or int(plen_text) > bits:
@@ -78,8 +78,8 @@ def _masked(field: str, text: str) -> bytes | None:
         return None
     mask = ((1 << plen) - 1) << (bits - plen)
     if plen == bits:
-        return _oxm(field, value.to_bytes(length, "big"))
-    number = _OXM[field][0]
+        return encode_oxm(field, value.to_bytes(length, "big"))
+    number = OXM_FIELDS[field][0]
     return (struct.pack("!I", (0x8000 << 16) | (number << 9) | (1 << 8) | (2 * length))
             + (value & mask).to_bytes(length, "big") + mask.to_bytes(length, "big"))
 
@@ -88,17 +88,17 @@ def _match_item(item: str) -> list[tuple[str, bytes | None]]:
     """One ``key[=value]`` of a match as (OXM field, TLV or None for "no constraint")."""
     key, eq, value = item.partition("=")
     if not eq:
-        if key not in _SHORTHANDS:
+        if key not in SHORTHANDS:
             raise OpenFlowError(f"match {item!r} is not spoken here")
-        return [(f, _oxm(f, v.to_bytes(_OXM[f][1], "big"))) for f, v in _SHORTHANDS[key].items()]
-    if key not in _MATCH_KEYS:
+        return [(f, encode_oxm(f, v.to_bytes(OXM_FIELDS[f][1], "big"))) for f, v in SHORTHANDS[key].items()]
+    if key not in MATCH_KEYS:
         raise OpenFlowError(f"match {item!r} is not spoken here")
-    f = _MATCH_KEYS[key]
+    f = MATCH_KEYS[key]
     if "/" in value:
         if f not in _MASKABLE:
             raise OpenFlowError(f"match {item!r} is not spoken here")
         return [(f, _masked(f, value))]
-    return [(f, _oxm(f, _value(f, value)))]
+    return [(f, encode_oxm(f, encode_value(f, value)))]
 
 
 def encode_match_masked(text: str, cache: ItemCache | None = None) -> bytes:
@@ -107,7 +107,7 @@ def encode_match_masked(text: str, cache: ItemCache | None = None) -> bytes:
     fields: dict[str, bytes | None] = {}
     for item in filter(None, text.split(",")):
         fields.update(cache.get("m " + item, lambda i: _match_item(i[2:])))  # type: ignore[arg-type]
-    body = b"".join(tlv for f in _ORDER if (tlv := fields.get(f)) is not None)
+    body = b"".join(tlv for f in MATCH_ORDER if (tlv := fields.get(f)) is not None)
     length = 4 + len(body)
     return struct.pack("!HH", 1, length) + body + b"\0" * (-length % 8)
 
@@ -157,7 +157,7 @@ def encode_instructions_ext(text: str, cache: ItemCache | None = None) -> bytes:
 
 def flow_mod_add_ext(flow: Flow, xid: int, cache: ItemCache | None = None) -> bytes:
     """:func:`cni.ofnative.flow_mod_add` for route-sync's flows (masked matches, tunnel destinations)."""
-    return _flow_mod(flow.cookie.value, 0, int(flow.table), OFPFC_ADD, flow.priority,
+    return encode_flow_mod(flow.cookie.value, 0, int(flow.table), OFPFC_ADD, flow.priority,
                      encode_match_masked(flow.match, cache), encode_instructions_ext(flow.actions, cache), xid)
 
 
@@ -167,7 +167,7 @@ def with_xid(message: bytes, xid: int) -> bytes:
 
 
 def bundle_control(bundle_id: int, ctype: int, xid: int, flags: int = OFPBF_ATOMIC | OFPBF_ORDERED) -> bytes:
-    return (_HEADER.pack(OFP_VERSION, OFPT_EXPERIMENTER, 24, xid)
+    return (HEADER.pack(OFP_VERSION, OFPT_EXPERIMENTER, 24, xid)
             + _BUNDLE.pack(ONF_EXPERIMENTER_ID, ONFT_BUNDLE_CONTROL, bundle_id, ctype, flags))
 
 
@@ -175,7 +175,7 @@ def bundle_add(bundle_id: int, message: bytes, flags: int = OFPBF_ATOMIC | OFPBF
     """``message`` (a complete OpenFlow message) into bundle ``bundle_id``; the outer xid is the
     inner one (OVS checks they are equal)."""
     xid = message[4:8]
-    return (_HEADER.pack(OFP_VERSION, OFPT_EXPERIMENTER, 24 + len(message), 0)[:4] + xid
+    return (HEADER.pack(OFP_VERSION, OFPT_EXPERIMENTER, 24 + len(message), 0)[:4] + xid
             + _BUNDLE.pack(ONF_EXPERIMENTER_ID, ONFT_BUNDLE_ADD_MESSAGE, bundle_id, 0, flags) + message)
 
 

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from ..model import TRANSPORT_ANNOTATION, NodeRecord
-from . import NodeSource, SourceError, validate_record
+from .base import NodeSource, SourceError, validate_record
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from ..model import NodeRecord
-from . import NodeSource, validate_record
+from .base import NodeSource, validate_record
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import yaml
 from lab import build, layout
 from lab.api import CNI_CACHE, Lab, LabError, cnitool_container_id
 from lab.manifest import STOP_AT_ENV, Manifest
-from lab.sh import running
+from lab.sh import cmdline, running
 from tests.waiting import until
 
 pytestmark = pytest.mark.root
@@ -35,7 +35,7 @@ def processes_of(lab_directory: str) -> list[int]:
     """Pids whose command line names the lab dir (OVS daemons, route-sync, echo servers)."""
     out = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and lab_directory in build._cmdline(int(entry)) and int(entry) != os.getpid():
+        if entry.isdigit() and lab_directory in cmdline(int(entry)) and int(entry) != os.getpid():
             out.append(int(entry))
     return out
 

@@ -1,0 +1,48 @@
+"""The Node source interface every source implements, and the record check they share (a module
+of its own so that the implementations import it without importing the package that picks one)."""
+
+from __future__ import annotations
+
+import abc
+import ipaddress
+
+from ..model import NodeRecord
+
+
+class SourceError(Exception):
+    """The source cannot give the Nodes now (not synced yet, unreachable)."""
+
+
+class NodeSource(abc.ABC):
+    @abc.abstractmethod
+    def list(self) -> list[NodeRecord]:
+        """Every Node the source currently knows, this Node included; raises SourceError when
+        it has not synced yet."""
+
+    @abc.abstractmethod
+    def wait_for_change(self, timeout: float) -> bool:
+        """Block until the Nodes may have changed since the last :meth:`list` (True) or until
+        ``timeout`` seconds pass (False)."""
+
+    @abc.abstractmethod
+    def publish_self(self, record: NodeRecord) -> None:
+        """Write this Node's record (registry) or patch its annotations (Kubernetes); a no-op
+        when nothing changed."""
+
+    def start(self) -> None:
+        """Begin watching (background threads, if the source needs any)."""
+
+    def close(self) -> None:
+        """Stop watching and release connections."""
+
+
+def validate_record(rec: NodeRecord) -> NodeRecord:
+    """Normalise addresses and CIDRs; ValueError names what is wrong."""
+    if not rec.name or "/" in rec.name or rec.name.startswith("."):
+        raise ValueError(f"bad Node name {rec.name!r}")
+    addrs = tuple(str(ipaddress.ip_interface(a).ip) for a in rec.transport_addresses)
+    cidrs = tuple(str(ipaddress.ip_network(c, strict=True)) for c in rec.pod_cidrs)
+    for k, v in rec.annotations:
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise ValueError(f"annotation {k!r} is not a string pair")  # noqa: TRY004
+    return NodeRecord(rec.name, addrs, cidrs, tuple(sorted(rec.annotations)))
