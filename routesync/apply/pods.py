@@ -147,7 +147,7 @@ def converge_pod(ipr: Any, ifname: str, want: podnet.PodNet) -> bool:
         args: dict[str, Any] = {"dst": rt.dst, "gateway": rt.gw, "oif": index, "proto": RTPROT_STATIC,
                                 "family": socket.AF_INET if addr.family(rt.dst) == 4 else socket.AF_INET6}
         if rt.mtu:
-            args["metrics"] = {"attrs": [("RTAX_MTU", rt.mtu)]}
+            args["metrics"] = {"mtu": rt.mtu}
         ipr.route("replace", **args)
     for dst, gw in todo.delete:
         try:
