@@ -184,7 +184,11 @@ class Daemon:
             self.flush_state()
         t0 = self.clock()
         report = sync(state, full)
-        self.pod_syncs.append((report.updated, self.clock() - t0))
+        took = self.clock() - t0
+        self.pod_syncs.append((report.updated, took))
+        if report.updated or report.failed:
+            log.info("Pods to the paths' MTUs in %.1f ms: %d updated, %d unchanged, %d skipped, %d failed",
+                     took * 1e3, report.updated, report.unchanged, report.skipped, report.failed)
         if self.observer is not None and hasattr(self.observer, "pods_synced"):
             self.observer.pods_synced(report)
         self._pods_key = key if not report.failed else None

@@ -206,10 +206,8 @@ class PodMtuApplier:
                 report.updated += 1
             else:
                 report.unchanged += 1
-        if report.updated or report.failed:
-            LOG.info("Pods' MTUs: %d updated, %d unchanged, %d skipped, %d failed%s", report.updated,
-                     report.unchanged, report.skipped, report.failed,
-                     f" ({'; '.join(report.errors)})" if report.errors else "")
+        if report.failed:
+            LOG.warning("Pods' MTUs: %d failed (%s)", report.failed, "; ".join(report.errors))
         return report
 
     def _converge(self, pod: PodPort, want: podnet.PodNet) -> bool | None:
