@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         log("ferry-route-sync is not installed (bash .ci/install.sh)")
         return 2
     tag = f"fbm{secrets.token_hex(2)}"
-    out: dict[str, Any] = {"loadavg": open("/proc/loadavg").read().split()[:3]}
+    with open("/proc/loadavg") as f:
+        out: dict[str, Any] = {"tag": tag, "loadavg": f.read().split()[:3]}
     out["add"] = add_cost(args.adds, args.rounds, cni_bin, tag)
     out["pod_updates"] = [pod_updates(int(n), args.switches, cni_bin, tag) for n in args.pods.split(",")]
     print(table(["Pods", "switches", "p50 ms", "max ms", "ms per Pod"],
