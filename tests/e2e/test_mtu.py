@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -27,6 +28,7 @@ from .conftest import PODS, start_lab, topology
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 HEADERS = {4: 28, 6: 48}  # IPv4 + ICMP, IPv6 + ICMPv6: ping -s payload = packet size - this
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)  # the venv's ferry-route-sync, ferry-lab
 BIG = 4 << 20  # bytes of the TCP transfers (thousands of full-sized segments)
 
@@ -255,3 +257,58 @@ def test_underlay_mtu_9000_and_back_running_pods_follow(e2e_cni_bin: str) -> Non
                 _tcp(lab, a, other, family)
     finally:
         lab.down()
+
+
+HOOKED_LAUNCHER = """#!{python} -IS
+# test stand-in for timing only: route-sync replacing the state file exactly between the ADD's
+# read of it and the Pod's configuration (a window of microseconds no test can hit by waiting)
+import os, sys
+sys.path.insert(0, {root!r})
+from cni import commands
+configure = commands._configure_pod_interface
+def hooked(*args, **kwargs):
+    configure(*args, **kwargs)
+    os.replace({new!r}, {state!r})
+commands._configure_pod_interface = hooked
+from cni.plugin import main, leave
+leave(main())
+"""
+
+
+def test_add_that_read_an_older_state_file_converges_its_own_pod(hybrid: Lab, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """route-sync may list the Node's Pods before a new Pod's port is in OVS, having just
+    replaced the state file that ADD read earlier: ADD notices the new file and converges itself."""
+    lab = hybrid
+    n = lab.node("node-1")
+    state_file = n.paths.state_file
+    with open(state_file) as f:
+        original = f.read()
+    doc = json.loads(original)
+    for p in doc["peers"]:
+        if p["name"] == "node-2":
+            p["path"] = "tunnel"  # the hybrid decision flipped: node-2 is now behind a tunnel
+    new = str(tmp_path / "new-state.json")
+    with open(new, "w") as f:
+        json.dump(doc, f)
+    cni_bin = tmp_path / "bin"
+    shutil.copytree(lab.cni_bin, cni_bin, symlinks=True)
+    (cni_bin / "ferry").unlink()
+    (cni_bin / "ferry").write_text(HOOKED_LAUNCHER.format(python=sys.executable, root=ROOT, new=new,
+                                                          state=state_file))
+    (cni_bin / "ferry").chmod(0o755)
+    netns = f"{lab.name}-race"
+    run(["ip", "netns", "add", netns])
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NETCONFPATH": n.paths.netconf, "CNI_PATH": str(cni_bin)}
+    try:
+        cp = run([cnitool(), "add", layout.NETWORK_NAME, f"/run/netns/{netns}"], netns=n.netns, env=env, check=False)
+        assert cp.returncode == 0, cp.stdout + cp.stderr
+        dsts = {r["dst"] for r in json.loads(cp.stdout)["routes"]}
+        assert "10.244.2.0/24" not in dsts and "10.244.0.0/16" in dsts
+        routes = run(["ip", "-n", netns, "route", "show"]).stdout
+        assert "10.244.2.0/24" not in routes and "10.244.0.0/16" in routes
+    finally:
+        run([cnitool(), "del", layout.NETWORK_NAME, f"/run/netns/{netns}"], netns=n.netns, env=env, check=False)
+        run(["ip", "netns", "del", netns], check=False)
+        with open(state_file + ".t", "w") as f:
+            f.write(original)
+        os.replace(state_file + ".t", state_file)
