@@ -38,9 +38,9 @@ from bench.util import percentile, table
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from bench.bench_cni import run_driver  # noqa: E402
-from lab import build  # noqa: E402
-from lab.api import Lab, ensure_cni_bin  # noqa: E402
+from bench.bench_cni import run_driver
+from lab import build
+from lab.api import Lab, ensure_cni_bin
 
 LINE = re.compile(r"Pods to the paths' MTUs in ([0-9.]+) ms: (\d+) updated")
 

@@ -152,7 +152,7 @@ def converge_pod(ipr: Any, ifname: str, want: podnet.PodNet) -> bool:
     for dst, gw in todo.delete:
         try:
             ipr.route("del", dst=dst, gateway=gw, oif=index)
-        except Exception as e:  # noqa: BLE001 - already gone is fine
+        except Exception as e:
             if getattr(e, "code", None) not in (errno.ESRCH, errno.ENOENT):
                 raise
     return changed or bool(todo.put or todo.delete)

@@ -94,7 +94,7 @@ def test_running_pods_converge_then_follow_a_mode_change(node) -> None:  # type:
 
 
 def test_pod_whose_netns_is_gone_is_skipped_without_error(node) -> None:  # type: ignore[no-untyped-def]
-    ns, (a, b), _ports, applier = node
+    _ns, (a, b), _ports, applier = node
     sh("ip", "netns", "del", a)  # its veth goes with it; the OVS port row stays (a DEL to come)
     try:
         rep = applier.sync(state("encap", 1430, 1500))
@@ -113,7 +113,7 @@ def _waiting_on(lock_path: str) -> bool:
 
 
 def test_pod_locked_by_add_or_del_waits_for_the_lock(node, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    ns, (a, _b), ports, applier = node
+    _ns, (a, _b), ports, applier = node
     cid = ports[0]["external_ids"][EXT_CONTAINER_ID]
     report = {}
     with attachment_lock(str(tmp_path / "locks"), cid, "eth0") as lock:
