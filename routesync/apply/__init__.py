@@ -71,7 +71,7 @@ class NodeAppliers:
         self._applied: DesiredState | None = None
         # the last delta's routes and their normalized set (the next delta's "before")
         self._normalized: tuple[set[HostRoute], set[HostRoute]] | None = None
-        self.pods = PodMtuApplier(self.ovs.pod_ports, self._set_host_mtu,
+        self.pods = PodMtuApplier(self.ovs.pod_ports, self.ovs.pod_port, self._set_host_mtu,
                                   lock_dir=os.path.join(self.state_dir, "locks"))
 
     def _set_host_mtu(self, name: str, mtu: int) -> bool:

@@ -161,13 +161,16 @@ def converge_pod(ipr: Any, ifname: str, want: podnet.PodNet) -> bool:
 class PodMtuApplier:
     """Converges the Node's running Pods to the node state's per-path MTUs.
 
-    ``list_ports``: the OVS Pod port rows (``OvsApplier.pod_ports``); ``set_host_mtu(name, mtu)``:
-    the host veth end's MTU (in the Node's namespace, where OVS reads it); ``lock_dir``: the
-    plugin's attachment locks."""
+    ``list_ports``: the OVS Pod port rows (``OvsApplier.pod_ports``); ``port``: one of them by
+    name, None when gone (``OvsApplier.pod_port``; looked at again under the Pod's lock);
+    ``set_host_mtu(name, mtu)``: the host veth end's MTU (in the Node's namespace, where OVS
+    reads it); ``lock_dir``: the plugin's attachment locks."""
 
     def __init__(self, list_ports: Callable[[], list[dict[str, Any]]],
+                 port: Callable[[str], dict[str, Any] | None],
                  set_host_mtu: Callable[[str, int], Any], lock_dir: str) -> None:
         self.list_ports = list_ports
+        self.port = port
         self.set_host_mtu = set_host_mtu
         self.lock_dir = lock_dir
         self._done: dict[tuple[str, str, str], podnet.PodNet] = {}  # (cid, ifname, netns) -> converged to
@@ -215,7 +218,8 @@ class PodMtuApplier:
         from pyroute2 import IPRoute
 
         with attachment_lock(self.lock_dir, pod.container_id, pod.ifname) as lock:
-            still = [p for p in pod_ports(self.list_ports()) if p.name == pod.name]
+            row = self.port(pod.name)  # still there, still this Pod (not re-plugged meanwhile)?
+            still = pod_ports([row]) if row is not None else []
             if not still or still[0] != pod:
                 if not still:
                     lock.remove()  # deleted meanwhile: no lock file left behind for it

@@ -71,7 +71,10 @@ def node(tmp_path):  # type: ignore[no-untyped-def]
             ns_sh(ns, "ip", "link", "set", name, "mtu", str(mtu))
             return True
 
-        applier = PodMtuApplier(lambda: ports, set_host_mtu, str(tmp_path / "locks"))
+        def port(name: str) -> dict | None:
+            return next((p for p in ports if p["name"] == name), None)
+
+        applier = PodMtuApplier(lambda: ports, port, set_host_mtu, str(tmp_path / "locks"))
         yield ns, (a, b), ports, applier
 
 
