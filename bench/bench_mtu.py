@@ -28,8 +28,10 @@ import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -176,10 +178,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.pods, args.switches, args.adds, args.rounds = "10", 2, 10, 2
-    cni_bin = ensure_cni_bin(args.cni_bin or os.path.join("/tmp", f"fbm-cni-bin-{os.getpid()}"))
     if build.route_sync_command() is None:
         log("ferry-route-sync is not installed (bash .ci/install.sh)")
         return 2
+    own_bin = None if args.cni_bin else tempfile.mkdtemp(prefix="fbm-cni-bin-")
+    try:
+        return _run(args, ensure_cni_bin(args.cni_bin or own_bin or ""))
+    finally:
+        if own_bin:
+            shutil.rmtree(own_bin, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, cni_bin: str) -> int:
     tag = f"fbm{secrets.token_hex(2)}"
     with open("/proc/loadavg") as f:
         out: dict[str, Any] = {"tag": tag, "loadavg": f.read().split()[:3]}
