@@ -175,14 +175,6 @@ def _pick_host_name(req: Request, node: cfg.NodeContext, ovsdb, of, host_nl) -> 
     raise CniError(INTERFACE_EXISTS, f"no free host interface name for {req.container_id}/{req.ifname}")
 
 
-def _default_routes(ips: list[IPConfig]) -> list[Route]:
-    routes = []
-    for ip in ips:
-        if ip.gateway:
-            routes.append(Route(dst="0.0.0.0/0" if ip.family == 4 else "::/0", gw=ip.gateway))
-    return routes
-
-
 def _dns(conf: cfg.PluginConfig) -> DNS:
     d = conf.dns
     return DNS(nameservers=list(d.get("nameservers") or []), domain=str(d.get("domain") or ""),
@@ -271,6 +263,7 @@ def note_version_limits(req: Request, conf: cfg.PluginConfig, result: Result) ->
 
 def add(req: Request) -> Result:
     conf = cfg.parse(req.config)
+    state_id = _state_id(conf.state_file)  # before the read: a later replacement is noticed
     node = cfg.node_context(conf, need_state=True)
     if node.mode == "networkPolicyOnly":
         from cni import chained  # Ferry chained after the primary CNI: take its interface, no IPAM
@@ -298,6 +291,7 @@ def add(req: Request) -> Result:
                 undo.push("IPAM addresses", lambda: ipam_api.release(ipam_conf, req.container_id, req.ifname))
                 for ip in ips:
                     ip.interface = 1
+                pod = _pod_net(node, conf, ips)
                 step("host interface name")
                 host = _pick_host_name(req, node, ovsdb, of, host_nl)
                 mac = _random_mac()
@@ -306,7 +300,7 @@ def add(req: Request) -> Result:
                 # Born up and promiscuous, its peer down (no carrier, so the Node's stack starts
                 # nothing on it yet): two link notifications per ADD instead of four, and each one
                 # costs ovs-vswitchd a re-read of every link and route of the Node.
-                host_nl.create_veth(host, req.ifname, podfd, node.mtu, peer_mac=mac, promisc=True, up=True)
+                host_nl.create_veth(host, req.ifname, podfd, pod.mtu, peer_mac=mac, promisc=True, up=True)
                 if node.datapath == "netdev":
                     step(f"isolate {host} from the Node's stack")
                     _isolate_host_end(host)  # before the carrier: no frame of the Pod's reaches the stack
@@ -327,7 +321,13 @@ def add(req: Request) -> Result:
                 undo.push("per-Pod flows", lambda: of.del_flows(cookie))
                 of.add_flows(flows)
                 step(f"configure {req.ifname} in {req.netns}")
-                _configure_pod_interface(pod_nl, podfd, req.ifname, ips, node)
+                _configure_pod_interface(pod_nl, podfd, req.ifname, ips, node, pod)
+                if node.state is not None and _state_id(conf.state_file) != state_id:
+                    # route-sync rewrote the state (a path, the mode or the underlay changed) since
+                    # it was read: it may have updated the Node's Pods before this one's port was
+                    # in OVS, so this ADD brings its own Pod up to date (docs/design.md, MTU)
+                    step("state file changed: MTUs again")
+                    pod = _refresh_pod_net(conf, ips, pod_nl, host_nl, host, req.ifname, pod)
                 step(f"ofport of {host}")
                 assigned = pending.finish()
                 if assigned != ofport:  # vswitchd could not honour the request: flows for the real one
@@ -345,8 +345,8 @@ def add(req: Request) -> Result:
     step.report(req.logger(), "ADD")
     req.logger().info(f"{host} on {node.bridge} port {ofport}, {','.join(i.address for i in ips)}")
     result = Result(
-        interfaces=[Interface(name=host), Interface(name=req.ifname, mac=mac, sandbox=req.netns, mtu=node.mtu)],
-        ips=ips, routes=_default_routes(ips), dns=_dns(conf))
+        interfaces=[Interface(name=host), Interface(name=req.ifname, mac=mac, sandbox=req.netns, mtu=pod.mtu)],
+        ips=ips, routes=[Route(dst=r.dst, gw=r.gw, mtu=r.mtu) for r in pod.routes], dns=_dns(conf))
     note_version_limits(req, conf, result)
     return result
 
@@ -367,7 +367,59 @@ def _external_ids(req: Request, ips: list[IPConfig], mac: str) -> dict[str, str]
     return ids
 
 
-def _configure_pod_interface(pod_nl, podfd: int, ifname: str, ips: list[IPConfig], node: cfg.NodeContext) -> None:  # type: ignore[no-untyped-def]
+def _state_id(path: str) -> tuple[int, int] | None:
+    """(inode, mtime) of the state file: route-sync replaces it by rename, so a new inode."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _pod_net(node: cfg.NodeContext, conf: cfg.PluginConfig, ips: list[IPConfig]):  # type: ignore[no-untyped-def]
+    """The Pod's interface MTU and routes (``cni.podnet``: per-path MTUs)."""
+    from cni import podnet
+
+    gateways = {ip.family: ip.gateway for ip in ips if ip.gateway}
+    return podnet.for_state(node.state, gateways, conf.mtu, fallback_mtu=node.mtu)
+
+
+def _refresh_pod_net(conf: cfg.PluginConfig, ips: list[IPConfig], pod_nl, host_nl, host: str,  # type: ignore[no-untyped-def]
+                     ifname: str, before):  # type: ignore[no-untyped-def]
+    """Re-read the node state and converge the new Pod's interface, host veth and routes."""
+    node = cfg.node_context(conf, need_state=False)
+    pod = _pod_net(node, conf, ips)
+    if pod != before:
+        if pod.mtu != before.mtu:
+            host_nl.link_set(host, mtu=pod.mtu)
+        sync_pod_routes(pod_nl, ifname, pod)
+    return pod
+
+
+def sync_pod_routes(pod_nl, ifname: str, want) -> bool:  # type: ignore[no-untyped-def]
+    """Make ``ifname`` (in ``pod_nl``'s netns) hold ``want`` (a ``cni.podnet.PodNet``): its MTU,
+    then its routes through a gateway.  Returns whether anything changed."""
+    import _socket
+
+    from cni import podnet
+
+    link = pod_nl.link_get(ifname)
+    if link is None:
+        raise CniError(NETLINK_FAILURE, f"{ifname} vanished from the Pod's netns")
+    if link.mtu != want.mtu:
+        pod_nl.link_set(link.index, mtu=want.mtu)  # first: the kernel adjusts IPv6 route MTUs to it
+    have = [(r.dst, r.gw, r.mtu) for af in (_socket.AF_INET, _socket.AF_INET6)
+            for r in pod_nl.routes(family=af, index=link.index) if r.gw and r.proto != 2]
+    todo = podnet.changes(want, want.mtu, have)
+    for r in todo.put:
+        pod_nl.route_add(r.dst, r.gw, link.index, replace=True, mtu=r.mtu)
+    for dst, gw in todo.delete:
+        pod_nl.route_del(dst, gw, link.index)
+    return link.mtu != want.mtu or bool(todo.put or todo.delete)
+
+
+def _configure_pod_interface(pod_nl, podfd: int, ifname: str, ips: list[IPConfig], node: cfg.NodeContext,  # type: ignore[no-untyped-def]
+                             pod) -> None:
     index = pod_nl.link_index(ifname)
     if index is None:
         raise CniError(NETLINK_FAILURE, f"{ifname} vanished from the Pod's netns")
@@ -389,8 +441,8 @@ def _configure_pod_interface(pod_nl, podfd: int, ifname: str, ips: list[IPConfig
     for ip in ips:
         pod_nl.addr_add(index, ip.address, nodad=True)
     pod_nl.link_set(index, up=True)
-    for r in _default_routes(ips):
-        pod_nl.route_add(r.dst, r.gw, index)
+    for r in pod.routes:  # the default route first: the others go through the same gateway
+        pod_nl.route_add(r.dst, r.gw, index, mtu=r.mtu)
 
 
 def _isolate_host_end(host: str) -> None:
@@ -568,6 +620,7 @@ def _check(req: Request, prev: Result, node: cfg.NodeContext, conf: cfg.PluginCo
     try:
         with Netlink.in_netns(podfd) as pod_nl:
             problems += _check_sandbox(req, prev, pod_nl)
+            problems += _check_mtus(req, _pod_net(node, conf, prev.ips), pod_nl)
     finally:
         os.close(podfd)
     step("OVS port and flows")
@@ -636,6 +689,30 @@ def _check_sandbox(req: Request, prev: Result, pod_nl) -> list[str]:  # type: ig
                  if addr.canonical_network(x.dst) == want and (not r.gw or (x.gw and addr.same_ip(x.gw, r.gw)))]
         if not found:
             problems.append(f"route {r.dst}" + (f" via {r.gw}" if r.gw else "") + f" is missing from {req.ifname}")
+    return problems
+
+
+def _check_mtus(req: Request, want, pod_nl) -> list[str]:  # type: ignore[no-untyped-def]
+    """The interface MTU and each route's MTU as the Node's paths want them now (route-sync
+    keeps running Pods at that, so a prevResult from before a mode change is not the measure)."""
+    import _socket
+
+    from cni import podnet
+
+    link = pod_nl.link_get(req.ifname)
+    if link is None:
+        return []  # said by _check_sandbox
+    have = [(r.dst, r.gw, r.mtu) for af in (_socket.AF_INET, _socket.AF_INET6)
+            for r in pod_nl.routes(family=af, index=link.index) if r.gw and r.proto != 2]
+    todo = podnet.changes(want, link.mtu, have)
+    problems = []
+    if todo.mtu is not None:
+        problems.append(f"interface {req.ifname} has MTU {link.mtu}, the Node's paths want {want.mtu}")
+    present = {(addr.canonical_network(d), addr.host(g)): m for d, g, m in have}
+    for r in todo.put:
+        m = present.get((addr.canonical_network(r.dst), addr.host(r.gw)))
+        problems.append(f"route {r.dst} via {r.gw} " + ("is missing" if m is None else f"has MTU {m or '-'}")
+                        + f" in {req.ifname}, wanted MTU {r.mtu or '-'}")
     return problems
 
 

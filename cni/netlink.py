@@ -50,6 +50,7 @@ IFA_F_NODAD, IFA_F_TENTATIVE = 0x02, 0x40
 
 # Routes.
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_TABLE = 1, 4, 5, 6, 15
+RTA_METRICS, RTAX_MTU = 8, 2  # a route's metrics (nested), its MTU among them
 RTN_UNICAST = 1
 RT_SCOPE_UNIVERSE, RT_SCOPE_LINK = 0, 253
 RTNH_F_ONLINK = 0x4
@@ -90,6 +91,7 @@ class RouteEntry:
     table: int
     metric: int | None = None
     scope: int = RT_SCOPE_UNIVERSE
+    mtu: int = 0  # RTAX_MTU; 0: none (the device's)
 
 
 # ---------------------------------------------------------------- encoding helpers (pure)
@@ -190,11 +192,17 @@ def _decode_route(body: bytes) -> RouteEntry:
         table=struct.unpack("=I", a[RTA_TABLE])[0] if RTA_TABLE in a else table,
         metric=struct.unpack("=I", a[RTA_PRIORITY])[0] if RTA_PRIORITY in a else None,
         scope=scope,
+        mtu=_route_mtu(a[RTA_METRICS]) if RTA_METRICS in a else 0,
     )
 
 
+def _route_mtu(metrics: bytes) -> int:
+    raw = _attrs(metrics).get(RTAX_MTU)
+    return struct.unpack("=I", raw[:4])[0] if raw and len(raw) >= 4 else 0
+
+
 def _route_body(dst: str, gw: str | None, index: int | None, table: int, proto: int,
-                scope: int, flags: int, metric: int | None) -> bytes:
+                scope: int, flags: int, metric: int | None, mtu: int = 0) -> bytes:
     family, packed, plen = parse_cidr(dst)
     attrs = [_u32(RTA_TABLE, table)]
     if plen:
@@ -207,6 +215,8 @@ def _route_body(dst: str, gw: str | None, index: int | None, table: int, proto: 
         attrs.append(_u32(RTA_OIF, index))
     if metric is not None:
         attrs.append(_u32(RTA_PRIORITY, metric))
+    if mtu:
+        attrs.append(_attr(RTA_METRICS, _u32(RTAX_MTU, mtu)))
     head = _RTMSG.pack(family, plen, 0, 0, table if table < 256 else RT_TABLE_COMPAT,
                        proto, scope, RTN_UNICAST, flags)
     return head + b"".join(attrs)
@@ -410,10 +420,11 @@ class Netlink:
 
     def route_add(self, dst: str, gw: str | None, index: int, onlink: bool = False,
                   table: int = RT_TABLE_MAIN, proto: int = RTPROT_STATIC,
-                  metric: int | None = None, replace: bool = False) -> None:
-        """Add a unicast route; without ``gw`` it is a link-scope (directly connected) route."""
+                  metric: int | None = None, replace: bool = False, mtu: int = 0) -> None:
+        """Add a unicast route; without ``gw`` it is a link-scope (directly connected) route.
+        ``mtu`` > 0: the route's MTU (what the kernel sends to ``dst`` at most)."""
         scope = RT_SCOPE_UNIVERSE if gw else RT_SCOPE_LINK
-        body = _route_body(dst, gw, index, table, proto, scope, RTNH_F_ONLINK if onlink else 0, metric)
+        body = _route_body(dst, gw, index, table, proto, scope, RTNH_F_ONLINK if onlink else 0, metric, mtu)
         flags = NLM_F_CREATE | (NLM_F_REPLACE if replace else NLM_F_EXCL)
         self._request(RTM_NEWROUTE, flags, body, f"add route {dst} via {gw or '-'} dev {index}")
 
@@ -521,10 +532,11 @@ class Netlink:
 
 def route_add_request(dst: str, gw: str | None, index: int | None, onlink: bool = False,
                       table: int = RT_TABLE_MAIN, proto: int = RTPROT_STATIC,
-                      replace: bool = True) -> tuple[int, int, bytes]:
-    """An RTM_NEWROUTE for :meth:`Netlink.batch` (link scope without ``gw``)."""
+                      replace: bool = True, mtu: int = 0) -> tuple[int, int, bytes]:
+    """An RTM_NEWROUTE for :meth:`Netlink.batch` (link scope without ``gw``; ``mtu`` > 0: the
+    route's MTU)."""
     scope = RT_SCOPE_UNIVERSE if gw else RT_SCOPE_LINK
-    body = _route_body(dst, gw, index, table, proto, scope, RTNH_F_ONLINK if onlink else 0, None)
+    body = _route_body(dst, gw, index, table, proto, scope, RTNH_F_ONLINK if onlink else 0, None, mtu)
     return RTM_NEWROUTE, NLM_F_CREATE | (NLM_F_REPLACE if replace else NLM_F_EXCL), body
 
 

@@ -12,7 +12,9 @@ import).  The schema is versioned: a reader refuses a file whose ``version`` it 
       "datapath": "netdev",               # netdev | system
       "ovsdb": "unix:/run/openvswitch/db.sock",
       "ovsRunDir": "/run/openvswitch",    # where <bridge>.mgmt lives (for ovs-ofctl)
-      "mtu": 1450,                        # Pod MTU (transport MTU minus tunnel overhead)
+      "mtu": 1450,                        # tunnel MTU (transport MTU minus tunnel overhead)
+      "transportMTU": 1500,               # the underlay's: Pods' interfaces, unencapsulated paths;
+                                          # absent/0 (older route-sync): one MTU, "mtu", for all
       "podCIDRs": ["10.244.1.0/24", "fd00:10:244:1::/64"],
       "clusterCIDRs": ["10.244.0.0/16", "fd00:10:244::/48"],
       "gateway": {"name": "ferry-gw0", "mac": "..", "ofport": 2,
@@ -83,6 +85,7 @@ class NodeState:
     clusterCIDRs: list[str] = Factory(list)
     tunnel: Tunnel | None = None
     peers: list[Peer] = Factory(list)
+    transportMTU: int = 0  # 0: not given (a route-sync before per-path MTUs): "mtu" everywhere
     version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -146,6 +149,10 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
     mtu = _require(d, "mtu", int, where)
     if not 68 <= mtu <= 65535:
         raise StateError(f"{where}: mtu {mtu} out of range")
+    transport_mtu = d.get("transportMTU") or 0
+    if not isinstance(transport_mtu, int) or isinstance(transport_mtu, bool) or \
+            not (transport_mtu == 0 or 68 <= transport_mtu <= 65535):
+        raise StateError(f"{where}: transportMTU {transport_mtu!r} out of range")
     return NodeState(
         node=_require(d, "node", str, where),
         mode=mode,
@@ -159,6 +166,7 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
         gateway=gateway,
         tunnel=tunnel,
         peers=peers,
+        transportMTU=transport_mtu,
     )
 
 

@@ -44,6 +44,7 @@ from lab.topology import (
     node_netns,
     pod_netns,
     router_netns,
+    segment_netns,
     to_doc,
 )
 
@@ -401,6 +402,42 @@ class Lab:
         layout.write_json(n.paths.pod_result(name), {"netns": netns, "result": result})
         pod = self._pod_from(node, name, netns, result)
         return pod
+
+    def check_pod(self, node: str, name: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
+        """``cnitool check`` of a Pod plugged by :meth:`add_pod` (its cached result is the
+        prevResult); returns the completed process (rc 0: CHECK passed)."""
+        n = self.node(node)
+        netns_path = os.path.join(build.NETNS_DIR, pod_netns(self.name, node, name))
+        return run([cnitool(), "check", layout.NETWORK_NAME, netns_path], netns=n.netns,
+                   env=self._cni_env(n, name), check=False, timeout=timeout)
+
+    def set_underlay_mtu(self, mtu: int, segments: Sequence[str] | None = None) -> None:
+        """What an operator does to change the underlay MTU: every link of the segments (the
+        switch, its ports, the router's leg) and each of their Nodes' physical uplink (``eth0``,
+        or ``eth0~`` while route-sync has moved it onto the bridge).  Raising: switch first;
+        lowering: Nodes first (a link never sends more than the next one takes)."""
+        names = [s.name for s in self.topology.segments if segments is None or s.name in segments]
+        switch: list[tuple[str, list[str]]] = []
+        for seg in names:
+            ports = ["router"] + [n.name for n in self.topology.nodes if n.segment == seg]
+            switch.append((segment_netns(self.name, seg), ports + [netplan.SEGMENT_BRIDGE]))
+            switch.append((router_netns(self.name), [f"eth-{seg}"]))
+        nodes = []
+        current = 0
+        for spec in self.topology.nodes:
+            if spec.segment in names:
+                ns = node_netns(self.name, spec.name)
+                cp = run(["ip", "-n", ns, "-o", "link", "show", "eth0~"], check=False)
+                link = "eth0~" if cp.returncode == 0 else "eth0"
+                if cp.returncode != 0:
+                    cp = run(["ip", "-n", ns, "-o", "link", "show", "eth0"])
+                found = re.search(r" mtu (\d+)", cp.stdout)
+                current = max(current, int(found.group(1)) if found else 0)
+                nodes.append((ns, [link]))
+        order = switch + nodes if mtu >= current else nodes + switch
+        for ns, links in order:
+            for link in links:
+                run(["ip", "-n", ns, "link", "set", link, "mtu", str(mtu)])
 
     def del_pod(self, node: str, name: str, timeout: float = 30.0) -> None:
         if self.kubernetes:

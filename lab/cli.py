@@ -15,6 +15,7 @@ The lab name defaults to $FERRY_LAB_NAME or "demo"."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -195,6 +196,19 @@ def show(name: str, svg: str | None, png: str | None) -> None:
         _fail(e)
 
 
+def _pod_mtus(pod) -> str:  # type: ignore[no-untyped-def]
+    """`` mtu 1500; routes default 1500, 10.244.0.0/16 1450`` as the Pod holds them now."""
+    try:
+        link = pod.exec(["ip", "-o", "link", "show", "eth0"])
+        routes = pod.exec(["ip", "route", "show"]).stdout + pod.exec(["ip", "-6", "route", "show"]).stdout
+    except Exception:  # noqa: BLE001 - show is best effort per Pod
+        return ""
+    found = re.search(r" mtu (\d+)", link.stdout)
+    parts = [f"{line.split()[0]} {m.group(1)}" for line in routes.splitlines()
+             if " via " in line and (m := re.search(r" mtu (\d+)", line))]
+    return (f" mtu {found.group(1)}" if found else "") + (f"; routes {', '.join(parts)}" if parts else "")
+
+
 def render(lab: Lab) -> str:
     out = [f"lab {lab.name} ({lab.dir}), {'route-sync' if lab.route_sync else 'lone-Node mode'}"]
     out.append(f"router {lab.router.netns}: {', '.join(lab.router.addresses)}; "
@@ -214,13 +228,15 @@ def render(lab: Lab) -> str:
             out.append("    state: none (no route-sync: lone Node)")
         else:
             tun = state.get("tunnel") or {}
-            out.append(f"    state: mode {state.get('mode')}, mtu {state.get('mtu')}, "
-                       f"tunnel {tun.get('type', '-')}")
+            full = state.get("transportMTU") or state.get("mtu")
+            out.append(f"    state: mode {state.get('mode')}, mtu {full} (Pods, routed, non-Pod), "
+                       f"{state.get('mtu')} tunnelled, tunnel {tun.get('type', '-')}")
             for p in state.get("peers") or []:
-                out.append(f"    peer {p['name']}: path {p['path']} via {', '.join(p['addresses'])} "
+                mtu = state.get("mtu") if p["path"] == "tunnel" else full
+                out.append(f"    peer {p['name']}: path {p['path']} mtu {mtu} via {', '.join(p['addresses'])} "
                            f"for {', '.join(p['podCIDRs'])}" + (f" mac {p['mac']}" if p.get("mac") else ""))
         for p in n.pods():
-            out.append(f"    pod {p.name} [{p.netns}]: {' '.join(p.ips)} mac {p.mac}")
+            out.append(f"    pod {p.name} [{p.netns}]: {' '.join(p.ips)} mac {p.mac}{_pod_mtus(p)}")
     return "\n".join(out)
 
 

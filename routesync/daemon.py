@@ -123,6 +123,8 @@ class Daemon:
         # the last full-or-incremental pass's inputs to prepare and its answer (reused by
         # incremental passes while this Node's own record is the same)
         self._prepared: tuple[NodeRecord | None, LocalFacts] | None = None
+        self._pods_key: tuple | None = None  # cni.podnet.state_key the Pods were converged to
+        self.pod_syncs: collections.deque[tuple[int, float]] = collections.deque(maxlen=100)  # (updated, s)
 
     # -- one pass ------------------------------------------------------------------------------
     def reconcile(self, full: bool = True) -> ReconcileResult:
@@ -154,6 +156,7 @@ class Daemon:
             self.appliers.apply(desired)
             state = planner.node_state(cfg, me, desired, facts, self._state_rows)
             written = self._write_state(state, full)
+            self._sync_pods(state, full)
             self.last_desired = desired
             self._prepared = (local, facts)
             self.reconciles += 1
@@ -164,6 +167,31 @@ class Daemon:
             log.log(level, "reconcile failed (%s: %s); will retry", type(e).__name__, e,
                     exc_info=level == logging.ERROR)
             return ReconcileResult(False, self.clock() - t0, error=f"{type(e).__name__}: {e}")
+
+    def _sync_pods(self, state: nodestate.NodeState, full: bool) -> None:
+        """Running Pods to the state's per-path MTUs (``appliers.sync_pods``), when what decides
+        them changed, and on full passes (drift).  The state file is on disk first: an ADD that
+        read the older one notices the newer and converges its own Pod (``cni.commands.add``)."""
+        sync = getattr(self.appliers, "sync_pods", None)
+        if sync is None:
+            return
+        from cni import podnet
+
+        key = podnet.state_key(state)
+        if not full and key == self._pods_key:
+            return
+        if self._state_pending is not None:
+            self.flush_state()
+        t0 = self.clock()
+        report = sync(state, full)
+        took = self.clock() - t0
+        self.pod_syncs.append((report.updated, took))
+        if report.updated or report.failed:
+            log.info("Pods to the paths' MTUs in %.1f ms: %d updated, %d unchanged, %d skipped, %d failed",
+                     took * 1e3, report.updated, report.unchanged, report.skipped, report.failed)
+        if self.observer is not None and hasattr(self.observer, "pods_synced"):
+            self.observer.pods_synced(report)
+        self._pods_key = key if not report.failed else None
 
     def _count_disagreements(self, desired: DesiredState) -> None:
         now = set(desired.mac_disagreements)

@@ -5,6 +5,7 @@
     obs.reconciled(result, desired)          # after every reconcile (desired None on failure)
     obs.change_applied(seconds)              # a Node change seen -> applied
     obs.mac_disagreement(peer)               # fast path: annotation and neighbour MAC differ
+    obs.pods_synced(report)                  # running Pods brought to their paths' MTUs
     obs.tick()                               # every loop iteration (liveness)
 
 Names (exposition format; counters get ``_total``, histograms ``_bucket/_sum/_count``):
@@ -19,6 +20,8 @@ Names (exposition format; counters get ``_total``, histograms ``_bucket/_sum/_co
 ``ferry_route_sync_reconciles_total{result}``                    reconciles, ok | error
 ``ferry_route_sync_last_reconcile_success``                      1 when the latest pass succeeded
 ``ferry_route_sync_state_file_writes_total``                     node state file rewrites
+``ferry_route_sync_pod_mtu_updates_total{result}``               running Pods brought to their paths'
+                                                                 MTUs: updated | failed | skipped (gone)
 ==============================================================  =========================================="""
 
 from __future__ import annotations
@@ -79,6 +82,11 @@ class RouteSyncMetrics:
         self.last_success = Gauge(f"{PREFIX}_last_reconcile_success",
                                   "1 when the latest reconcile pass succeeded, else 0", registry=r)
         self.state_writes = Counter(f"{PREFIX}_state_file_writes", "Node state file rewrites", registry=r)
+        self.pod_mtu_updates = Counter(f"{PREFIX}_pod_mtu_updates",
+                                       "Running Pods whose interface/route MTUs route-sync changed, by result",
+                                       ["result"], registry=r)
+        for res in ("updated", "failed", "skipped"):
+            self.pod_mtu_updates.labels(res)
         for p, f in peer_counts(()):
             self.peers.labels(p, f).set(0)
         for res in ("ok", "error"):
@@ -121,6 +129,13 @@ class Observer:
         finally:
             if self.health is not None:
                 self.health.reconciled(bool(result.ok))
+
+    def pods_synced(self, report: Any) -> None:
+        """``report``: :class:`routesync.apply.pods.PodSyncReport` of one pass over the Pods."""
+        for res in ("updated", "failed", "skipped"):
+            n = int(getattr(report, res, 0) or 0)
+            if n:
+                self.metrics.pod_mtu_updates.labels(res).inc(n)
 
     def change_applied(self, seconds: float) -> None:
         self.metrics.change_to_applied.observe(max(0.0, seconds))

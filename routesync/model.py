@@ -62,6 +62,7 @@ class HostRoute:
     gw: str | None
     dev: str | None  # interface name; None = let the kernel pick from gw
     onlink: bool = False
+    mtu: int = 0  # the route's MTU (tunnelled peers: the tunnel MTU); 0: the device's
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class UplinkSpec:
 
 @dataclass
 class DesiredState:
-    mtu: int
+    mtu: int  # the tunnel MTU (= transport_mtu when nothing is tunnelled)
     gateway_addresses: tuple[str, ...]  # CIDRs on the gateway port
     tunnel: TunnelSpec | None
     uplink: UplinkSpec | None
@@ -117,6 +118,8 @@ class DesiredState:
     forwarding: bool = True
     # macSource both: peers whose annotation and neighbour entry disagree (the annotation wins)
     mac_disagreements: list[MacDisagreement] = field(default_factory=list)
+    # the full MTU: Pods' interfaces, the gateway port, unencapsulated paths (0: = mtu)
+    transport_mtu: int = 0
     # True: the appliers compare with what the system holds (dumps; repairs drift).  False (a
     # Node change between re-assertions): they may apply only the difference from the desired
     # state they applied last, without reading the system back.

@@ -1,4 +1,9 @@
-"""The Pod MTU: transport MTU minus what the tunnel adds to every packet.
+"""MTUs of a Node's paths: the transport (underlay) MTU, and the tunnel MTU = transport MTU
+minus what the tunnel adds to every packet.
+
+Pods' interfaces, the gateway port and every path that is not encapsulated (routed peers,
+non-Pod destinations) carry the transport MTU; the routes to tunnelled Pod CIDRs (in the Pods,
+``cni/podnet.py``, and the Node's own host routes) the tunnel MTU.
 
 Overheads count everything the encapsulation puts around the inner IP packet, over an IPv4
 underlay: outer IPv4 header (20) + the tunnel's own headers + the inner Ethernet header (14).
@@ -32,3 +37,11 @@ def pod_mtu(transport_mtu: int, mode: str, tunnel_type: str, ipv6_underlay: bool
     if mode in ("encap", "hybrid"):
         mtu -= TUNNEL_OVERHEAD[tunnel_type] + (IPV6_EXTRA if ipv6_underlay else 0)
     return max(min(mtu, MAX_MTU), 68)
+
+
+def transport_mtu(transport: int, default_mtu: int = 0) -> int:
+    """The full MTU: Pods' interfaces, the gateway port, unencapsulated paths.  ``default_mtu``
+    > 0 (the operator's one MTU) overrides it too.  Capped like :func:`pod_mtu`."""
+    if default_mtu > 0:
+        return default_mtu
+    return max(min(transport, MAX_MTU), 68)

@@ -216,7 +216,9 @@ def peer_plans(config: Config, networks: Sequence[str], peer: NodeRecord,
     return plans
 
 
-def host_routes(plan: PeerPlan) -> tuple[set[HostRoute], set[Neighbor]]:
+def host_routes(plan: PeerPlan, tunnel_mtu: int = 0) -> tuple[set[HostRoute], set[Neighbor]]:
+    """The Node's routes to one peer's Pod CIDRs; a tunnelled peer's carry ``tunnel_mtu`` (the
+    gateway port has the full MTU: the Node's own packets must fit the tunnel)."""
     routes: set[HostRoute] = set()
     neighbors: set[Neighbor] = set()
     if (plan.path == "route" or (plan.path == "fast" and plan.fallback == "route")) and plan.transport_address:
@@ -226,12 +228,12 @@ def host_routes(plan: PeerPlan) -> tuple[set[HostRoute], set[Neighbor]]:
         gw = plan.peer_gateway
         if plan.family == 4:
             for c in plan.pod_cidrs:
-                routes.add(HostRoute(dst=c, gw=gw, dev=GATEWAY_PORT, onlink=True))
+                routes.add(HostRoute(dst=c, gw=gw, dev=GATEWAY_PORT, onlink=True, mtu=tunnel_mtu))
         else:
-            routes.add(HostRoute(dst=f"{gw}/128", gw=None, dev=GATEWAY_PORT))
+            routes.add(HostRoute(dst=f"{gw}/128", gw=None, dev=GATEWAY_PORT, mtu=tunnel_mtu))
             neighbors.add(Neighbor(ip=gw, mac=VIRTUAL_MAC, dev=GATEWAY_PORT))
             for c in plan.pod_cidrs:
-                routes.add(HostRoute(dst=c, gw=gw, dev=GATEWAY_PORT))
+                routes.add(HostRoute(dst=c, gw=gw, dev=GATEWAY_PORT, mtu=tunnel_mtu))
     return routes, neighbors
 
 
@@ -265,7 +267,7 @@ class PeerMemo:
 
 def peer_result(config: Config, networks: Sequence[str], peer: NodeRecord, facts: LocalFacts,
                 tunnel_ofport: int | None, next_hops: Mapping[str, NextHop] | None, fast: bool,
-                fast_port: FastPort | None) -> PeerResult:
+                fast_port: FastPort | None, tunnel_mtu: int = 0) -> PeerResult:
     disagreements: list[MacDisagreement] = []
     plans = peer_plans(config, networks, peer, next_hops, fast, disagreements)
     flows: list[Flow] = []
@@ -273,7 +275,7 @@ def peer_result(config: Config, networks: Sequence[str], peer: NodeRecord, facts
     neighbors: set[Neighbor] = set()
     for p in plans:
         flows += peer_flows(p, facts.gateway_mac, tunnel_ofport, fast_port)
-        r, n = host_routes(p)
+        r, n = host_routes(p, tunnel_mtu)
         routes |= r
         neighbors |= n
     # every Pod CIDR is in exactly one family's plan, already canonical there
@@ -320,6 +322,8 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
         ipv6_underlay = any(a is not None and _family(a) == 6 for a in used)
     mtu = mtu_mod.pod_mtu(facts.transport_mtu, config.mode, config.tunnel_type, ipv6_underlay,
                           config.default_mtu)
+    full_mtu = mtu_mod.transport_mtu(facts.transport_mtu, config.default_mtu)
+    route_mtu = mtu if mtu < full_mtu else 0  # host routes to tunnelled peers
 
     tunnel_ofport = facts.tunnel_ofport if tunnel is not None else None
     flows = base_flows(GatewayPort(facts.gateway_ofport, facts.gateway_mac, gw_addrs))
@@ -335,7 +339,7 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     routes: set[HostRoute] = set()
     neighbors: set[Neighbor] = set()
     cluster = set(pod_cidrs) | set(config.cluster_cidrs)
-    known = memo.use((config, networks, tunnel_ofport, facts.gateway_mac, fast, fast_port)) if memo else {}
+    known = memo.use((config, networks, tunnel_ofport, facts.gateway_mac, fast, fast_port, route_mtu)) if memo else {}
     seen: dict[Any, PeerResult] = {}
     for peer in sorted(peers, key=lambda p: p.name):
         if peer.name == local.name:
@@ -346,7 +350,7 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
             key = (peer, tuple((a, (next_hops or {}).get(_host(a))) for a in peer.transport_addresses))
         res = known.get(key)
         if res is None:
-            res = peer_result(config, networks, peer, facts, tunnel_ofport, next_hops, fast, fast_port)
+            res = peer_result(config, networks, peer, facts, tunnel_ofport, next_hops, fast, fast_port, route_mtu)
         seen[key] = res
         plans += res.plans
         flows += res.flows
@@ -365,7 +369,7 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     )
     return DesiredState(mtu=mtu, gateway_addresses=gw_addrs, tunnel=tunnel, uplink=uplink, peers=plans,
                         flows=flows, routes=routes, neighbors=neighbors, nft=nft,
-                        forwarding=True, mac_disagreements=disagreements)
+                        forwarding=True, mac_disagreements=disagreements, transport_mtu=full_mtu)
 
 
 def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: LocalFacts,
@@ -392,6 +396,7 @@ def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: 
                                   addresses=list(desired.gateway_addresses)),
         tunnel=tunnel,
         peers=_peer_rows(desired.peers, rows),
+        transportMTU=desired.transport_mtu or desired.mtu,
     )
 
 

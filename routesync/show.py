@@ -17,6 +17,12 @@ def via(path: str) -> str:
     return {"fast": "fast", "tunnel": "tunnel", "none": "none"}.get(path, "gateway")
 
 
+def path_mtu(state: NodeState, path: str) -> int:
+    """The MTU a Pod's packets get on ``path``: the tunnel MTU through a tunnel, the full
+    (transport) MTU on every unencapsulated path (``cni/podnet.py``)."""
+    return state.mtu if path == "tunnel" else (state.transportMTU or state.mtu)
+
+
 def rows(state: NodeState) -> list[dict[str, Any]]:
     return [{
         "peer": p.name,
@@ -24,14 +30,23 @@ def rows(state: NodeState) -> list[dict[str, Any]]:
         "podCIDRs": list(p.podCIDRs),
         "path": p.path,
         "via": via(p.path),
-        "mtu": state.mtu,
+        "mtu": path_mtu(state, p.path),
         "nextHopMAC": p.mac,
         "macSource": p.macSource,
     } for p in sorted(state.peers, key=lambda p: (p.name, p.podCIDRs))]
 
 
+def mtus(state: NodeState) -> str:
+    """``mtu 1500 (Pods, routed, non-Pod), 1450 tunnelled``; one number when there is one MTU."""
+    full = state.transportMTU or state.mtu
+    if full == state.mtu:
+        return f"mtu {full}"
+    return f"mtu {full} (Pods, routed, non-Pod), {state.mtu} tunnelled"
+
+
 def as_json(state: NodeState) -> str:
     return json.dumps({"node": state.node, "mode": state.mode, "mtu": state.mtu,
+                       "transportMTU": state.transportMTU or state.mtu,
                        "podCIDRs": state.podCIDRs, "gateway": asdict(state.gateway),
                        "tunnel": asdict(state.tunnel) if state.tunnel else None,
                        "peers": rows(state)}, indent=2)
@@ -39,7 +54,7 @@ def as_json(state: NodeState) -> str:
 
 def as_table(state: NodeState) -> str:
     tunnel = f"{state.tunnel.type} ({state.tunnel.port}, ofport {state.tunnel.ofport})" if state.tunnel else "none"
-    head = (f"node {state.node}  mode {state.mode}  mtu {state.mtu}  pod CIDRs {', '.join(state.podCIDRs)}\n"
+    head = (f"node {state.node}  mode {state.mode}  {mtus(state)}  pod CIDRs {', '.join(state.podCIDRs)}\n"
             f"gateway {state.gateway.name} {state.gateway.mac} {', '.join(state.gateway.addresses) or '-'}"
             f"  tunnel {tunnel}\n")
     cells = [COLUMNS] + [(r["peer"], r["transport"] or "-", ",".join(r["podCIDRs"]), r["path"], str(r["mtu"]),

@@ -19,12 +19,14 @@ from cni.pipeline import GATEWAY_PORT, TUNNEL_PORT
 from routesync.apply.nexthops import NextHops
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
+from routesync.apply.pods import NetnsGone, PodMtuApplier, PodSyncReport
 from routesync.apply.routes import RouteApplier
 from routesync.apply.tnlneigh import TunnelNeighbors, tunnel_endpoints
 from routesync.apply.uplink import UplinkMover
 from routesync.model import DesiredState, HostRoute, LocalFacts, PeerPlan, TunnelSpec, UplinkSpec
 
 if TYPE_CHECKING:
+    from cni.nodestate import NodeState
     from routesync.config import Config
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "NftApplier",
     "NodeAppliers",
     "OvsApplier",
+    "PodMtuApplier",
     "RouteApplier",
     "TunnelNeighbors",
     "UplinkMover",
@@ -68,6 +71,18 @@ class NodeAppliers:
         self._applied: DesiredState | None = None
         # the last delta's routes and their normalized set (the next delta's "before")
         self._normalized: tuple[set[HostRoute], set[HostRoute]] | None = None
+        self.pods = PodMtuApplier(self.ovs.pod_ports, self.ovs.pod_port, self._set_host_mtu,
+                                  lock_dir=os.path.join(self.state_dir, "locks"))
+
+    def _set_host_mtu(self, name: str, mtu: int) -> bool:
+        try:
+            return self.routes.set_mtu(name, mtu)
+        except LookupError:
+            raise NetnsGone(f"host veth {name} is gone") from None
+
+    def sync_pods(self, state: NodeState, full: bool = False) -> PodSyncReport:
+        """Running Pods to the per-path MTUs of ``state`` (:mod:`.pods`)."""
+        return self.pods.sync(state, full)
 
     def _mover_for(self, spec: UplinkSpec) -> UplinkMover:
         if self._mover is None or self._mover.spec != spec:
@@ -85,9 +100,11 @@ class NodeAppliers:
         self._gateway_ofport = gw_ofport
         self.routes.set_gateway_addresses(GATEWAY_PORT, gateway_addresses)
         uplink_ofport = None
+        moved_mtu = None
         if uplink is not None:
             st = self._mover_for(uplink).ensure()
             uplink_ofport = st.ports.get(st.renamed)
+            moved_mtu = st.mtu  # the physical link's, followed by the internal port (ensure)
         else:
             self._restore_uplink(config)
         self._uplink = uplink
@@ -98,7 +115,7 @@ class NodeAppliers:
             gateway_ofport=gw_ofport, gateway_mac=gw_mac, tunnel_ofport=tunnel_ofport,
             uplink_name=name,
             uplink_addresses=tuple(sorted(self.routes.addresses(name))) if info else (),
-            transport_mtu=info[1] if info else 1500, uplink_mac=info[0] if info else None,
+            transport_mtu=moved_mtu or (info[1] if info else 1500), uplink_mac=info[0] if info else None,
             uplink_ofport=uplink_ofport)
 
     def _restore_uplink(self, config: Config) -> None:
@@ -165,16 +182,16 @@ class NodeAppliers:
             extra = self._mover.flows() if (self._mover and self._uplink) else []
             self.ovs.sync_flows(list(desired.flows) + extra)
             self._replay_pod_flows()
-            if desired.mtu:
-                self.ovs.set_mtu_request(GATEWAY_PORT, desired.mtu)
+            if gateway_mtu(desired):
+                self.ovs.set_mtu_request(GATEWAY_PORT, gateway_mtu(desired))
             self.nft.sync(desired.nft)
         finally:
             kernel.result()  # waited for also when OVS failed; its failure is this pass's too
 
     def _apply_kernel(self, desired: DesiredState) -> None:
         self.routes.set_gateway_addresses(GATEWAY_PORT, desired.gateway_addresses)
-        if desired.mtu:
-            self.routes.set_mtu(GATEWAY_PORT, desired.mtu)
+        if gateway_mtu(desired):
+            self.routes.set_mtu(GATEWAY_PORT, gateway_mtu(desired))
         self.routes.sync(desired.routes, desired.neighbors)
         self.routes.set_forwarding(desired.forwarding, desired.forwarding)
         if desired.tunnel is not None and self.config.datapath_type == "netdev":
@@ -234,8 +251,16 @@ def delta_applicable(before: DesiredState, after: DesiredState) -> bool:
     Node-wide settings an apply also makes (gateway addresses, MTU, tunnel, uplink, forwarding)
     are the same."""
     return (before.gateway_addresses == after.gateway_addresses and before.mtu == after.mtu
+            and before.transport_mtu == after.transport_mtu
             and before.tunnel == after.tunnel and before.uplink == after.uplink
             and before.forwarding == after.forwarding)
+
+
+def gateway_mtu(desired: DesiredState) -> int:
+    """The gateway port carries the full MTU: Pods' packets to routed peers and to non-Pod
+    destinations cross it unencapsulated; the Node's own packets to tunnelled peers are held to
+    the tunnel MTU by their host routes' MTU."""
+    return desired.transport_mtu or desired.mtu
 
 
 def _endpoints(peers: list[PeerPlan]) -> set[str | None]:

@@ -439,6 +439,17 @@ class OvsApplier:
             out.append({"name": r["name"], "ofport": int(of or -1), "external_ids": dict(r["external_ids"])})
         return out
 
+    def pod_port(self, name: str) -> dict[str, Any] | None:
+        """One Pod interface by name (as :meth:`pod_ports` gives it), None when it is gone or not
+        the plugin's: a lookup by the name index, not a scan of every port."""
+        row = self.api.lookup("Interface", name, default=None)  # the IDL's copy, no transaction
+        if row is None:
+            return None
+        ids = dict(row.external_ids)
+        if ids.get(EXT_OWNER) != "pod":
+            return None
+        return {"name": name, "ofport": -1, "external_ids": ids}
+
     def replay_pod_flows(self, gateway_mac: str, gateway_ofport: int | None = None,
                          lock_dir: str | None = None) -> int:
         """Re-install the per-Pod flows of every Pod port that has none (after an ovs-vswitchd

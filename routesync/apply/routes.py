@@ -45,11 +45,11 @@ def normalize(route: HostRoute) -> HostRoute:
     """Canonical text for dst and gw so desired and installed compare equal."""
     dst = addr.canonical_network(route.dst)
     gw = addr.host(route.gw) if route.gw else None
-    return HostRoute(dst=dst, gw=gw, dev=route.dev, onlink=route.onlink)
+    return HostRoute(dst=dst, gw=gw, dev=route.dev, onlink=route.onlink, mtu=route.mtu)
 
 
-def _loose(route: HostRoute) -> tuple[str, str | None, bool]:
-    return (route.dst, route.gw, route.onlink)
+def _loose(route: HostRoute) -> tuple[str, str | None, bool, int]:
+    return (route.dst, route.gw, route.onlink, route.mtu)
 
 
 def plan_routes(desired: Iterable[HostRoute], installed: Iterable[HostRoute], normalized: bool = False
@@ -58,7 +58,7 @@ def plan_routes(desired: Iterable[HostRoute], installed: Iterable[HostRoute], no
     ``normalized``: ``desired`` is already in :func:`normalize`'s form."""
     want = set(desired) if normalized else {normalize(r) for r in desired}
     have = set(installed)
-    loose: dict[tuple[str, str | None, bool], list[HostRoute]] = {}
+    loose: dict[tuple[str, str | None, bool, int], list[HostRoute]] = {}
     for h in sorted(have, key=repr):
         loose.setdefault(_loose(h), []).append(h)
     add, keep = [], set()
@@ -152,7 +152,7 @@ class RouteApplier:
         # the kernel's text (inet_ntop, network address) is already normalize()'s form
         return {HostRoute(dst=r.dst, gw=r.gw,
                           dev=names.get(r.index, str(r.index)) if r.index else None,
-                          onlink=bool(flags & RTNH_F_ONLINK))
+                          onlink=bool(flags & RTNH_F_ONLINK), mtu=r.mtu)
                 for r, flags in found}
 
     def normalized(self, routes: Iterable[HostRoute]) -> set[HostRoute]:
@@ -175,7 +175,7 @@ class RouteApplier:
             if index is None:
                 raise LookupError(f"no link {r.dev!r}")
         return netlink.route_add_request(r.dst, r.gw, index, onlink=r.onlink, table=MAIN_TABLE,
-                                         proto=self.proto, replace=True)
+                                         proto=self.proto, replace=True, mtu=r.mtu)
 
     def _del_request(self, r: HostRoute) -> tuple[int, int, bytes]:
         return netlink.route_del_request(r.dst, r.gw, table=MAIN_TABLE, proto=self.proto)

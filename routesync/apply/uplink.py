@@ -324,10 +324,22 @@ class UplinkMover:
         if st is not None and st.phase == "moved" and st.ports:
             internal, phys = self._link(st.name), self._link(st.renamed)
             if internal is not None and self._kind(internal) in OVS_KINDS and phys is not None:
-                return st
+                return self._follow_mtu(st, phys)
         if st is not None and st.phase == "restoring":
             self.restore()
         return self.move()
+
+    def _follow_mtu(self, st: UplinkState, phys: Any) -> UplinkState:
+        """The underlay's MTU is the physical link's: an operator who changes it (say 1500 ->
+        9000 on the segment and the uplinks) changes ``eth0~``; the internal port follows, and
+        the recorded MTU too, so that a restore keeps what the operator set."""
+        mtu = phys.get_attr("IFLA_MTU")
+        if mtu and mtu != st.mtu:
+            LOG.info("uplink %s: physical MTU %s -> %s, the internal port follows", st.renamed, st.mtu, mtu)
+            st.mtu = mtu
+            self._save(st)
+        self.ovs.set_mtu_request(st.name, st.mtu)
+        return st
 
     def flows(self) -> list[Flow]:
         """The pass-through flows while moved (the daemon adds them to its desired flows)."""

@@ -67,13 +67,14 @@ def peer_flows_of(desired, name):  # type: ignore[no-untyped-def]
 
 def test_encap_plan() -> None:
     d = plan(cfg("encap"), LOCAL, [SAME, OTHER], FACTS)
-    assert d.mtu == 1450
+    assert d.mtu == 1450 and d.transport_mtu == 1500  # tunnel MTU; the gateway port's
     assert d.gateway_addresses == ("10.244.1.1/24",)
     assert d.tunnel is not None and (d.tunnel.type, d.tunnel.dst_port) == ("vxlan", 4789)
     assert d.uplink is not None and (d.uplink.name, d.uplink.renamed) == ("eth0", "eth0~")
     assert [(p.peer, p.path) for p in d.peers] == [("node-b", "tunnel"), ("node-c", "tunnel")]
-    assert d.routes == {HostRoute("10.244.2.0/24", "10.244.2.1", GATEWAY_PORT, True),
-                        HostRoute("10.244.3.0/24", "10.244.3.1", GATEWAY_PORT, True)}
+    # the Node's own packets to tunnelled Pods are held to the tunnel MTU by the route
+    assert d.routes == {HostRoute("10.244.2.0/24", "10.244.2.1", GATEWAY_PORT, True, mtu=1450),
+                        HostRoute("10.244.3.0/24", "10.244.3.1", GATEWAY_PORT, True, mtu=1450)}
     fl = peer_flows_of(d, "node-c")
     l3 = [f for f in fl if f.table == Table.L3_FORWARDING]
     assert len(l3) == 1 and l3[0].match == "ip,nw_dst=10.244.3.0/24"
@@ -93,8 +94,8 @@ def test_hybrid_plan_routes_same_subnet_tunnels_the_other() -> None:
     d = plan(cfg("hybrid", tunnelType="geneve"), LOCAL, [SAME, OTHER], FACTS)
     assert [(p.peer, p.path) for p in d.peers] == [("node-b", "route"), ("node-c", "tunnel")]
     assert d.mtu == 1450
-    assert HostRoute("10.244.2.0/24", "192.168.77.12", None) in d.routes
-    assert HostRoute("10.244.3.0/24", "10.244.3.1", GATEWAY_PORT, True) in d.routes
+    assert HostRoute("10.244.2.0/24", "192.168.77.12", None) in d.routes  # routed: the device's MTU
+    assert HostRoute("10.244.3.0/24", "10.244.3.1", GATEWAY_PORT, True, mtu=1450) in d.routes
     assert peer_flows_of(d, "node-b") == []
     assert len(peer_flows_of(d, "node-c")) == 2
 
@@ -123,8 +124,8 @@ def test_ipv6_tunnel_plan_and_ipv6_underlay_mtu() -> None:
     assert d.mtu == 1430  # 1500 - 50 - 20
     assert d.gateway_addresses == ("fd00:10:244:1::1/64",)
     gw = "fd00:10:244:2::1"
-    assert d.routes == {HostRoute(f"{gw}/128", None, GATEWAY_PORT),
-                        HostRoute("fd00:10:244:2::/64", gw, GATEWAY_PORT)}
+    assert d.routes == {HostRoute(f"{gw}/128", None, GATEWAY_PORT, mtu=1430),
+                        HostRoute("fd00:10:244:2::/64", gw, GATEWAY_PORT, mtu=1430)}
     assert d.neighbors == {Neighbor(gw, VIRTUAL_MAC, GATEWAY_PORT)}
     (l3,) = peer_flows_of(d, "node-b")
     assert l3.match == "ipv6,ipv6_dst=fd00:10:244:2::/64" and "set_field:fd00:88::12->tun_ipv6_dst" in l3.actions

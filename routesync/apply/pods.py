@@ -1,0 +1,230 @@
+"""Running Pods kept at their paths' MTUs: interface MTU (both veth ends) and routes with MTUs.
+
+When a peer changes path, or the mode, the tunnel type or the underlay MTU changes, the routes a
+Pod should hold change (``cni.podnet``: the same pure function ADD uses, fed the node state
+route-sync just wrote).  This applier enters each local Pod's network namespace (known from its
+OVS port's ``external_ids``: ``ferry-netns``) and converges it, under the plugin's attachment
+lock (``cni.locks``), so it never races an ADD or DEL of that Pod; a Pod whose port went away
+meanwhile, or whose namespace is gone, is skipped without error.
+
+Entering: a short-lived thread ``setns``-es into the Pod's namespace and opens a netlink socket
+there (a socket stays in the namespace it was created in), which pyroute2's ``IPRoute`` then
+uses (``use_socket``): ~1.5 ms per Pod, where ``IPRoute(netns=...)`` forks a helper process
+(~4 ms) and, by default, creates a namespace that does not exist.
+
+Which Pods: every Pod whose last converged plan differs from the current one (all of them after
+a mode/MTU change, none after a change that leaves the plan alone), new Pods once, and every Pod
+on a full pass (drift: someone changed a route in a Pod)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cni import addr, podnet
+from cni.locks import attachment_lock
+from cni.nodestate import NodeState
+from cni.pipeline import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_NETNS
+
+LOG = logging.getLogger(__name__)
+
+RTPROT_KERNEL, RTPROT_STATIC = 2, 4
+
+
+class NetnsGone(Exception):
+    """The Pod's network namespace (or its interface) no longer exists."""
+
+
+@dataclass
+class PodSyncReport:
+    """One pass over the Node's Pods: how many were changed, already right, skipped (gone
+    meanwhile) and failed (with the first errors)."""
+
+    updated: int = 0
+    unchanged: int = 0
+    skipped: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def touched(self) -> int:
+        return self.updated + self.unchanged + self.skipped + self.failed
+
+
+@dataclass(frozen=True)
+class PodPort:
+    """A Pod as its OVS port's external_ids describe it."""
+
+    name: str  # the host veth (the OVS port)
+    container_id: str
+    ifname: str
+    netns: str
+    ips: tuple[str, ...]
+
+
+def pod_ports(rows: list[dict[str, Any]]) -> list[PodPort]:
+    """:meth:`OvsApplier.pod_ports` rows -> Pods this applier converges (chained ports, where the
+    primary CNI owns the Pod's routes, and rows lacking a key are left out)."""
+    out = []
+    for r in rows:
+        ids = r.get("external_ids") or {}
+        if ids.get("ferry-chained"):
+            continue
+        cid, ifname, netns = ids.get(EXT_CONTAINER_ID), ids.get(EXT_IFNAME), ids.get(EXT_NETNS)
+        if not (cid and ifname and netns):
+            continue
+        ips = tuple(a for a in (ids.get(EXT_IPS) or "").split(",") if a)
+        out.append(PodPort(r["name"], cid, ifname, netns, ips))
+    return sorted(out, key=lambda p: p.name)
+
+
+def want_for(state: NodeState, pod: PodPort) -> podnet.PodNet:
+    return podnet.for_state(state, podnet.gateways_of(state, list(pod.ips)))
+
+
+def netlink_socket_in(path: str) -> socket.socket:
+    """A rtnetlink socket in the network namespace ``path`` (opened on a thread that enters it:
+    setns changes the calling thread only).  :class:`NetnsGone` when there is no such namespace."""
+    from pyroute2 import netns as pyr_netns
+
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            out["error"] = e
+            return
+        try:
+            pyr_netns.setns(fd)
+            out["sock"] = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, 0)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            out["error"] = e
+        finally:
+            os.close(fd)
+
+    t = threading.Thread(target=run, name="ferry-pod-netns", daemon=True)
+    t.start()
+    t.join()
+    err = out.get("error")
+    if isinstance(err, OSError) and err.errno in (errno.ENOENT, errno.ENOTDIR, errno.EINVAL):
+        raise NetnsGone(f"network namespace {path} is gone")
+    if err is not None:
+        raise err
+    return out["sock"]
+
+
+def converge_pod(ipr: Any, ifname: str, want: podnet.PodNet) -> bool:
+    """Make ``ifname`` in ``ipr``'s namespace hold ``want``: MTU first (the kernel adjusts IPv6
+    route MTUs to a link's new MTU), then the routes.  True when something changed."""
+    links = ipr.link_lookup(ifname=ifname)
+    if not links:
+        raise NetnsGone(f"{ifname} is gone")
+    index = links[0]
+    mtu = ipr.get_links(index)[0].get_attr("IFLA_MTU")
+    changed = False
+    if mtu != want.mtu:
+        ipr.link("set", index=index, mtu=want.mtu)
+        changed = True
+    have = []
+    for family in (socket.AF_INET, socket.AF_INET6):
+        for r in ipr.get_routes(family=family, oif=index, table=254):
+            gw = r.get_attr("RTA_GATEWAY")
+            if not gw or r["proto"] == RTPROT_KERNEL or r.get_attr("RTA_OIF") != index:
+                continue
+            dst = r.get_attr("RTA_DST") or ("0.0.0.0" if family == socket.AF_INET else "::")
+            metrics = r.get_attr("RTA_METRICS")
+            rmtu = (metrics.get_attr("RTAX_MTU") or 0) if metrics is not None else 0
+            have.append((f"{dst}/{r['dst_len']}", gw, rmtu))
+    todo = podnet.changes(want, want.mtu, have)
+    for rt in todo.put:
+        args: dict[str, Any] = {"dst": rt.dst, "gateway": rt.gw, "oif": index, "proto": RTPROT_STATIC,
+                                "family": socket.AF_INET if addr.family(rt.dst) == 4 else socket.AF_INET6}
+        if rt.mtu:
+            args["metrics"] = {"mtu": rt.mtu}
+        ipr.route("replace", **args)
+    for dst, gw in todo.delete:
+        try:
+            ipr.route("del", dst=dst, gateway=gw, oif=index)
+        except Exception as e:
+            if getattr(e, "code", None) not in (errno.ESRCH, errno.ENOENT):
+                raise
+    return changed or bool(todo.put or todo.delete)
+
+
+class PodMtuApplier:
+    """Converges the Node's running Pods to the node state's per-path MTUs.
+
+    ``list_ports``: the OVS Pod port rows (``OvsApplier.pod_ports``); ``port``: one of them by
+    name, None when gone (``OvsApplier.pod_port``; looked at again under the Pod's lock);
+    ``set_host_mtu(name, mtu)``: the host veth end's MTU (in the Node's namespace, where OVS
+    reads it); ``lock_dir``: the plugin's attachment locks."""
+
+    def __init__(self, list_ports: Callable[[], list[dict[str, Any]]],
+                 port: Callable[[str], dict[str, Any] | None],
+                 set_host_mtu: Callable[[str, int], Any], lock_dir: str) -> None:
+        self.list_ports = list_ports
+        self.port = port
+        self.set_host_mtu = set_host_mtu
+        self.lock_dir = lock_dir
+        self._done: dict[tuple[str, str, str], podnet.PodNet] = {}  # (cid, ifname, netns) -> converged to
+
+    def sync(self, state: NodeState, full: bool = False) -> PodSyncReport:
+        report = PodSyncReport()
+        if state.mode == "networkPolicyOnly":
+            return report  # chained: the primary CNI owns the Pods' interface and routes
+        pods = pod_ports(self.list_ports())
+        keys = {(p.container_id, p.ifname, p.netns) for p in pods}
+        for k in [k for k in self._done if k not in keys]:
+            del self._done[k]
+        for pod in pods:
+            key = (pod.container_id, pod.ifname, pod.netns)
+            want = want_for(state, pod)
+            if not full and self._done.get(key) == want:
+                continue
+            try:
+                changed = self._converge(pod, want)
+            except NetnsGone as e:
+                report.skipped += 1
+                self._done.pop(key, None)
+                LOG.debug("Pod %s/%s skipped: %s", pod.container_id[:12], pod.ifname, e)
+                continue
+            except Exception as e:  # noqa: BLE001 - one Pod's failure must not stop the others
+                report.failed += 1
+                self._done.pop(key, None)
+                if len(report.errors) < 5:
+                    report.errors.append(f"{pod.name}: {type(e).__name__}: {e}")
+                continue
+            if changed is None:
+                report.skipped += 1
+                continue
+            self._done[key] = want
+            if changed:
+                report.updated += 1
+            else:
+                report.unchanged += 1
+        if report.failed:
+            LOG.warning("Pods' MTUs: %d failed (%s)", report.failed, "; ".join(report.errors))
+        return report
+
+    def _converge(self, pod: PodPort, want: podnet.PodNet) -> bool | None:
+        """True/False: changed or not; None: the Pod went away before its lock was ours."""
+        from pyroute2 import IPRoute
+
+        with attachment_lock(self.lock_dir, pod.container_id, pod.ifname) as lock:
+            row = self.port(pod.name)  # still there, still this Pod (not re-plugged meanwhile)?
+            still = pod_ports([row]) if row is not None else []
+            if not still or still[0] != pod:
+                if not still:
+                    lock.remove()  # deleted meanwhile: no lock file left behind for it
+                return None
+            sock = netlink_socket_in(pod.netns)
+            with IPRoute(use_socket=sock) as ipr:
+                host_changed = bool(self.set_host_mtu(pod.name, want.mtu))  # OVS's end of the veth
+                return converge_pod(ipr, pod.ifname, want) or host_changed
