@@ -168,6 +168,12 @@ def make_mount_ns(node: NodePlan, manifest: Manifest) -> None:
     for src, dst in node.binds:
         os.makedirs(src, exist_ok=True)
         script.append(f"mkdir -p {dst} && mount --bind {src} {dst}")
+        if dst == "/run/netns":
+            # shared, as on a real host (systemd mounts /run shared; `ip netns` makes /run/netns
+            # shared): the runtime's Pod namespaces then reach containers that mount it with
+            # HostToContainer propagation (route-sync, which enters them), and the kubelet
+            # refuses that propagation from a private mount
+            script.append(f"mount --make-shared {dst}")
     in_node(node, ["sh", "-ec", "\n".join(script)])
 
 
