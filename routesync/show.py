@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from cni.nodestate import NodeState
 from cni.record import as_dict as asdict
+
+if TYPE_CHECKING:
+    from .bgp.status import BgpStatus
 
 COLUMNS = ("PEER", "TRANSPORT", "POD CIDRS", "PATH", "MTU", "NEXT-HOP MAC", "MAC SOURCE", "VIA")
 
@@ -30,14 +34,17 @@ def rows(state: NodeState) -> list[dict[str, Any]]:
     } for p in sorted(state.peers, key=lambda p: (p.name, p.podCIDRs))]
 
 
-def as_json(state: NodeState) -> str:
+def as_json(state: NodeState, bgp: BgpStatus | None = None) -> str:
+    from .bgp import status as bgp_status
+
     return json.dumps({"node": state.node, "mode": state.mode, "mtu": state.mtu,
                        "podCIDRs": state.podCIDRs, "gateway": asdict(state.gateway),
                        "tunnel": asdict(state.tunnel) if state.tunnel else None,
-                       "peers": rows(state)}, indent=2)
+                       "peers": rows(state),
+                       "bgp": bgp_status.to_dict(bgp) if bgp is not None else None}, indent=2)
 
 
-def as_table(state: NodeState) -> str:
+def as_table(state: NodeState, bgp: BgpStatus | None = None) -> str:
     tunnel = f"{state.tunnel.type} ({state.tunnel.port}, ofport {state.tunnel.ofport})" if state.tunnel else "none"
     head = (f"node {state.node}  mode {state.mode}  mtu {state.mtu}  pod CIDRs {', '.join(state.podCIDRs)}\n"
             f"gateway {state.gateway.name} {state.gateway.mac} {', '.join(state.gateway.addresses) or '-'}"
@@ -48,4 +55,9 @@ def as_table(state: NodeState) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     if len(cells) == 1:
         lines.append("(no peers)")
-    return head + "\n".join(lines) + "\n"
+    out = head + "\n".join(lines) + "\n"
+    if bgp is not None:
+        from .bgp import status as bgp_status
+
+        out += "\n" + bgp_status.as_table(bgp, time.time())
+    return out
