@@ -27,11 +27,12 @@ def lab_name() -> str:
     return f"tb{os.getpid() % 100000:x}{next(_counter)}"[:12]
 
 
-def bgp_topology(**route_sync: object) -> dict:
+def bgp_topology(router_bgp: dict | None = None, **route_sync: object) -> dict:
+    """bgp.yaml with ``routeSync`` keys and ``router.bgp`` keys changed."""
     with open(BGP_TOPOLOGY) as f:
-        doc = yaml.safe_load(f)
-    doc = copy.deepcopy(doc)
+        doc = copy.deepcopy(yaml.safe_load(f))
     doc["routeSync"] = {**doc["routeSync"], "resyncSeconds": 600, **route_sync}
+    doc["router"]["bgp"] = {**doc["router"]["bgp"], **(router_bgp or {})}
     return doc
 
 

@@ -275,3 +275,41 @@ def test_fast_path_across_subnets(fast_bgp_lab: Lab, family: int) -> None:
         for n in nodes:
             assert counts[n.name].gw_ovs <= 10 and counts[n.name].host_uplink <= 10, counts
             assert counts[n.name].uplink_ovs >= 40, counts
+
+
+# ------------------------------------------------------------------ graceful restart
+def stale(lab: Lab, prefix: str) -> bool | None:
+    """Whether the router holds ``prefix`` as a stale path (None: it holds no path)."""
+    from lab import frr
+
+    out = json.loads(frr.vtysh(lab.dir, lab.router.netns, f"show bgp {'ipv6' if ':' in prefix else 'ipv4'} "
+                                                          f"unicast {prefix} json") or "{}")
+    paths = out.get("paths") or []
+    return None if not paths else any(p.get("stale") for p in paths)
+
+
+def test_graceful_restart_keeps_forwarding(bgp_lab_of) -> None:  # type: ignore[no-untyped-def]
+    """bgp.gracefulRestart: route-sync SIGKILLed, the router keeps node-3's routes as stale
+    (ExaBGP died without a NOTIFICATION) and Pods in the other subnet keep reaching node-3's
+    Pods; restarted, the routes are refreshed (no longer stale)."""
+    from tests.liveping import LivePing
+
+    lab = bgp_lab_of(bgp_topology({"gracefulRestart": 60}))
+    until(lambda: all_learned(lab), "the router to learn every Node's Pod CIDRs over BGP")
+    a, c = lab.pod("node-1", "a"), lab.pod("node-3", "a")
+    v4 = lab.node("node-3").spec.pod_cidrs[0]
+    with LivePing(a.netns, c.ipv4 or "") as ping:
+        ping.more_replies(5, "before the kill")
+        lab.kill_route_sync("node-3", signal.SIGKILL)
+        killed = time.time()
+        until(lambda: stale(lab, v4), "the router to mark node-3's route stale")
+        assert ping.reply_after(time.time()), "no reply while node-3's route-sync was down"
+        assert has_routes(lab, "node-3")
+        lab.start_route_sync("node-3")
+        until(lambda: stale(lab, v4) is False, "node-3's route refreshed after the restart")
+        ping.more_replies(5, "after the restart")
+        result = ping.stop()
+    print(f"graceful restart: SIGKILL at {killed:.2f}, restart; longest gap between replies {result.gap * 1e3:.0f} ms "
+          f"(20 ms interval), {result.lost} of {result.transmitted} lost")
+    assert has_routes(lab, "node-3")
+
