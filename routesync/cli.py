@@ -94,7 +94,14 @@ def show(config_path: str, as_json: bool, state_file: str | None) -> None:
 
     from . import show as show_mod
 
-    cfg = _load(config_path) if state_file is None or os.path.exists(config_path) else None
+    cfg: Config | None = None
+    if state_file is None:
+        cfg = _load(config_path)
+    elif os.path.exists(config_path):  # only for its bgp section: a broken config does not stop show
+        try:
+            cfg = load(config_path)
+        except ConfigError:
+            cfg = None
     path = state_file or cfg.state_file  # type: ignore[union-attr]
     try:
         state = nodestate.read(path)
