@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 POLL = 0.1  # s: how often the thread looks at wants, ExaBGP and the socket
 BACKOFF_MIN, BACKOFF_MAX = 1.0, 30.0  # s between ExaBGP restarts after it exited
-NO_SESSION_WARN = 30.0  # s without an established session before "no session" is logged
+NO_SESSION_WARN = 30.0  # s without a session before "no session" is logged (at most; a peer's hold time if shorter)
 STOP_GRACE = 5.0  # s ExaBGP gets to send its Cease and exit on stop
 
 
@@ -91,7 +91,7 @@ class Speaker:
         self._restart_at = 0.0
         self._backoff = BACKOFF_MIN
         self._logged: dict[str, str] = {}  # peer -> the last "no session" reason logged (no repeats)
-        self._warned_silent = False
+        self._warned_silent: set[str] = set()  # peers said to have no session since ExaBGP started
         self._problems_logged: tuple[str, ...] = ()
 
     # -- the daemon's side ------------------------------------------------------------------------
@@ -186,7 +186,8 @@ class Speaker:
             self._proc = subprocess.Popen(exabgp_argv(self.conf_path), stdin=subprocess.DEVNULL, stdout=logf,
                                           stderr=logf, env=env, close_fds=True, start_new_session=True)
         self._proc_conf, self._proc_started = text, self.clock()
-        self._sent, self._warned_silent = frozenset(), False
+        self._sent = frozenset()
+        self._warned_silent.clear()
         self.status.speaker, self.status.speaker_pid = "running", self._proc.pid
         log.info("BGP: ExaBGP started (pid %d, AS %d, peers %s; log %s)", self._proc.pid, self.bgp.local_asn,
                  ", ".join(f"{p.address} AS {p.asn}" for p in self.bgp.peers), self.log_path)
@@ -309,15 +310,20 @@ class Speaker:
             self._logged[ps.address] = label
 
     def _silent_peers(self) -> None:
-        """A peer that never answers gives ExaBGP no event: say so once per ExaBGP start."""
-        if self._proc is None or self._warned_silent or self.clock() - self._proc_started < NO_SESSION_WARN:
+        """A peer that never answers gives ExaBGP no event: once per ExaBGP start, a peer without a
+        session after its hold time (at most ``NO_SESSION_WARN``) is said to have none."""
+        if self._proc is None:
             return
-        self._warned_silent = True
-        for ps in self.status.peers:
-            if ps.state != "established" and ps.address not in self._logged:
-                self._error(ps, plan.REASON_CONNECT, f"no session after {NO_SESSION_WARN:.0f} s "
+        up_for = self.clock() - self._proc_started
+        for ps, peer in zip(self.status.peers, self.bgp.peers, strict=True):
+            wait = min(NO_SESSION_WARN, peer.hold_time or NO_SESSION_WARN)
+            if ps.address in self._warned_silent or up_for < wait or ps.state == "established":
+                continue
+            self._warned_silent.add(ps.address)
+            if ps.address not in self._logged:  # a failure with a reason was logged already
+                self._error(ps, plan.REASON_CONNECT, f"no session after {wait:.0f} s "
                             "(peer down, filtered, or not configured for this Node)", always=False)
-        self._write_status()
+                self._write_status()
 
     def _set_state(self, ps: status.PeerStatus, state: str) -> None:
         if ps.state != state:

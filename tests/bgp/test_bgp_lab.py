@@ -195,19 +195,24 @@ def _metric(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-def test_wrong_asn_is_a_log_line_and_a_metric(bgp_lab: Lab) -> None:
-    """route-sync on node-3 with the wrong local AS: FRR refuses the session (NOTIFICATION: bad
-    peer AS); route-sync says so in its log and counts it, keeps running and retrying, and its
-    health stays fine.  Nothing of node-3 reaches the router."""
+def test_faults_are_log_lines_and_metrics(bgp_lab: Lab) -> None:
+    """route-sync on node-3 with three bad peers: the router with the wrong local AS (FRR refuses
+    the session: NOTIFICATION bad peer AS), the external host (nothing listens: the connection is
+    refused) and an address nobody holds (no answer at all).  Each is a log line naming the peer
+    and a metric; route-sync keeps running and retrying, its health stays fine, nothing of node-3
+    reaches the router."""
     lab = bgp_lab
     n3 = lab.node("node-3")
     lab.kill_route_sync("node-3", signal.SIGTERM)
     until(lambda: has_none(lab, "node-3"), "node-3's Pod CIDRs to leave the router")
     with open(n3.paths.route_sync_config) as f:
         doc = yaml.safe_load(f)
+    refusing, silent = lab.external.address(4), "192.168.88.200"
     doc["bgp"]["localASN"] = 64999
-    doc["logFile"] = os.path.join(n3.paths.log, "route-sync-wrong-asn.log")
-    path = os.path.join(n3.paths.root, "route-sync-wrong-asn.yaml")
+    doc["bgp"]["peers"] += [{"address": refusing, "asn": 65099, "holdTime": 3},
+                            {"address": silent, "asn": 65098, "holdTime": 3}]
+    doc["logFile"] = os.path.join(n3.paths.log, "route-sync-faults.log")
+    path = os.path.join(n3.paths.root, "route-sync-faults.yaml")
     with open(path, "w") as f:
         yaml.safe_dump(doc, f)
     port = 19469
@@ -215,24 +220,35 @@ def test_wrong_asn_is_a_log_line_and_a_metric(bgp_lab: Lab) -> None:
                              "--metrics-port", str(port), "--metrics-host", "127.0.0.1"],
                             env=ovs.env(n3.paths), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    lab.manifest.record("pid", pid=proc.pid, netns=n3.netns, what="route-sync node-3 wrong ASN")
+    lab.manifest.record("pid", pid=proc.pid, netns=n3.netns, what="route-sync node-3 faults")
     try:
-        def logged() -> str | None:
+        def logged(peer: str, words: str) -> str | None:
             try:
                 with open(doc["logFile"]) as f:
-                    return next((line for line in f if "bad peer AS" in line), None)
+                    return next((line for line in f if f"BGP peer {peer} " in line and words in line), None)
             except OSError:
                 return None
 
-        line = until(logged, "route-sync's log line about the bad peer AS")
-        print(f"log: {line.strip()}")
-        assert "BGP peer 192.168.88.1 (AS 65000)" in line and "bgp.localASN" in line
-        text = until(lambda: (t := _metrics(n3, port)) and _metric(
-            t, "ferry_route_sync_bgp_session_errors_total", peer="192.168.88.1", reason="bad-peer-as") >= 1 and t,
-            "the bad-peer-as metric")
-        assert _metric(text, "ferry_route_sync_bgp_session_established", peer="192.168.88.1") == 0
+        lines = [until(lambda: logged("192.168.88.1", "bad peer AS"), "the log line about the bad peer AS"),
+                 until(lambda: logged(refusing, "no session"), "the log line about the refusing peer"),
+                 until(lambda: logged(silent, "no session"), "the log line about the silent peer")]
+        print("".join(line.split(": ", 1)[1] for line in lines).rstrip())
+        assert "bgp.localASN" in lines[0]
+
+        def counted() -> str | None:
+            t = _metrics(n3, port)
+            errors = "ferry_route_sync_bgp_session_errors_total"
+            ok = (_metric(t, errors, peer="192.168.88.1", reason="bad-peer-as") >= 1
+                  and _metric(t, errors, peer=refusing, reason="connect-failed") >= 1
+                  and _metric(t, errors, peer=silent, reason="connect-failed") >= 1)
+            return t if ok else None
+
+        text = until(counted, "the bad-peer-as and connect-failed metrics")
+        for peer in ("192.168.88.1", refusing, silent):
+            assert _metric(text, "ferry_route_sync_bgp_session_established", peer=peer) == 0
         st = status_of(n3)
-        assert st is not None and st.peers[0].state != "established" and "bad peer AS" in (st.peers[0].last_error or "")
+        assert st is not None and all(p.state != "established" and p.last_error for p in st.peers), st
+        assert "bad peer AS" in (st.peers[0].last_error or "")
         assert proc.poll() is None  # still running, still retrying
         code = f"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:{port}/healthz').status)"
         health = n3.exec([sys.executable, "-c", code])
