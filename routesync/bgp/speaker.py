@@ -201,10 +201,12 @@ class Speaker:
         self._proc = None
         self._drop_conn()
         ran = self.clock() - self._proc_started
-        self._backoff = BACKOFF_MIN if ran > BACKOFF_MAX else min(self._backoff * 2, BACKOFF_MAX)
-        self._restart_at = self.clock() + self._backoff
+        if ran > BACKOFF_MAX:  # it ran a while: this is not a crash loop
+            self._backoff = BACKOFF_MIN
+        delay, self._backoff = self._backoff, min(self._backoff * 2, BACKOFF_MAX)
+        self._restart_at = self.clock() + delay
         log.error("BGP: ExaBGP exited (rc %s) after %.1f s; restarting in %.0f s. Its last lines (%s):\n%s",
-                  rc, ran, self._backoff, self.log_path, _tail(self.log_path))
+                  rc, ran, delay, self.log_path, _tail(self.log_path))
         self.status.speaker, self.status.speaker_pid = "restarting", None
         self.status.speaker_restarts += 1
         if self.observer is not None:

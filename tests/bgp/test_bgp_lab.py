@@ -180,6 +180,52 @@ def test_node_leaves_the_registry_and_rejoins(bgp_lab: Lab) -> None:
     assert established(n3) or until(lambda: established(n3), "node-3's session up")
 
 
+def test_exabgp_killed_is_restarted(bgp_lab: Lab) -> None:
+    """ExaBGP dies under a live route-sync: route-sync logs it, starts it again (after its
+    backoff) and announces everything again; the router learns node-1's Pod CIDRs back."""
+    lab = bgp_lab
+    n1 = lab.node("node-1")
+    until(lambda: established(n1), "node-1's session up")
+    st = status_of(n1)
+    assert st is not None and st.speaker_pid
+    t0 = time.monotonic()
+    os.kill(st.speaker_pid, signal.SIGKILL)
+    until(lambda: has_none(lab, "node-1"), "node-1's Pod CIDRs withdrawn (its session closed)")
+    after = until(lambda: (s := status_of(n1)) and s.speaker_restarts > st.speaker_restarts
+                  and s.speaker_pid not in (None, st.speaker_pid) and s, "a new ExaBGP")
+    until(lambda: has_routes(lab, "node-1"), "node-1's Pod CIDRs back on the router")
+    print(f"ExaBGP SIGKILLed -> routes back in {(time.monotonic() - t0) * 1e3:.0f} ms (restart backoff 1 s)")
+    assert lab.route_sync_pid("node-1") is not None
+    with open(n1.paths.route_sync_log) as f:
+        assert any("ExaBGP exited" in line for line in f)
+    assert after.speaker == "running"
+
+
+def test_pod_cidr_change_is_advertised(bgp_lab: Lab) -> None:
+    """node-2's record gets another IPv4 Pod CIDR (what a controller assigning CIDRs does): its
+    route-sync withdraws the old prefix and announces the new one; restored, the old one is back
+    and node-3's Pod reaches node-2's again."""
+    from routesync.model import NodeRecord
+    from routesync.sources.registry import render_record, write_atomic
+    from tests.fastpath.helpers import read_record, registry_path
+
+    lab = bgp_lab
+    old = read_record(lab, "node-2")
+    v4 = next(c for c in old.pod_cidrs if ":" not in c)
+    moved = "10.244.102.0/24"
+    cidrs = tuple(moved if c == v4 else c for c in old.pod_cidrs)
+    t0 = time.monotonic()
+    write_atomic(registry_path(lab, "node-2"), render_record(NodeRecord(old.name, old.transport_addresses, cidrs,
+                                                                        old.annotations)))
+    until(lambda: moved in learned(lab) and v4 not in learned(lab), f"the router to learn {moved} instead of {v4}")
+    took = time.monotonic() - t0
+    assert learned(lab)[moved]["via"] == lab.node("node-2").ipv4
+    write_atomic(registry_path(lab, "node-2"), render_record(old))
+    until(lambda: v4 in learned(lab) and moved not in learned(lab), f"{v4} back on the router")
+    until(lambda: reaches(lab, lab.pod("node-3", "a"), lab.pod("node-2", "a")), "node-3's Pod to reach node-2's")
+    print(f"Pod CIDR changed in the record -> the router routes the new one in {took * 1e3:.0f} ms")
+
+
 def _metrics(node: Node, port: int) -> str:
     code = (f"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics', timeout=5)"
             ".read().decode())")
