@@ -9,7 +9,6 @@ import pytest
 
 from lab import frr, layout, netplan, overrides, topology
 from lab.topology import TopologyError
-from routesync.config import from_dict
 
 BGP_FILE = os.path.join(os.path.dirname(topology.__file__), "topologies", "bgp.yaml")
 
@@ -26,6 +25,8 @@ def test_shipped_bgp_topology() -> None:
 
 
 def test_route_sync_config_per_node_is_valid() -> None:
+    from routesync.config import from_dict  # here: tests/routesync is a package named routesync too
+
     t = topology.load(BGP_FILE)
     for n, peer in (("node-1", "192.168.77.1"), ("node-3", "192.168.88.1")):
         node = t.node(n)
