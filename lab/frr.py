@@ -132,6 +132,12 @@ def start(p: FrrPlan, netns: str, record_pidfile: object) -> None:
     if not os.access(p.argv["bgpd"][0], os.X_OK):
         raise LabError(f"{p.argv['bgpd'][0]} missing: install Debian's frr package (.ci/install.sh)")
     os.makedirs(p.vty_dir, exist_ok=True)
+    # the frr user must reach its directory: <root>/<lab>/router/frr (a umask of 077 would close it)
+    up = os.path.dirname(p.directory)
+    for d in (up, os.path.dirname(up), os.path.dirname(os.path.dirname(up))):
+        mode = os.stat(d).st_mode
+        if mode & 0o001 == 0:
+            os.chmod(d, (mode & 0o7777) | 0o011)
     for d, text in p.configs.items():
         with open(os.path.join(p.directory, f"{d}.conf"), "w") as f:
             f.write(text)
