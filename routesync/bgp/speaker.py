@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 POLL = 0.1  # s: how often the thread looks at wants, ExaBGP and the socket
 BACKOFF_MIN, BACKOFF_MAX = 1.0, 30.0  # s between ExaBGP restarts after it exited
 NO_SESSION_WARN = 30.0  # s without a session before "no session" is logged (at most; a peer's hold time if shorter)
+LOG_MAX = 10 << 20  # bytes of exabgp.log before it is rotated (at ExaBGP's next start)
 STOP_GRACE = 5.0  # s ExaBGP gets to send its Cease and exit on stop
 
 
@@ -178,9 +179,16 @@ class Speaker:
             self._write_status()
 
     def _spawn(self, text: str) -> None:
-        with open(self.conf_path + ".tmp", "w") as f:
+        tmp = self.conf_path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it may hold MD5 passwords
+        with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.rename(self.conf_path + ".tmp", self.conf_path)
+        os.rename(tmp, self.conf_path)
+        try:  # one previous log kept: a peer that keeps failing makes ExaBGP log on every retry
+            if os.path.getsize(self.log_path) > LOG_MAX:
+                os.replace(self.log_path, self.log_path + ".1")
+        except OSError:
+            pass
         env = {**os.environ, **plan.exabgp_env(), RELAY_ENV: self.sock_path}
         with open(self.log_path, "ab") as logf:
             self._proc = subprocess.Popen(exabgp_argv(self.conf_path), stdin=subprocess.DEVNULL, stdout=logf,
