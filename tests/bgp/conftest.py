@@ -1,7 +1,7 @@
 """Fixtures for the BGP tests: ferry-lab clusters whose router learns the Pod CIDRs over BGP
 (``lab/topologies/bgp.yaml``: noEncap, FRR on the router, route-sync + ExaBGP on every Node),
-one per configuration (module scope), names starting with "tb" (this area's prefix), torn down
-even when a test fails."""
+one per configuration (module scope), names starting with "tg" (this area's prefix; bench_dataplane
+has "tb"), torn down even when a test fails."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ PODS = (("node-1", "a"), ("node-1", "b"), ("node-2", "a"), ("node-3", "a"))
 
 
 def lab_name() -> str:
-    return f"tb{os.getpid() % 100000:x}{next(_counter)}"[:12]
+    return f"tg{os.getpid() % 100000:x}{next(_counter)}"[:12]
 
 
 def bgp_topology(router_bgp: dict | None = None, **route_sync: object) -> dict:
