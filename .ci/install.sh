@@ -6,14 +6,21 @@ export DEBIAN_FRONTEND=noninteractive
 
 apt_pkgs=(openvswitch-switch openvswitch-common iproute2 nftables iptables ethtool iperf3 tcpdump
           iputils-ping arping containernetworking-plugins procps psmisc kmod conntrack python3-venv
-          containerd runc podman mmdebstrap util-linux busybox-static graphviz)
+          containerd runc podman mmdebstrap util-linux busybox-static graphviz frr)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
+  # frr: the lab's router runs bgpd/zebra itself, in its namespace; the package's own service
+  # (all daemons in the host's namespace) must not start, so invoke-rc.d is told no meanwhile.
+  guard=""
+  if ! [ -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && guard=1
+  fi
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  [ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d
 fi
 
 # Go programs from their pinned modules (cnitool; with FERRY_KUBERNETES=1 also etcd and the

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import yaml
 
-from lab import layout, netplan, ovs
+from lab import frr, layout, netplan, ovs
 from lab.manifest import MANIFEST, Manifest
 from lab.sh import LabError, cmdline, ip_batch, run, running
-from lab.topology import MAX_LAB_NAME, NodeSpec, Topology, check_name, node_netns
+from lab.topology import MAX_LAB_NAME, NodeSpec, Topology, check_name, node_netns, router_netns
 
 NETNS_DIR = "/run/netns"
 TOPOLOGY_FILE = "topology.yaml"
@@ -123,6 +123,10 @@ def _build(topo: Topology, topo_doc: dict, name: str, cni_bin: str, directory: s
                 list(pool.map(lambda item: ip_batch(item[0], item[1]), stage.items()))
             list(pool.map(lambda item: [run(["ethtool", "-K", dev, "tx", "off"], netns=item[0])
                                         for dev in item[1]], plan.tx_csum_off.items()))
+        if topo.router_bgp is not None:  # the router's bgpd, before the Nodes' route-sync dial it
+            d = frr.frr_dir(directory)
+            os.makedirs(d, exist_ok=True)
+            frr.start(frr.plan(topo, name, d), router_netns(name), lambda p: manifest.record("pidfile", path=p))
 
     for node in topo.nodes:
         node_files(node)

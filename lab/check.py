@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from lab.api import Lab, Node, Pod, Probe
-from lab.topology import CATEGORIES, FAMILIES, expectation, families_of
+from lab.topology import CATEGORIES, FAMILIES, expectation, families_of, router_routes
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def table(lab: Lab, rows: list[Row]) -> str:
     mode = "route-sync" if lab.route_sync else "lone Nodes (no route-sync)"
     out.append("")
     fams = " + ".join(f"IPv{f}" for f in FAMILIES if any(r.spec.family == f for r in rows)) or "none"
-    out.append(f"mode: {mode}; router routes Pod CIDRs: {lab.topology.route_pod_cidrs}; families probed: {fams}")
+    out.append(f"mode: {mode}; router routes Pod CIDRs: {router_routes(lab.topology)}; families probed: {fams}")
     out.append(f"configured categories: {', '.join(c for c in CATEGORIES if c in exp.configured)}")
     skipped = sorted({r.spec.category for r in rows if not r.configured})
     if skipped:

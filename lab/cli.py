@@ -24,10 +24,10 @@ from typing import Any
 
 import click
 
-from lab import build, check, overrides, picture, tools
-from lab.api import Lab, default_cni_bin, ensure_cni_bin
+from lab import build, check, frr, overrides, picture, tools
+from lab.api import Lab, Node, default_cni_bin, ensure_cni_bin
 from lab.sh import LabError
-from lab.topology import CATEGORIES, ENCAP_MODES, TUNNEL_TYPES, TopologyError, node_netns
+from lab.topology import CATEGORIES, ENCAP_MODES, TUNNEL_TYPES, TopologyError, node_netns, router_routes
 
 DEFAULT_NAME = os.environ.get("FERRY_LAB_NAME", "demo")
 name_option = click.option("--name", "-n", default=DEFAULT_NAME, show_default=True, help="lab name")
@@ -209,10 +209,41 @@ def _pod_mtus(pod) -> str:  # type: ignore[no-untyped-def]
     return (f" mtu {found.group(1)}" if found else "") + (f"; routes {', '.join(parts)}" if parts else "")
 
 
+def _router_bgp(lab: Lab) -> list[str]:
+    """The router's BGP neighbours (FRR) and the routes it installed from them."""
+    rb = lab.topology.router_bgp
+    assert rb is not None
+    out = [f"    bgp: FRR AS {rb.asn}, Nodes AS {rb.node_asn}, hold time {rb.hold_time}s"]
+    try:
+        for addr, n in sorted(frr.summary(lab.dir, lab.name).items()):
+            rcv = ", ".join(f"IPv{f} {c}" for f, c in sorted(n["received"].items()))
+            out.append(f"    bgp neighbour {addr} AS {n['asn']}: {n['state']}, received {rcv}")
+        for r in frr.routes(lab.router.netns):
+            out.append(f"    route {r['dst']} via {r['via']} dev {r['dev']} proto {r['protocol']}")
+    except (LabError, ValueError) as e:
+        out.append(f"    bgp: cannot read FRR ({e})")
+    return out
+
+
+def _node_bgp(n: Node) -> list[str]:
+    from routesync.bgp import status as bgp_status
+
+    st = bgp_status.read(os.path.join(os.path.dirname(n.paths.state_file), "bgp"))
+    if st is None:
+        return ["    bgp: no status (route-sync not running, or not written yet)"]
+    out = [f"    bgp: AS {st.local_asn} router-id {st.router_id or '-'}, ExaBGP {st.speaker}"]
+    for p in st.peers:
+        out.append(f"    bgp peer {p.address} AS {p.asn}: {p.state}, advertised {', '.join(p.advertised) or '-'}"
+                   + (f", last error: {p.last_error}" if p.last_error else ""))
+    return out
+
+
 def render(lab: Lab) -> str:
     out = [f"lab {lab.name} ({lab.dir}), {'route-sync' if lab.route_sync else 'lone-Node mode'}"]
     out.append(f"router {lab.router.netns}: {', '.join(lab.router.addresses)}; "
-               f"routes Pod CIDRs: {lab.topology.route_pod_cidrs}")
+               f"routes Pod CIDRs: {router_routes(lab.topology)}")
+    if lab.topology.router_bgp is not None:
+        out += _router_bgp(lab)
     out.append(f"external {lab.external.netns}: {', '.join(lab.external.addresses)}")
     if lab.kubernetes:
         out.append(f"kubernetes: API {lab.kube().plan.api_url}, Pod CIDRs from the controller-manager")
@@ -224,6 +255,8 @@ def render(lab: Lab) -> str:
         out.append(f"node {n.name} [{node_netns(lab.name, n.name)}] segment {n.spec.segment}, "
                    f"{' '.join(a for a in n.addresses if a)}, Pod CIDRs {' '.join(cidrs or n.spec.pod_cidrs)}, "
                    f"{n.spec.datapath}, {alive}")
+        if lab.topology.router_bgp is not None:
+            out += _node_bgp(n)
         if state is None:
             out.append("    state: none (no route-sync: lone Node)")
         else:

@@ -7,6 +7,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from lab import frr
 from lab.topology import NodeSpec, Topology, gateway_address, node_addresses, node_netns
 
 DEFAULT_ROOT = "/run/ferry-lab"
@@ -156,6 +157,7 @@ def route_sync_config(topo: Topology, node: NodeSpec, paths: NodePaths, lab_dire
         "fastPath": rs.fastPath,
         "macSource": rs.macSource,
         "resyncSeconds": rs.resyncSeconds,
+        **({"bgp": frr.node_bgp_config(topo, node)} if topo.router_bgp is not None else {}),
     }
 
 

@@ -96,7 +96,7 @@ def _route_sync(doc: dict[str, Any], o: Overrides) -> None:
         if o.mode != "noEncap":
             rs.pop("noSNAT", None)
         router = dict(doc.get("router") or {})
-        if o.mode in UNDERLAY_ROUTED_MODES:
+        if o.mode in UNDERLAY_ROUTED_MODES and router.get("routePodCIDRs") != "bgp":  # bgp routes them too
             router["routePodCIDRs"] = True
         doc["router"] = router
         doc["nodePodRoutes"] = o.mode == "networkPolicyOnly"

@@ -146,6 +146,8 @@ def _mode_line(topo: Topology) -> str:
         bits.append(rs.tunnelType)
     if rs.fastPath:
         bits.append("fast path")
+    if topo.router_bgp:
+        bits.append("router learns Pod CIDRs over BGP")
     fams = " + ".join(f"IPv{f}" for f in topo.pod_families)
     return f"route-sync {', '.join(bits)}; Pods {fams}"
 

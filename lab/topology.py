@@ -12,7 +12,9 @@ YAML (every key optional; ``lab/topologies/default.yaml`` is the default)::
       a: {ipv4: 192.168.77.0/24, ipv6: fd00:77::/64, mtu: 1500}
       b: {ipv4: 192.168.88.0/24, ipv6: fd00:88::/64, mtu: 1500}
     router:
-      routePodCIDRs: false               # routes to each Node's Pod CIDRs via the Node
+      routePodCIDRs: false               # true: static routes to each Node's Pod CIDRs via the Node;
+                                         # bgp: FRR's bgpd learns them from route-sync (lab.frr)
+      bgp: {asn: 65000, nodeASN: 64512, holdTime: 9, gracefulRestart: 0}   # with routePodCIDRs: bgp
       external: {ipv4: 192.168.99.0/24, ipv6: fd00:99::/64}
     nodes:
       - {name: node-1, segment: a}       # optional: datapath, podCIDRs, address index
@@ -100,6 +102,20 @@ class RouteSyncSpec:
 
 
 @dataclass(frozen=True)
+class RouterBgp:
+    """``router.routePodCIDRs: bgp``: the router runs FRR (bgpd + zebra) and learns every Node's
+    Pod CIDRs from its route-sync over eBGP; ``router.bgp`` sets the numbers."""
+
+    asn: int = 65000  # the router's
+    node_asn: int = 64512  # every Node's (route-sync's bgp.localASN)
+    hold_time: int = 9  # s, on both sides (route-sync's bgp.peers[].holdTime; FRR's timers)
+    graceful_restart: int = 0  # s: route-sync's bgp.gracefulRestart (FRR is a helper by default)
+
+
+BGP_KEYS = {"asn": "asn", "nodeASN": "node_asn", "holdTime": "hold_time", "gracefulRestart": "graceful_restart"}
+
+
+@dataclass(frozen=True)
 class Topology:
     segments: tuple[Segment, ...]
     nodes: tuple[NodeSpec, ...]
@@ -111,6 +127,7 @@ class Topology:
     bridge: str = "br-int"
     node_pod_routes: bool = False
     kubernetes: KubeSpec | None = None  # a real Kubernetes cluster (lab/kube): Ferry from its DaemonSet
+    router_bgp: RouterBgp | None = None  # routePodCIDRs: bgp (route_pod_cidrs is then False: nothing static)
 
     @property
     def chained(self) -> bool:
@@ -335,14 +352,53 @@ def parse(data: Any) -> Topology:
             raise TopologyError(f"routeSync: unknown keys {sorted(set(rs) - allowed)}")
         route_sync = RouteSyncSpec(**rs)
         check_route_sync(route_sync, {n.datapath for n in nodes})
+    unknown = set(router) - {"routePodCIDRs", "external", "bgp"}
+    if unknown:
+        raise TopologyError(f"router: unknown keys {sorted(unknown)}")
+    rpc = router.get("routePodCIDRs", False)
+    if rpc not in (True, False, "bgp"):
+        raise TopologyError(f"router.routePodCIDRs {rpc!r}: true (static routes), false, or bgp")
+    router_bgp = _router_bgp(router.get("bgp"), rpc == "bgp", route_sync, d.get("kubernetes"))
     return Topology(
         segments=tuple(segments), nodes=tuple(nodes), cluster_cidrs=cluster,
-        route_pod_cidrs=bool(router.get("routePodCIDRs", False)),
+        route_pod_cidrs=rpc is True, router_bgp=router_bgp,
         external_ipv4=ext4, external_ipv6=ext6,
         route_sync=route_sync, bridge=str(d.get("bridge", "br-int")),
         node_pod_routes=bool(d.get("nodePodRoutes", False)),
         kubernetes=_kubernetes(d.get("kubernetes"), route_sync, tuple(n.name for n in nodes)),
     )
+
+
+def _router_bgp(value: Any, on: bool, route_sync: RouteSyncSpec | None, kubernetes: Any) -> RouterBgp | None:
+    if not on:
+        if value is not None:
+            raise TopologyError("router.bgp: only with router.routePodCIDRs: bgp")
+        return None
+    if route_sync is None:
+        raise TopologyError("router.routePodCIDRs: bgp needs a routeSync block (route-sync advertises the "
+                            "Pod CIDRs)")
+    if kubernetes:
+        raise TopologyError("router.routePodCIDRs: bgp is not deployed by the lab's DaemonSet yet "
+                            "(use true: routes from the Node objects)")
+    v = _mapping(value, "router.bgp")
+    unknown = set(v) - set(BGP_KEYS)
+    if unknown:
+        raise TopologyError(f"router.bgp: unknown keys {sorted(unknown)}")
+    out: dict[str, int] = {}
+    limits = {"asn": (1, 4294967295), "nodeASN": (1, 4294967295), "holdTime": (3, 65535),
+              "gracefulRestart": (0, 4095)}
+    for key, attr in BGP_KEYS.items():
+        if key in v:
+            x = v[key]
+            lo, hi = limits[key]
+            if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
+                raise TopologyError(f"router.bgp.{key} {x!r}: an integer in [{lo}, {hi}]")
+            out[attr] = x
+    rb = RouterBgp(**out)
+    if rb.asn == rb.node_asn:
+        raise TopologyError("router.bgp: asn and nodeASN must differ (the lab peers over eBGP; iBGP "
+                            "would need the Nodes fully meshed or a route reflector)")
+    return rb
 
 
 def _kubernetes(value: Any, route_sync: RouteSyncSpec | None, node_names: tuple[str, ...]) -> KubeSpec | None:
@@ -405,12 +461,17 @@ CATEGORIES = ("same-node", "pod-to-node", "same-subnet", "other-subnet", "pod-to
               "pod-to-external")
 
 
+def router_routes(topo: Topology) -> str:
+    """How the router learns the Pod CIDRs, in words: "bgp" | "static" | "no"."""
+    return "bgp" if topo.router_bgp else ("static" if topo.route_pod_cidrs else "no")
+
+
 def expectation(topo: Topology, route_sync_running: bool) -> Expectation:
     """Same-Node and Pod→own-Node always work (the Node's gateway); everything that leaves the
     Node needs a way back to the Pod CIDR: route-sync (tunnels/routes/masquerade) or the router's
     routes to every Pod CIDR (``routePodCIDRs``)."""
     configured = {"same-node", "pod-to-node"}
-    reason: dict[str, str] = {}
+    reason: dict[str, str] = {}  # (routePodCIDRs: bgp needs route-sync: it is what advertises)
     cross = ("same-subnet", "other-subnet", "pod-to-remote-node", "pod-to-external")
     if route_sync_running or topo.route_pod_cidrs:
         configured.update(cross)
@@ -428,7 +489,9 @@ def to_doc(topo: Topology) -> dict[str, Any]:
         "clusterCIDRs": list(topo.cluster_cidrs),
         "segments": {s.name: {**{f"ipv{f}": s.cidr(f) for f in s.families}, "mtu": s.mtu}
                      for s in topo.segments},
-        "router": {"routePodCIDRs": topo.route_pod_cidrs,
+        "router": {"routePodCIDRs": "bgp" if topo.router_bgp else topo.route_pod_cidrs,
+                   **({"bgp": {k: getattr(topo.router_bgp, a) for k, a in BGP_KEYS.items()}}
+                      if topo.router_bgp else {}),
                    "external": {f"ipv{f}": topo.external_cidr(f) for f in FAMILIES if topo.external_cidr(f)}},
         "nodes": [{"name": n.name, "segment": n.segment, "index": n.index, "datapath": n.datapath,
                    "podCIDRs": list(n.pod_cidrs)} for n in topo.nodes],

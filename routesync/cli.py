@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from typing import Any
@@ -57,7 +58,12 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
         observer, server = serve(cfg.state_file, metrics_host, metrics_port)
     source = make_source(cfg)
     appliers = make_appliers(cfg)
-    daemon = Daemon(cfg, source, appliers, observer=observer)
+    speaker = None
+    if cfg.bgp is not None:
+        from .bgp.speaker import Speaker
+
+        speaker = Speaker(cfg, observer).start()
+    daemon = Daemon(cfg, source, appliers, observer=observer, bgp=speaker)
 
     def _stop(signum: int, _frame: Any) -> None:
         logging.getLogger(__name__).info("signal %d: stopping", signum)
@@ -70,6 +76,8 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
     try:
         daemon.run()
     finally:
+        if speaker is not None:  # first: withdraw while the Node still forwards
+            speaker.stop()
         source.close()
         appliers.close()
         if server is not None:
@@ -86,12 +94,25 @@ def show(config_path: str, as_json: bool, state_file: str | None) -> None:
 
     from . import show as show_mod
 
-    path = state_file or _load(config_path).state_file
+    cfg: Config | None = None
+    if state_file is None:
+        cfg = _load(config_path)
+    elif os.path.exists(config_path):  # only for its bgp section: a broken config does not stop show
+        try:
+            cfg = load(config_path)
+        except ConfigError:
+            cfg = None
+    path = state_file or cfg.state_file  # type: ignore[union-attr]
     try:
         state = nodestate.read(path)
     except nodestate.StateError as e:
         raise click.ClickException(str(e)) from None
-    click.echo(show_mod.as_json(state) if as_json else show_mod.as_table(state), nl=as_json)
+    bgp = None
+    if cfg is not None and cfg.bgp is not None:
+        from .bgp import status as bgp_status
+
+        bgp = bgp_status.read(cfg.bgp_run_dir) or bgp_status.BgpStatus(cfg.bgp.local_asn, speaker="not running")
+    click.echo(show_mod.as_json(state, bgp) if as_json else show_mod.as_table(state, bgp), nl=as_json)
 
 
 @main.command()
@@ -119,6 +140,32 @@ def teardown(config_path: str) -> None:
 
         RegistrySource(cfg.node_source.registry_dir, cfg.node_name).remove_self()
     click.echo(f"route-sync state removed from {cfg.node_name}")
+
+
+@main.command("exabgp", hidden=True, context_settings={"ignore_unknown_options": True,
+                                                       "allow_extra_args": True})
+@click.pass_context
+def exabgp_cmd(ctx: click.Context) -> None:
+    """ExaBGP itself (the frozen bundle has no Python to run ``-m exabgp`` with): ``--parent PID
+    ARGS``, dying with route-sync like ``routesync.bgp.launch`` makes it."""
+    from exabgp.application.main import main as exabgp_main
+
+    from .bgp.launch import die_with_parent
+
+    args = list(ctx.args)
+    if args[:1] == ["--parent"]:
+        die_with_parent(int(args[1]))
+        args = args[2:]
+    sys.argv = ["exabgp", *args]
+    exabgp_main()
+
+
+@main.command("bgp-relay", hidden=True)
+def bgp_relay() -> None:
+    """ExaBGP's API process (routesync.bgp.relay), for the frozen bundle."""
+    from .bgp.relay import main as relay_main
+
+    sys.exit(relay_main())
 
 
 def _install_cni() -> None:

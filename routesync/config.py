@@ -25,6 +25,9 @@ DATAPATHS = ("netdev", "system")
 MAC_SOURCES = ("annotation", "neighbor", "both")
 SOURCE_TYPES = ("registry", "kubernetes")
 DEFAULT_REGISTRY_DIR = "/var/lib/ferry/registry"
+MAX_ASN = 4294967295  # 4-octet AS numbers (RFC 6793)
+DEFAULT_HOLD_TIME = 90  # seconds (RFC 4271's suggestion; FRR's and ExaBGP's default too)
+MAX_MD5_KEY = 80  # TCP_MD5SIG_MAXKEYLEN
 
 
 class ConfigError(ValueError):
@@ -41,6 +44,29 @@ class NodeSourceConfig:
     registry_dir: str = DEFAULT_REGISTRY_DIR
     kubeconfig: str | None = None  # kubernetes: None = in-cluster, then ~/.kube/config
     poll_interval: float = 0.1  # registry: seconds between directory scans
+
+
+@dataclass(frozen=True)
+class BgpPeer:
+    """One BGP neighbour (the underlay router): ``bgp.peers[i]``."""
+
+    address: str  # "192.168.77.1" or "fd00:77::1"
+    asn: int
+    password: str | None = None  # TCP MD5 signature (RFC 2385)
+    hold_time: int = DEFAULT_HOLD_TIME  # seconds; 0: no keepalives (the peer's choice may be lower)
+
+
+@dataclass(frozen=True)
+class BgpConfig:
+    """The ``bgp`` section: route-sync advertises this Node's Pod CIDRs to the underlay routers
+    through ExaBGP (``routesync.bgp``)."""
+
+    local_asn: int
+    peers: tuple[BgpPeer, ...]
+    router_id: str | None = None  # None: the Node's transport IPv4 address
+    prefixes: tuple[str, ...] | None = None  # None: the Node's Pod CIDRs (as its record names them)
+    graceful_restart: int = 0  # seconds a peer keeps our routes through a restart; 0: off
+    run_dir: str | None = None  # ExaBGP's config, API socket and status file; None: <state dir>/bgp
 
 
 @dataclass(frozen=True)
@@ -65,6 +91,14 @@ class Config:
     mac_source: str = "annotation"
     resync_seconds: float = 60.0
     log_file: str | None = None
+    bgp: BgpConfig | None = None
+
+    @property
+    def bgp_run_dir(self) -> str:
+        """Where the BGP speaker keeps its files (``bgp.runDir``, else ``bgp/`` beside the state file)."""
+        if self.bgp is not None and self.bgp.run_dir:
+            return self.bgp.run_dir
+        return os.path.join(os.path.dirname(self.state_file) or ".", "bgp")
 
     @property
     def tunnelled(self) -> bool:
@@ -156,11 +190,76 @@ def _node_source(key: str, v: Any) -> NodeSourceConfig:
     )
 
 
+def _ip(key: str, v: Any, version: int | None = None) -> str:
+    try:
+        addr = ipaddress.ip_address(str(v)) if isinstance(v, str) else None
+    except ValueError:
+        addr = None
+    if addr is None or (version is not None and addr.version != version):
+        want = f"an IPv{version} address" if version else "an IP address"
+        raise ConfigError(key, f"expected {want}, got {v!r}")
+    return str(addr)
+
+
+_BGP_KEYS = {"localASN", "routerID", "peers", "prefixes", "gracefulRestart", "runDir"}
+_PEER_KEYS = {"address", "asn", "password", "holdTime"}
+
+
+def _hold_time(key: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not (v == 0 or 3 <= v <= 65535):
+        raise ConfigError(key, f"expected 0 (no keepalives) or seconds in [3, 65535] (RFC 4271), got {v!r}")
+    return v
+
+
+def _bgp_peer(key: str, v: Any) -> BgpPeer:
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected a mapping with address and asn, got {v!r}")
+    for k in v:
+        if k not in _PEER_KEYS:
+            raise ConfigError(f"{key}.{k}", "unknown key")
+    for k in ("address", "asn"):
+        if k not in v:
+            raise ConfigError(f"{key}.{k}", "missing")
+    password = v.get("password")
+    if password is not None:
+        password = _str(f"{key}.password", password)
+        if len(password.encode()) > MAX_MD5_KEY or '"' in password or "\n" in password:
+            raise ConfigError(f"{key}.password", f"at most {MAX_MD5_KEY} bytes, no '\"' or newline")
+    return BgpPeer(address=_ip(f"{key}.address", v["address"]), asn=_int(f"{key}.asn", v["asn"], 1, MAX_ASN),
+                   password=password, hold_time=_hold_time(f"{key}.holdTime", v.get("holdTime", DEFAULT_HOLD_TIME)))
+
+
+def _bgp(key: str, v: Any) -> BgpConfig:
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected a mapping (localASN, peers, ...), got {v!r}")
+    for k in v:
+        if k not in _BGP_KEYS:
+            raise ConfigError(f"{key}.{k}", "unknown key")
+    if "localASN" not in v:
+        raise ConfigError(f"{key}.localASN", "missing")
+    local_asn = _int(f"{key}.localASN", v["localASN"], 1, MAX_ASN)
+    peers_in = v.get("peers")
+    if not isinstance(peers_in, list) or not peers_in:
+        raise ConfigError(f"{key}.peers", f"expected a non-empty list of peers, got {peers_in!r}")
+    peers = tuple(_bgp_peer(f"{key}.peers[{i}]", p) for i, p in enumerate(peers_in))
+    seen: set[str] = set()
+    for i, p in enumerate(peers):
+        if p.address in seen:
+            raise ConfigError(f"{key}.peers[{i}].address", f"{p.address} is listed twice")
+        seen.add(p.address)
+    router_id = _ip(f"{key}.routerID", v["routerID"], 4) if v.get("routerID") is not None else None
+    prefixes = _cidrs(f"{key}.prefixes", v["prefixes"], False) if v.get("prefixes") is not None else None
+    gr = _int(f"{key}.gracefulRestart", v.get("gracefulRestart", 0), 0, 4095)  # a 12-bit field (RFC 4724)
+    run_dir = _str(f"{key}.runDir", v["runDir"]) if v.get("runDir") is not None else None
+    return BgpConfig(local_asn=local_asn, peers=peers, router_id=router_id, prefixes=prefixes,
+                     graceful_restart=gr, run_dir=run_dir)
+
+
 _KEYS = {
     "nodeName", "trafficEncapMode", "tunnelType", "tunnelPort", "transportInterface",
     "transportInterfaceCIDRs", "noSNAT", "defaultMTU", "bridge", "datapathType", "ovsdb", "ovsRunDir",
     "stateFile", "podCIDRs", "clusterCIDRs", "nodeSource", "fastPath", "macSource", "resyncSeconds",
-    "logFile",
+    "logFile", "bgp",
 }
 
 
@@ -230,6 +329,7 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         mac_source=_choice("macSource", g("macSource", "annotation"), MAC_SOURCES),
         resync_seconds=float(resync),
         log_file=_str("logFile", g("logFile")) if g("logFile") is not None else None,
+        bgp=_bgp("bgp", g("bgp")) if g("bgp") is not None else None,
     )
 
 

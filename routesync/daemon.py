@@ -67,6 +67,12 @@ class NextHopSource(Protocol):
     def resolve(self, destinations: Iterable[str]) -> dict[str, NextHop]: ...
 
 
+class BgpSpeaker(Protocol):
+    """``routesync.bgp.speaker.Speaker``: told after every reconcile what this Node advertises."""
+
+    def want(self, pod_cidrs: tuple[str, ...], uplink_addresses: tuple[str, ...]) -> None: ...
+
+
 class Appliers(Protocol):
     """Part B's side (``routesync.apply.make_appliers``); see /tmp notes of the contract."""
 
@@ -93,8 +99,10 @@ class ReconcileResult:
 
 class Daemon:
     def __init__(self, config: Config, source: NodeSource, appliers: Appliers,
-                 clock: Callable[[], float] = time.monotonic, observer: Observer | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, observer: Observer | None = None,
+                 bgp: BgpSpeaker | None = None) -> None:
         self.config = config
+        self.bgp = bgp  # the BGP speaker (bgp section); None: no BGP
         self.observer = observer  # metrics + health (routesync.metrics.Observer); None: off
         self.source = source
         self.appliers = appliers
@@ -157,6 +165,8 @@ class Daemon:
             state = planner.node_state(cfg, me, desired, facts, self._state_rows)
             written = self._write_state(state, full)
             self._sync_pods(state, full)
+            if self.bgp is not None:  # advertise this Node's Pod CIDRs (a no-op when they are the same)
+                self.bgp.want(me.pod_cidrs, facts.uplink_addresses)
             self.last_desired = desired
             self._prepared = (local, facts)
             self.reconciles += 1

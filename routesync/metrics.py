@@ -7,6 +7,8 @@
     obs.mac_disagreement(peer)               # fast path: annotation and neighbour MAC differ
     obs.pods_synced(report)                  # running Pods brought to their paths' MTUs
     obs.tick()                               # every loop iteration (liveness)
+    obs.bgp_peer(peer, up, {4: n4, 6: n6})   # BGP (routesync.bgp.speaker): a session's state
+    obs.bgp_error(peer, reason)              # a session failed or ended
 
 Names (exposition format; counters get ``_total``, histograms ``_bucket/_sum/_count``):
 
@@ -22,6 +24,12 @@ Names (exposition format; counters get ``_total``, histograms ``_bucket/_sum/_co
 ``ferry_route_sync_state_file_writes_total``                     node state file rewrites
 ``ferry_route_sync_pod_mtu_updates_total{result}``               running Pods brought to their paths'
                                                                  MTUs: updated | failed | skipped (gone)
+``ferry_route_sync_bgp_session_established{peer}``                1 while the BGP session to the peer is up
+``ferry_route_sync_bgp_prefixes_advertised{peer,family}``         prefixes advertised on that session
+``ferry_route_sync_bgp_session_errors_total{peer,reason}``        sessions that failed or ended, by reason
+                                                                 (bad-peer-as, connect-failed, hold-timer-
+                                                                 expired, connection-closed, ...)
+``ferry_route_sync_bgp_speaker_restarts_total``                  ExaBGP exited and was started again
 ==============================================================  =========================================="""
 
 from __future__ import annotations
@@ -87,6 +95,15 @@ class RouteSyncMetrics:
                                        ["result"], registry=r)
         for res in ("updated", "failed", "skipped"):
             self.pod_mtu_updates.labels(res)
+        # BGP: the peer label's cardinality is the number of configured peers (a few routers)
+        self.bgp_established = Gauge(f"{PREFIX}_bgp_session_established",
+                                     "1 while the BGP session to the peer is established", ["peer"], registry=r)
+        self.bgp_advertised = Gauge(f"{PREFIX}_bgp_prefixes_advertised",
+                                    "Prefixes advertised on the BGP session", ["peer", "family"], registry=r)
+        self.bgp_errors = Counter(f"{PREFIX}_bgp_session_errors", "BGP sessions that failed or ended, by reason",
+                                  ["peer", "reason"], registry=r)
+        self.bgp_restarts = Counter(f"{PREFIX}_bgp_speaker_restarts", "ExaBGP exited and was started again",
+                                    registry=r)
         for p, f in peer_counts(()):
             self.peers.labels(p, f).set(0)
         for res in ("ok", "error"):
@@ -142,3 +159,14 @@ class Observer:
 
     def mac_disagreement(self, peer: str) -> None:
         self.metrics.mac_disagreements.inc()
+
+    def bgp_peer(self, peer: str, established: bool, advertised: dict[int, int]) -> None:
+        self.metrics.bgp_established.labels(peer).set(1 if established else 0)
+        for family, n in advertised.items():
+            self.metrics.bgp_advertised.labels(peer, str(family)).set(n)
+
+    def bgp_error(self, peer: str, reason: str) -> None:
+        self.metrics.bgp_errors.labels(peer, reason).inc()
+
+    def bgp_speaker_restart(self) -> None:
+        self.metrics.bgp_restarts.inc()

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from cni.nodestate import NodeState
 from cni.record import as_dict as asdict
+
+if TYPE_CHECKING:
+    from .bgp.status import BgpStatus
 
 COLUMNS = ("PEER", "TRANSPORT", "POD CIDRS", "PATH", "MTU", "NEXT-HOP MAC", "MAC SOURCE", "VIA")
 
@@ -44,15 +48,18 @@ def mtus(state: NodeState) -> str:
     return f"mtu {full} (Pods, routed, non-Pod), {state.mtu} tunnelled"
 
 
-def as_json(state: NodeState) -> str:
+def as_json(state: NodeState, bgp: BgpStatus | None = None) -> str:
+    from .bgp import status as bgp_status
+
     return json.dumps({"node": state.node, "mode": state.mode, "mtu": state.mtu,
                        "transportMTU": state.transportMTU or state.mtu,
                        "podCIDRs": state.podCIDRs, "gateway": asdict(state.gateway),
                        "tunnel": asdict(state.tunnel) if state.tunnel else None,
-                       "peers": rows(state)}, indent=2)
+                       "peers": rows(state),
+                       "bgp": bgp_status.to_dict(bgp) if bgp is not None else None}, indent=2)
 
 
-def as_table(state: NodeState) -> str:
+def as_table(state: NodeState, bgp: BgpStatus | None = None) -> str:
     tunnel = f"{state.tunnel.type} ({state.tunnel.port}, ofport {state.tunnel.ofport})" if state.tunnel else "none"
     head = (f"node {state.node}  mode {state.mode}  {mtus(state)}  pod CIDRs {', '.join(state.podCIDRs)}\n"
             f"gateway {state.gateway.name} {state.gateway.mac} {', '.join(state.gateway.addresses) or '-'}"
@@ -63,4 +70,9 @@ def as_table(state: NodeState) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     if len(cells) == 1:
         lines.append("(no peers)")
-    return head + "\n".join(lines) + "\n"
+    out = head + "\n".join(lines) + "\n"
+    if bgp is not None:
+        from .bgp import status as bgp_status
+
+        out += "\n" + bgp_status.as_table(bgp, time.time())
+    return out
