@@ -267,21 +267,21 @@ def _find_host_link(host_nl, pod_link, att: Attachment):  # type: ignore[no-unty
 
 
 def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
-    from cni.commands import _open_netns, _ovs, _reported, _Step
     from cni.locks import attachment_lock
     from cni.netlink import Netlink
     from cni.rollback import Rollback
+    from cni.steps import Step, open_pod_netns, ovs_clients, reported
 
     att = attachment(req.prev_result, req.ifname)
     if node.state is None:
         raise CniError(INVALID_CONFIG, "networkPolicyOnly needs the node state file")
     gw = node.state.gateway
-    podfd = _open_netns(req.netns)
-    step = _Step()
+    podfd = open_pod_netns(req.netns)
+    step = Step()
     try:
-        with _reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname), \
+        with reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname), \
                 Netlink() as host_nl, Rollback(req.logger()) as undo:
-            ovsdb, of = _ovs(node)
+            ovsdb, of = ovs_clients(node)
             step(f"Pod interface {req.ifname}")
             with Netlink.in_netns(podfd) as pod_nl:
                 pod_link = pod_nl.link_get(req.ifname)
@@ -297,7 +297,7 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
                     if (ids.get(pl.EXT_CONTAINER_ID), ids.get(pl.EXT_IFNAME)) != (req.container_id, req.ifname):
                         raise CniError(INTERFACE_EXISTS, f"{host} is already an OVS port of another attachment")
                     step(f"leftover OVS port {host}")  # an earlier ADD of this attachment: start over
-                    _undo_port(host_nl, ovsdb, of, node, port)
+                    undo_port(host_nl, ovsdb, of, node, port)
                 gw_index = host_nl.link_index(gw.name)
                 if gw_index is None:
                     raise CniError(NETLINK_FAILURE, f"gateway port {gw.name} has no kernel interface")
@@ -340,9 +340,9 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
                     undo.push(f"sysctls of {host}", lambda: _restore_host(host_nl, host, before, v6))
                     _isolate(host)
                 step("forget stale neighbours")
-                from cni.commands import _forget_neighbours
+                from cni.steps import forget_neighbours
 
-                _forget_neighbours(host_nl, gw.name, list(att.addresses))
+                forget_neighbours(host_nl, gw.name, list(att.addresses))
                 for g in att.gateways:  # the Pod resolves its next hop afresh, through OVS
                     pod_nl.neigh_del(pod_link.index, addr.host(g))
             undo.commit()
@@ -355,9 +355,9 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
 
 
 def _port_ids(req: Request, att: Attachment, pod_mac: str) -> dict[str, str]:
-    from cni.commands import _external_ids
+    from cni.steps import external_ids
 
-    ids = _external_ids(req, list(att.ips), pod_mac)
+    ids = external_ids(req, list(att.ips), pod_mac)
     ids[EXT_CHAINED] = "1"
     ids[EXT_CHAINED_GATEWAYS] = ",".join(att.gateways)
     return ids
@@ -401,10 +401,10 @@ def _restore_host(host_nl, host: str, before: dict[str, str], v6addrs: list[str]
 # ---------------------------------------------------------------------------- DEL
 
 
-def _undo_port(host_nl, ovsdb, of, node: NodeContext, port) -> None:  # type: ignore[no-untyped-def]
+def undo_port(host_nl, ovsdb, of, node: NodeContext, port) -> None:  # type: ignore[no-untyped-def]
     """Undo one chained ADD from what its port records: flows, port, routes, sysctls, addresses,
     the Pod's TX checksum offload.  The veth itself is the primary CNI's."""
-    from cni.commands import _forget_neighbours
+    from cni.steps import forget_neighbours
 
     ids = port.external_ids
     cid, ifname = ids.get(pl.EXT_CONTAINER_ID, ""), ids.get(pl.EXT_IFNAME, "")
@@ -419,7 +419,7 @@ def _undo_port(host_nl, ovsdb, of, node: NodeContext, port) -> None:  # type: ig
         _route_back(host_nl, m, link.index if link is not None else None, gw_index)
     if EXT_CHAINED_TXCSUM in ids and ids.get(pl.EXT_NETNS):
         _restore_txcsum(ids[pl.EXT_NETNS], ifname, ids[EXT_CHAINED_TXCSUM] == "1")
-    _forget_neighbours(host_nl, node.gateway_name,
+    forget_neighbours(host_nl, node.gateway_name,
                        [a for a in ids.get(pl.EXT_IPS, "").split(",") if a])
 
 
@@ -442,14 +442,14 @@ def _restore_txcsum(netns: str, ifname: str, on: bool) -> None:
 def delete(req: Request, conf: PluginConfig, node: NodeContext) -> None:
     """Undo chained ADD (idempotent: nothing recorded, nothing to do); the primary CNI's DEL,
     which runs next, removes its veth, addresses and IPAM record."""
-    from cni.commands import _ovs, _reported, _Step
     from cni.locks import attachment_lock
     from cni.netlink import Netlink
+    from cni.steps import Step, ovs_clients, reported
 
-    step = _Step()
-    with _reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname) as lock, \
+    step = Step()
+    with reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname) as lock, \
             Netlink() as host_nl:
-        ovsdb, of = _ovs(node)
+        ovsdb, of = ovs_clients(node)
         step("find OVS port")
         ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
         if not ports and ovsdb.bridge(node.bridge) is not None:
@@ -457,7 +457,7 @@ def delete(req: Request, conf: PluginConfig, node: NodeContext) -> None:
             of.del_flows(pl.pod_cookie(req.container_id, req.ifname))
         for p in ports:
             step(f"undo chained port {p.name}")
-            _undo_port(host_nl, ovsdb, of, node, p)
+            undo_port(host_nl, ovsdb, of, node, p)
         lock.remove()
 
 
@@ -467,24 +467,24 @@ def delete(req: Request, conf: PluginConfig, node: NodeContext) -> None:
 def check(req: Request, conf: PluginConfig, node: NodeContext) -> None:
     """The Pod's interface as prevResult says, its host end on the bridge with every flow, and the
     Node's routes to the Pod on the gateway port."""
-    from cni.commands import _check_sandbox, _open_netns, _ovs, _reported, _Step
     from cni.netlink import Netlink
+    from cni.steps import Step, check_sandbox, open_pod_netns, ovs_clients, reported
 
     att = attachment(req.prev_result, req.ifname)
     assert req.prev_result is not None
     problems: list[str] = []
-    step = _Step()
-    with _reported(step):
-        podfd = _open_netns(req.netns)
+    step = Step()
+    with reported(step):
+        podfd = open_pod_netns(req.netns)
         try:
             step("sandbox interface")
             with Netlink.in_netns(podfd) as pod_nl:
-                problems += _check_sandbox(req, req.prev_result, pod_nl)
+                problems += check_sandbox(req, req.prev_result, pod_nl)
                 pod_link = pod_nl.link_get(req.ifname)
         finally:
             os.close(podfd)
         step("OVS port, flows and routes")
-        ovsdb, of = _ovs(node)
+        ovsdb, of = ovs_clients(node)
         ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
         with Netlink() as host_nl:
             if not ports:

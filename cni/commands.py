@@ -8,7 +8,6 @@ only: this runs once per Pod."""
 from __future__ import annotations
 
 import os
-from time import perf_counter as _now  # time is loaded already (cni.log)
 
 from cni.record import record
 
@@ -23,9 +22,7 @@ from cni.errors import (
     CHECK_FAILED,
     INTERFACE_EXISTS,
     INVALID_CONFIG,
-    IO_FAILURE,
     NETLINK_FAILURE,
-    NETNS_GONE,
     NOT_READY,
     OVS_FAILURE,
     CniError,
@@ -35,6 +32,15 @@ from cni.locks import attachment_lock, locked
 from cni.request import Request
 from cni.result import DNS, Interface, IPConfig, Result, Route
 from cni.rollback import Rollback
+from cni.steps import (
+    Step,
+    check_sandbox,
+    external_ids,
+    forget_neighbours,
+    open_pod_netns,
+    ovs_clients,
+    reported,
+)
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -43,23 +49,6 @@ def _random_mac() -> str:
     b = bytearray(os.urandom(6))
     b[0] = (b[0] & 0xFC) | 0x02  # unicast, locally administered
     return ":".join(f"{x:02x}" for x in b)
-
-
-def _ovs(node: cfg.NodeContext):  # type: ignore[no-untyped-def]
-    from cni.ofctl import OpenFlow
-    from cni.ovsdb import Ovsdb
-
-    return Ovsdb(node.ovsdb), OpenFlow(node.bridge, node.ovs_run_dir)
-
-
-def _system_error(step: str, e: Exception) -> CniError:
-    """Wrap a system-layer failure in a CNI error that says which step failed."""
-    if isinstance(e, CniError):
-        return e
-    name = type(e).__name__
-    code = OVS_FAILURE if name.startswith(("Ovsdb", "Ofctl")) else NETLINK_FAILURE if name.startswith("Netlink") \
-        else IO_FAILURE
-    return CniError(code, f"{step}: {e}")
 
 
 def _ipam(conf_dict: dict, node: cfg.NodeContext):  # type: ignore[no-untyped-def]
@@ -181,60 +170,7 @@ def _dns(conf: cfg.PluginConfig) -> DNS:
                search=list(d.get("search") or []), options=list(d.get("options") or []))
 
 
-def _open_netns(path: str) -> int:
-    from cni.netns import open_netns
-
-    try:
-        return open_netns(path)
-    except (FileNotFoundError, NotADirectoryError):
-        raise CniError(NETNS_GONE, f"CNI_NETNS {path!r} does not exist") from None
-    except OSError as e:
-        raise CniError(NETNS_GONE, f"CNI_NETNS {path!r} cannot be opened: {e.strerror}") from None
-
-
 # ---------------------------------------------------------------------------- ADD
-
-
-class _Step:
-    """The step a command is at, so a system-layer failure says where it happened.
-
-    With ``logLevel: debug`` it also times each step and :meth:`report` logs one line of
-    durations: how an operator (or a benchmark) sees where an ADD or DEL spends its time."""
-
-    __slots__ = ("_marks", "name")
-
-    def __init__(self, log: Any = None) -> None:
-        self.name = "start"
-        timed = log is not None and getattr(log, "level", 100) <= 10
-        self._marks: list[tuple[str, float]] | None = [("start", _now())] if timed else None
-
-    def __call__(self, name: str) -> None:
-        self.name = name
-        if self._marks is not None:
-            self._marks.append((name, _now()))
-
-    def report(self, log: Any, what: str) -> None:
-        marks = self._marks
-        if not marks:
-            return
-        marks.append(("end", _now()))
-        parts = [f"{marks[i][0]} {1000 * (marks[i + 1][1] - marks[i][1]):.1f}" for i in range(len(marks) - 1)]
-        log.debug(f"{what} timing (ms): " + ", ".join(parts) + f"; total {1000 * (marks[-1][1] - marks[0][1]):.1f}")
-
-
-class _reported:
-    """Turn any failure below into a CNI error naming the step (CniErrors pass unchanged)."""
-
-    def __init__(self, step: _Step) -> None:
-        self.step = step
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc is None or isinstance(exc, CniError) or not isinstance(exc, Exception):
-            return
-        raise _system_error(self.step.name, exc) from None
 
 
 NOTED_PREFIX = "cni-version-noted-"  # + cniVersion: beside the state file, once per boot (a tmpfs)
@@ -275,11 +211,11 @@ def add(req: Request) -> Result:
 
     ipam_api, ipam_conf = _ipam(req.config, node)
     requested = _requested_ips(req)
-    podfd = _open_netns(req.netns)
-    step = _Step(req.log)
+    podfd = open_pod_netns(req.netns)
+    step = Step(req.log)
     try:
-        with _reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname), Netlink() as host_nl, Rollback(req.logger()) as undo:
-            ovsdb, of = _ovs(node)
+        with reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname), Netlink() as host_nl, Rollback(req.logger()) as undo:
+            ovsdb, of = ovs_clients(node)
             step("gateway")
             gw, install_base = _gateway(conf, node, ovsdb, host_nl)
             step(f"netns {req.netns}")
@@ -309,7 +245,7 @@ def add(req: Request) -> Result:
                 undo.push(f"OVS port {host}", lambda: ovsdb.del_port(node.bridge, host))
                 # The port's rows are committed with a requested ofport, and the flows go in while
                 # vswitchd opens the interface and the Pod's side is configured: all three side by side.
-                pending = ovsdb.add_port_start(node.bridge, host, _external_ids(req, ips, mac),
+                pending = ovsdb.add_port_start(node.bridge, host, external_ids(req, ips, mac),
                                                ofports=pl.pod_ofports(req.container_id, req.ifname))
                 step("per-Pod flows")
                 cookie = pl.pod_cookie(req.container_id, req.ifname)
@@ -336,7 +272,7 @@ def add(req: Request) -> Result:
                     of.del_flows(cookie)
                     of.add_flows(pod_flows(PodPort(cookie, ofport, mac, addresses), gw.mac, gw.ofport))
                 step("forget stale neighbours")
-                _forget_neighbours(host_nl, node.gateway_name, [i.address for i in ips])
+                forget_neighbours(host_nl, node.gateway_name, [i.address for i in ips])
                 step("announce addresses")
                 _announce(podfd, req.ifname, mac, ips, req.logger())
             undo.commit()
@@ -349,22 +285,6 @@ def add(req: Request) -> Result:
         ips=ips, routes=[Route(dst=r.dst, gw=r.gw, mtu=r.mtu) for r in pod.routes], dns=_dns(conf))
     note_version_limits(req, conf, result)
     return result
-
-
-def _external_ids(req: Request, ips: list[IPConfig], mac: str) -> dict[str, str]:
-    ids = {
-        pl.EXT_OWNER: "pod",
-        pl.EXT_CONTAINER_ID: req.container_id,
-        pl.EXT_IFNAME: req.ifname,
-        pl.EXT_IPS: ",".join(i.address for i in ips),
-        pl.EXT_MAC: mac,
-        pl.EXT_NETNS: req.netns,
-    }
-    if req.args.get("K8S_POD_NAME"):
-        ids[pl.EXT_POD_NAME] = req.args["K8S_POD_NAME"]
-    if req.args.get("K8S_POD_NAMESPACE"):
-        ids[pl.EXT_POD_NAMESPACE] = req.args["K8S_POD_NAMESPACE"]
-    return ids
 
 
 def _state_id(path: str) -> tuple[int, int] | None:
@@ -462,16 +382,6 @@ def _isolate_host_end(host: str) -> None:
             f.write(value)
 
 
-def _forget_neighbours(host_nl, gateway: str, addresses: list[str]) -> None:  # type: ignore[no-untyped-def]
-    """Drop the Node's cached MACs for these Pod addresses on the gateway port: an address that
-    comes back with a new Pod (new MAC) is resolved afresh, through OVS's ARP/ND responder."""
-    index = host_nl.link_index(gateway)
-    if index is None:
-        return
-    for a in addresses:
-        host_nl.neigh_del(index, addr.host(a))
-
-
 def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig], log: Any) -> None:
     """Gratuitous ARP / unsolicited NA from the Pod, sent by a forked child that the plugin does
     not wait for: opening and closing an AF_PACKET socket costs ~16 ms of kernel RCU grace period
@@ -555,9 +465,9 @@ def delete(req: Request) -> None:
         return chained.delete(req, conf, node)
     from cni.netlink import Netlink
 
-    step = _Step(req.log)
-    with _reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname) as lock, Netlink() as host_nl:
-        ovsdb, of = _ovs(node)
+    step = Step(req.log)
+    with reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname) as lock, Netlink() as host_nl:
+        ovsdb, of = ovs_clients(node)
         step("find OVS port")
         ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
         names = sorted({p.name for p in ports} | {pl.host_veth_name(req.container_id, req.ifname)})
@@ -575,7 +485,7 @@ def delete(req: Request) -> None:
                 step(f"delete OVS port {p.name}")
                 ovsdb.del_port(node.bridge, p.name)
                 step("forget stale neighbours")
-                _forget_neighbours(host_nl, node.gateway_name,
+                forget_neighbours(host_nl, node.gateway_name,
                                    [a for a in p.external_ids.get(pl.EXT_IPS, "").split(",") if a])
         finally:
             step("wait for the veths to go")
@@ -604,27 +514,27 @@ def check(req: Request) -> None:
     prev = req.prev_result
     if prev is None:
         raise CniError(INVALID_CONFIG, "CHECK needs prevResult")
-    step = _Step()
-    with _reported(step):
+    step = Step()
+    with reported(step):
         problems = _check(req, prev, node, conf, step)
     if problems:
         raise CniError(CHECK_FAILED, "; ".join(problems))
 
 
-def _check(req: Request, prev: Result, node: cfg.NodeContext, conf: cfg.PluginConfig, step: _Step) -> list[str]:
+def _check(req: Request, prev: Result, node: cfg.NodeContext, conf: cfg.PluginConfig, step: Step) -> list[str]:
     from cni.netlink import Netlink
 
     problems: list[str] = []
-    podfd = _open_netns(req.netns)
+    podfd = open_pod_netns(req.netns)
     step("sandbox interface")
     try:
         with Netlink.in_netns(podfd) as pod_nl:
-            problems += _check_sandbox(req, prev, pod_nl)
+            problems += check_sandbox(req, prev, pod_nl)
             problems += _check_mtus(req, _pod_net(node, conf, prev.ips), pod_nl)
     finally:
         os.close(podfd)
     step("OVS port and flows")
-    ovsdb, of = _ovs(node)
+    ovsdb, of = ovs_clients(node)
     ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
     host_names = [i.name for i in prev.interfaces if not i.sandbox]
     if not ports:
@@ -668,30 +578,6 @@ def _gateway_port(node: cfg.NodeContext, ovsdb) -> tuple[str, int | None]:  # ty
     return port.mac_in_use, port.ofport
 
 
-def _check_sandbox(req: Request, prev: Result, pod_nl) -> list[str]:  # type: ignore[no-untyped-def]
-    problems = []
-    link = pod_nl.link_get(req.ifname)
-    sandbox = next((i for i in prev.interfaces if i.name == req.ifname and i.sandbox), None)
-    if link is None:
-        return [f"interface {req.ifname} is missing from {req.netns}"]
-    if sandbox is not None and sandbox.mac and link.mac.lower() != sandbox.mac.lower():
-        problems.append(f"interface {req.ifname} has MAC {link.mac}, prevResult says {sandbox.mac}")
-    if not link.up:
-        problems.append(f"interface {req.ifname} is down")
-    have = set(pod_nl.addrs(link.index))
-    for ip in prev.ips:
-        if ip.address not in have:
-            problems.append(f"address {ip.address} is missing from {req.ifname}")
-    for r in prev.routes:
-        family = addr.family(r.dst)
-        want = addr.canonical_network(r.dst)
-        found = [x for x in pod_nl.routes(family=family, index=link.index)
-                 if addr.canonical_network(x.dst) == want and (not r.gw or (x.gw and addr.same_ip(x.gw, r.gw)))]
-        if not found:
-            problems.append(f"route {r.dst}" + (f" via {r.gw}" if r.gw else "") + f" is missing from {req.ifname}")
-    return problems
-
-
 def _check_mtus(req: Request, want, pod_nl) -> list[str]:  # type: ignore[no-untyped-def]
     """The interface MTU and each route's MTU as the Node's paths want them now (route-sync
     keeps running Pods at that, so a prevResult from before a mode change is not the measure)."""
@@ -701,7 +587,7 @@ def _check_mtus(req: Request, want, pod_nl) -> list[str]:  # type: ignore[no-unt
 
     link = pod_nl.link_get(req.ifname)
     if link is None:
-        return []  # said by _check_sandbox
+        return []  # said by check_sandbox
     have = [(r.dst, r.gw, r.mtu) for af in (_socket.AF_INET, _socket.AF_INET6)
             for r in pod_nl.routes(family=af, index=link.index) if r.gw and r.proto != 2]
     todo = podnet.changes(want, link.mtu, have)
@@ -725,7 +611,7 @@ def status(req: Request) -> None:
         node = cfg.node_context(conf, need_state=True)
     except CniError as e:
         raise CniError(NOT_READY, e.msg) from None
-    ovsdb, _ = _ovs(node)
+    ovsdb, _ = ovs_clients(node)
     try:
         if node.state is not None and ovsdb.bridge(node.bridge) is None:
             raise CniError(NOT_READY, f"bridge {node.bridge} does not exist")
@@ -748,11 +634,11 @@ def gc(req: Request) -> None:
             valid.add((str(a.get("containerID", "")), str(a.get("ifname", ""))))
     from cni.netlink import Netlink
 
-    ovsdb, of = _ovs(node)
+    ovsdb, of = ovs_clients(node)
     released = []
-    step = _Step()
+    step = Step()
     step("GC of OVS ports")
-    with _reported(step), Netlink() as host_nl:
+    with reported(step), Netlink() as host_nl:
         for port in ovsdb.find_ports({pl.EXT_OWNER: "pod"}):
             cid, ifname = port.external_ids.get(pl.EXT_CONTAINER_ID, ""), port.external_ids.get(pl.EXT_IFNAME, "")
             if (cid, ifname) in valid:
@@ -760,7 +646,7 @@ def gc(req: Request) -> None:
             if port.external_ids.get("ferry-chained"):  # the veth is the primary CNI's: undo only ours
                 from cni import chained
 
-                chained._undo_port(host_nl, ovsdb, of, node, port)
+                chained.undo_port(host_nl, ovsdb, of, node, port)
             else:
                 of.del_flows(pl.pod_cookie(cid, ifname))
                 ovsdb.del_port(node.bridge, port.name)

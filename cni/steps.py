@@ -1,0 +1,142 @@
+"""The steps every verb shares, plain and chained alike: opening the Pod's namespace, the OVS
+clients, naming the step a failure happened at (and timing the steps), the OVS port's
+external_ids, forgetting a Pod's neighbours on the gateway port, and CHECK's look at the sandbox.
+
+``cni.commands`` (Ferry's own interface) and ``cni.chained`` (networkPolicyOnly) both import this
+module; neither imports the other's internals. Standard library only: this runs once per Pod."""
+
+from __future__ import annotations
+
+from time import perf_counter as _now  # time is loaded already (cni.log)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cni.request import Request
+    from cni.result import IPConfig, Result
+
+from cni import addr
+from cni import config as cfg
+from cni import pipeline as pl
+from cni.errors import IO_FAILURE, NETLINK_FAILURE, NETNS_GONE, OVS_FAILURE, CniError
+
+
+def open_pod_netns(path: str) -> int:
+    from cni.netns import open_netns
+
+    try:
+        return open_netns(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise CniError(NETNS_GONE, f"CNI_NETNS {path!r} does not exist") from None
+    except OSError as e:
+        raise CniError(NETNS_GONE, f"CNI_NETNS {path!r} cannot be opened: {e.strerror}") from None
+
+
+def ovs_clients(node: cfg.NodeContext):  # type: ignore[no-untyped-def]
+    from cni.ofctl import OpenFlow
+    from cni.ovsdb import Ovsdb
+
+    return Ovsdb(node.ovsdb), OpenFlow(node.bridge, node.ovs_run_dir)
+
+
+def system_error(step: str, e: Exception) -> CniError:
+    """Wrap a system-layer failure in a CNI error that says which step failed."""
+    if isinstance(e, CniError):
+        return e
+    name = type(e).__name__
+    code = OVS_FAILURE if name.startswith(("Ovsdb", "Ofctl")) else NETLINK_FAILURE if name.startswith("Netlink") \
+        else IO_FAILURE
+    return CniError(code, f"{step}: {e}")
+
+
+class Step:
+    """The step a command is at, so a system-layer failure says where it happened.
+
+    With ``logLevel: debug`` it also times each step and :meth:`report` logs one line of
+    durations: how an operator (or a benchmark) sees where an ADD or DEL spends its time."""
+
+    __slots__ = ("_marks", "name")
+
+    def __init__(self, log: Any = None) -> None:
+        self.name = "start"
+        timed = log is not None and getattr(log, "level", 100) <= 10
+        self._marks: list[tuple[str, float]] | None = [("start", _now())] if timed else None
+
+    def __call__(self, name: str) -> None:
+        self.name = name
+        if self._marks is not None:
+            self._marks.append((name, _now()))
+
+    def report(self, log: Any, what: str) -> None:
+        marks = self._marks
+        if not marks:
+            return
+        marks.append(("end", _now()))
+        parts = [f"{marks[i][0]} {1000 * (marks[i + 1][1] - marks[i][1]):.1f}" for i in range(len(marks) - 1)]
+        log.debug(f"{what} timing (ms): " + ", ".join(parts) + f"; total {1000 * (marks[-1][1] - marks[0][1]):.1f}")
+
+
+class reported:
+    """Turn any failure below into a CNI error naming the step (CniErrors pass unchanged)."""
+
+    def __init__(self, step: Step) -> None:
+        self.step = step
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc is None or isinstance(exc, CniError) or not isinstance(exc, Exception):
+            return
+        raise system_error(self.step.name, exc) from None
+
+
+def external_ids(req: Request, ips: list[IPConfig], mac: str) -> dict[str, str]:
+    ids = {
+        pl.EXT_OWNER: "pod",
+        pl.EXT_CONTAINER_ID: req.container_id,
+        pl.EXT_IFNAME: req.ifname,
+        pl.EXT_IPS: ",".join(i.address for i in ips),
+        pl.EXT_MAC: mac,
+        pl.EXT_NETNS: req.netns,
+    }
+    if req.args.get("K8S_POD_NAME"):
+        ids[pl.EXT_POD_NAME] = req.args["K8S_POD_NAME"]
+    if req.args.get("K8S_POD_NAMESPACE"):
+        ids[pl.EXT_POD_NAMESPACE] = req.args["K8S_POD_NAMESPACE"]
+    return ids
+
+
+def forget_neighbours(host_nl, gateway: str, addresses: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Drop the Node's cached MACs for these Pod addresses on the gateway port: an address that
+    comes back with a new Pod (new MAC) is resolved afresh, through OVS's ARP/ND responder."""
+    index = host_nl.link_index(gateway)
+    if index is None:
+        return
+    for a in addresses:
+        host_nl.neigh_del(index, addr.host(a))
+
+
+def check_sandbox(req: Request, prev: Result, pod_nl) -> list[str]:  # type: ignore[no-untyped-def]
+    problems = []
+    link = pod_nl.link_get(req.ifname)
+    sandbox = next((i for i in prev.interfaces if i.name == req.ifname and i.sandbox), None)
+    if link is None:
+        return [f"interface {req.ifname} is missing from {req.netns}"]
+    if sandbox is not None and sandbox.mac and link.mac.lower() != sandbox.mac.lower():
+        problems.append(f"interface {req.ifname} has MAC {link.mac}, prevResult says {sandbox.mac}")
+    if not link.up:
+        problems.append(f"interface {req.ifname} is down")
+    have = set(pod_nl.addrs(link.index))
+    for ip in prev.ips:
+        if ip.address not in have:
+            problems.append(f"address {ip.address} is missing from {req.ifname}")
+    for r in prev.routes:
+        family = addr.family(r.dst)
+        want = addr.canonical_network(r.dst)
+        found = [x for x in pod_nl.routes(family=family, index=link.index)
+                 if addr.canonical_network(x.dst) == want and (not r.gw or (x.gw and addr.same_ip(x.gw, r.gw)))]
+        if not found:
+            problems.append(f"route {r.dst}" + (f" via {r.gw}" if r.gw else "") + f" is missing from {req.ifname}")
+    return problems
