@@ -62,6 +62,7 @@ image: dist
 
 lint:
 	$(VENV)/bin/ruff check cni ipam routesync lab bench tests
+	$(VENV)/bin/mypy cni ipam routesync
 
 clean:
 	rm -rf build dist .pytest_cache

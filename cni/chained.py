@@ -34,6 +34,7 @@ from cni.errors import CHECK_FAILED, INTERFACE_EXISTS, INVALID_CONFIG, NETLINK_F
 from cni.flows import PRIO_MATCH, arp_responder_actions, mac, pod_flows
 from cni.pipeline import Flow, Table
 from cni.record import record
+from cni.steps import HOST_END_ISOLATION
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,10 +55,6 @@ PRIO_NEXT_HOP = PRIO_MATCH + 5
 ICMP6_NS, ICMP6_NA = 135, 136
 ND_NA_FLAGS = 0xE0000000  # Router | Solicited | Override
 ND_OPT_TLL = 2
-
-# The host end's sysctls a netdev datapath needs (see commands._isolate_host_end), and the order
-# they go back in on DEL (IPv6 first: re-enabling it must precede re-adding its addresses).
-ISOLATION = (("ipv4", "arp_ignore", "8"), ("ipv4", "rp_filter", "1"), ("ipv6", "disable_ipv6", "1"))
 
 
 # ---------------------------------------------------------------------------- plan (pure)
@@ -220,10 +217,10 @@ def _write_sysctl(path: str, value: str) -> None:
 
 
 def _isolate(host: str) -> dict[str, str]:
-    """netdev: the host end's frames are the Pod's, not the Node's (commands._isolate_host_end);
+    """netdev: the host end's frames are the Pod's, not the Node's (cni.steps.isolate_host_end);
     returns the values it replaced."""
     before = {}
-    for family, key, value in ISOLATION:
+    for family, key, value in HOST_END_ISOLATION:
         path = _sysctl_path(family, host, key)
         before[key] = _read_sysctl(path)
         _write_sysctl(path, value)
@@ -231,7 +228,7 @@ def _isolate(host: str) -> dict[str, str]:
 
 
 def _restore_sysctls(host: str, before: dict[str, str]) -> None:
-    for family, key, _ in reversed(ISOLATION):
+    for family, key, _ in reversed(HOST_END_ISOLATION):
         if key in before and before[key].lstrip("-").isdigit():
             _write_sysctl(_sysctl_path(family, host, key), before[key])
 
@@ -323,7 +320,7 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
                 undo.push(f"OVS port {host}", lambda: ovsdb.del_port(node.bridge, host))
                 if node.datapath == "netdev":  # the sysctls' old values go in with the port
                     ids[EXT_CHAINED_SYSCTLS] = encode_pairs(
-                        {key: _read_sysctl(_sysctl_path(fam, host, key)) for fam, key, _ in ISOLATION})
+                        {key: _read_sysctl(_sysctl_path(fam, host, key)) for fam, key, _ in HOST_END_ISOLATION})
                 ofport = ovsdb.add_port(node.bridge, host, ids)
                 step("per-Pod flows")
                 cookie = pl.pod_cookie(req.container_id, req.ifname)

@@ -37,6 +37,7 @@ from cni.steps import (
     check_sandbox,
     external_ids,
     forget_neighbours,
+    isolate_host_end,
     open_pod_netns,
     ovs_clients,
     reported,
@@ -239,7 +240,7 @@ def add(req: Request) -> Result:
                 host_nl.create_veth(host, req.ifname, podfd, pod.mtu, peer_mac=mac, promisc=True, up=True)
                 if node.datapath == "netdev":
                     step(f"isolate {host} from the Node's stack")
-                    _isolate_host_end(host)  # before the carrier: no frame of the Pod's reaches the stack
+                    isolate_host_end(host)  # before the carrier: no frame of the Pod's reaches the stack
                 step(f"OVS port {host}")
                 # Undo first: an insert whose ofport never comes (vswitchd down) stays in OVSDB.
                 undo.push(f"OVS port {host}", lambda: ovsdb.del_port(node.bridge, host))
@@ -363,23 +364,6 @@ def _configure_pod_interface(pod_nl, podfd: int, ifname: str, ips: list[IPConfig
     pod_nl.link_set(index, up=True)
     for r in pod.routes:  # the default route first: the others go through the same gateway
         pod_nl.route_add(r.dst, r.gw, index, mtu=r.mtu)
-
-
-def _isolate_host_end(host: str) -> None:
-    """Keep the Node's own stack out of the Pod's traffic on the userspace datapath.
-
-    ovs-vswitchd reads a ``netdev`` bridge's veth ports with AF_PACKET, but the kernel still
-    processes every frame that arrives on the host end: it would answer the Pod's ARP for the
-    gateway address with the veth's own MAC and take the Pod's packets itself, around OVS and
-    its SpoofGuard. With ARP replies off (arp_ignore=8), IPv6 off and strict reverse-path
-    filtering on the host end, every frame the Pod sends is addressed to a MAC that is not
-    the veth's, and the kernel drops it as "other host" (a kernel OVS datapath steals frames
-    before the stack sees them, so ``system`` needs none of this)."""
-    for path, value in ((f"/proc/sys/net/ipv4/conf/{host}/arp_ignore", "8"),
-                        (f"/proc/sys/net/ipv4/conf/{host}/rp_filter", "1"),
-                        (f"/proc/sys/net/ipv6/conf/{host}/disable_ipv6", "1")):
-        with open(path, "w") as f:
-            f.write(value)
 
 
 def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig], log: Any) -> None:

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 from cni import addr, nodestate
 from cni.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CniError
-from cni.pipeline import DEFAULT_BRIDGE, GATEWAY_PORT, IFNAMSIZ
+from cni.pipeline import DEFAULT_BRIDGE, GATEWAY_PORT, MAX_IFNAME
 
 DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
 DEFAULT_OVS_RUN_DIR = "/var/run/openvswitch"
@@ -54,7 +54,7 @@ def _opt_str(conf: dict[str, Any], key: str) -> str | None:
 def parse(conf: dict[str, Any]) -> PluginConfig:
     """Validate Ferry's keys; every error names the field."""
     bridge = _opt_str(conf, "bridge")
-    if bridge is not None and (len(bridge.encode()) > IFNAMSIZ or not bridge.replace("-", "").replace("_", "").isalnum()):
+    if bridge is not None and (len(bridge.encode()) > MAX_IFNAME or not bridge.replace("-", "").replace("_", "").isalnum()):
         raise CniError(INVALID_CONFIG, f"config field 'bridge' {bridge!r} is not a valid bridge name")
     datapath = _opt_str(conf, "datapath")
     if datapath is not None and datapath not in DATAPATHS:

@@ -1,6 +1,9 @@
 """OpenFlow through the ``ovs-ofctl`` binary: add, delete-by-cookie, dump, replace atomically.
 
-One exec per operation, flows on stdin, argv lists only (no shell).  The target is the bridge's
+Flow adds and cookie deletes go straight to the bridge's management socket in OpenFlow 1.3
+(``cni.ofnative``) whenever every flow is in the syntax that encoder speaks; the rest (dumps,
+``--bundle`` replaces, flows it cannot express) is one ovs-ofctl exec per operation, flows on
+stdin, argv lists only (no shell).  The target is the bridge's
 management socket ``unix:<run_dir>/<bridge>.mgmt``, so it works with a private OVS_RUNDIR.
 No ``-O`` for add/delete/dump: ovs-ofctl then speaks OpenFlow 1.0 with Nicira extensions
 (NXM+table_id: set_field and cookie masks; a flow's final goto_table is sent as the equivalent

@@ -127,12 +127,12 @@ NODE_COOKIE = Cookie(Owner.NODE, 0)
 # gateway MAC in the Classifier, so L3Forwarding sees one "routed" MAC. Locally administered.
 VIRTUAL_MAC = "aa:bb:cc:dd:ee:ff"
 
-# Port and interface names (<= 15 bytes, IFNAMSIZ - 1).
+# Port and interface names (at most MAX_IFNAME bytes).
 DEFAULT_BRIDGE = "br-int"
 GATEWAY_PORT = "ferry-gw0"
 TUNNEL_PORT = "ferry-tun0"
 HOST_VETH_PREFIX = "fry"  # + 12 hex digits of a hash of (container ID, ifname)
-IFNAMSIZ = 15
+MAX_IFNAME = 15  # the longest name the kernel takes: IFNAMSIZ (16, cni.protocol) less the NUL
 
 # OVS external_ids keys written on each Pod's Port (route-sync replays Pod flows from them).
 EXT_CONTAINER_ID = "ferry-container-id"

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from cni.request import Handlers, Request
 
 # Must equal cni.result.SUPPORTED_VERSIONS (a test holds them together); repeated here so that
-# VERSION does not import cni.result (dataclasses, ipaddress: ~3x the cost of the whole answer).
+# VERSION imports nothing beyond this module (cni.result brings cni.record, cni.addr, cni.errors).
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 NEWEST = SUPPORTED_VERSIONS[-1]
 
@@ -222,7 +222,7 @@ def _parse(environ: Mapping[str, str], config: Any, decode_problem: str) -> Requ
         config = dict(config)
         config[VALID_ATTACHMENTS] = _valid_attachments(config)
 
-    from cni.request import Request  # only now: an input error never pays for typing/ipaddress
+    from cni.request import Request  # only now: an input error never pays for request/result
 
     return Request(command=command, cni_version=version, container_id=container_id, netns=netns,
                    ifname=ifname, args=args, path=path, config=config, prev_result=prev_result)

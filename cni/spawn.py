@@ -1,9 +1,11 @@
 """Run a helper binary (ovs-ofctl) with ``os.posix_spawnp``, without importing ``subprocess``.
 
-``import subprocess`` pulls in signal, threading, selectors, locale and enum: ~20 ms of CPU on
-every ADD/DEL (measured), several times the ~5 ms the ovs-ofctl exec itself costs.  The plugin
-needs one thing from it: run argv (never a shell), feed stdin, collect stdout and stderr, honour
-a timeout.  ``select.poll`` and ``os`` do that."""
+The plugin's flow adds and deletes speak OpenFlow itself (``cni.ofnative``); ovs-ofctl is exec'd
+only for dumps (CHECK, GC), atomic bundle replaces and flows the native encoder does not express.
+On those paths ``import subprocess`` (signal, threading, selectors, locale, enum) measured ~20 ms
+of CPU, several times the exec itself.  The plugin needs one thing from it: run argv (never a
+shell), feed stdin, collect stdout and stderr, honour a timeout.  ``select.poll`` and ``os`` do
+that."""
 
 from __future__ import annotations
 

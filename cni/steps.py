@@ -1,6 +1,7 @@
 """The steps every verb shares, plain and chained alike: opening the Pod's namespace, the OVS
 clients, naming the step a failure happened at (and timing the steps), the OVS port's
-external_ids, forgetting a Pod's neighbours on the gateway port, and CHECK's look at the sandbox.
+external_ids, forgetting a Pod's neighbours on the gateway port, CHECK's look at the sandbox,
+and keeping the Node's stack off a netdev port's host end.
 
 ``cni.commands`` (Ferry's own interface) and ``cni.chained`` (networkPolicyOnly) both import this
 module; neither imports the other's internals. Standard library only: this runs once per Pod."""
@@ -140,3 +141,23 @@ def check_sandbox(req: Request, prev: Result, pod_nl) -> list[str]:  # type: ign
         if not found:
             problems.append(f"route {r.dst}" + (f" via {r.gw}" if r.gw else "") + f" is missing from {req.ifname}")
     return problems
+
+
+# The host end's sysctls a netdev datapath needs (see isolate_host_end), in the order they are
+# set; chained mode restores them in reverse (IPv6 first: re-enabling it precedes its addresses).
+HOST_END_ISOLATION = (("ipv4", "arp_ignore", "8"), ("ipv4", "rp_filter", "1"), ("ipv6", "disable_ipv6", "1"))
+
+
+def isolate_host_end(host: str) -> None:
+    """Keep the Node's own stack out of the Pod's traffic on the userspace datapath.
+
+    ovs-vswitchd reads a ``netdev`` bridge's veth ports with AF_PACKET, but the kernel still
+    processes every frame that arrives on the host end: it would answer the Pod's ARP for the
+    gateway address with the veth's own MAC and take the Pod's packets itself, around OVS and
+    its SpoofGuard. With ARP replies off (arp_ignore=8), IPv6 off and strict reverse-path
+    filtering on the host end, every frame the Pod sends is addressed to a MAC that is not
+    the veth's, and the kernel drops it as "other host" (a kernel OVS datapath steals frames
+    before the stack sees them, so ``system`` needs none of this)."""
+    for family, key, value in HOST_END_ISOLATION:
+        with open(f"/proc/sys/net/{family}/conf/{host}/{key}", "w") as f:
+            f.write(value)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cni.nodestate import DEFAULT_STATE_FILE
-from cni.pipeline import DEFAULT_BRIDGE, IFNAMSIZ
+from cni.pipeline import DEFAULT_BRIDGE, MAX_IFNAME
 
 DEFAULT_CONFIG_FILE = "/etc/ferry/route-sync.yaml"
 
@@ -135,7 +135,7 @@ def _choice(key: str, v: Any, choices: tuple[str, ...]) -> str:
 
 def _ifname(key: str, v: Any) -> str:
     name = _str(key, v)
-    if len(name.encode()) > IFNAMSIZ or "/" in name or any(c.isspace() for c in name):
+    if len(name.encode()) > MAX_IFNAME or "/" in name or any(c.isspace() for c in name):
         raise ConfigError(key, f"not a valid interface name: {name!r}")
     return name
 

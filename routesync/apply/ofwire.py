@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import TypeVar, cast
 
 from cni import addr
 from cni.ofnative import (
@@ -31,6 +32,8 @@ from cni.ofnative import (
 )
 from cni.pipeline import Flow
 
+T = TypeVar("T")
+
 
 class ItemCache:
     """Match and action items (text -> TLVs / action bytes) encoded once: route-sync's thousands
@@ -40,14 +43,14 @@ class ItemCache:
         self.limit = limit
         self._items: dict[str, object] = {}
 
-    def get(self, item: str, encode: Callable[[str], object]) -> object:
+    def get(self, item: str, encode: Callable[[str], T]) -> T:
         got = self._items.get(item)
         if got is None:
             got = encode(item)
             if len(self._items) > self.limit:
                 self._items.clear()
             self._items[item] = got
-        return got
+        return cast(T, got)  # stored by this method from ``encode`` under this item's key
 
 
 OFPT_EXPERIMENTER = 4
@@ -106,7 +109,7 @@ def encode_match_masked(text: str, cache: ItemCache | None = None) -> bytes:
     cache = cache if cache is not None else ItemCache()
     fields: dict[str, bytes | None] = {}
     for item in filter(None, text.split(",")):
-        fields.update(cache.get("m " + item, lambda i: _match_item(i[2:])))  # type: ignore[arg-type]
+        fields.update(cache.get("m " + item, lambda i: _match_item(i[2:])))
     body = b"".join(tlv for f in MATCH_ORDER if (tlv := fields.get(f)) is not None)
     length = 4 + len(body)
     return struct.pack("!HH", 1, length) + body + b"\0" * (-length % 8)
@@ -143,7 +146,7 @@ def encode_instructions_ext(text: str, cache: ItemCache | None = None) -> bytes:
     for item in text.split(","):
         if goto:
             raise OpenFlowError(f"actions after goto_table in {text!r}")
-        is_goto, encoded = cache.get("a " + item, lambda i: _action_item(i[2:]))  # type: ignore[misc]
+        is_goto, encoded = cache.get("a " + item, lambda i: _action_item(i[2:]))
         if is_goto:
             goto = encoded
         elif encoded:
