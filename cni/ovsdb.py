@@ -18,10 +18,8 @@ from cni.record import Factory, record
 # ``typing`` is not imported at run time (a few ms on every ADD): annotations are strings.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from types import TracebackType
-    TYPE_CHECKING = False
-if TYPE_CHECKING:
     from collections.abc import Sequence
+    from types import TracebackType
     from typing import Any
 
 DB = "Open_vSwitch"
