@@ -232,6 +232,25 @@ def test_kubelet_restart_changes_nothing(lab: Lab) -> None:
     assert flows(lab, "node-1") == before
 
 
+def pod_routes(lab: Lab, node: str) -> dict[str, str]:
+    """The Pod's IPv4 routes via a gateway, destination -> the rest of the line."""
+    out = lab.pod(node, "a").exec(["ip", "-4", "route", "show"], check=True).stdout
+    return {line.split()[0]: line for line in out.splitlines() if " via " in line}
+
+
+def test_route_sync_in_its_pod_keeps_running_pods_mtus(lab: Lab) -> None:
+    """route-sync, in Ferry's Pod, enters the Pods' network namespaces (the host's /run/netns,
+    mounted with HostToContainer propagation): a Pod route whose MTU someone changed is put back
+    to its path's MTU on route-sync's next full pass."""
+    before = pod_routes(lab, "node-1")
+    cluster_route = next(line for dst, line in before.items() if dst != "default" and " mtu " in line)
+    dst, via = cluster_route.split()[0], cluster_route.split()[2]
+    assert re.search(r" mtu (\d+)", cluster_route)
+    lab.pod("node-1", "a").exec(["ip", "route", "change", dst, "via", via, "dev", "eth0", "mtu", "1000"], check=True)
+    assert " mtu 1000" in pod_routes(lab, "node-1")[dst]
+    wait_for("route-sync to put the Pod route's MTU back", lambda: pod_routes(lab, "node-1") == before, 180)
+
+
 def test_rolling_update_loses_no_ping(lab: Lab) -> None:
     """A new image tag rolls out: route-sync restarts on every Node while Pods keep forwarding,
     and no Pod's flows go missing."""
