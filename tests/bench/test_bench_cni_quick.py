@@ -106,10 +106,16 @@ def test_a_plugin_that_skips_del_is_caught_and_cleaned_up(tmp_path: Path) -> Non
     _assert_clean(tag)
 
 
+def _as_in_a_terminal() -> None:
+    """SIGINT at its default, as for a command in a terminal's foreground: a suite started in the
+    background of a non-interactive shell inherits SIGINT ignored, and Python keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_mid_run_cleans_up(tmp_path: Path) -> None:
     tag = _tag()
     p = subprocess.Popen([*BENCH, "--quick", "--tag", tag], cwd=ROOT, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_as_in_a_terminal)
     try:
         assert p.stderr is not None
         seen = []
