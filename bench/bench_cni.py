@@ -305,7 +305,7 @@ class Verifier:
 
     def _state(self) -> dict[str, Any]:
         if self.plugin.key == "ferry":
-            from cni.pipeline import HOST_VETH_PREFIX, Cookie, Owner
+            from cni.pipeline.tables import HOST_VETH_PREFIX, Cookie, Owner
             from ipam.api import list_allocations
 
             names = _run(["ovs-vsctl", f"--db={self.ovs.db}", "--bare", "--columns=name", "list",

@@ -64,7 +64,7 @@ class PathSpec:
 
 
 def path_specs() -> dict[str, PathSpec]:
-    from cni.pipeline import GATEWAY_PORT, TUNNEL_PORT
+    from cni.pipeline.tables import GATEWAY_PORT, TUNNEL_PORT
 
     return {
         "vxlan": PathSpec("vxlan", "encap vxlan", {"trafficEncapMode": "encap", "tunnelType": "vxlan"},

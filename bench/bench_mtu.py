@@ -11,7 +11,7 @@ and what the per-path routes add to an ADD.
   cluster prefix at the tunnel MTU per family; noEncap: the default route only).  The time is
   route-sync's own, from its log line ``Pods to the paths' MTUs in X ms: N updated`` (one pass of
   ``routesync.apply.pods``: per Pod the attachment lock, entering the netns, MTU and routes);
-  checked afterwards: every Pod holds what ``cni.podnet`` wants for the new mode.
+  checked afterwards: every Pod holds what ``cni.pipeline.podnet`` wants for the new mode.
 * **ADD with per-path routes vs one route per family** (same run, interleaved): a hybrid lab of
   three Nodes (node-1: a routed peer node-2, a tunnelled node-3: 3 routes per family with their
   MTUs); the plugin is exec'd directly in node-1's namespace (``bench.bench_cni``'s driver, wall
@@ -69,8 +69,9 @@ def _log_lines(path: str) -> list[tuple[float, int]]:
 
 
 def _pods_hold(lab: Lab, n: int) -> bool:
-    """Every Pod on node-1 holds what the state file wants (cni.podnet)."""
-    from cni import nodestate, podnet
+    """Every Pod on node-1 holds what the state file wants (cni.pipeline.podnet)."""
+    from cni.node import nodestate
+    from cni.pipeline import podnet
 
     state = nodestate.read(lab.node("node-1").paths.state_file)
     for pod in lab.node("node-1").pods()[:n]:

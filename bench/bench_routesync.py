@@ -221,8 +221,8 @@ def count_routes(ns: str) -> int:
 
 def worker(peers: int, changes: int, tag: str) -> dict[str, Any]:
     """Set up one Node, reconcile ``peers`` peers, optionally time ``changes`` changes."""
-    from cni import nodestate
-    from cni.pipeline import Owner
+    from cni.node import nodestate
+    from cni.pipeline.tables import Owner
     from routesync.apply import make_appliers
     from routesync.apply.ovs import group_installed, owner_of
     from routesync.config import Config

@@ -1,42 +1,42 @@
 """The ``ferry`` executable: the protocol core wired to the command handlers.
 
-``cni.commands`` (and with it netlink, OVSDB, IPAM) is imported only when a command that needs it
-runs; VERSION and every input error are answered by :mod:`cni.protocol` alone."""
+``cni.commands.verbs`` (and with it netlink, OVSDB, IPAM) is imported only when a command that needs it
+runs; VERSION and every input error are answered by :mod:`cni.spec.protocol` alone."""
 
 from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from cni.request import Handlers, Request
-    from cni.result import Result
+    from cni.spec.request import Handlers, Request
+    from cni.spec.result import Result
 
 
 def _add(req: Request) -> Result | None:
-    from cni import commands
+    from cni.commands import verbs as commands
 
     return commands.add(req)
 
 
 def _delete(req: Request) -> None:
-    from cni import commands
+    from cni.commands import verbs as commands
 
     commands.delete(req)
 
 
 def _check(req: Request) -> None:
-    from cni import commands
+    from cni.commands import verbs as commands
 
     commands.check(req)
 
 
 def _status(req: Request) -> None:
-    from cni import commands
+    from cni.commands import verbs as commands
 
     commands.status(req)
 
 
 def _gc(req: Request) -> None:
-    from cni import commands
+    from cni.commands import verbs as commands
 
     commands.gc(req)
 
@@ -59,7 +59,7 @@ def main() -> int:
     import os
     import sys
 
-    from cni import protocol
+    from cni.spec import protocol
 
     return protocol.run(handlers(), os.environ, _read_stdin(), sys.stdout.buffer, sys.stderr)
 

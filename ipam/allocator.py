@@ -7,7 +7,7 @@ pays a walk, and only up to the next hole."""
 
 from __future__ import annotations
 
-from cni.errors import INVALID_CONFIG, IPAM_EXHAUSTED, CniError
+from cni.spec.errors import INVALID_CONFIG, IPAM_EXHAUSTED, CniError
 from ipam.plain import Frozen
 from ipam.ranges import Range, RangeSet, find_range, fmt, iter_from, parse_address
 

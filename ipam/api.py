@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-from cni import addr
-from cni.errors import (
+from cni.lean import addr
+from cni.spec.errors import (
     INVALID_CONFIG,
     INVALID_ENV,
     IPAM_FAILURE,
@@ -27,7 +27,7 @@ from cni.errors import (
     TRY_AGAIN_LATER,
     CniError,
 )
-from cni.result import IPConfig, Route
+from cni.spec.result import IPConfig, Route
 from ipam.allocator import Pick, match_requested, parse_cursor, pick_free
 from ipam.plain import Frozen
 from ipam.ranges import RangeSet, fmt, parse_address, parse_range_sets, range_sets_from_cidrs

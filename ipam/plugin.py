@@ -1,6 +1,6 @@
 """``ferry-ipam``: Ferry IPAM as a standalone CNI IPAM plugin, and ``ferry-ipam ls``.
 
-As a plugin (``CNI_COMMAND`` set, network config on stdin), through :mod:`cni.protocol`:
+As a plugin (``CNI_COMMAND`` set, network config on stdin), through :mod:`cni.spec.protocol`:
 ADD prints ``{ips, routes}`` (no interfaces), DEL releases, CHECK compares ``prevResult.ips`` with
 the store, GC releases every attachment not in ``cni.dev/valid-attachments``, STATUS answers 50
 when ADD could not be served.  Requested addresses come from ``CNI_ARGS`` ``IP=a,b`` and
@@ -15,8 +15,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from cni.request import Handlers, Request
-    from cni.result import Result
+    from cni.spec.request import Handlers, Request
+    from cni.spec.result import Result
     from ipam.api import IpamConfig
 
 
@@ -24,7 +24,7 @@ def _node_cidrs(config: dict[str, Any]) -> list[str]:
     ipam = config.get("ipam") if isinstance(config.get("ipam"), dict) else {}
     if isinstance(ipam, dict) and ipam.get("ranges") is not None:
         return []
-    from cni import nodestate
+    from cni.node import nodestate
 
     path = (ipam or {}).get("stateFile") or config.get("stateFile") or nodestate.DEFAULT_STATE_FILE
     try:
@@ -40,7 +40,7 @@ def _conf(req: Request) -> IpamConfig:
 
 
 def _requested(req: Request) -> list[str]:
-    from cni.errors import INVALID_CONFIG, CniError
+    from cni.spec.errors import INVALID_CONFIG, CniError
 
     out = [a.strip() for a in req.args.get("IP", "").split(",") if a.strip()]
     runtime = req.config.get("runtimeConfig") or {}
@@ -53,7 +53,7 @@ def _requested(req: Request) -> list[str]:
 
 
 def _add(req: Request) -> Result:
-    from cni.result import Result
+    from cni.spec.result import Result
     from ipam import api
 
     conf = _conf(req)
@@ -62,7 +62,7 @@ def _add(req: Request) -> Result:
 
 
 def _delete(req: Request) -> None:
-    from cni.errors import TRY_AGAIN_LATER, CniError
+    from cni.spec.errors import TRY_AGAIN_LATER, CniError
     from ipam import api
 
     try:
@@ -75,7 +75,7 @@ def _delete(req: Request) -> None:
 
 
 def _check(req: Request) -> None:
-    from cni.errors import INVALID_CONFIG, CniError
+    from cni.spec.errors import INVALID_CONFIG, CniError
     from ipam import api
 
     if req.prev_result is None:
@@ -91,7 +91,7 @@ def _gc(req: Request) -> None:
 
 
 def _status(req: Request) -> None:
-    from cni.errors import NOT_READY, CniError
+    from cni.spec.errors import NOT_READY, CniError
     from ipam import api
 
     try:
@@ -110,7 +110,7 @@ def ls(argv: list[str]) -> int:
     import json
     import sys
 
-    from cni.errors import CniError
+    from cni.spec.errors import CniError
     from ipam.api import DEFAULT_DATA_DIR, list_allocations
 
     p = argparse.ArgumentParser(prog="ferry-ipam ls", description="List Ferry IPAM allocations.")
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "ls":
         return ls(args[1:])
-    from cni import protocol
+    from cni.spec import protocol
 
     stdin = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
     return protocol.run(handlers(), os.environ, stdin, sys.stdout.buffer, sys.stderr)

@@ -7,8 +7,8 @@ Pure: no I/O.  Every error is ``CniError(7)`` naming the offending field."""
 
 from __future__ import annotations
 
-from cni import addr as _addr
-from cni.errors import INVALID_CONFIG, CniError
+from cni.lean import addr as _addr
+from cni.spec.errors import INVALID_CONFIG, CniError
 from ipam.plain import Frozen
 
 TYPE_CHECKING = False

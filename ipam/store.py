@@ -38,8 +38,8 @@ import fcntl
 import os
 import stat
 
-from cni import fastjson as json
-from cni.errors import IO_FAILURE, IPAM_FAILURE, CniError
+from cni.lean import fastjson as json
+from cni.spec.errors import IO_FAILURE, IPAM_FAILURE, CniError
 from ipam.plain import Frozen
 
 TYPE_CHECKING = False

@@ -90,7 +90,7 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
 @click.option("--state-file", default=None, help="read this state file instead of the config's")
 def show(config_path: str, as_json: bool, state_file: str | None) -> None:
     """Per-peer decisions from the node state file."""
-    from cni import nodestate
+    from cni.node import nodestate
 
     from . import show as show_mod
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cni.nodestate import DEFAULT_STATE_FILE
-from cni.pipeline import DEFAULT_BRIDGE, MAX_IFNAME
+from cni.node.nodestate import DEFAULT_STATE_FILE
+from cni.pipeline.tables import DEFAULT_BRIDGE, MAX_IFNAME
 
 DEFAULT_CONFIG_FILE = "/etc/ferry/route-sync.yaml"
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from cni import nodestate
+from cni.node import nodestate
 
 from . import planner
 from .model import (
@@ -131,7 +131,7 @@ class Daemon:
         # the last full-or-incremental pass's inputs to prepare and its answer (reused by
         # incremental passes while this Node's own record is the same)
         self._prepared: tuple[NodeRecord | None, LocalFacts] | None = None
-        self._pods_key: tuple | None = None  # cni.podnet.state_key the Pods were converged to
+        self._pods_key: tuple | None = None  # cni.pipeline.podnet.state_key the Pods were converged to
         self.pod_syncs: collections.deque[tuple[int, float]] = collections.deque(maxlen=100)  # (updated, s)
 
     # -- one pass ------------------------------------------------------------------------------
@@ -181,11 +181,11 @@ class Daemon:
     def _sync_pods(self, state: nodestate.NodeState, full: bool) -> None:
         """Running Pods to the state's per-path MTUs (``appliers.sync_pods``), when what decides
         them changed, and on full passes (drift).  The state file is on disk first: an ADD that
-        read the older one notices the newer and converges its own Pod (``cni.commands.add``)."""
+        read the older one notices the newer and converges its own Pod (``cni.commands.verbs.add``)."""
         sync = getattr(self.appliers, "sync_pods", None)
         if sync is None:
             return
-        from cni import podnet
+        from cni.pipeline import podnet
 
         key = podnet.state_key(state)
         if not full and key == self._pods_key:

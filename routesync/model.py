@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cni.pipeline import Flow
+from cni.pipeline.tables import Flow
 
 MAC_ANNOTATION = "ferry.io/mac-address"
 TRANSPORT_ANNOTATION = "ferry.io/transport-addresses"

@@ -3,7 +3,7 @@ minus what the tunnel adds to every packet.
 
 Pods' interfaces, the gateway port and every path that is not encapsulated (routed peers,
 non-Pod destinations) carry the transport MTU; the routes to tunnelled Pod CIDRs (in the Pods,
-``cni/podnet.py``, and the Node's own host routes) the tunnel MTU.
+``cni/pipeline/podnet.py``, and the Node's own host routes) the tunnel MTU.
 
 Overheads count everything the encapsulation puts around the inner IP packet, over an IPv4
 underlay: outer IPv4 header (20) + the tunnel's own headers + the inner Ethernet header (14).

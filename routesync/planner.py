@@ -26,10 +26,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cni import addr, nodestate
-from cni.flows import GatewayPort, base_flows
-from cni.flows import mac as mac_of
-from cni.pipeline import GATEWAY_PORT, TUNNEL_PORT, VIRTUAL_MAC, Flow
+from cni.lean import addr
+from cni.node import nodestate
+from cni.pipeline.flows import GatewayPort, base_flows
+from cni.pipeline.flows import mac as mac_of
+from cni.pipeline.tables import GATEWAY_PORT, TUNNEL_PORT, VIRTUAL_MAC, Flow
 
 from . import mtu as mtu_mod
 from .config import Config
@@ -83,7 +84,7 @@ def first_address(cidr: str) -> str:
     return addr.first_host_cidr(cidr)
 
 
-# cni.addr (integer arithmetic, checked against ipaddress in tests/unit/test_addr.py) instead of
+# cni.lean.addr (integer arithmetic, checked against ipaddress in tests/unit/test_addr.py) instead of
 # ipaddress objects: planning 5,000 peers spent most of its ~1.3 s constructing them.
 def _family(address: str) -> int:
     return addr.family(address)

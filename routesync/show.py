@@ -6,8 +6,8 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from cni.nodestate import NodeState
-from cni.record import as_dict as asdict
+from cni.lean.record import as_dict as asdict
+from cni.node.nodestate import NodeState
 
 if TYPE_CHECKING:
     from .bgp.status import BgpStatus
@@ -23,7 +23,7 @@ def via(path: str) -> str:
 
 def path_mtu(state: NodeState, path: str) -> int:
     """The MTU a Pod's packets get on ``path``: the tunnel MTU through a tunnel, the full
-    (transport) MTU on every unencapsulated path (``cni/podnet.py``)."""
+    (transport) MTU on every unencapsulated path (``cni/pipeline/podnet.py``)."""
     return state.mtu if path == "tunnel" else (state.transportMTU or state.mtu)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from cni.pipeline import GATEWAY_PORT, TUNNEL_PORT
+from cni.pipeline.tables import GATEWAY_PORT, TUNNEL_PORT
 from routesync.apply.nexthops import NextHops
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
@@ -26,7 +26,7 @@ from routesync.apply.uplink import UplinkMover
 from routesync.model import DesiredState, HostRoute, LocalFacts, PeerPlan, TunnelSpec, UplinkSpec
 
 if TYPE_CHECKING:
-    from cni.nodestate import NodeState
+    from cni.node.nodestate import NodeState
     from routesync.config import Config
 
 __all__ = [

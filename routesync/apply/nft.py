@@ -93,7 +93,7 @@ class LibNft:
         return ctx
 
     def _in_netns(self, fn: Callable[[int], T]) -> T:
-        from cni.netns import setns
+        from cni.kernel.netns import setns
 
         assert self._origin is not None
         fd = os.open(f"/run/netns/{self.netns}", os.O_RDONLY | os.O_CLOEXEC)

@@ -6,7 +6,7 @@ A bundle is ONF EXT-230 (what ``ovs-ofctl -O OpenFlow13 --bundle`` sends): OPEN,
 ADD_MESSAGE per flow-mod, a BARRIER (an ADD_MESSAGE the switch refused is answered before it:
 the bundle is then dropped, not committed), COMMIT with ``OFPBF_ATOMIC | OFPBF_ORDERED``, so
 packets see the old flows or the new ones, never a mix.  The flow-mods come from :mod:`routesync.apply.ofwire`
-(``flow_mod_add_ext``) and :mod:`cni.ofnative` (``flow_mod_delete``), which refuse flow text they
+(``flow_mod_add_ext``) and :mod:`cni.ovs.ofnative` (``flow_mod_delete``), which refuse flow text they
 do not speak: the caller then sends the bundle through ``ovs-ofctl`` as before.
 
 The connection is opened on first use and kept; a connection-level failure (ovs-vswitchd
@@ -20,9 +20,9 @@ import socket
 import struct
 from collections.abc import Callable, Iterable, Sequence
 
-from cni import ofnative as of
-from cni.ofnative import HEADER
-from cni.pipeline import Cookie, Flow
+from cni.ovs import ofnative as of
+from cni.ovs.ofnative import HEADER
+from cni.pipeline.tables import Cookie, Flow
 from routesync.apply import ofwire
 
 

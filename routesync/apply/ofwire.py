@@ -1,9 +1,9 @@
-"""route-sync's OpenFlow 1.3 encoding, beside the plugin's (:mod:`cni.ofnative`, which it builds on).
+"""route-sync's OpenFlow 1.3 encoding, beside the plugin's (:mod:`cni.ovs.ofnative`, which it builds on).
 
 Masked address matches (``nw_dst=10.0.1.0/24``, ``ipv6_src=fd00::/64``), tunnel destinations
 (``set_field:<ip>->tun_dst`` / ``tun_ipv6_dst``) and OpenFlow 1.3 bundles (ONF extension EXT-230,
 what ``ovs-ofctl -O OpenFlow13 --bundle`` sends), so route-sync's atomic per-peer replacement
-needs no ovs-ofctl exec.  Kept out of :mod:`cni.ofnative` because the plugin imports that once per
+needs no ovs-ofctl exec.  Kept out of :mod:`cni.ovs.ofnative` because the plugin imports that once per
 Pod and needs none of this.  ``tests/system/test_ofnative.py`` installs every kind of route-sync
 flow both ways and compares ``ovs-ofctl dump-flows``."""
 
@@ -13,8 +13,8 @@ import struct
 from collections.abc import Callable
 from typing import TypeVar, cast
 
-from cni import addr
-from cni.ofnative import (
+from cni.lean import addr
+from cni.ovs.ofnative import (
     HEADER,
     MATCH_KEYS,
     MATCH_ORDER,
@@ -30,7 +30,7 @@ from cni.ofnative import (
     encode_oxm,
     encode_value,
 )
-from cni.pipeline import Flow
+from cni.pipeline.tables import Flow
 
 T = TypeVar("T")
 
@@ -105,7 +105,7 @@ def _match_item(item: str) -> list[tuple[str, bytes | None]]:
 
 
 def encode_match_masked(text: str, cache: ItemCache | None = None) -> bytes:
-    """:func:`cni.ofnative.encode_match` plus ``<prefix>/<length>`` on the IPv4/IPv6 source/destination."""
+    """:func:`cni.ovs.ofnative.encode_match` plus ``<prefix>/<length>`` on the IPv4/IPv6 source/destination."""
     cache = cache if cache is not None else ItemCache()
     fields: dict[str, bytes | None] = {}
     for item in filter(None, text.split(",")):
@@ -139,7 +139,7 @@ def _action_item(item: str) -> tuple[bool, bytes]:
 
 
 def encode_instructions_ext(text: str, cache: ItemCache | None = None) -> bytes:
-    """:func:`cni.ofnative.encode_instructions` plus ``set_field:<ip>->tun_dst|tun_ipv6_dst``."""
+    """:func:`cni.ovs.ofnative.encode_instructions` plus ``set_field:<ip>->tun_dst|tun_ipv6_dst``."""
     cache = cache if cache is not None else ItemCache()
     actions: list[bytes] = []
     goto = b""
@@ -159,7 +159,7 @@ def encode_instructions_ext(text: str, cache: ItemCache | None = None) -> bytes:
 
 
 def flow_mod_add_ext(flow: Flow, xid: int, cache: ItemCache | None = None) -> bytes:
-    """:func:`cni.ofnative.flow_mod_add` for route-sync's flows (masked matches, tunnel destinations)."""
+    """:func:`cni.ovs.ofnative.flow_mod_add` for route-sync's flows (masked matches, tunnel destinations)."""
     return encode_flow_mod(flow.cookie.value, 0, int(flow.table), OFPFC_ADD, flow.priority,
                      encode_match_masked(flow.match, cache), encode_instructions_ext(flow.actions, cache), xid)
 

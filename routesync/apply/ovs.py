@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from cni.ofnative import OpenFlowError
-from cni.pipeline import EXT_OWNER, FULL_MASK, GATEWAY_PORT, OWNER_SHIFT, Cookie, Flow, Owner
+from cni.ovs.ofnative import OpenFlowError
+from cni.pipeline.tables import EXT_OWNER, FULL_MASK, GATEWAY_PORT, OWNER_SHIFT, Cookie, Flow, Owner
 from routesync.apply.ofsession import OpenFlowSession
 from routesync.model import TunnelSpec
 
@@ -185,11 +185,11 @@ def bundle_text(add: Iterable[int], replace: Iterable[int], delete: Iterable[int
 
 def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str,
                     gateway_ofport: int | None = None) -> dict[int, list[Flow]]:
-    """Per-Pod flows by cookie value, rebuilt from Pod ports' external_ids (``cni.pipeline.EXT_*``:
+    """Per-Pod flows by cookie value, rebuilt from Pod ports' external_ids (``cni.pipeline.tables.EXT_*``:
     container id, ifname, ips, mac) exactly as the plugin's ADD built them.  Ports without an
     ofport or with incomplete ids are skipped."""
-    from cni.flows import PodPort, pod_flows
-    from cni.pipeline import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_MAC, pod_cookie
+    from cni.pipeline.flows import PodPort, pod_flows
+    from cni.pipeline.tables import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_MAC, pod_cookie
 
     out: dict[int, list[Flow]] = {}
     for p in ports:
@@ -205,7 +205,7 @@ def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str,
                                       gateway_mac, gateway_ofport)
         gateways = ids.get("ferry-chained-gateways")  # a chained (networkPolicyOnly) Pod's next hops
         if gateways:
-            from cni.chained import next_hop_flows
+            from cni.pipeline.chained import next_hop_flows
 
             out[cookie.value] += next_hop_flows(cookie, int(ofport),
                                                 tuple(g for g in gateways.split(",") if g), gateway_mac)
@@ -370,7 +370,7 @@ class OvsApplier:
     def ensure_tunnel(self, spec: TunnelSpec | None, local_ip: str | None = None,
                       name: str | None = None) -> int | None:
         """One flow-based tunnel port; removed when ``spec`` is None; replaced on type change."""
-        from cni.pipeline import TUNNEL_PORT
+        from cni.pipeline.tables import TUNNEL_PORT
 
         port = spec.port_name if spec else (name or TUNNEL_PORT)
         rows = self.api.db_find("Interface", ("name", "=", port),
@@ -454,8 +454,8 @@ class OvsApplier:
                          lock_dir: str | None = None) -> int:
         """Re-install the per-Pod flows of every Pod port that has none (after an ovs-vswitchd
         restart all are gone), rebuilt from the port's external_ids with the plugin's own
-        ``cni.flows.pod_flows`` and cookie and installed the way the plugin installs them
-        (``cni.ofctl.OpenFlow.add_flows``), so they are indistinguishable from the plugin's and
+        ``cni.pipeline.flows.pod_flows`` and cookie and installed the way the plugin installs them
+        (``cni.ovs.ofctl.OpenFlow.add_flows``), so they are indistinguishable from the plugin's and
         its CHECK and DEL find them.  A group that exists is never touched (the plugin owns
         it).  With ``lock_dir``, each Pod is replayed under the plugin's attachment lock and only
         if its port is still there, so a DEL that is half done (flows gone, port not yet) is never
@@ -468,9 +468,9 @@ class OvsApplier:
         todo = sorted(c for c in want if c not in present)
         if not todo:
             return 0
-        from cni.locks import attachment_lock
-        from cni.ofctl import OpenFlow
-        from cni.pipeline import EXT_CONTAINER_ID, EXT_IFNAME, pod_cookie
+        from cni.node.locks import attachment_lock
+        from cni.ovs.ofctl import OpenFlow
+        from cni.pipeline.tables import EXT_CONTAINER_ID, EXT_IFNAME, pod_cookie
 
         of = OpenFlow(self.bridge, self.run_dir)
         if lock_dir is None:

@@ -1,10 +1,10 @@
 """Running Pods kept at their paths' MTUs: interface MTU (both veth ends) and routes with MTUs.
 
 When a peer changes path, or the mode, the tunnel type or the underlay MTU changes, the routes a
-Pod should hold change (``cni.podnet``: the same pure function ADD uses, fed the node state
+Pod should hold change (``cni.pipeline.podnet``: the same pure function ADD uses, fed the node state
 route-sync just wrote).  This applier enters each local Pod's network namespace (known from its
 OVS port's ``external_ids``: ``ferry-netns``) and converges it, under the plugin's attachment
-lock (``cni.locks``), so it never races an ADD or DEL of that Pod; a Pod whose port went away
+lock (``cni.node.locks``), so it never races an ADD or DEL of that Pod; a Pod whose port went away
 meanwhile, or whose namespace is gone, is skipped without error.
 
 Entering: a short-lived thread ``setns``-es into the Pod's namespace and opens a netlink socket
@@ -27,10 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cni import addr, podnet
-from cni.locks import attachment_lock
-from cni.nodestate import NodeState
-from cni.pipeline import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_NETNS
+from cni.lean import addr
+from cni.node.locks import attachment_lock
+from cni.node.nodestate import NodeState
+from cni.pipeline import podnet
+from cni.pipeline.tables import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_NETNS
 
 LOG = logging.getLogger(__name__)
 

@@ -17,9 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from cni import addr, netlink
-from cni.netlink import Netlink
-from cni.pipeline import GATEWAY_PORT
+from cni.kernel import netlink
+from cni.kernel.netlink import Netlink
+from cni.lean import addr
+from cni.pipeline.tables import GATEWAY_PORT
 from routesync.model import FERRY_ROUTE_PROTO, HostRoute, Neighbor
 
 LOG = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def plan_routes(desired: Iterable[HostRoute], installed: Iterable[HostRoute], no
 class RouteApplier:
     """Netlink in the current network namespace (or ``netns``, a name under /run/netns).
 
-    Routes go through ``cni.netlink`` (the plugin's lean rtnetlink client): one dump of the table
+    Routes go through ``cni.kernel.netlink`` (the plugin's lean rtnetlink client): one dump of the table
     per sync and the changes in batches of many messages per datagram, acknowledged together
     (1,000 routes: ~15 ms, where pyroute2's AsyncIPRoute with 256 requests in flight took
     ~1.3 s and a dump ~0.3 s, mostly encoding/decoding in Python).  Addresses, links and

@@ -77,7 +77,7 @@ def render_record(rec: NodeRecord) -> str:
 
 
 def write_atomic(path: str, text: str) -> None:
-    from cni.atomicfile import write_atomic as write_bytes
+    from cni.node.atomicfile import write_atomic as write_bytes
 
     write_bytes(path, text.encode("utf-8"))
 

@@ -21,9 +21,9 @@ from lab.tools import cnitool
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from cni import nodestate
-from cni import pipeline as pl
-from cni.flows import GatewayPort, base_flows
+from cni.node import nodestate
+from cni.pipeline import tables as pl
+from cni.pipeline.flows import GatewayPort, base_flows
 from tests.ovs_instance import OvsInstance, netns
 
 CNITOOL = cnitool()

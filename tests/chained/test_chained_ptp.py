@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from cni import chained
-from cni import config as cfg
-from cni import pipeline as pl
-from cni.netns import entered
-from cni.request import Request
-from cni.result import decode
+from cni.commands import chained
+from cni.kernel.netns import entered
+from cni.node import config as cfg
+from cni.pipeline import tables as pl
+from cni.spec.request import Request
+from cni.spec.result import decode
 from tests.pod.netcheck import ping, tcp_echo
 from tests.waiting import until
 

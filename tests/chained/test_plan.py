@@ -1,13 +1,13 @@
-"""The pure half of cni.chained: what it reads from prevResult and what it plans."""
+"""The pure half of cni.commands.chained: what it reads from prevResult and what it plans."""
 
 from __future__ import annotations
 
 import pytest
 
-from cni import chained
-from cni import pipeline as pl
-from cni.errors import CniError
-from cni.result import decode
+from cni.commands import chained
+from cni.pipeline import tables as pl
+from cni.spec.errors import CniError
+from cni.spec.result import decode
 
 PTP = decode({
     "cniVersion": "1.0.0",

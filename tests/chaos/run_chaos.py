@@ -43,8 +43,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from cni import pipeline as pl
-from cni.flows import PodPort, pod_flows
+from cni.pipeline import tables as pl
+from cni.pipeline.flows import PodPort, pod_flows
 from tests.e2e.helpers import tunnel_neighbours
 from tests.liveping import LivePing
 

@@ -3,8 +3,8 @@ flows the plugin's ADD installed (pure: both planners on the same Pod)."""
 
 from __future__ import annotations
 
-from cni import pipeline as pl
-from cni.flows import PodPort, pod_flows
+from cni.pipeline import tables as pl
+from cni.pipeline.flows import PodPort, pod_flows
 
 
 def test_replayed_pod_flows_equal_the_plugins() -> None:
@@ -22,7 +22,7 @@ def test_replayed_pod_flows_equal_the_plugins() -> None:
 
 def test_replayed_chained_pod_flows_equal_the_plugins() -> None:
     """A networkPolicyOnly (chained) Pod gets its next-hop answers back too."""
-    from cni.chained import Attachment, chained_flows
+    from cni.commands.chained import Attachment, chained_flows
     from routesync.apply.ovs import pod_flow_groups
 
     cookie = pl.pod_cookie("fxchained", "eth0")
@@ -30,7 +30,7 @@ def test_replayed_chained_pod_flows_equal_the_plugins() -> None:
            pl.EXT_IPS: "10.244.1.7/32,fd00:10:244:1::7/128", pl.EXT_OWNER: "pod", "ferry-chained": "1",
            "ferry-chained-gateways": "10.244.1.1,fd00:10:244:1::1"}
     gw_mac, gw_ofport = "02:00:00:00:00:01", 1
-    from cni.result import IPConfig
+    from cni.spec.result import IPConfig
 
     att = Attachment(ifname="eth0", mac="02:00:00:00:00:07", host_name="veth0",
                      ips=(IPConfig(address="10.244.1.7/32", gateway="10.244.1.1"),

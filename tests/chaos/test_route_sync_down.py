@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from cni import nodestate
-from cni import pipeline as pl
+from cni.node import nodestate
+from cni.pipeline import tables as pl
 from tests.hostile.conftest import Pod, run
 
 pytestmark = pytest.mark.root

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from cni.pipeline import NODE_COOKIE, Cookie, Owner, peer_cookie
+from cni.pipeline.tables import NODE_COOKIE, Cookie, Owner, peer_cookie
 from lab.api import Lab, Node, Pod
 
 _PKTS = re.compile(r"n_packets=(\d+)")

@@ -22,7 +22,7 @@ import time
 import pytest
 import yaml
 
-from cni.pipeline import Cookie, Owner, peer_cookie
+from cni.pipeline.tables import Cookie, Owner, peer_cookie
 from lab import layout
 from lab.api import Lab
 from tests.liveping import LivePing

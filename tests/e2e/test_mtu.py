@@ -17,7 +17,8 @@ import sys
 
 import pytest
 
-from cni import nodestate, podnet
+from cni.node import nodestate
+from cni.pipeline import podnet
 from lab import layout
 from lab.api import Lab, Pod, cnitool
 from lab.sh import run
@@ -56,7 +57,7 @@ def held(pod: Pod) -> tuple[int, dict[str, int]]:
 
 
 def wanted(lab: Lab, pod: Pod) -> tuple[int, dict[str, int]] | None:
-    """What the Pod's Node's state file says it should hold (cni.podnet, as ADD and route-sync)."""
+    """What the Pod's Node's state file says it should hold (cni.pipeline.podnet, as ADD and route-sync)."""
     path = lab.node(pod.node).paths.state_file
     try:
         state = nodestate.read(path)
@@ -264,7 +265,7 @@ HOOKED_LAUNCHER = """#!{python} -IS
 # read of it and the Pod's configuration (a window of microseconds no test can hit by waiting)
 import os, sys
 sys.path.insert(0, {root!r})
-from cni import commands
+from cni.commands import verbs as commands
 configure = commands._configure_pod_interface
 def hooked(*args, **kwargs):
     configure(*args, **kwargs)

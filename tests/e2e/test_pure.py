@@ -3,8 +3,8 @@ replay plan (no root needed)."""
 
 from __future__ import annotations
 
-from cni.flows import PodPort, pod_flows
-from cni.pipeline import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_MAC, EXT_OWNER, pod_cookie
+from cni.pipeline.flows import PodPort, pod_flows
+from cni.pipeline.tables import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_MAC, EXT_OWNER, pod_cookie
 from routesync.apply.ovs import pod_flow_groups
 from routesync.apply.tnlneigh import parse_show, plan_set, tunnel_endpoints
 from routesync.model import PeerPlan

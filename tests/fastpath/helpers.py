@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from cni.pipeline import peer_cookie
+from cni.pipeline.tables import peer_cookie
 from lab.api import Lab, Node, Pod
 from routesync.model import MAC_ANNOTATION, NodeRecord
 from routesync.sources.registry import parse_record, render_record, write_atomic

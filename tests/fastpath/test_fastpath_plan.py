@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cni.pipeline import Table, peer_cookie
+from cni.pipeline.tables import Table, peer_cookie
 from routesync.config import from_dict
 from routesync.model import LocalFacts, NextHop, NodeRecord
 from routesync.planner import choose_mac, fast_candidates, plan, self_record

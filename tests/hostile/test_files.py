@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from cni import pipeline as pl
+from cni.pipeline import tables as pl
 
 from .conftest import run
 

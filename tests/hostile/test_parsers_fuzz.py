@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cni import nodestate
+from cni.node import nodestate
 
 VALID_STATE: dict[str, Any] = {
     "version": 1, "node": "node-a", "mode": "encap", "bridge": "br-int", "datapath": "netdev",

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cni import pipeline as pl
-from cni.flows import PodPort, pod_flows
+from cni.pipeline import tables as pl
+from cni.pipeline.flows import PodPort, pod_flows
 
 from .conftest import run
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cni import pipeline as pl
+from cni.pipeline import tables as pl
 from tests.pod.netcheck import ping
 
 pytestmark = pytest.mark.root

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cni import pipeline as pl
+from cni.pipeline import tables as pl
 from tests.pod.netcheck import ping
 
 from .conftest import run

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cni.errors import (
+from cni.spec.errors import (
     INVALID_CONFIG,
     IO_FAILURE,
     IPAM_EXHAUSTED,

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from cni.errors import CniError
+from cni.spec.errors import CniError
 from ipam import api
 
 

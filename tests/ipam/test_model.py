@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from cni.errors import IPAM_EXHAUSTED, CniError
+from cni.spec.errors import IPAM_EXHAUSTED, CniError
 from ipam import api
 from ipam.store import Store
 

@@ -99,7 +99,7 @@ def test_errors_as_cni_json(plugin: str, tmp_path: Path) -> None:
 
 
 def test_ranges_from_node_state(plugin: str, tmp_path: Path) -> None:
-    from cni import nodestate
+    from cni.node import nodestate
 
     state = nodestate.NodeState(node="fi-n", mode="encap", bridge="br-int", datapath="netdev", ovsdb="unix:x",
                                 ovsRunDir="/x", mtu=1450, podCIDRs=["10.81.3.0/24"],

@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from cni.errors import INVALID_CONFIG, IPAM_EXHAUSTED, CniError
+from cni.spec.errors import INVALID_CONFIG, IPAM_EXHAUSTED, CniError
 from ipam.allocator import match_requested, parse_cursor, pick_free
 from ipam.ranges import fmt, iter_from, parse_range, parse_range_sets, range_sets_from_cidrs
 

@@ -8,8 +8,16 @@ import subprocess
 
 import pytest
 
-from cni import pipeline as pl
-from cni.flows import GatewayPort, PodPort, arp_responder_actions, base_flows, link_local, mac, pod_flows
+from cni.pipeline import tables as pl
+from cni.pipeline.flows import (
+    GatewayPort,
+    PodPort,
+    arp_responder_actions,
+    base_flows,
+    link_local,
+    mac,
+    pod_flows,
+)
 
 GW = GatewayPort(ofport=2, mac="02:00:00:00:00:01", addresses=("10.244.1.1/24", "fd00:10:244:1::1/64"))
 POD = PodPort(cookie=pl.pod_cookie("c1", "eth0"), ofport=7, mac="02:11:22:33:44:55",

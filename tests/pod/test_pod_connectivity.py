@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from cni import pipeline as pl
+from cni.pipeline import tables as pl
 from tests.pod.netcheck import ping, tcp_echo
 
 pytestmark = pytest.mark.root

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from cni import pipeline as pl
+from cni.pipeline import tables as pl
 from tests.pod.conftest import run
 from tests.pod.netcheck import ping
 

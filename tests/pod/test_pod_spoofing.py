@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cni import pipeline as pl
+from cni.pipeline import tables as pl
 from tests.pod.netcheck import ping
 from tests.waiting import until
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from cni import protocol
-from cni.request import Request
-from cni.result import Interface, IPConfig, Result, Route
+from cni.spec import protocol
+from cni.spec.request import Request
+from cni.spec.result import Interface, IPConfig, Result, Route
 
 PREFIX = "fp-"  # this test area's prefix for anything created on the system
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from cni import errors
-from cni import pipeline as pl
+from cni.pipeline import tables as pl
+from cni.spec import errors
 from lab.api import CNI_CACHE, cnitool_container_id
 from lab.tools import cnitool
 from tests.ovs_instance import OvsInstance, netns, netns_path

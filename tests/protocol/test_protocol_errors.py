@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cni import errors
-from cni.protocol import NEWEST
+from cni.spec import errors
+from cni.spec.protocol import NEWEST
 
 ATTACH_ENV = {"CNI_CONTAINERID": "fp-c0ffee", "CNI_NETNS": "/var/run/netns/fp-none",
               "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin"}

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from typing import Any
 
-from cni import protocol
-from cni.log import open_log
+from cni.spec import protocol
+from cni.spec.log import open_log
 
 from .conftest import recording_handlers
 
@@ -109,7 +109,7 @@ def test_plugin_stdout_is_only_the_answer_even_when_logging_to_stderr(cni_bin: s
 
 def test_version_and_input_errors_import_little(cni_bin: str) -> None:
     """VERSION needs the C JSON scanner and the log only (not even ``json``/``re``); input errors add
-    the shared contracts, never cni.commands."""
+    the shared contracts, never cni.commands.verbs."""
     probe = ("import sys; sys.path.insert(0, {root!r}); import io, os; from cni import plugin; "
              "sys.stdin = io.TextIOWrapper(io.BytesIO({stdin!r})); "
              "code = plugin.main(); print(sorted(m for m in sys.modules), file=sys.stderr)")
@@ -121,11 +121,11 @@ def test_version_and_input_errors_import_little(cni_bin: str) -> None:
         return set(ast.literal_eval(p.stderr.decode().strip().splitlines()[-1]))
 
     version = modules({"CNI_COMMAND": "VERSION"}, b'{"cniVersion":"1.0.0"}')
-    assert "cni.fastjson" in version
-    for heavy in ("json", "re", "cni.commands", "cni.result", "cni.request", "dataclasses", "ipaddress", "logging",
+    assert "cni.lean.fastjson" in version
+    for heavy in ("json", "re", "cni.commands.verbs", "cni.spec.result", "cni.spec.request", "dataclasses", "ipaddress", "logging",
                   "typing"):
         assert heavy not in version, heavy
     error = modules(dict(ENV, CNI_IFNAME="a/b"), conf(logFile="/dev/null"))
-    assert "cni.errors" in error
-    for heavy in ("cni.commands", "cni.request", "cni.result", "ipaddress", "logging", "typing"):
+    assert "cni.spec.errors" in error
+    for heavy in ("cni.commands.verbs", "cni.spec.request", "cni.spec.result", "ipaddress", "logging", "typing"):
         assert heavy not in error, heavy

@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cni import protocol
-from cni.protocol import SUPPORTED_VERSIONS
+from cni.spec import protocol
+from cni.spec.protocol import SUPPORTED_VERSIONS
 
 from .conftest import recording_handlers
 

@@ -1,4 +1,4 @@
-"""Result encoding per spec version, and that each shape reads back through ``cni.result.decode``."""
+"""Result encoding per spec version, and that each shape reads back through ``cni.spec.result.decode``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cni.result import DNS, Interface, IPConfig, Result, Route, decode
+from cni.spec.result import DNS, Interface, IPConfig, Result, Route, decode
 
 from .conftest import sample_result
 

@@ -6,11 +6,11 @@ import io
 import json
 from typing import Any
 
-from cni import errors, protocol
-from cni.errors import CniError
-from cni.protocol import NEWEST, SUPPORTED_VERSIONS
-from cni.result import SUPPORTED_VERSIONS as RESULT_VERSIONS
-from cni.result import decode
+from cni.spec import errors, protocol
+from cni.spec.errors import CniError
+from cni.spec.protocol import NEWEST, SUPPORTED_VERSIONS
+from cni.spec.result import SUPPORTED_VERSIONS as RESULT_VERSIONS
+from cni.spec.result import decode
 
 from .conftest import sample_result
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cni import nodestate
+from cni.node import nodestate
 from routesync.bgp import plan, status
 from routesync.cli import main
 from routesync.config import BgpPeer, ConfigError, from_dict

@@ -8,7 +8,7 @@ import statistics
 import threading
 import time
 
-from cni import nodestate
+from cni.node import nodestate
 from routesync.config import from_dict
 from routesync.daemon import Daemon
 from routesync.model import MAC_ANNOTATION, DesiredState, LocalFacts, NodeRecord

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cni.pipeline import BASE_COOKIE, GATEWAY_PORT, NODE_COOKIE, VIRTUAL_MAC, Owner, Table, peer_cookie
+from cni.pipeline.tables import BASE_COOKIE, GATEWAY_PORT, NODE_COOKIE, VIRTUAL_MAC, Owner, Table, peer_cookie
 from routesync.config import from_dict
 from routesync.model import HostRoute, LocalFacts, Neighbor, NodeRecord
 from routesync.planner import decide, first_address, node_state, plan

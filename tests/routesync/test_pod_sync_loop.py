@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from cni import nodestate
+from cni.node import nodestate
 from routesync.apply.pods import PodSyncReport
 from routesync.config import from_dict
 from routesync.daemon import Daemon

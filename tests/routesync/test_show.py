@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from cni import nodestate
+from cni.node import nodestate
 from routesync.cli import main
 from routesync.config import from_dict
 from routesync.model import LocalFacts, NodeRecord

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from cni.netlink import NetlinkError
-from cni.pipeline import BASE_COOKIE, peer_cookie
+from cni.kernel.netlink import NetlinkError
+from cni.pipeline.tables import BASE_COOKIE, peer_cookie
 from routesync.apply.routes import RouteApplier
 from routesync.model import HostRoute
 from tests.ovs_instance import netns

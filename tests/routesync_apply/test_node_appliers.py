@@ -7,7 +7,7 @@ import tempfile
 
 import pytest
 
-from cni.pipeline import BASE_COOKIE, GATEWAY_PORT, NODE_COOKIE, Flow, Table, peer_cookie
+from cni.pipeline.tables import BASE_COOKIE, GATEWAY_PORT, NODE_COOKIE, Flow, Table, peer_cookie
 from routesync.apply import make_appliers
 from routesync.apply.ovs import group_installed
 from routesync.apply.uplink import UPLINK_COOKIE

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cni.pipeline import BASE_COOKIE, NODE_COOKIE, Flow, Table, peer_cookie, pod_cookie
+from cni.pipeline.tables import BASE_COOKIE, NODE_COOKIE, Flow, Table, peer_cookie, pod_cookie
 from routesync.apply.ovs import (
     EXT_GATEWAY_MAC,
     InstalledFlow,
@@ -233,8 +233,8 @@ def test_planned_flows_go_natively_and_read_back_unchanged_after_the_bridge_is_r
     """route-sync's own flows (masked CIDRs, tunnel destinations) travel over the persistent
     OpenFlow connection, no ovs-ofctl exec; a full sync compares them with OVS's dump as equal;
     after the bridge is re-created (flows gone, the connection dead) the next sync reconnects."""
-    from cni.flows import GatewayPort
-    from cni.flows import base_flows as planned_base
+    from cni.pipeline.flows import GatewayPort
+    from cni.pipeline.flows import base_flows as planned_base
     from routesync.model import PeerPlan
     from routesync.peerflows import node_flows
     from routesync.peerflows import peer_flows as planned_peer
@@ -267,7 +267,7 @@ def test_planned_flows_go_natively_and_read_back_unchanged_after_the_bridge_is_r
 
 
 def test_group_by_cookie_value_whatever_the_cookie_objects() -> None:
-    from cni.pipeline import Cookie, Owner
+    from cni.pipeline.tables import Cookie, Owner
     from routesync.apply.ovs import _group
 
     a1, a2, b = Cookie(Owner.PEER, 1), Cookie(Owner.PEER, 1), Cookie(Owner.PEER, 2)
@@ -277,7 +277,7 @@ def test_group_by_cookie_value_whatever_the_cookie_objects() -> None:
 
 
 def test_node_state_rows_are_reused_for_the_same_plans() -> None:
-    from cni import nodestate
+    from cni.node import nodestate
     from routesync.model import PeerPlan
     from routesync.planner import _peer_rows
 

@@ -13,9 +13,9 @@ import threading
 
 import pytest
 
-from cni import nodestate
-from cni.locks import attachment_lock
-from cni.pipeline import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_NETNS, EXT_OWNER
+from cni.node import nodestate
+from cni.node.locks import attachment_lock
+from cni.pipeline.tables import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_NETNS, EXT_OWNER
 from routesync.apply.pods import PodMtuApplier
 from tests.ovs_instance import netns
 from tests.waiting import until

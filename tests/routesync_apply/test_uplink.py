@@ -8,7 +8,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from cni.pipeline import Flow, Table, peer_cookie
+from cni.pipeline.tables import Flow, Table, peer_cookie
 from routesync.apply.uplink import UPLINK_COOKIE, UplinkMover
 from routesync.model import TunnelSpec, UplinkSpec
 from tests.ovs_instance import netns

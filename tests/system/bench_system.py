@@ -14,11 +14,11 @@ import sys
 import time
 from collections.abc import Callable
 
-from cni.netlink import Netlink
-from cni.netns import open_netns
-from cni.ofctl import OpenFlow
-from cni.ovsdb import Ovsdb
-from cni.pipeline import Flow, Table, pod_cookie
+from cni.kernel.netlink import Netlink
+from cni.kernel.netns import open_netns
+from cni.ovs.ofctl import OpenFlow
+from cni.ovs.ovsdb import Ovsdb
+from cni.pipeline.tables import Flow, Table, pod_cookie
 from tests.ovs_instance import OvsInstance, netns
 
 
@@ -116,7 +116,7 @@ def main(n: int) -> None:
         timed("dump_flows by cookie: ovs-ofctl", n, nothing, lambda i: of.dump_flows(c), nothing)
         nl.close()
         os.close(fd)
-    for mod in ("cni.netlink, cni.ovsdb, cni.ofctl, cni.netns, cni.ethtool, cni.announce", "pyroute2",
+    for mod in ("cni.kernel.netlink, cni.ovs.ovsdb, cni.ovs.ofctl, cni.kernel.netns, cni.kernel.ethtool, cni.kernel.announce", "pyroute2",
                 "ovsdbapp.backend.ovs_idl.connection, ovsdbapp.schema.open_vswitch.impl_idl"):
         best = min(_import_ms(mod) for _ in range(5))
         print(f"{'import ' + mod[:47]:55s} min {best:7.2f} ms (fresh interpreter, -X importtime sum)")

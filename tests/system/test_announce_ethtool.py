@@ -1,4 +1,4 @@
-"""cni.ethtool vs ``ethtool -k``; cni.announce frames checked on the wire and by the receiving kernel."""
+"""cni.kernel.ethtool vs ``ethtool -k``; cni.kernel.announce frames checked on the wire and by the receiving kernel."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import time
 import pytest
 from pyroute2 import NetNS
 
-from cni.announce import checksum, gratuitous_arp, unsolicited_na
-from cni.ethtool import get_tx_checksum, set_tx_checksum
-from cni.netlink import Netlink
-from cni.netns import entered, open_netns
+from cni.kernel.announce import checksum, gratuitous_arp, unsolicited_na
+from cni.kernel.ethtool import get_tx_checksum, set_tx_checksum
+from cni.kernel.netlink import Netlink
+from cni.kernel.netns import entered, open_netns
 from tests.waiting import HANG, until
 
 pytestmark = pytest.mark.root

@@ -1,4 +1,4 @@
-"""cni.netns + cni.netlink against the real kernel, cross-checked with pyroute2."""
+"""cni.kernel.netns + cni.kernel.netlink against the real kernel, cross-checked with pyroute2."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 from pyroute2 import IPRoute, NetNS
 
-from cni.netlink import IFA_F_TENTATIVE, Netlink, NetlinkError
-from cni.netns import SELF_NETNS, entered, open_netns
+from cni.kernel.netlink import IFA_F_TENTATIVE, Netlink, NetlinkError
+from cni.kernel.netns import SELF_NETNS, entered, open_netns
 from tests.system.conftest import uniq
 from tests.waiting import until
 

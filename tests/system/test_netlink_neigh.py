@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from cni.netlink import Netlink
+from cni.kernel.netlink import Netlink
 from tests.ovs_instance import netns
 
 pytestmark = pytest.mark.root

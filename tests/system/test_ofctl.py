@@ -1,4 +1,4 @@
-"""cni.ofctl against a private vswitchd: flows seen by ovs-ofctl, deleted exactly by cookie,
+"""cni.ovs.ofctl against a private vswitchd: flows seen by ovs-ofctl, deleted exactly by cookie,
 and a ping forwarded by a netdev bridge through flows installed with it."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from cni.ethtool import set_tx_checksum
-from cni.netlink import Netlink
-from cni.netns import entered, open_netns
-from cni.ofctl import OfctlError, OpenFlow, parse_flow_line
-from cni.ovsdb import Ovsdb
-from cni.pipeline import BASE_COOKIE, Cookie, Flow, Owner, Table, goto, pod_cookie
+from cni.kernel.ethtool import set_tx_checksum
+from cni.kernel.netlink import Netlink
+from cni.kernel.netns import entered, open_netns
+from cni.ovs.ofctl import OfctlError, OpenFlow, parse_flow_line
+from cni.ovs.ovsdb import Ovsdb
+from cni.pipeline.tables import BASE_COOKIE, Cookie, Flow, Owner, Table, goto, pod_cookie
 from tests.ovs_instance import OvsInstance
 from tests.system.conftest import uniq
 from tests.waiting import until

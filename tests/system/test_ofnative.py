@@ -1,13 +1,13 @@
-"""cni.ofnative installs exactly what ovs-ofctl installs for every flow the plugin plans,
+"""cni.ovs.ofnative installs exactly what ovs-ofctl installs for every flow the plugin plans,
 deletes by cookie exactly, and reports the switch's refusals."""
 
 from __future__ import annotations
 
 import pytest
 
-from cni import pipeline as pl
-from cni.flows import GatewayPort, PodPort, base_flows, pod_flows
-from cni.ofnative import NativeOpenFlow, OpenFlowError, encode_instructions, encode_match
+from cni.ovs.ofnative import NativeOpenFlow, OpenFlowError, encode_instructions, encode_match
+from cni.pipeline import tables as pl
+from cni.pipeline.flows import GatewayPort, PodPort, base_flows, pod_flows
 from tests.ovs_instance import OvsInstance, netns
 
 pytestmark = pytest.mark.root

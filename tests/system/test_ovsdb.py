@@ -1,4 +1,4 @@
-"""cni.ovsdb against a private ovsdb-server + ovs-vswitchd, cross-checked with ovsdbapp / ovs-vsctl."""
+"""cni.ovs.ovsdb against a private ovsdb-server + ovs-vswitchd, cross-checked with ovsdbapp / ovs-vsctl."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from cni.netlink import Netlink
-from cni.netns import open_netns
-from cni.ovsdb import Ovsdb, OvsdbError, PortExistsError
+from cni.kernel.netlink import Netlink
+from cni.kernel.netns import open_netns
+from cni.ovs.ovsdb import Ovsdb, OvsdbError, PortExistsError
 from tests.ovs_instance import OvsInstance
 from tests.system.conftest import uniq
 

@@ -1,4 +1,4 @@
-"""cni.addr agrees with the standard ipaddress module on everything the per-Pod path asks of it."""
+"""cni.lean.addr agrees with the standard ipaddress module on everything the per-Pod path asks of it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cni import addr
+from cni.lean import addr
 
 v4 = st.integers(0, 2**32 - 1).map(lambda v: ipaddress.IPv4Address(v))
 v6 = st.integers(0, 2**128 - 1).map(lambda v: ipaddress.IPv6Address(v))

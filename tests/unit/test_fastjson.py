@@ -1,4 +1,4 @@
-"""cni.fastjson agrees with the standard json module, byte for byte and error for error."""
+"""cni.lean.fastjson agrees with the standard json module, byte for byte and error for error."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cni import fastjson
+from cni.lean import fastjson
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
 values = st.recursive(scalars, lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=30)
@@ -53,7 +53,7 @@ def test_fastjson_does_not_import_json_or_re():
     import subprocess
     import sys
 
-    code = "import sys; import cni.fastjson as f; f.loads(f.dumps({'a': [1]})); print('json' in sys.modules, 're' in sys.modules)"
+    code = "import sys; import cni.lean.fastjson as f; f.loads(f.dumps({'a': [1]})); print('json' in sys.modules, 're' in sys.modules)"
     out = subprocess.run([sys.executable, "-IS", "-c", f"import sys; sys.path.insert(0, {str(__import__('pathlib').Path(__file__).resolve().parents[2])!r}); {code}"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
@@ -66,7 +66,7 @@ def test_syntax_errors_are_value_errors_in_a_fresh_interpreter():
     from pathlib import Path
 
     root = str(Path(__file__).resolve().parents[2])
-    code = (f"import sys; sys.path.insert(0, {root!r}); import cni.fastjson as f\n"
+    code = (f"import sys; sys.path.insert(0, {root!r}); import cni.lean.fastjson as f\n"
             "try:\n    f.loads(b'{\"a\": 1,')\nexcept ValueError as e:\n    print('ValueError', e)")
     out = subprocess.run([sys.executable, "-IS", "-c", code], check=False, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("ValueError"), out.stderr

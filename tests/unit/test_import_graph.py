@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PACKAGES = ("cni", "ipam", "routesync", "lab", "bench")
 
 # (importer, exporter, name) and cycles that exist and are known; empty since the verbs' shared
-# steps moved from cni.commands to cni.steps
+# steps moved from cni.commands.verbs to cni.commands.steps
 KNOWN_PRIVATE: set[tuple[str, str, str]] = set()
 KNOWN_CYCLES: set[frozenset[str]] = set()
 
@@ -139,7 +139,7 @@ def cycles(edges: dict[str, set[str]]) -> set[frozenset[str]]:
 def test_reader_sees_what_it_must() -> None:
     """The reader itself: it finds the packages, relative imports and a known edge."""
     g = read_graph()
-    assert {"cni.commands", "routesync.sources.kube", "routesync.sources"} <= set(g.modules)
+    assert {"cni.commands.verbs", "routesync.sources.kube", "routesync.sources"} <= set(g.modules)
     assert "routesync.sources.base" in g.edges["routesync.sources.kube"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
     assert cycles({"a": {"b"}, "b": set()}) == set()
@@ -149,6 +149,38 @@ def test_no_module_takes_another_modules_private_names() -> None:
     g = read_graph()
     assert g.private - KNOWN_PRIVATE == set(), "new imports of underscored names"
     assert KNOWN_PRIVATE - g.private == set(), "gone: remove them from KNOWN_PRIVATE"
+
+
+# What each layer of cni/ (and each consumer of it) may import from cni/: the layers only downwards,
+# the verbs from every layer, nobody from the verbs but the plugin executable.
+LAYERS = {
+    "cni.lean": set(),
+    "cni.spec": {"cni.lean"},
+    "cni.pipeline": {"cni.lean"},
+    "cni.kernel": {"cni.lean"},
+    "cni.ovs": {"cni.lean", "cni.pipeline"},
+    "cni.node": {"cni.lean", "cni.pipeline", "cni.spec"},
+    "cni.commands": {"cni.lean", "cni.spec", "cni.pipeline", "cni.kernel", "cni.ovs", "cni.node"},
+    "cni.plugin": {"cni.spec", "cni.commands"},
+    "cni.launcher": set(),
+    "ipam": {"cni.lean", "cni.spec", "cni.node"},
+    "routesync": {"cni.lean", "cni.pipeline", "cni.kernel", "cni.ovs", "cni.node"},
+    "lab": {"cni.lean", "cni.pipeline", "cni.node", "cni.launcher", "cni.spec"},
+    "bench": {"cni.lean", "cni.pipeline", "cni.node", "cni.launcher", "cni.spec"},
+}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "cni" else parts[0]
+
+
+def test_layers_import_only_downwards() -> None:
+    g = read_graph()
+    assert {layer(m) for m in g.modules if m.startswith("cni.") and m != "cni"} <= set(LAYERS)
+    wrong = sorted((a, b) for a, bs in g.edges.items() for b in bs
+                   if b.startswith("cni.") and layer(a) != layer(b) and layer(b) not in LAYERS[layer(a)])
+    assert wrong == []
 
 
 def test_no_import_cycle() -> None:

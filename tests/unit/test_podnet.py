@@ -1,12 +1,13 @@
-"""cni.podnet: which routes a Pod holds in each mode, each with its path's MTU, and the bound on
+"""cni.pipeline.podnet: which routes a Pod holds in each mode, each with its path's MTU, and the bound on
 their number (pure; no root)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cni import nodestate, podnet
-from cni.podnet import PodNet, PodRoute
+from cni.node import nodestate
+from cni.pipeline import podnet
+from cni.pipeline.podnet import PodNet, PodRoute
 
 GW = {4: "10.244.1.1", 6: "fd00:10:244:1::1"}
 CLUSTER = ["10.244.0.0/16", "fd00:10:244::/48"]

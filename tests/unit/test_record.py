@@ -1,10 +1,10 @@
-"""cni.record behaves like a dataclass, before and after it compiles a class's __init__."""
+"""cni.lean.record behaves like a dataclass, before and after it compiles a class's __init__."""
 
 from __future__ import annotations
 
 import pytest
 
-from cni.record import Factory, as_dict, record, replace
+from cni.lean.record import Factory, as_dict, record, replace
 
 
 @record(frozen=True)

@@ -1,10 +1,10 @@
-"""cni.spawn runs argv without a shell, feeds stdin, separates stdout/stderr, enforces a timeout."""
+"""cni.lean.spawn runs argv without a shell, feeds stdin, separates stdout/stderr, enforces a timeout."""
 
 from __future__ import annotations
 
 import pytest
 
-from cni import spawn
+from cni.lean import spawn
 
 
 def test_stdin_stdout_stderr_and_exit_code():

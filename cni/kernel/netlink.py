@@ -16,7 +16,7 @@ import errno as _errno
 import os
 import struct
 
-from cni.record import record
+from cni.lean.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ class Netlink:
     @classmethod
     def in_netns(cls, path_or_fd: str | int) -> Netlink:
         """A socket acting inside another namespace (entered only while creating it)."""
-        from cni.netns import entered
+        from cni.kernel.netns import entered
 
         with entered(path_or_fd):
             return cls()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cni.record import Factory, record
+from cni.lean.record import Factory, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 class Rollback:
     """Each step that creates something pushes how to remove it; ``commit`` forgets them all."""
 
-    log: Any = None  # a cni.log.Log (or anything with info/error)
+    log: Any = None  # a cni.spec.log.Log (or anything with info/error)
     steps: list[tuple[str, Callable[[], object]]] = Factory(list)
 
     def push(self, what: str, undo: Callable[[], object]) -> None:

@@ -31,12 +31,12 @@ conf's ``mtu`` or route-sync's ``defaultMTU`` set (the operator chose one MTU)."
 
 from __future__ import annotations
 
-from cni import addr
-from cni.record import record
+from cni.lean import addr
+from cni.lean.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from cni.nodestate import NodeState
+    from cni.node.nodestate import NodeState
 
 CLUSTER_ROUTES_MAX = 8
 ROUTED_ROUTES_MAX = 32

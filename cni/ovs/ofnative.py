@@ -2,8 +2,8 @@
 
 An ``ovs-ofctl`` exec costs ~5 ms of CPU and 7-12 ms of wall time per call, once per ADD and
 once per DEL.  The plugin needs two operations, always on flows it planned itself
-(:mod:`cni.flows`): add a Pod's flows, delete every flow of one cookie.  This module encodes
-exactly the flow syntax :mod:`cni.flows` produces (and refuses anything else, so a new kind of
+(:mod:`cni.pipeline.flows`): add a Pod's flows, delete every flow of one cookie.  This module encodes
+exactly the flow syntax :mod:`cni.pipeline.flows` produces (and refuses anything else, so a new kind of
 flow cannot be silently mistranslated), sends the FLOW_MODs and a BARRIER, and raises on any
 OFPT_ERROR.  ``tests/system/test_ofnative.py`` installs every planned flow both ways and compares
 ``ovs-ofctl dump-flows``.  Standard library only."""
@@ -13,13 +13,13 @@ from __future__ import annotations
 import _socket
 import struct
 
-from cni import addr
+from cni.lean import addr
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from cni.pipeline import Cookie, Flow
+    from cni.pipeline.tables import Cookie, Flow
 
 OFP_VERSION = 4  # OpenFlow 1.3
 OFPT_HELLO, OFPT_ERROR, OFPT_ECHO_REQUEST, OFPT_ECHO_REPLY = 0, 1, 2, 3
@@ -44,7 +44,7 @@ OXM_FIELDS = {
 # Prerequisites before the fields that need them (OVS checks OXM order).
 MATCH_ORDER = ("in_port", "eth_dst", "eth_src", "eth_type", "ip_proto", "ipv4_src", "ipv4_dst", "arp_op", "arp_spa",
           "arp_tpa", "arp_sha", "ipv6_src", "ipv6_dst", "icmpv6_type", "nd_target")
-# ovs-ofctl's names in cni.flows' text -> OXM names.
+# ovs-ofctl's names in cni.pipeline.flows' text -> OXM names.
 MATCH_KEYS = {"in_port": "in_port", "dl_src": "eth_src", "dl_dst": "eth_dst", "nw_src": "ipv4_src",
                "nw_dst": "ipv4_dst", "arp_op": "arp_op", "arp_spa": "arp_spa", "arp_tpa": "arp_tpa",
                "arp_sha": "arp_sha", "ipv6_src": "ipv6_src", "ipv6_dst": "ipv6_dst",
@@ -65,7 +65,7 @@ class OpenFlowError(Exception):
 def encode_value(field: str, text: str) -> bytes:
     length = OXM_FIELDS[field][1]
     if field in ("eth_src", "eth_dst", "arp_sha", "arp_tha"):
-        from cni.flows import mac
+        from cni.pipeline.flows import mac
 
         return bytes.fromhex(mac(text).replace(":", ""))
     if field in ("ipv4_src", "ipv4_dst", "arp_spa", "arp_tpa", "ipv6_src", "ipv6_dst", "nd_target"):
@@ -172,7 +172,7 @@ def flow_mod_add(flow: Flow, xid: int) -> bytes:
 
 
 def flow_mod_delete(cookie: Cookie, xid: int) -> bytes:
-    from cni.pipeline import FULL_MASK
+    from cni.pipeline.tables import FULL_MASK
 
     return encode_flow_mod(cookie.value, FULL_MASK, OFPTT_ALL, OFPFC_DELETE, 0, encode_match(""), b"", xid)
 

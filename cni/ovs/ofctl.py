@@ -1,7 +1,7 @@
 """OpenFlow through the ``ovs-ofctl`` binary: add, delete-by-cookie, dump, replace atomically.
 
 Flow adds and cookie deletes go straight to the bridge's management socket in OpenFlow 1.3
-(``cni.ofnative``) whenever every flow is in the syntax that encoder speaks; the rest (dumps,
+(``cni.ovs.ofnative``) whenever every flow is in the syntax that encoder speaks; the rest (dumps,
 ``--bundle`` replaces, flows it cannot express) is one ovs-ofctl exec per operation, flows on
 stdin, argv lists only (no shell).  The target is the bridge's
 management socket ``unix:<run_dir>/<bridge>.mgmt``, so it works with a private OVS_RUNDIR.
@@ -10,14 +10,14 @@ No ``-O`` for add/delete/dump: ovs-ofctl then speaks OpenFlow 1.0 with Nicira ex
 ``resubmit(,T)``), and that measured 2-3x
 faster per exec than forcing OpenFlow 1.3 (12 vs 32 ms p50 for one Pod's add-flows on a loaded
 machine).  ``--bundle`` (atomic replace) needs OpenFlow 1.4 and asks for it.  Bridges allow
-1.0 and 1.3-1.5 (``cni.ovsdb.Ovsdb.ensure_bridge``).
+1.0 and 1.3-1.5 (``cni.ovs.ovsdb.Ovsdb.ensure_bridge``).
 """
 
 from __future__ import annotations
 
-from cni import spawn
-from cni.pipeline import Cookie, Flow
-from cni.record import record
+from cni.lean import spawn
+from cni.lean.record import record
+from cni.pipeline.tables import Cookie, Flow
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -110,10 +110,10 @@ class OpenFlow:
 
     def add_flows(self, flows: Sequence[Flow]) -> None:
         """Add (or overwrite, same table/priority/match) all ``flows``: over the management socket
-        directly (cni.ofnative) when every flow is in the syntax it speaks, else in one exec."""
+        directly (cni.ovs.ofnative) when every flow is in the syntax it speaks, else in one exec."""
         if not flows:
             return
-        from cni import ofnative
+        from cni.ovs import ofnative
 
         try:
             messages = [ofnative.flow_mod_add(f, i + 1) for i, f in enumerate(flows)]
@@ -129,7 +129,7 @@ class OpenFlow:
         """Delete every flow whose cookie matches: a Cookie (exactly, over the management socket),
         or ``"V/M"`` text (through ovs-ofctl)."""
         if isinstance(cookie, Cookie):
-            from cni import ofnative
+            from cni.ovs import ofnative
 
             try:
                 ofnative.NativeOpenFlow(self.bridge, self.run_dir, self.timeout).del_flows(cookie)

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import os
 
-from cni import fastjson
-from cni.record import Factory, as_dict, record
+from cni.lean import fastjson
+from cni.lean.record import Factory, as_dict, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ def read(path: str = DEFAULT_STATE_FILE) -> NodeState:
 
 def write(state: NodeState, path: str = DEFAULT_STATE_FILE) -> None:
     """Atomically replace the state file (temp file, fsync, rename, fsync the directory)."""
-    from cni.atomicfile import write_atomic  # route-sync writes; the plugin only reads
+    from cni.node.atomicfile import write_atomic  # route-sync writes; the plugin only reads
 
     os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
     write_atomic(path, state.to_json().encode())

@@ -11,7 +11,7 @@ Every Ferry CNI command goes through :func:`run`.  It follows the CNI spec (0.4.
   the variable), ``prevResult`` is decoded (else 6), GC's ``cni.dev/valid-attachments`` checked (else 7).
 * ADD prints the handler's Result in the config's version; the other commands print nothing on
   success.  Failures print ``{cniVersion, code, msg, details}`` and exit 1: a handler's
-  :class:`~cni.errors.CniError` as is, anything else as code 100 with a one-line message (the
+  :class:`~cni.spec.errors.CniError` as is, anything else as code 100 with a one-line message (the
   traceback goes to the log).  stdout never carries anything else.
 
 VERSION is answered without importing more than ``json``: podman calls it before every ADD/DEL.
@@ -19,19 +19,19 @@ VERSION is answered without importing more than ``json``: podman calls it before
 
 from __future__ import annotations
 
-from cni import fastjson as json  # json's regexes cost as much as the interpreter start
+from cni.lean import fastjson as json  # json's regexes cost as much as the interpreter start
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, BinaryIO, TextIO
 
-    from cni.errors import CniError
-    from cni.log import Log
-    from cni.request import Handlers, Request
+    from cni.spec.errors import CniError
+    from cni.spec.log import Log
+    from cni.spec.request import Handlers, Request
 
-# Must equal cni.result.SUPPORTED_VERSIONS (a test holds them together); repeated here so that
-# VERSION imports nothing beyond this module (cni.result brings cni.record, cni.addr, cni.errors).
+# Must equal cni.spec.result.SUPPORTED_VERSIONS (a test holds them together); repeated here so that
+# VERSION imports nothing beyond this module (cni.spec.result brings cni.lean.record, cni.lean.addr, cni.spec.errors).
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 NEWEST = SUPPORTED_VERSIONS[-1]
 
@@ -144,13 +144,13 @@ def config_version(config: Any) -> str:
 # The request
 
 def parse_request(environ: Mapping[str, str], stdin: bytes) -> Request:
-    """The validated request; :class:`~cni.errors.CniError` naming the bad variable or field."""
+    """The validated request; :class:`~cni.spec.errors.CniError` naming the bad variable or field."""
     config, why = load_config(stdin)
     return _parse(environ, config, why)
 
 
 def _parse(environ: Mapping[str, str], config: Any, decode_problem: str) -> Request:
-    from cni import errors
+    from cni.spec import errors
 
     def fail(code: int, msg: str, details: str = "") -> CniError:
         return errors.CniError(code, msg, details)
@@ -163,7 +163,7 @@ def _parse(environ: Mapping[str, str], config: Any, decode_problem: str) -> Requ
         raise fail(errors.INVALID_ENV, f"CNI_COMMAND {command!r:.{_SHOW}} is not a CNI command",
                    "one of " + ", ".join(COMMANDS))
     if command == "VERSION":
-        from cni.request import Request
+        from cni.spec.request import Request
 
         return Request(command="VERSION", cni_version=_version_answer(config))
 
@@ -215,14 +215,14 @@ def _parse(environ: Mapping[str, str], config: Any, decode_problem: str) -> Requ
 
     prev_result = None
     if command in PREV_RESULT_COMMANDS and config.get("prevResult") is not None:
-        from cni.result import decode
+        from cni.spec.result import decode
 
         prev_result = decode(config["prevResult"], "prevResult")
     if command == "GC":
         config = dict(config)
         config[VALID_ATTACHMENTS] = _valid_attachments(config)
 
-    from cni.request import Request  # only now: an input error never pays for request/result
+    from cni.spec.request import Request  # only now: an input error never pays for request/result
 
     return Request(command=command, cni_version=version, container_id=container_id, netns=netns,
                    ifname=ifname, args=args, path=path, config=config, prev_result=prev_result)
@@ -233,7 +233,7 @@ def _valid_attachments(config: dict[str, Any]) -> list[dict[str, str]]:
 
     A config without the key is refused: reading its absence as "keep nothing" would tear down
     every Pod on the Node."""
-    from cni import errors
+    from cni.spec import errors
 
     key = VALID_ATTACHMENTS if VALID_ATTACHMENTS in config else LEGACY_ATTACHMENTS
     if key not in config:
@@ -282,7 +282,7 @@ def run(handlers: Handlers, environ: Mapping[str, str], stdin: bytes, stdout: Bi
     """Serve one CNI invocation; the exit code (0 success, 1 failure).
 
     ``log_file`` replaces the default log file (the config's ``logFile`` still wins)."""
-    from cni.log import open_log
+    from cni.spec.log import open_log
 
     command = environ.get("CNI_COMMAND", "")
     config, decode_problem = load_config(stdin)
@@ -303,7 +303,7 @@ def run(handlers: Handlers, environ: Mapping[str, str], stdin: bytes, stdout: Bi
 
 def _serve(handlers: Handlers, environ: Mapping[str, str], config: Any, decode_problem: str,
            stdout: BinaryIO, log: Log) -> int:
-    from cni import errors
+    from cni.spec import errors
 
     version = config_version(config)
     try:
@@ -316,7 +316,7 @@ def _serve(handlers: Handlers, environ: Mapping[str, str], config: Any, decode_p
         req.log = log  # handlers log through the invocation's Log (no stdlib ``logging`` import)
         detach = None
         if req.command == "GC":  # IPAM's GC reports through stdlib logging; a rare path
-            from cni.log import attach_stdlib
+            from cni.spec.log import attach_stdlib
 
             detach = attach_stdlib(log)
         try:
@@ -362,7 +362,7 @@ def _emit(stdout: BinaryIO, doc: dict[str, Any], log: Log, code: int) -> int:
 
 
 def _internal_code() -> int:
-    from cni.errors import INTERNAL
+    from cni.spec.errors import INTERNAL
 
     return INTERNAL
 

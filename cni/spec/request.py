@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from cni.record import Factory, record
+from cni.lean.record import Factory, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-from cni.result import Result
+from cni.spec.result import Result
 
 
 @record
@@ -23,7 +23,7 @@ class Request:
     path: list[str] = Factory(list)  # CNI_PATH split on ":"
     config: dict[str, Any] = Factory(dict)  # the network config from stdin
     prev_result: Result | None = None  # parsed prevResult (CHECK, DEL, chained ADD)
-    log: Any = None  # the invocation's cni.log.Log, set by the protocol core (None: silent)
+    log: Any = None  # the invocation's cni.spec.log.Log, set by the protocol core (None: silent)
 
     def logger(self) -> Any:
         return self.log if self.log is not None else _SILENT
@@ -42,7 +42,7 @@ _SILENT = _Silent()
 
 
 # A command handler: ADD returns the Result to print; the others return None on success.
-# Any failure is raised as cni.errors.CniError.
+# Any failure is raised as cni.spec.errors.CniError.
 if TYPE_CHECKING:  # aliases for annotations only (collections.abc is not imported at run time)
     Handler = Callable[[Request], Result | None]
     Handlers = Mapping[str, Handler]

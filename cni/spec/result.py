@@ -6,14 +6,14 @@ CHECK/DEL, an IPAM plugin's answer)."""
 
 from __future__ import annotations
 
-from cni.record import Factory, record
+from cni.lean.record import Factory, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-from cni import addr
-from cni.errors import DECODE_FAILURE, CniError
+from cni.lean import addr
+from cni.spec.errors import DECODE_FAILURE, CniError
 
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 

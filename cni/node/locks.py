@@ -9,7 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 
-from cni.pipeline import sha256
+from cni.pipeline.tables import sha256
 
 
 class locked:  # used like a function: ``with locked(lock_dir, name):``

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import _socket as socket  # the C module: socket.py's enums cost ~10 ms per exec
 
-from cni import fastjson as json
-from cni.record import Factory, record
+from cni.lean import fastjson as json
+from cni.lean.record import Factory, record
 
 # ``typing`` is not imported at run time (a few ms on every ADD): annotations are strings.
 TYPE_CHECKING = False

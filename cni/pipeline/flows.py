@@ -1,15 +1,15 @@
 """Planners for the base flows (one set per bridge) and the per-Pod flows, as plain data.
 
-Pure functions: addresses, MACs and ofports in, :class:`cni.pipeline.Flow` lists out.  The
+Pure functions: addresses, MACs and ofports in, :class:`cni.pipeline.tables.Flow` lists out.  The
 plugin installs the per-Pod flows and deletes them by the same cookie; route-sync (or the plugin
-on a lone Node) installs the base flows.  Values are validated here (``cni.addr``, MAC syntax)
+on a lone Node) installs the base flows.  Values are validated here (``cni.lean.addr``, MAC syntax)
 before they reach flow text, so nothing a user controls can change a flow's meaning."""
 
 from __future__ import annotations
 
-from cni import addr
-from cni.pipeline import BASE_COOKIE, Cookie, Flow, Table, goto
-from cni.record import record
+from cni.lean import addr
+from cni.lean.record import record
+from cni.pipeline.tables import BASE_COOKIE, Cookie, Flow, Table, goto
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

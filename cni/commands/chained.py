@@ -28,19 +28,20 @@ from __future__ import annotations
 
 import os
 
-from cni import addr
-from cni import pipeline as pl
-from cni.errors import CHECK_FAILED, INTERFACE_EXISTS, INVALID_CONFIG, NETLINK_FAILURE, CniError
-from cni.flows import PRIO_MATCH, arp_responder_actions, mac, pod_flows
-from cni.pipeline import Flow, Table
-from cni.record import record
-from cni.steps import HOST_END_ISOLATION
+from cni.commands.steps import HOST_END_ISOLATION
+from cni.lean import addr
+from cni.lean.record import record
+from cni.pipeline import tables as pl
+from cni.pipeline.chained import next_hop_flows
+from cni.pipeline.flows import mac, pod_flows
+from cni.pipeline.tables import Flow
+from cni.spec.errors import CHECK_FAILED, INTERFACE_EXISTS, INVALID_CONFIG, NETLINK_FAILURE, CniError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from cni.config import NodeContext, PluginConfig
-    from cni.request import Request
-    from cni.result import IPConfig, Result
+    from cni.node.config import NodeContext, PluginConfig
+    from cni.spec.request import Request
+    from cni.spec.result import IPConfig, Result
 
 # What chained ADD changed on the primary CNI's objects, kept on the Pod's OVS port for DEL.
 EXT_CHAINED = "ferry-chained"  # "1": this port belongs to a chained attachment
@@ -49,12 +50,6 @@ EXT_CHAINED_ROUTES = "ferry-chained-routes"  # host routes moved to the gateway 
 EXT_CHAINED_SYSCTLS = "ferry-chained-sysctls"  # the host end's values before: "arp_ignore=0,rp_filter=2,..."
 EXT_CHAINED_V6ADDRS = "ferry-chained-v6addrs"  # global IPv6 addresses disable_ipv6 removed from the host end
 EXT_CHAINED_TXCSUM = "ferry-chained-txcsum"  # the Pod interface's TX checksum offload before ("1"/"0")
-
-# Above the per-Pod responder (PRIO_MATCH) so a next hop that is also someone's address is ours.
-PRIO_NEXT_HOP = PRIO_MATCH + 5
-ICMP6_NS, ICMP6_NA = 135, 136
-ND_NA_FLAGS = 0xE0000000  # Router | Solicited | Override
-ND_OPT_TLL = 2
 
 
 # ---------------------------------------------------------------------------- plan (pure)
@@ -104,54 +99,10 @@ def host_route_dst(address: str) -> str:
     return f"{h}/{32 if addr.family(address) == 4 else 128}"
 
 
-def na_responder_actions(answer_mac: str, answer_ip: str) -> str:
-    """Turn a neighbour solicitation for ``answer_ip`` into the first half of its advertisement:
-    addresses swapped, type NA with R|S|O flags, the source link-layer option retyped as a target
-    option.  The option's MAC is written by a second flow (:func:`next_hop_flows`): OVS allows
-    ``nd_tll`` only in a flow whose match says ICMPv6 type 136, so the rewritten packet is
-    resubmitted to the same table, where it matches as an NA."""
-    ip, bits = addr.parse_ip(answer_ip)
-    if bits != 128:
-        raise ValueError(f"not an IPv6 address: {answer_ip!r}")
-    return ("move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],"
-            f"mod_dl_src:{mac(answer_mac)},"
-            "move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[],"
-            f"set_field:{addr.format_ip(ip, 128)}->ipv6_src,"
-            f"set_field:{ICMP6_NA}->icmpv6_type,set_field:0->icmpv6_code,"
-            f"set_field:0x{ND_NA_FLAGS:x}->nd_reserved,set_field:{ND_OPT_TLL}->nd_options_type,"
-            "set_field:255->nw_ttl,"
-            f"resubmit(,{int(Table.NEIGHBOR_RESPONDER)})")
-
-
-def next_hop_flows(cookie: pl.Cookie, ofport: int, gateways: tuple[str, ...], gateway_mac: str) -> list[Flow]:
-    """OVS answers the Pod's ARP / NS for its next hops with the gateway port's MAC, so the Pod
-    sends everything to ``ferry-gw0`` (the Node's routing).  Per Pod (``in_port``): Pods share
-    the next hop address, and one Pod's DEL must not take another's answer away."""
-    gmac = mac(gateway_mac)
-    port = int(ofport)
-    flows = []
-    for g in gateways:
-        h = addr.host(g)
-        if addr.family(h) == 4:
-            flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP, f"arp,in_port={port},arp_op=1,arp_tpa={h}",
-                              arp_responder_actions(gmac, h), cookie))
-        else:
-            flows += [
-                Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP,
-                     f"icmp6,in_port={port},icmp_type={ICMP6_NS},nd_target={h}", na_responder_actions(gmac, h), cookie),
-                # Only the rewritten NS gets here: SpoofGuard lets a Pod's NA through only for its
-                # own addresses, never for its next hop.
-                Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP,
-                     f"icmp6,in_port={port},icmp_type={ICMP6_NA},nd_target={h}",
-                     f"set_field:{gmac}->nd_tll,IN_PORT", cookie),
-            ]
-    return flows
-
-
 def chained_flows(cookie: pl.Cookie, ofport: int, pod_mac: str, att: Attachment, gateway_mac: str,
                   gateway_ofport: int) -> list[Flow]:
     """Every flow of one chained Pod: the normal per-Pod flows plus its next-hop responder."""
-    from cni.flows import PodPort
+    from cni.pipeline.flows import PodPort
 
     return (pod_flows(PodPort(cookie, ofport, pod_mac, att.addresses), gateway_mac, gateway_ofport)
             + next_hop_flows(cookie, ofport, att.gateways, gateway_mac))
@@ -217,7 +168,7 @@ def _write_sysctl(path: str, value: str) -> None:
 
 
 def _isolate(host: str) -> dict[str, str]:
-    """netdev: the host end's frames are the Pod's, not the Node's (cni.steps.isolate_host_end);
+    """netdev: the host end's frames are the Pod's, not the Node's (cni.commands.steps.isolate_host_end);
     returns the values it replaced."""
     before = {}
     for family, key, value in HOST_END_ISOLATION:
@@ -264,10 +215,10 @@ def _find_host_link(host_nl, pod_link, att: Attachment):  # type: ignore[no-unty
 
 
 def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
-    from cni.locks import attachment_lock
-    from cni.netlink import Netlink
-    from cni.rollback import Rollback
-    from cni.steps import Step, open_pod_netns, ovs_clients, reported
+    from cni.commands.rollback import Rollback
+    from cni.commands.steps import Step, open_pod_netns, ovs_clients, reported
+    from cni.kernel.netlink import Netlink
+    from cni.node.locks import attachment_lock
 
     att = attachment(req.prev_result, req.ifname)
     if node.state is None:
@@ -307,8 +258,8 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
                 ids[EXT_CHAINED_ROUTES] = encode_routes(moved)
                 if node.datapath == "netdev":
                     step(f"TX checksum offload of {req.ifname}")
-                    from cni.ethtool import get_tx_checksum, set_tx_checksum
-                    from cni.netns import entered
+                    from cni.kernel.ethtool import get_tx_checksum, set_tx_checksum
+                    from cni.kernel.netns import entered
 
                     with entered(podfd):
                         was = get_tx_checksum(req.ifname)
@@ -337,7 +288,7 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
                     undo.push(f"sysctls of {host}", lambda: _restore_host(host_nl, host, before, v6))
                     _isolate(host)
                 step("forget stale neighbours")
-                from cni.steps import forget_neighbours
+                from cni.commands.steps import forget_neighbours
 
                 forget_neighbours(host_nl, gw.name, list(att.addresses))
                 for g in att.gateways:  # the Pod resolves its next hop afresh, through OVS
@@ -352,7 +303,7 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
 
 
 def _port_ids(req: Request, att: Attachment, pod_mac: str) -> dict[str, str]:
-    from cni.steps import external_ids
+    from cni.commands.steps import external_ids
 
     ids = external_ids(req, list(att.ips), pod_mac)
     ids[EXT_CHAINED] = "1"
@@ -361,8 +312,8 @@ def _port_ids(req: Request, att: Attachment, pod_mac: str) -> dict[str, str]:
 
 
 def _set_pod_txcsum(podfd: int, ifname: str, on: bool) -> None:
-    from cni.ethtool import set_tx_checksum
-    from cni.netns import entered
+    from cni.kernel.ethtool import set_tx_checksum
+    from cni.kernel.netns import entered
 
     with entered(podfd):
         set_tx_checksum(ifname, on)
@@ -401,7 +352,7 @@ def _restore_host(host_nl, host: str, before: dict[str, str], v6addrs: list[str]
 def undo_port(host_nl, ovsdb, of, node: NodeContext, port) -> None:  # type: ignore[no-untyped-def]
     """Undo one chained ADD from what its port records: flows, port, routes, sysctls, addresses,
     the Pod's TX checksum offload.  The veth itself is the primary CNI's."""
-    from cni.steps import forget_neighbours
+    from cni.commands.steps import forget_neighbours
 
     ids = port.external_ids
     cid, ifname = ids.get(pl.EXT_CONTAINER_ID, ""), ids.get(pl.EXT_IFNAME, "")
@@ -422,7 +373,7 @@ def undo_port(host_nl, ovsdb, of, node: NodeContext, port) -> None:  # type: ign
 
 def _restore_txcsum(netns: str, ifname: str, on: bool) -> None:
     """Best effort: the Pod's netns (or its interface) may be gone already at DEL."""
-    from cni.netns import open_netns
+    from cni.kernel.netns import open_netns
 
     try:
         fd = open_netns(netns)
@@ -439,9 +390,9 @@ def _restore_txcsum(netns: str, ifname: str, on: bool) -> None:
 def delete(req: Request, conf: PluginConfig, node: NodeContext) -> None:
     """Undo chained ADD (idempotent: nothing recorded, nothing to do); the primary CNI's DEL,
     which runs next, removes its veth, addresses and IPAM record."""
-    from cni.locks import attachment_lock
-    from cni.netlink import Netlink
-    from cni.steps import Step, ovs_clients, reported
+    from cni.commands.steps import Step, ovs_clients, reported
+    from cni.kernel.netlink import Netlink
+    from cni.node.locks import attachment_lock
 
     step = Step()
     with reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname) as lock, \
@@ -464,8 +415,8 @@ def delete(req: Request, conf: PluginConfig, node: NodeContext) -> None:
 def check(req: Request, conf: PluginConfig, node: NodeContext) -> None:
     """The Pod's interface as prevResult says, its host end on the bridge with every flow, and the
     Node's routes to the Pod on the gateway port."""
-    from cni.netlink import Netlink
-    from cni.steps import Step, check_sandbox, open_pod_netns, ovs_clients, reported
+    from cni.commands.steps import Step, check_sandbox, open_pod_netns, ovs_clients, reported
+    from cni.kernel.netlink import Netlink
 
     att = attachment(req.prev_result, req.ifname)
     assert req.prev_result is not None

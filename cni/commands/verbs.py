@@ -1,7 +1,7 @@
 """ADD, DEL, CHECK, STATUS and GC of the ``ferry`` plugin: thin steps over small backends.
 
 Each command reads the conf and the node state, then drives the lean system layer
-(``cni.netlink``, ``cni.ovsdb``, ``cni.ofctl``) and IPAM (``ipam.api``).  ADD pushes an undo
+(``cni.kernel.netlink``, ``cni.ovs.ovsdb``, ``cni.ovs.ofctl``) and IPAM (``ipam.api``).  ADD pushes an undo
 for everything it creates, so a failure at any step leaves nothing behind.  Standard library
 only: this runs once per Pod."""
 
@@ -9,30 +9,14 @@ from __future__ import annotations
 
 import os
 
-from cni.record import record
+from cni.lean.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-from cni import addr
-from cni import config as cfg
-from cni import pipeline as pl
-from cni.errors import (
-    CHECK_FAILED,
-    INTERFACE_EXISTS,
-    INVALID_CONFIG,
-    NETLINK_FAILURE,
-    NOT_READY,
-    OVS_FAILURE,
-    CniError,
-)
-from cni.flows import GatewayPort, PodPort, base_flows, pod_flows
-from cni.locks import attachment_lock, locked
-from cni.request import Request
-from cni.result import DNS, Interface, IPConfig, Result, Route
-from cni.rollback import Rollback
-from cni.steps import (
+from cni.commands.rollback import Rollback
+from cni.commands.steps import (
     Step,
     check_sandbox,
     external_ids,
@@ -42,6 +26,22 @@ from cni.steps import (
     ovs_clients,
     reported,
 )
+from cni.lean import addr
+from cni.node import config as cfg
+from cni.node.locks import attachment_lock, locked
+from cni.pipeline import tables as pl
+from cni.pipeline.flows import GatewayPort, PodPort, base_flows, pod_flows
+from cni.spec.errors import (
+    CHECK_FAILED,
+    INTERFACE_EXISTS,
+    INVALID_CONFIG,
+    NETLINK_FAILURE,
+    NOT_READY,
+    OVS_FAILURE,
+    CniError,
+)
+from cni.spec.request import Request
+from cni.spec.result import DNS, Interface, IPConfig, Result, Route
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -203,12 +203,12 @@ def add(req: Request) -> Result:
     state_id = _state_id(conf.state_file)  # before the read: a later replacement is noticed
     node = cfg.node_context(conf, need_state=True)
     if node.mode == "networkPolicyOnly":
-        from cni import chained  # Ferry chained after the primary CNI: take its interface, no IPAM
+        from cni.commands import chained  # Ferry chained after the primary CNI: take its interface, no IPAM
 
         result = chained.add(req, conf, node)
         note_version_limits(req, conf, result)
         return result
-    from cni.netlink import Netlink
+    from cni.kernel.netlink import Netlink
 
     ipam_api, ipam_conf = _ipam(req.config, node)
     requested = _requested_ips(req)
@@ -298,8 +298,8 @@ def _state_id(path: str) -> tuple[int, int] | None:
 
 
 def _pod_net(node: cfg.NodeContext, conf: cfg.PluginConfig, ips: list[IPConfig]):  # type: ignore[no-untyped-def]
-    """The Pod's interface MTU and routes (``cni.podnet``: per-path MTUs)."""
-    from cni import podnet
+    """The Pod's interface MTU and routes (``cni.pipeline.podnet``: per-path MTUs)."""
+    from cni.pipeline import podnet
 
     gateways = {ip.family: ip.gateway for ip in ips if ip.gateway}
     return podnet.for_state(node.state, gateways, conf.mtu, fallback_mtu=node.mtu)
@@ -318,11 +318,11 @@ def _refresh_pod_net(conf: cfg.PluginConfig, ips: list[IPConfig], pod_nl, host_n
 
 
 def sync_pod_routes(pod_nl, ifname: str, want) -> bool:  # type: ignore[no-untyped-def]
-    """Make ``ifname`` (in ``pod_nl``'s netns) hold ``want`` (a ``cni.podnet.PodNet``): its MTU,
+    """Make ``ifname`` (in ``pod_nl``'s netns) hold ``want`` (a ``cni.pipeline.podnet.PodNet``): its MTU,
     then its routes through a gateway.  Returns whether anything changed."""
     import _socket
 
-    from cni import podnet
+    from cni.pipeline import podnet
 
     link = pod_nl.link_get(ifname)
     if link is None:
@@ -349,14 +349,14 @@ def _configure_pod_interface(pod_nl, podfd: int, ifname: str, ips: list[IPConfig
         pod_nl.link_set(lo.index, up=True)
     has_v6 = any(ip.family == 6 for ip in ips)
     if has_v6 or node.datapath == "netdev":
-        from cni.netns import entered
+        from cni.kernel.netns import entered
 
         with entered(podfd):
             if has_v6:  # no DAD for the link-local either: the interface is usable at once
                 with open(f"/proc/sys/net/ipv6/conf/{ifname}/accept_dad", "w") as f:
                     f.write("0")
             if node.datapath == "netdev":  # the userspace datapath never fills in partial checksums
-                from cni.ethtool import set_tx_checksum
+                from cni.kernel.ethtool import set_tx_checksum
 
                 set_tx_checksum(ifname, False)
     for ip in ips:
@@ -371,7 +371,7 @@ def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig], log: Any) 
     not wait for: opening and closing an AF_PACKET socket costs ~16 ms of kernel RCU grace period
     (packet_release -> synchronize_net), a third of an ADD, for a courtesy message (OVS forwards
     it to the gateway port; the Node's cache was already flushed)."""
-    from cni.announce import garp_frame, na_frame
+    from cni.kernel.announce import garp_frame, na_frame
 
     frames = []
     for ip in ips:
@@ -387,7 +387,7 @@ def _announce(podfd: int, ifname: str, mac: str, ips: list[IPConfig], log: Any) 
     try:  # the child: never touches the CNI result, exits on its own
         import _socket
 
-        from cni.netns import setns
+        from cni.kernel.netns import setns
 
         devnull = os.open("/dev/null", os.O_RDWR)
         for fd in (0, 1, 2):
@@ -433,7 +433,7 @@ class _Background:
 
 
 def _delete_links(names: list[str]) -> None:
-    from cni.netlink import Netlink
+    from cni.kernel.netlink import Netlink
 
     with Netlink() as nl:  # a socket of its own: the caller's is busy meanwhile
         for name in names:
@@ -444,10 +444,10 @@ def delete(req: Request) -> None:
     conf = cfg.parse(req.config)
     node = cfg.node_context(conf, need_state=False)
     if node.mode == "networkPolicyOnly":
-        from cni import chained
+        from cni.commands import chained
 
         return chained.delete(req, conf, node)
-    from cni.netlink import Netlink
+    from cni.kernel.netlink import Netlink
 
     step = Step(req.log)
     with reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname) as lock, Netlink() as host_nl:
@@ -492,7 +492,7 @@ def check(req: Request) -> None:
     conf = cfg.parse(req.config)
     node = cfg.node_context(conf, need_state=False)
     if node.mode == "networkPolicyOnly":
-        from cni import chained
+        from cni.commands import chained
 
         return chained.check(req, conf, node)
     prev = req.prev_result
@@ -506,7 +506,7 @@ def check(req: Request) -> None:
 
 
 def _check(req: Request, prev: Result, node: cfg.NodeContext, conf: cfg.PluginConfig, step: Step) -> list[str]:
-    from cni.netlink import Netlink
+    from cni.kernel.netlink import Netlink
 
     problems: list[str] = []
     podfd = open_pod_netns(req.netns)
@@ -567,7 +567,7 @@ def _check_mtus(req: Request, want, pod_nl) -> list[str]:  # type: ignore[no-unt
     keeps running Pods at that, so a prevResult from before a mode change is not the measure)."""
     import _socket
 
-    from cni import podnet
+    from cni.pipeline import podnet
 
     link = pod_nl.link_get(req.ifname)
     if link is None:
@@ -616,7 +616,7 @@ def gc(req: Request) -> None:
     for a in req.config.get("cni.dev/valid-attachments") or []:
         if isinstance(a, dict):
             valid.add((str(a.get("containerID", "")), str(a.get("ifname", ""))))
-    from cni.netlink import Netlink
+    from cni.kernel.netlink import Netlink
 
     ovsdb, of = ovs_clients(node)
     released = []
@@ -628,7 +628,7 @@ def gc(req: Request) -> None:
             if (cid, ifname) in valid:
                 continue
             if port.external_ids.get("ferry-chained"):  # the veth is the primary CNI's: undo only ours
-                from cni import chained
+                from cni.commands import chained
 
                 chained.undo_port(host_nl, ovsdb, of, node, port)
             else:

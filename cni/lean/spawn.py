@@ -1,6 +1,6 @@
 """Run a helper binary (ovs-ofctl) with ``os.posix_spawnp``, without importing ``subprocess``.
 
-The plugin's flow adds and deletes speak OpenFlow itself (``cni.ofnative``); ovs-ofctl is exec'd
+The plugin's flow adds and deletes speak OpenFlow itself (``cni.ovs.ofnative``); ovs-ofctl is exec'd
 only for dumps (CHECK, GC), atomic bundle replaces and flows the native encoder does not express.
 On those paths ``import subprocess`` (signal, threading, selectors, locale, enum) measured ~20 ms
 of CPU, several times the exec itself.  The plugin needs one thing from it: run argv (never a

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 
-from cni.record import Factory, record
+from cni.lean.record import Factory, record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-from cni import addr, nodestate
-from cni.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CniError
-from cni.pipeline import DEFAULT_BRIDGE, GATEWAY_PORT, MAX_IFNAME
+from cni.lean import addr
+from cni.node import nodestate
+from cni.pipeline.tables import DEFAULT_BRIDGE, GATEWAY_PORT, MAX_IFNAME
+from cni.spec.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CniError
 
 DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
 DEFAULT_OVS_RUN_DIR = "/var/run/openvswitch"

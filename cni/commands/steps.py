@@ -3,28 +3,28 @@ clients, naming the step a failure happened at (and timing the steps), the OVS p
 external_ids, forgetting a Pod's neighbours on the gateway port, CHECK's look at the sandbox,
 and keeping the Node's stack off a netdev port's host end.
 
-``cni.commands`` (Ferry's own interface) and ``cni.chained`` (networkPolicyOnly) both import this
+``cni.commands.verbs`` (Ferry's own interface) and ``cni.commands.chained`` (networkPolicyOnly) both import this
 module; neither imports the other's internals. Standard library only: this runs once per Pod."""
 
 from __future__ import annotations
 
-from time import perf_counter as _now  # time is loaded already (cni.log)
+from time import perf_counter as _now  # time is loaded already (cni.spec.log)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from cni.request import Request
-    from cni.result import IPConfig, Result
+    from cni.spec.request import Request
+    from cni.spec.result import IPConfig, Result
 
-from cni import addr
-from cni import config as cfg
-from cni import pipeline as pl
-from cni.errors import IO_FAILURE, NETLINK_FAILURE, NETNS_GONE, OVS_FAILURE, CniError
+from cni.lean import addr
+from cni.node import config as cfg
+from cni.pipeline import tables as pl
+from cni.spec.errors import IO_FAILURE, NETLINK_FAILURE, NETNS_GONE, OVS_FAILURE, CniError
 
 
 def open_pod_netns(path: str) -> int:
-    from cni.netns import open_netns
+    from cni.kernel.netns import open_netns
 
     try:
         return open_netns(path)
@@ -35,8 +35,8 @@ def open_pod_netns(path: str) -> int:
 
 
 def ovs_clients(node: cfg.NodeContext):  # type: ignore[no-untyped-def]
-    from cni.ofctl import OpenFlow
-    from cni.ovsdb import Ovsdb
+    from cni.ovs.ofctl import OpenFlow
+    from cni.ovs.ovsdb import Ovsdb
 
     return Ovsdb(node.ovsdb), OpenFlow(node.bridge, node.ovs_run_dir)
 

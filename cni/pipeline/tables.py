@@ -25,7 +25,7 @@ Packet walk (IPv4 and IPv6 alike):
 
 from __future__ import annotations
 
-from cni.record import record
+from cni.lean.record import record
 
 try:  # the C builtin; ``hashlib`` would also load OpenSSL (~4 ms per exec)
     from _sha256 import sha256
@@ -132,7 +132,7 @@ DEFAULT_BRIDGE = "br-int"
 GATEWAY_PORT = "ferry-gw0"
 TUNNEL_PORT = "ferry-tun0"
 HOST_VETH_PREFIX = "fry"  # + 12 hex digits of a hash of (container ID, ifname)
-MAX_IFNAME = 15  # the longest name the kernel takes: IFNAMSIZ (16, cni.protocol) less the NUL
+MAX_IFNAME = 15  # the longest name the kernel takes: IFNAMSIZ (16, cni.spec.protocol) less the NUL
 
 # OVS external_ids keys written on each Pod's Port (route-sync replays Pod flows from them).
 EXT_CONTAINER_ID = "ferry-container-id"

@@ -1,0 +1,3 @@
+"""Ferry's OpenFlow pipeline as data, shared with route-sync: tables, cookies, port names and
+external_ids keys (tables), the base and per-Pod flow planners (flows, chained), and a Pod's
+interface MTU and routes per path (podnet). Pure functions; imports only cni.lean."""

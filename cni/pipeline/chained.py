@@ -1,0 +1,60 @@
+"""The flows of a chained (networkPolicyOnly) Pod beyond the per-Pod set: OVS answers the Pod's
+ARP and neighbour solicitations for its next hops with the gateway port's MAC. Pure planners,
+shared by the plugin's chained ADD and route-sync's replay of chained ports."""
+
+from __future__ import annotations
+
+from cni.lean import addr
+from cni.pipeline import tables as pl
+from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, mac
+from cni.pipeline.tables import Flow, Table
+
+# Above the per-Pod responder (PRIO_MATCH) so a next hop that is also someone's address is ours.
+PRIO_NEXT_HOP = PRIO_MATCH + 5
+ICMP6_NS, ICMP6_NA = 135, 136
+ND_NA_FLAGS = 0xE0000000  # Router | Solicited | Override
+ND_OPT_TLL = 2
+
+
+def na_responder_actions(answer_mac: str, answer_ip: str) -> str:
+    """Turn a neighbour solicitation for ``answer_ip`` into the first half of its advertisement:
+    addresses swapped, type NA with R|S|O flags, the source link-layer option retyped as a target
+    option.  The option's MAC is written by a second flow (:func:`next_hop_flows`): OVS allows
+    ``nd_tll`` only in a flow whose match says ICMPv6 type 136, so the rewritten packet is
+    resubmitted to the same table, where it matches as an NA."""
+    ip, bits = addr.parse_ip(answer_ip)
+    if bits != 128:
+        raise ValueError(f"not an IPv6 address: {answer_ip!r}")
+    return ("move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],"
+            f"mod_dl_src:{mac(answer_mac)},"
+            "move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[],"
+            f"set_field:{addr.format_ip(ip, 128)}->ipv6_src,"
+            f"set_field:{ICMP6_NA}->icmpv6_type,set_field:0->icmpv6_code,"
+            f"set_field:0x{ND_NA_FLAGS:x}->nd_reserved,set_field:{ND_OPT_TLL}->nd_options_type,"
+            "set_field:255->nw_ttl,"
+            f"resubmit(,{int(Table.NEIGHBOR_RESPONDER)})")
+
+
+def next_hop_flows(cookie: pl.Cookie, ofport: int, gateways: tuple[str, ...], gateway_mac: str) -> list[Flow]:
+    """OVS answers the Pod's ARP / NS for its next hops with the gateway port's MAC, so the Pod
+    sends everything to ``ferry-gw0`` (the Node's routing).  Per Pod (``in_port``): Pods share
+    the next hop address, and one Pod's DEL must not take another's answer away."""
+    gmac = mac(gateway_mac)
+    port = int(ofport)
+    flows = []
+    for g in gateways:
+        h = addr.host(g)
+        if addr.family(h) == 4:
+            flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP, f"arp,in_port={port},arp_op=1,arp_tpa={h}",
+                              arp_responder_actions(gmac, h), cookie))
+        else:
+            flows += [
+                Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP,
+                     f"icmp6,in_port={port},icmp_type={ICMP6_NS},nd_target={h}", na_responder_actions(gmac, h), cookie),
+                # Only the rewritten NS gets here: SpoofGuard lets a Pod's NA through only for its
+                # own addresses, never for its next hop.
+                Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP,
+                     f"icmp6,in_port={port},icmp_type={ICMP6_NA},nd_target={h}",
+                     f"set_field:{gmac}->nd_tll,IN_PORT", cookie),
+            ]
+    return flows
