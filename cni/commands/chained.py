@@ -39,7 +39,10 @@ from cni.spec.errors import CHECK_FAILED, INTERFACE_EXISTS, INVALID_CONFIG, NETL
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from cni.kernel.netlink import Link, Netlink, RouteEntry
     from cni.node.config import NodeContext, PluginConfig
+    from cni.ovs.ofctl import OpenFlow
+    from cni.ovs.ovsdb import Ovsdb, PortInfo
     from cni.spec.request import Request
     from cni.spec.result import IPConfig, Result
 
@@ -184,7 +187,7 @@ def _restore_sysctls(host: str, before: dict[str, str]) -> None:
             _write_sysctl(_sysctl_path(family, host, key), before[key])
 
 
-def _pod_route(host_nl, dst: str, index: int):  # type: ignore[no-untyped-def]
+def _pod_route(host_nl: Netlink, dst: str, index: int) -> RouteEntry | None:
     """The primary CNI's route to ``dst`` on link ``index`` (None: it has none)."""
     family = 10 if ":" in dst else 2
     want = addr.canonical_network(dst)
@@ -194,7 +197,7 @@ def _pod_route(host_nl, dst: str, index: int):  # type: ignore[no-untyped-def]
     return None
 
 
-def _find_host_link(host_nl, pod_link, att: Attachment):  # type: ignore[no-untyped-def]
+def _find_host_link(host_nl: Netlink, pod_link: Link, att: Attachment) -> Link:
     """The host end of the Pod's veth: the Pod interface's peer ifindex (a veth's IFLA_LINK names
     its peer in the other namespace), else the host interface prevResult lists."""
     link = host_nl.link_get(pod_link.peer_index) if pod_link.peer_index else None
@@ -319,7 +322,7 @@ def _set_pod_txcsum(podfd: int, ifname: str, on: bool) -> None:
         set_tx_checksum(ifname, on)
 
 
-def _route_back(host_nl, m: MovedRoute, host_index: int | None, gw_index: int | None) -> None:  # type: ignore[no-untyped-def]
+def _route_back(host_nl: Netlink, m: MovedRoute, host_index: int | None, gw_index: int | None) -> None:
     """Put the primary CNI's route back on the veth (replacing ours); when the veth is gone,
     just remove ours."""
     if host_index is not None and host_nl.link_get(host_index) is not None and m.proto:
@@ -328,12 +331,12 @@ def _route_back(host_nl, m: MovedRoute, host_index: int | None, gw_index: int | 
         host_nl.route_del(m.dst, index=gw_index, metric=m.metric)
 
 
-def _routes_back(host_nl, moved: list[MovedRoute], host_index: int | None, gw_index: int | None) -> None:  # type: ignore[no-untyped-def]
+def _routes_back(host_nl: Netlink, moved: list[MovedRoute], host_index: int | None, gw_index: int | None) -> None:
     for m in moved:
         _route_back(host_nl, m, host_index, gw_index)
 
 
-def _restore_host(host_nl, host: str, before: dict[str, str], v6addrs: list[str]) -> None:  # type: ignore[no-untyped-def]
+def _restore_host(host_nl: Netlink, host: str, before: dict[str, str], v6addrs: list[str]) -> None:
     """Sysctls back, then the IPv6 addresses that ``disable_ipv6`` removed."""
     link = host_nl.link_get(host)
     if link is None:
@@ -349,7 +352,7 @@ def _restore_host(host_nl, host: str, before: dict[str, str], v6addrs: list[str]
 # ---------------------------------------------------------------------------- DEL
 
 
-def undo_port(host_nl, ovsdb, of, node: NodeContext, port) -> None:  # type: ignore[no-untyped-def]
+def undo_port(host_nl: Netlink, ovsdb: Ovsdb, of: OpenFlow, node: NodeContext, port: PortInfo) -> None:
     """Undo one chained ADD from what its port records: flows, port, routes, sysctls, addresses,
     the Pod's TX checksum offload.  The veth itself is the primary CNI's."""
     from cni.commands.steps import forget_neighbours

@@ -8,12 +8,16 @@ module; neither imports the other's internals. Standard library only: this runs 
 
 from __future__ import annotations
 
+import _socket  # the C module socket wraps: loaded already (cni.kernel.netlink)
 from time import perf_counter as _now  # time is loaded already (cni.spec.log)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from cni.kernel.netlink import Netlink
+    from cni.ovs.ofctl import OpenFlow
+    from cni.ovs.ovsdb import Ovsdb
     from cni.spec.request import Request
     from cni.spec.result import IPConfig, Result
 
@@ -34,7 +38,7 @@ def open_pod_netns(path: str) -> int:
         raise CniError(NETNS_GONE, f"CNI_NETNS {path!r} cannot be opened: {e.strerror}") from None
 
 
-def ovs_clients(node: cfg.NodeContext):  # type: ignore[no-untyped-def]
+def ovs_clients(node: cfg.NodeContext) -> tuple[Ovsdb, OpenFlow]:
     from cni.ovs.ofctl import OpenFlow
     from cni.ovs.ovsdb import Ovsdb
 
@@ -109,7 +113,7 @@ def external_ids(req: Request, ips: list[IPConfig], mac: str) -> dict[str, str]:
     return ids
 
 
-def forget_neighbours(host_nl, gateway: str, addresses: list[str]) -> None:  # type: ignore[no-untyped-def]
+def forget_neighbours(host_nl: Netlink, gateway: str, addresses: list[str]) -> None:
     """Drop the Node's cached MACs for these Pod addresses on the gateway port: an address that
     comes back with a new Pod (new MAC) is resolved afresh, through OVS's ARP/ND responder."""
     index = host_nl.link_index(gateway)
@@ -119,7 +123,7 @@ def forget_neighbours(host_nl, gateway: str, addresses: list[str]) -> None:  # t
         host_nl.neigh_del(index, addr.host(a))
 
 
-def check_sandbox(req: Request, prev: Result, pod_nl) -> list[str]:  # type: ignore[no-untyped-def]
+def check_sandbox(req: Request, prev: Result, pod_nl: Netlink) -> list[str]:
     problems = []
     link = pod_nl.link_get(req.ifname)
     sandbox = next((i for i in prev.interfaces if i.name == req.ifname and i.sandbox), None)
@@ -134,7 +138,7 @@ def check_sandbox(req: Request, prev: Result, pod_nl) -> list[str]:  # type: ign
         if ip.address not in have:
             problems.append(f"address {ip.address} is missing from {req.ifname}")
     for r in prev.routes:
-        family = addr.family(r.dst)
+        family = _socket.AF_INET if addr.family(r.dst) == 4 else _socket.AF_INET6
         want = addr.canonical_network(r.dst)
         found = [x for x in pod_nl.routes(family=family, index=link.index)
                  if addr.canonical_network(x.dst) == want and (not r.gw or (x.gw and addr.same_ip(x.gw, r.gw)))]

@@ -13,7 +13,14 @@ from cni.lean.record import record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Any
+
+    from cni.kernel.netlink import Netlink
+    from cni.ovs.ofctl import OpenFlow
+    from cni.ovs.ovsdb import Ovsdb
+    from cni.pipeline.podnet import PodNet
+    from ipam.api import IpamConfig
 
 from cni.commands.rollback import Rollback
 from cni.commands.steps import (
@@ -52,7 +59,7 @@ def _random_mac() -> str:
     return ":".join(f"{x:02x}" for x in b)
 
 
-def _ipam(conf_dict: dict, node: cfg.NodeContext):  # type: ignore[no-untyped-def]
+def _ipam(conf_dict: dict, node: cfg.NodeContext) -> tuple[ModuleType, IpamConfig]:
     from ipam import api as ipam_api
 
     return ipam_api, ipam_api.parse_config(conf_dict, node.pod_cidrs)
@@ -83,7 +90,7 @@ def _gateway_cidrs(pod_cidrs: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl) -> tuple[Gateway, bool]:  # type: ignore[no-untyped-def]
+def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb: Ovsdb, host_nl: Netlink) -> tuple[Gateway, bool]:
     """On a Node without route-sync: the bridge and gateway port, created when absent.
     Returns the gateway and whether the base flows must be (re)installed.
 
@@ -104,6 +111,9 @@ def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl)
                            iface_type="internal", mac=gw_mac)
             port = ovsdb.port(pl.GATEWAY_PORT)
             created = True
+        if port is None or port.ofport is None or port.ofport < 0:
+            raise CniError(OVS_FAILURE, f"gateway port {pl.GATEWAY_PORT} got no OpenFlow port"
+                           + (f" ({port.error})" if port is not None and port.error else ""))
         link = host_nl.link_get(pl.GATEWAY_PORT)
         if link is None:
             raise CniError(OVS_FAILURE, f"gateway port {pl.GATEWAY_PORT} has no kernel interface")
@@ -113,6 +123,8 @@ def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl)
         if link.mac != gw_mac:
             host_nl.link_set(link.index, mac=gw_mac)
             link = host_nl.link_get(pl.GATEWAY_PORT)
+            if link is None:
+                raise CniError(OVS_FAILURE, f"gateway port {pl.GATEWAY_PORT} went away while being set up")
         cidrs = _gateway_cidrs(node.pod_cidrs)
         have = set(host_nl.addrs(link.index))
         for c in cidrs:
@@ -123,7 +135,7 @@ def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl)
         return Gateway(port.ofport, link.mac, cidrs), created
 
 
-def _lone_gateway_ready(node: cfg.NodeContext, ovsdb, host_nl) -> Gateway | None:  # type: ignore[no-untyped-def]
+def _lone_gateway_ready(node: cfg.NodeContext, ovsdb: Ovsdb, host_nl: Netlink) -> Gateway | None:
     """The lone Node's gateway when its port, MAC, state and addresses are all as
     :func:`_lone_gateway` leaves them; None when anything is missing."""
     port = ovsdb.port(pl.GATEWAY_PORT)
@@ -138,14 +150,14 @@ def _lone_gateway_ready(node: cfg.NodeContext, ovsdb, host_nl) -> Gateway | None
     return Gateway(port.ofport, link.mac, cidrs)
 
 
-def _gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb, host_nl) -> tuple[Gateway, bool]:  # type: ignore[no-untyped-def]
+def _gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb: Ovsdb, host_nl: Netlink) -> tuple[Gateway, bool]:
     if node.state is not None:
         g = node.state.gateway
         return Gateway(g.ofport, g.mac, tuple(g.addresses)), False
     return _lone_gateway(conf, node, ovsdb, host_nl)
 
 
-def _pick_host_name(req: Request, node: cfg.NodeContext, ovsdb, of, host_nl) -> str:  # type: ignore[no-untyped-def]
+def _pick_host_name(req: Request, node: cfg.NodeContext, ovsdb: Ovsdb, of: OpenFlow, host_nl: Netlink) -> str:
     """The host veth name; a leftover of an earlier failed attempt of this attachment is removed,
     a name held by another attachment (a hash collision) moves us to the next salt."""
     for salt in range(8):
@@ -297,7 +309,7 @@ def _state_id(path: str) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
-def _pod_net(node: cfg.NodeContext, conf: cfg.PluginConfig, ips: list[IPConfig]):  # type: ignore[no-untyped-def]
+def _pod_net(node: cfg.NodeContext, conf: cfg.PluginConfig, ips: list[IPConfig]) -> PodNet:
     """The Pod's interface MTU and routes (``cni.pipeline.podnet``: per-path MTUs)."""
     from cni.pipeline import podnet
 
@@ -305,8 +317,8 @@ def _pod_net(node: cfg.NodeContext, conf: cfg.PluginConfig, ips: list[IPConfig])
     return podnet.for_state(node.state, gateways, conf.mtu, fallback_mtu=node.mtu)
 
 
-def _refresh_pod_net(conf: cfg.PluginConfig, ips: list[IPConfig], pod_nl, host_nl, host: str,  # type: ignore[no-untyped-def]
-                     ifname: str, before):  # type: ignore[no-untyped-def]
+def _refresh_pod_net(conf: cfg.PluginConfig, ips: list[IPConfig], pod_nl: Netlink, host_nl: Netlink, host: str,
+                     ifname: str, before: PodNet) -> PodNet:
     """Re-read the node state and converge the new Pod's interface, host veth and routes."""
     node = cfg.node_context(conf, need_state=False)
     pod = _pod_net(node, conf, ips)
@@ -317,7 +329,7 @@ def _refresh_pod_net(conf: cfg.PluginConfig, ips: list[IPConfig], pod_nl, host_n
     return pod
 
 
-def sync_pod_routes(pod_nl, ifname: str, want) -> bool:  # type: ignore[no-untyped-def]
+def sync_pod_routes(pod_nl: Netlink, ifname: str, want: PodNet) -> bool:
     """Make ``ifname`` (in ``pod_nl``'s netns) hold ``want`` (a ``cni.pipeline.podnet.PodNet``): its MTU,
     then its routes through a gateway.  Returns whether anything changed."""
     import _socket
@@ -339,7 +351,7 @@ def sync_pod_routes(pod_nl, ifname: str, want) -> bool:  # type: ignore[no-untyp
     return link.mtu != want.mtu or bool(todo.put or todo.delete)
 
 
-def _configure_pod_interface(pod_nl, podfd: int, ifname: str, ips: list[IPConfig], node: cfg.NodeContext,  # type: ignore[no-untyped-def]
+def _configure_pod_interface(pod_nl: Netlink, podfd: int, ifname: str, ips: list[IPConfig], node: cfg.NodeContext,
                              pod) -> None:
     index = pod_nl.link_index(ifname)
     if index is None:
@@ -553,16 +565,16 @@ def _check(req: Request, prev: Result, node: cfg.NodeContext, conf: cfg.PluginCo
     return problems
 
 
-def _gateway_port(node: cfg.NodeContext, ovsdb) -> tuple[str, int | None]:  # type: ignore[no-untyped-def]
+def _gateway_port(node: cfg.NodeContext, ovsdb: Ovsdb) -> tuple[str, int | None]:
     if node.state is not None:
         return node.state.gateway.mac, node.state.gateway.ofport
     port = ovsdb.port(pl.GATEWAY_PORT)
     if port is None:
         return "00:00:00:00:00:00", None
-    return port.mac_in_use, port.ofport
+    return port.mac_in_use or "00:00:00:00:00:00", port.ofport
 
 
-def _check_mtus(req: Request, want, pod_nl) -> list[str]:  # type: ignore[no-untyped-def]
+def _check_mtus(req: Request, want: PodNet, pod_nl: Netlink) -> list[str]:
     """The interface MTU and each route's MTU as the Node's paths want them now (route-sync
     keeps running Pods at that, so a prevResult from before a mode change is not the measure)."""
     import _socket
