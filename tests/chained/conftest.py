@@ -9,7 +9,6 @@ import json
 import os
 import secrets
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,6 @@ import pytest
 from lab.tools import cnitool
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from cni.node import nodestate
 from cni.pipeline import tables as pl

@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 PREFIX = "sp8"
 CACHE = ROOT / "build" / "ship"
