@@ -634,7 +634,7 @@ def run_phase(tb: Testbed, key: str, mode: str, conc: int, count: int,
         after = cpu.snapshot(daemons)
         results = _checked(res, f"{key} {mode} {op.upper()}")
         ms = [r["ms"] for r in results]
-        out[op] = conc_stats(ms, res["wall_s"], conc) if conc > 1 else stats(ms)
+        out[op] = conc_stats(ms, res["wall_s"], conc) if conc > 1 or mode == "concurrent" else stats(ms)
         out[op]["cpu"] = cpu.split(before, after, res.get("children", {}), res["wall_s"])
         if op == "add":
             v.added(mode, [r["stdout"] for r in results])
