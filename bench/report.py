@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench.cpu import shares as cpu_shares
 from bench.util import percentile
 
 PLOTS = ("latency.png", "throughput.png", "reconcile.png")
@@ -255,17 +256,6 @@ CNI_KEYS = ("bridge", "bridge-upstream", "ferry", "ferry-frozen", "ovs-cni")
 CPU_SHARES = ("plugin processes", "ovs-vswitchd", "ovsdb-server", "kernel, other", "user, other")
 
 
-def _cpu_shares(cpu: dict[str, Any]) -> dict[str, float]:
-    """bench.cpu.shares, restated: the report reads results.json only."""
-    out = {"plugin processes": cpu["plugins_user_s"] + cpu["plugins_sys_s"]}
-    for name in ("ovs-vswitchd", "ovsdb-server"):
-        if f"{name}_user_s" in cpu:
-            out[name] = cpu[f"{name}_user_s"] + cpu[f"{name}_sys_s"]
-    out["kernel, other"] = cpu["kernel_other_s"]
-    out["user, other"] = cpu["user_other_s"]
-    return out
-
-
 def _section_cni_profile(d: dict[str, Any]) -> str:
     """Where the concurrent run's CPU goes, per Pod, by consumer."""
     rows = []
@@ -274,7 +264,7 @@ def _section_cni_profile(d: dict[str, Any]) -> str:
             s = d["plugins"].get(key, {}).get("concurrent", {}).get(op)
             if not s or not s.get("cpu"):
                 continue
-            sh = _cpu_shares(s["cpu"])
+            sh = cpu_shares(s["cpu"])
             ours = sum(v for k, v in sh.items() if k != "user, other")
             rows.append([key, op.upper(), _f(s["pods_per_s"], 1), *[_f(1000 * sh.get(k, 0.0) / s["n"], 1) for k in CPU_SHARES],
                          _f(1000 * ours / s["n"], 1), f"{100 * s['cpu']['machine_busy_s'] / s['cpu']['capacity_s']:.0f} %"])
