@@ -319,11 +319,11 @@ def render(res: dict[str, Any]) -> str:
             if c.get("cpu"):
                 sh = cpu.shares(c["cpu"])
                 prow.append([f"{key} {op.upper()}", c["wall_s"],
-                             *[1000.0 * sh.get(k, 0.0) / c["n"] for k in CPU_COLUMNS],
-                             1000.0 * sum(sh.get(k, 0.0) for k in CPU_COLUMNS[:-1]) / c["n"]])
+                             *[1000.0 * sh.get(k, 0.0) / c["n"] for k in cpu.CONSUMERS],
+                             1000.0 * sum(sh.get(k, 0.0) for k in cpu.CONSUMERS[:-1]) / c["n"]])
     conc = table([f"concurrency {meta['conc']} (thread pool)", "n", "wall s", "pods/s", "p50 ms",
                   "p90 ms", "p99 ms", "max ms"], crow)
-    prof = table([f"CPU ms per Pod, concurrency {meta['conc']}", "wall s", *CPU_COLUMNS, "all but other users"],
+    prof = table([f"CPU ms per Pod, concurrency {meta['conc']}", "wall s", *cpu.CONSUMERS, "all but other users"],
                  prow)
     rrow = [[r["figure"], r["ferry"], r["reference"], r["ratio"], r["target"],
              "pass" if r["pass"] else "short"] for r in res["ratios"]]
@@ -335,9 +335,6 @@ def render(res: dict[str, Any]) -> str:
     cmp_table = table(["issue 18", "ours", "reference", "ratio", "target", ""], crows)
     return ("\n".join(head) + "\n\n" + seq + "\n\n" + conc + "\n\n" + prof + "\n\n" + rat + "\n\n"
             + cmp_table + "\n")
-
-
-CPU_COLUMNS = ("plugin processes", "ovs-vswitchd", "ovsdb-server", "kernel, other", "user, other")
 
 
 def _cols(s: dict[str, Any]) -> list[object]:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 DAEMONS = ("ovs-vswitchd", "ovsdb-server")
+# What :func:`shares` names, in the order a report shows them.
+CONSUMERS = ("plugin processes", *DAEMONS, "kernel, other", "user, other")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench.cpu import CONSUMERS as CPU_SHARES
 from bench.cpu import shares as cpu_shares
 from bench.util import percentile
 
@@ -253,7 +254,6 @@ def _section_startup(d: dict[str, Any]) -> str:
 
 
 CNI_KEYS = ("bridge", "bridge-upstream", "ferry", "ferry-frozen", "ovs-cni")
-CPU_SHARES = ("plugin processes", "ovs-vswitchd", "ovsdb-server", "kernel, other", "user, other")
 
 
 def _section_cni_profile(d: dict[str, Any]) -> str:
