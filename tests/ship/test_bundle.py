@@ -68,6 +68,14 @@ def test_per_pod_executables_hold_no_heavy_module(bundle: Path, name: str) -> No
     assert not tops & HEAVY, sorted(tops & HEAVY)
 
 
+def test_no_zip_comes_first_on_the_per_pod_path(bundle: Path) -> None:
+    """The bootloader puts _internal/base_library.zip first on every executable's sys.path; the
+    per-Pod executables' own .pyc files hold everything in it, so build.spec leaves it out (and
+    route-sync, which runs below, reads those modules from _internal)."""
+    assert not (bundle / "_internal" / "base_library.zip").exists()
+    assert (bundle / "_internal" / "encodings" / "__init__.pyc").is_file()
+
+
 def test_route_sync_is_complete(bundle: Path) -> None:
     _, pyz = archive(bundle / "ferry-route-sync")
     for mod in ("pyroute2", "ovsdbapp", "kubernetes", "yaml", "click", "prometheus_client",
