@@ -270,7 +270,24 @@ def _section_cni_profile(d: dict[str, Any]) -> str:
                          _f(1000 * ours / s["n"], 1), f"{100 * s['cpu']['machine_busy_s'] / s['cpu']['capacity_s']:.0f} %"])
     if not rows:
         return ""
-    return ("\n\nWhere the concurrent run's CPU goes, ms per Pod (bench/cpu.py: the plugin processes from the "
+    ovs_rows = []
+    for key in CNI_KEYS:
+        p = d["plugins"].get(key, {})
+        cells = []
+        for mode in ("sequential", "concurrent"):
+            for op in ("add", "del"):
+                c = (p.get(mode, {}).get(op) or {}).get("cpu") or {}
+                if "ovs-vswitchd_user_s" not in c:
+                    break
+                cells.append(f"{c['ovs-vswitchd_user_s'] + c['ovs-vswitchd_sys_s']:.2f} / "
+                             f"{c['ovsdb-server_user_s'] + c['ovsdb-server_sys_s']:.2f}")
+        if len(cells) == 4 and key not in ("bridge", "bridge-upstream"):
+            ovs_rows.append([key, *cells])
+    ovs_table = ("\n\nCPU seconds of ovs-vswitchd / ovsdb-server during each run of the OVS plugins (same bridge, same "
+                 "Node, same Pod count).\n\n"
+                 + _md_table(["plugin", "sequential ADD", "sequential DEL", "concurrent ADD", "concurrent DEL"], ovs_rows)
+                 ) if ovs_rows else ""
+    return ovs_table + ("\n\nWhere the concurrent run's CPU goes, ms per Pod (bench/cpu.py: the plugin processes from the "
             "driver's RUSAGE_CHILDREN, the OVS daemons from /proc/<pid>/stat, the kernel from /proc/stat's system "
             "+ irq + softirq time less those processes' own; \"user, other\" is the driver and whatever else the "
             "machine runs).\n\n"
