@@ -172,6 +172,9 @@ GOALS: tuple[Goal, ...] = (
     _goal18("ferry (frozen) / ovs-cni: DEL p50", None, None, "ovs-cni {ovs_cni}"),
     _goal18("ferry (frozen) / ovs-cni: concurrent ADD throughput", ">=", 1.0, "ovs-cni {ovs_cni}", unit="Pods/s"),
     _goal18("ferry (frozen) / ovs-cni: ovs-vswitchd CPU per ADD", None, None, "ovs-cni {ovs_cni}"),
+    _goal18("ferry (frozen) / ovs-cni polling 10 ms: ADD p50", None, None, "ovs-cni {ovs_cni}, link state every 10 ms"),
+    _goal18("ferry (frozen) / ovs-cni polling 10 ms: concurrent ADD throughput", None, None,
+            "ovs-cni {ovs_cni}, link state every 10 ms", unit="Pods/s"),
     _goal18("upstream / Debian bridge: ADD p50", None, None, "Debian bridge + host-local {debian_plugins}"),
     _goal18("upstream / Debian bridge: concurrent ADD throughput", None, None,
             "Debian bridge + host-local {debian_plugins}", unit="Pods/s"),
@@ -253,7 +256,7 @@ def _section_startup(d: dict[str, Any]) -> str:
     return _md_table(["call", "plugin", "n", "p50 ms", "p99 ms", "mean ms"], rows)
 
 
-CNI_KEYS = ("bridge", "bridge-upstream", "ferry", "ferry-frozen", "ovs-cni")
+CNI_KEYS = ("bridge", "bridge-upstream", "ferry", "ferry-frozen", "ovs-cni", "ovs-cni-poll10")
 
 
 def _section_cni_profile(d: dict[str, Any]) -> str:
@@ -437,7 +440,8 @@ def _ok(results: dict[str, Any], key: str) -> dict[str, Any] | None:
 
 
 LATENCY_LINES = (("ferry", "ferry launcher", "-"), ("ferry-frozen", "ferry frozen", "-"),
-                 ("ovs-cni", "ovs-cni {ovs_cni}", "--"), ("bridge", "Debian bridge {debian_plugins}", ":"),
+                 ("ovs-cni", "ovs-cni {ovs_cni}", "--"), ("ovs-cni-poll10", "ovs-cni, link state every 10 ms", "-."),
+                 ("bridge", "Debian bridge {debian_plugins}", ":"),
                  ("bridge-upstream", "upstream bridge {upstream_plugins}", ":"))
 
 

@@ -52,7 +52,7 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     assert data["cni"]["plugins"]["ferry"]["sequential"]["add"]["n"] == 10
     # Ferry's launcher and frozen bundle, ovs-cni, Debian's and upstream's bridge: measured, or not built with a reason
     assert set(data["cni"]["plugins"]) | set(data["cni"]["not_built"]) == \
-        {"ferry", "ferry-frozen", "ovs-cni", "bridge", "bridge-upstream"}
+        {"ferry", "ferry-frozen", "ovs-cni", "ovs-cni-poll10", "bridge", "bridge-upstream"}
     assert {s["fill"] for s in data["ipam"]["series"]} == {0, 50, 99}
     assert [s["peers"] for s in data["routesync"]["sizes"]] == [100]
     assert data["routesync"]["sizes"][0]["routes"] == 100 and data["routesync"]["change"]["n"] > 0
