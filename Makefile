@@ -1,5 +1,7 @@
 # Ferry: the two commands README opens with are `make demo` and `make test`.
 VENV ?= $(CURDIR)/.venv
+# The frozen bundle is built in its own venv on the distribution's optimised CPython (.ci/install.sh).
+DIST_VENV ?= $(CURDIR)/.venv-dist
 PY := $(VENV)/bin/python
 BIN := $(CURDIR)/build/cni-bin
 export PATH := $(VENV)/bin:$(PATH)
@@ -48,12 +50,14 @@ lab-pictures: bin
 chaos: bin
 	$(PY) -m tests.chaos.run_chaos --ops 1000 --workers 16 --kills 100 --route-sync-restarts 4 --cni-bin $(BIN)
 
-bench: bin
+# Ferry's launchers and its frozen bundle against ovs-cni and the reference plugins (Debian's and
+# upstream's); the Go peers are built (cached) by .ci/install.sh.
+bench: bin dist
 	$(PY) -m bench --cni-bin $(BIN) --docs docs
 
 # The frozen onedir bundle (dist/ferry: ferry, ferry-ipam, ferry-route-sync, one _internal); see build.spec.
 dist: install
-	$(VENV)/bin/pyinstaller --noconfirm --log-level WARN --distpath $(CURDIR)/dist --workpath $(CURDIR)/build/pyi build.spec
+	$(DIST_VENV)/bin/pyinstaller --noconfirm --log-level WARN --distpath $(CURDIR)/dist --workpath $(CURDIR)/build/pyi build.spec
 
 # Ferry's container image (Containerfile) from the bundle, on a Debian root file system made with
 # mmdebstrap (cached); an OCI archive in build/image/ that `ctr images import` loads.

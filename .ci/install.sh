@@ -6,7 +6,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 apt_pkgs=(openvswitch-switch openvswitch-common iproute2 nftables iptables ethtool iperf3 tcpdump
           iputils-ping arping containernetworking-plugins procps psmisc kmod conntrack python3-venv
-          containerd runc podman mmdebstrap util-linux busybox-static graphviz frr)
+          containerd runc podman mmdebstrap util-linux busybox-static graphviz frr libpython3.11)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -23,10 +23,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d
 fi
 
-# Go programs from their pinned modules (cnitool; with FERRY_KUBERNETES=1 also etcd and the
-# Kubernetes components), cached outside the clone: tools/build-go-tools.sh.
+# Go programs from their pinned modules (cnitool; the benchmarks' peers ovs-cni and upstream's
+# bridge + host-local, ~40 s cold, unless FERRY_BENCH_PEERS=0; with FERRY_KUBERNETES=1 also etcd
+# and the Kubernetes components), cached outside the clone: tools/build-go-tools.sh.
 command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 go_sets=(cnitool)
+[ "${FERRY_BENCH_PEERS:-1}" = 0 ] || go_sets+=(ovs-cni cni-plugins)
 [ "${FERRY_KUBERNETES:-1}" = 0 ] || go_sets+=(kubernetes)
 bash "$here/tools/build-go-tools.sh" "${go_sets[@]}"
 
@@ -41,4 +43,19 @@ if ! [ -f "$stamp" ]; then
   "$venv/bin/pip" install -q -e "$here[dev]"
   touch "$stamp"
 fi
-echo "install: ok (venv $venv)"
+# The frozen bundle's virtualenv (`make dist`): the distribution's own CPython, an optimised
+# (PGO + LTO) build whose libpython3.11 the bundle carries; a pyenv or self-built Python is
+# neither, and every per-Pod exec pays for it (bench_cni: frozen vs launcher). Runtime
+# dependencies (ferry-route-sync is in the bundle too) + PyInstaller.
+dist_venv=${FERRY_DIST_VENV:-$here/.venv-dist}
+dist_python=${FERRY_DIST_PYTHON:-/usr/bin/python3}
+if ! [ -x "$dist_venv/bin/python" ]; then
+  "$dist_python" -m venv "$dist_venv"
+fi
+dist_stamp="$dist_venv/.ferry-deps-$(sha1sum "$here/pyproject.toml" | cut -c1-12)"
+if ! [ -f "$dist_stamp" ]; then
+  "$dist_venv/bin/pip" install -q --upgrade pip
+  "$dist_venv/bin/pip" install -q -e "$here[dist]"
+  touch "$dist_stamp"
+fi
+echo "install: ok (venv $venv, bundle venv $dist_venv)"

@@ -1,22 +1,34 @@
-"""CNI ADD/DEL latency: Ferry's ``ferry`` plugin vs Debian's ``bridge`` + ``host-local``, same run.
+"""CNI ADD/DEL latency: Ferry (source launcher and frozen bundle) vs ovs-cni and the reference
+``bridge`` + ``host-local`` (Debian's and upstream's current), same run.
 
-    python -m bench.bench_cni [--pods 200] [--conc 8] [--quick] [--json OUT] [--cni-bin DIR]
+    python -m bench.bench_cni [--pods 200] [--conc 8] [--quick] [--json OUT] [--cni-bin DIR] [--dist DIR]
 
 Measured the way the reference baseline in docs/benchmarks.md was measured: a Python
 driver running inside a "node" network namespace execs the plugin directly (``CNI_COMMAND`` in
 the environment, the network configuration on stdin) and takes the wall time of each plugin
 process (fork+exec+run+exit) with ``perf_counter_ns``; every Pod is its own netns.
 
-* Two nodes, one per plugin, so neither sees the other's link churn: ``<tag>-fnode`` holds a
-  private OVS instance (``tests.ovs_instance.OvsInstance``; the plugin creates the netdev ``br-int``, the
-  gateway and the base flows on the warm-up ADD, lone-Node mode), ``<tag>-rnode`` the Linux
-  bridge that ``bridge`` creates (``isGateway``, ``ipMasq: false``, cniVersion 1.0.0).
-* Phases, each run for one plugin then the other (so machine noise hits both alike): N Pods
+* Six plugins (``bench.peers`` finds or builds them; one that is not there is reported
+  "not built: <reason>"): ``ferry`` (the source launchers, ``python3.11 -IS``), ``ferry-frozen``
+  (``dist/ferry``, what hosts run), ``ovs-cni`` (k8snetworkplumbingwg/ovs-cni's plugin, with
+  host-local, its defaults), ``ovs-cni-poll10`` (the same, polling the new port's link state every
+  10 ms instead of sleeping 600 ms when vswitchd has not reported it up yet), ``bridge`` (Debian's
+  bridge + host-local, the reference of issue 3) and ``bridge-upstream`` (containernetworking/plugins
+  at the newest version, built from its module).
+* Two nodes, so the OVS plugins never see the Linux bridge's link churn: ``<tag>-fnode`` holds a
+  private OVS instance (``tests.ovs_instance.OvsInstance``; Ferry creates the netdev ``br-int``, the
+  gateway and the base flows on the warm-up ADD, lone-Node mode) that ovs-cni plugs into too (same
+  bridge, same Node), ``<tag>-rnode`` the Linux bridge that ``bridge`` creates (``isGateway``,
+  ``ipMasq: false``, cniVersion 1.0.0).  The plugins of one node take turns on its Pods' namespaces.
+* Each phase also records where the CPU went (``bench.cpu``): the plugin processes, ovs-vswitchd,
+  ovsdb-server, the rest of the kernel and everything else.
+* Phases, each run for one plugin after the other (so machine noise hits them alike): N Pods
   sequentially (all ADDs, then all DELs), a few through ``cnitool``, then N Pods with a thread
   pool of C workers (a new call starts as soon as one ends).  One ADD/DEL warm-up first.
 * Every ADD phase is verified (one unique IP per Pod, exactly one host veth per Pod, and the
   host veths named in the results are the ones on the node; Ferry: one OVS port and one set of
-  per-Pod flows per Pod, one IPAM record per Pod; bridge: one host-local reservation per Pod),
+  per-Pod flows per Pod, one IPAM record per Pod; ovs-cni: one OVS port and one cache file per
+  Pod; bridge and ovs-cni: one host-local reservation per Pod),
   every DEL phase too (nothing of it left on the node, in OVS, in IPAM or in the Pod netns), so
   a plugin that skips work cannot look fast.
 * Everything (namespaces, OVS, temp dirs with IPAM stores, caches, launchers) is removed at the
@@ -34,6 +46,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import secrets
 import shutil
 import signal
@@ -45,6 +58,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import cpu, peers
 from bench.util import percentile, table
 from lab import tools
 
@@ -55,10 +69,40 @@ PREFIX = "fbn"
 REF_BRIDGE = "fbn-br0"
 FERRY_SUBNET = "10.244.0.0/16"
 REF_SUBNET, REF_GATEWAY = "10.251.0.0/16", "10.251.0.1"
+OVS_CNI_SUBNET = "10.250.0.0/16"
+OVS_CNI_CACHE = "/var/lib/cni/ovs-cni/cache"  # ovs-cni's fixed cache (container ID + ifname)
+# The plugins, in the order each phase runs them.  The first two run on the Linux bridge node, the
+# rest on the OVS node (Ferry first: its warm-up ADD creates br-int, which ovs-cni plugs into).
+# ovs-cni-poll10: ovs-cni polling the port's link state every 10 ms instead of its default 600 ms
+# (same 3 s budget), so its ADD shows its work rather than its sleep.
+KEYS = ("bridge", "bridge-upstream", "ferry", "ferry-frozen", "ovs-cni", "ovs-cni-poll10")
+OVS_KEYS = ("ferry", "ferry-frozen", "ovs-cni", "ovs-cni-poll10")
+CNITOOL_KEYS = ("bridge", "ferry")
 CNI_VERSION = "1.0.0"
 # Issue 3's targets: (figure, comparison, bound).  Ratios are Ferry / reference.
 TARGETS = (("ADD p50", "<=", 1.5), ("ADD p99", "<=", 2.0), ("DEL p50", "<=", 1.2),
            ("concurrent ADD throughput", ">=", 1.0))
+# Issue 18's comparisons: (figure, ours, reference, comparison, bound); bound None: reported only.
+COMPARISONS = (
+    ("frozen / launcher: ADD p50", "ferry-frozen", "ferry", "<=", 1.1),
+    ("frozen / launcher: VERSION p50", "ferry-frozen", "ferry", "<=", 1.2),
+    ("frozen / launcher: DEL p50", "ferry-frozen", "ferry", None, None),
+    ("frozen / launcher: concurrent ADD throughput", "ferry-frozen", "ferry", None, None),
+    ("ferry (frozen) / ovs-cni: ADD p50", "ferry-frozen", "ovs-cni", "<=", 1.0),
+    ("ferry (frozen) / ovs-cni: ADD p99", "ferry-frozen", "ovs-cni", None, None),
+    ("ferry (frozen) / ovs-cni: DEL p50", "ferry-frozen", "ovs-cni", None, None),
+    ("ferry (frozen) / ovs-cni: concurrent ADD throughput", "ferry-frozen", "ovs-cni", ">=", 1.0),
+    ("ferry (frozen) / ovs-cni: ovs-vswitchd CPU per ADD", "ferry-frozen", "ovs-cni", None, None),
+    ("ferry (frozen) / ovs-cni polling 10 ms: ADD p50", "ferry-frozen", "ovs-cni-poll10", None, None),
+    ("ferry (frozen) / ovs-cni polling 10 ms: ADD p99", "ferry-frozen", "ovs-cni-poll10", None, None),
+    ("ferry (frozen) / ovs-cni polling 10 ms: concurrent ADD throughput", "ferry-frozen", "ovs-cni-poll10",
+     None, None),
+    ("upstream / Debian bridge: ADD p50", "bridge-upstream", "bridge", None, None),
+    ("upstream / Debian bridge: DEL p50", "bridge-upstream", "bridge", None, None),
+    ("upstream / Debian bridge: concurrent ADD throughput", "bridge-upstream", "bridge", None, None),
+    ("ferry (frozen) / upstream bridge: ADD p50", "ferry-frozen", "bridge-upstream", None, None),
+    ("ferry (frozen) / upstream bridge: concurrent ADD throughput", "ferry-frozen", "bridge-upstream", None, None),
+)
 
 
 def log(msg: str) -> None:
@@ -81,6 +125,7 @@ def driver_main() -> int:
     """``--driver``: a job ``{"calls": [...], "conc": C}`` on stdin, results as JSON on stdout."""
     job = json.load(sys.stdin)
     calls, conc = job["calls"], int(job.get("conc", 1))
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter_ns()
     if conc <= 1:
         results = [_timed(c) for c in calls]
@@ -88,7 +133,9 @@ def driver_main() -> int:
         with cf.ThreadPoolExecutor(max_workers=conc) as ex:
             results = list(ex.map(_timed, calls))
     wall = (time.perf_counter_ns() - t0) / 1e9
-    json.dump({"wall_s": wall, "results": results}, sys.stdout)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    children = {"user_s": r1.ru_utime - r0.ru_utime, "sys_s": r1.ru_stime - r0.ru_stime}
+    json.dump({"wall_s": wall, "results": results, "children": children}, sys.stdout)
     return 0
 
 
@@ -99,8 +146,10 @@ def driver_main() -> int:
 class Plugin:
     """One side of the comparison: how to exec it and where its state lives."""
 
-    key: str  # "ferry" | "bridge"
+    key: str  # one of KEYS
+    kind: str  # "ferry" | "ovs-cni" | "bridge": what its verifier counts
     label: str
+    version: str
     exe: str  # the plugin executable
     cni_path: str  # CNI_PATH for it (IPAM plugins)
     node: str  # node netns name
@@ -125,13 +174,25 @@ def ferry_conf(work: str, ovs_db: str, ovs_run_dir: str) -> dict[str, Any]:
                      "ranges": [[{"subnet": FERRY_SUBNET}]]}}
 
 
-def bridge_conf(work: str) -> dict[str, Any]:
+def bridge_conf(work: str, data_dir: str = "host-local") -> dict[str, Any]:
     """The reference script's conflist entry (ipMasq false), host-local state in our own dir."""
     return {"type": "bridge", "bridge": REF_BRIDGE, "isGateway": True, "ipMasq": False,
             "hairpinMode": False,
-            "ipam": {"type": "host-local", "dataDir": os.path.join(work, "host-local"),
+            "ipam": {"type": "host-local", "dataDir": os.path.join(work, data_dir),
                      "ranges": [[{"subnet": REF_SUBNET, "gateway": REF_GATEWAY}]],
                      "routes": [{"dst": "0.0.0.0/0"}]}}
+
+
+def ovs_cni_conf(work: str, ovs_db: str, poll_ms: int | None = None) -> dict[str, Any]:
+    """ovs-cni on Ferry's br-int (same bridge, same Node), its documented defaults otherwise;
+    host-local like the bridge references (ovs-cni has no IPAM of its own).  ``poll_ms``: check
+    the port's link state that often (default 600 ms x 5 tries), within the same 3 s."""
+    conf: dict[str, Any] = {"type": "ovs", "bridge": "br-int", "socket_file": ovs_db,
+                            "ipam": {"type": "host-local", "dataDir": os.path.join(work, "host-local-ovs"),
+                                     "ranges": [[{"subnet": OVS_CNI_SUBNET}]]}}
+    if poll_ms:
+        conf.update(link_state_check_interval=poll_ms, link_state_check_retries=3000 // poll_ms)
+    return conf
 
 
 def pod_args(pod: str) -> str:
@@ -184,6 +245,42 @@ def conc_stats(samples: Sequence[float], wall_s: float, workers: int) -> dict[st
     return dict(stats(samples), wall_s=wall_s, pods_per_s=len(samples) / wall_s, workers=workers)
 
 
+def _vswitchd_ms_per_pod(s: dict[str, Any]) -> float:
+    c = s.get("cpu") or {}
+    return 1000.0 * (c.get("ovs-vswitchd_user_s", 0.0) + c.get("ovs-vswitchd_sys_s", 0.0)) / s["n"]
+
+
+def _figure(figs: dict[str, Any], floors: dict[str, Any], key: str, figure: str) -> float:
+    """One figure of one plugin, named by the text after the colon of a COMPARISONS entry."""
+    f = figs[key]
+    return {"ADD p50": lambda: f["sequential"]["add"]["p50"], "ADD p99": lambda: f["sequential"]["add"]["p99"],
+            "DEL p50": lambda: f["sequential"]["del"]["p50"],
+            "VERSION p50": lambda: floors[f"{key} VERSION (start-up floor)"]["p50"],
+            "concurrent ADD throughput": lambda: f["concurrent"]["add"]["pods_per_s"],
+            "ovs-vswitchd CPU per ADD": lambda: _vswitchd_ms_per_pod(f["concurrent"]["add"])}[figure]()
+
+
+def comparisons(figs: dict[str, Any], floors: dict[str, Any], not_built: dict[str, str]) -> list[dict[str, Any]]:
+    """Issue 18's ratios, ours / reference; a side that is not built gives ``not_built`` instead."""
+    out: list[dict[str, Any]] = []
+    for name, ours_key, ref_key, cmp, bound in COMPARISONS:
+        row: dict[str, Any] = {"figure": name, "ours_key": ours_key, "reference_key": ref_key,
+                               "target": f"{cmp} {bound}x" if cmp else "—"}
+        missing = [k for k in (ours_key, ref_key) if k not in figs]
+        if missing:
+            row["not_built"] = "; ".join(f"{k}: {not_built.get(k, 'not run')}" for k in missing)
+            out.append(row)
+            continue
+        figure = name.split(": ", 1)[1]
+        ours, ref = _figure(figs, floors, ours_key, figure), _figure(figs, floors, ref_key, figure)
+        ratio = ours / ref if ref else None
+        row.update(ours=ours, reference=ref, ratio=ratio)
+        if cmp and bound is not None and ratio is not None:
+            row["pass"] = ratio <= bound if cmp == "<=" else ratio >= bound
+        out.append(row)
+    return out
+
+
 def ratios(figs: dict[str, Any]) -> list[dict[str, Any]]:
     """Ferry / reference for each target of issue 3, marked pass/short."""
     f, r = figs["ferry"], figs["bridge"]
@@ -206,33 +303,50 @@ def render(res: dict[str, Any]) -> str:
     meta, figs = res["meta"], res["plugins"]
     head = [
         (f"# CNI ADD/DEL latency, {meta['pods']} Pods, concurrency {meta['conc']}; "
-         f"ferry vs Debian bridge + host-local (ipMasq false, cniVersion {CNI_VERSION})"),
+         f"ferry (launcher, frozen) vs ovs-cni and bridge + host-local (cniVersion {CNI_VERSION})"),
         (f"# {meta['date']}  {meta['host']}  loadavg before {meta['loadavg_before']} "
          f"after {meta['loadavg_after']}"),
-        (f"# ferry {meta['ferry_exe']} (commit {meta['ferry_commit']}); reference "
-         f"containernetworking-plugins {meta['reference_version']}"),
+        f"# ferry {meta['ferry_exe']} (commit {meta['ferry_commit']})",
+        *[f"# {key}: {figs[key]['label']} {figs[key]['version']}" for key in KEYS if key in figs],
+        *[f"# {key}: not built: {why}" for key, why in res.get("not_built", {}).items()],
         "# per-call wall time of the plugin process (fork+exec+run+exit), nearest-rank percentiles"]
     floors = res.get("floors") or {"harness floor (exec /bin/true)": res["floor"]}
     rows: list[list[object]] = [[label, *_cols(s)] for label, s in floors.items()]
-    for key in ("bridge", "ferry"):
+    for key in KEYS:
         for mode, label in (("sequential", "direct"), ("cnitool", "cnitool")):
             for op in ("add", "del"):
-                s = figs[key].get(mode, {}).get(op)
+                s = figs.get(key, {}).get(mode, {}).get(op)
                 if s:
                     rows.append([f"{key} {label} {op.upper()}", *_cols(s)])
     seq = table(["sequential, per call (ms)", "n", "p50", "p90", "p99", "max", "mean"], rows)
     crow: list[list[object]] = []
-    for key in ("bridge", "ferry"):
+    prow: list[list[object]] = []
+    for key in KEYS:
         for op in ("add", "del"):
-            c = figs[key]["concurrent"][op]
+            c = figs.get(key, {}).get("concurrent", {}).get(op)
+            if not c:
+                continue
             crow.append([f"{key} direct {op.upper()}", c["n"], c["wall_s"], c["pods_per_s"], c["p50"],
                          c["p90"], c["p99"], c["max"]])
+            if c.get("cpu"):
+                sh = cpu.shares(c["cpu"])
+                prow.append([f"{key} {op.upper()}", c["wall_s"],
+                             *[1000.0 * sh.get(k, 0.0) / c["n"] for k in cpu.CONSUMERS],
+                             1000.0 * sum(sh.get(k, 0.0) for k in cpu.CONSUMERS[:-1]) / c["n"]])
     conc = table([f"concurrency {meta['conc']} (thread pool)", "n", "wall s", "pods/s", "p50 ms",
                   "p90 ms", "p99 ms", "max ms"], crow)
+    prof = table([f"CPU ms per Pod, concurrency {meta['conc']}", "wall s", *cpu.CONSUMERS, "all but other users"],
+                 prow)
     rrow = [[r["figure"], r["ferry"], r["reference"], r["ratio"], r["target"],
              "pass" if r["pass"] else "short"] for r in res["ratios"]]
-    rat = table(["ferry / reference", "ferry", "reference", "ratio", "target", ""], rrow)
-    return "\n".join(head) + "\n\n" + seq + "\n\n" + conc + "\n\n" + rat + "\n"
+    rat = table(["ferry / Debian bridge (issue 3)", "ferry", "reference", "ratio", "target", ""], rrow)
+    crows = [[c["figure"], c.get("ours", "—"), c.get("reference", "—"),
+              c["ratio"] if c.get("ratio") is not None else "—", c["target"],
+              f"not built: {c['not_built']}" if "not_built" in c else
+              ("pass" if c["pass"] else "short") if "pass" in c else ""] for c in res.get("comparisons", [])]
+    cmp_table = table(["issue 18", "ours", "reference", "ratio", "target", ""], crows)
+    return ("\n".join(head) + "\n\n" + seq + "\n\n" + conc + "\n\n" + prof + "\n\n" + rat + "\n\n"
+            + cmp_table + "\n")
 
 
 def _cols(s: dict[str, Any]) -> list[object]:
@@ -300,11 +414,23 @@ class Verifier:
     """Counts what a plugin left on its node; ``added``/``deleted`` raise on any mismatch."""
 
     plugin: Plugin
-    ovs: Any = None  # tests.ovs_instance.OvsInstance for Ferry
+    ovs: Any = None  # tests.ovs_instance.OvsInstance for the OVS plugins
     log: list[str] = field(default_factory=list)
+    tag: str = ""
 
     def _state(self) -> dict[str, Any]:
-        if self.plugin.key == "ferry":
+        if self.plugin.kind == "ovs-cni":
+            names = _run(["ovs-vsctl", f"--db={self.ovs.db}", "--bare", "--columns=name", "list",
+                          "Interface"]).stdout.split()
+            ipdir = os.path.join(self.plugin.conf["ipam"]["dataDir"], self.plugin.netname)
+            veths = sorted(node_links(self.plugin.node, "veth"))
+            cache = [f for f in os.listdir(OVS_CNI_CACHE) if f.startswith(f"{self.tag}-")] \
+                if os.path.isdir(OVS_CNI_CACHE) else []
+            return {"host_veths": veths, "all_veths": veths,
+                    "ovs_ports": sorted(n for n in names if n.startswith("veth")),
+                    "ipam": len([f for f in os.listdir(ipdir) if f[:1].isdigit()]) if os.path.isdir(ipdir) else 0,
+                    "cache": len(cache)}
+        if self.plugin.kind == "ferry":
             from cni.pipeline.tables import HOST_VETH_PREFIX, Cookie, Owner
             from ipam.api import list_allocations
 
@@ -348,6 +474,8 @@ class Verifier:
             problems.append(f"{len(st['ovs_ports'])} OVS ports, not the result's host veths")
         if "pod_cookies" in st and len(st["pod_cookies"]) != n:
             problems.append(f"{len(st['pod_cookies'])} distinct per-Pod flow cookies")
+        if "cache" in st and st["cache"] != n:
+            problems.append(f"{st['cache']} ovs-cni cache files")
         if problems:
             raise BenchError(f"{self.plugin.key} {phase} after ADD of {n} Pods: " + "; ".join(problems)
                              + f" (expected {n} each)")
@@ -379,48 +507,128 @@ class Testbed:
     pods: int
     plugins: dict[str, Plugin]
     verifiers: dict[str, Verifier]
-    pod_ns: dict[str, list[str]]  # plugin key -> its Pods' namespaces
+    pod_ns: dict[str, list[str]]  # plugin key -> its Pods' namespaces (shared by a node's plugins)
     ovs_dir: str
+    not_built: dict[str, str]  # plugin key -> why it is not in this run
+
+    def daemon_pids(self) -> dict[str, int]:
+        pids = {}
+        for name in cpu.DAEMONS:
+            try:
+                with open(os.path.join(self.ovs_dir, f"{name}.pid")) as f:
+                    pids[name] = int(f.read().strip())
+            except (OSError, ValueError):
+                pass
+        return pids
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where each plugin comes from: ``bench.peers`` found or built them (or says why not)."""
+
+    cni_bin: str | None  # Ferry's launchers (None: written to the work dir)
+    frozen: peers.Peer
+    ovs_cni: peers.Peer
+    upstream: peers.Peer
+    debian: peers.Peer
+
+
+def find_sources(cni_bin: str | None, dist_dir: str, reference_dir: str, build: bool = True) -> Sources:
+    return Sources(cni_bin, peers.frozen_bundle(dist_dir), peers.go_peer("ovs-cni", build),
+                   peers.go_peer("cni-plugins", build), peers.debian_plugins(reference_dir))
+
+
+def _link_dir(path: str, links: dict[str, str]) -> str:
+    """A CNI_PATH directory of symlinks."""
+    os.makedirs(path)
+    for name, target in links.items():
+        os.symlink(target, os.path.join(path, name))
+    return path
 
 
 @contextlib.contextmanager
-def testbed(tag: str, pods: int, cni_bin: str | None, reference_dir: str) -> Iterator[Testbed]:
-    """Node namespaces, a private OVS for Ferry, one netns per Pod; all removed on exit."""
+def testbed(tag: str, pods: int, src: Sources) -> Iterator[Testbed]:
+    """Node namespaces, a private OVS for the OVS plugins, one netns per Pod; all removed on exit."""
     from tests.ovs_instance import OvsInstance
 
     with contextlib.ExitStack() as stack:
         work = tempfile.mkdtemp(prefix=f"{tag}-", dir="/tmp")
         stack.callback(shutil.rmtree, work, True)
+        stack.callback(_remove_ovs_cni_cache, tag)
         fnode, rnode = f"{tag}-fnode", f"{tag}-rnode"
-        pod_ns = {"ferry": [f"{tag}-f{i:03d}" for i in range(1, pods + 1)],
-                  "bridge": [f"{tag}-r{i:03d}" for i in range(1, pods + 1)]}
-        all_ns = [fnode, rnode, *pod_ns["ferry"], *pod_ns["bridge"]]
+        fpods = [f"{tag}-f{i:03d}" for i in range(1, pods + 1)]
+        rpods = [f"{tag}-r{i:03d}" for i in range(1, pods + 1)]
+        pod_ns = {key: fpods if key in OVS_KEYS else rpods for key in KEYS}
+        all_ns = [fnode, rnode, *fpods, *rpods]
         stack.callback(netns_batch, "del", all_ns, False)  # runs last: after OVS has stopped
         netns_batch("add", all_ns)
         for node in (fnode, rnode):
             _run(["ip", "-n", node, "link", "set", "lo", "up"])
         ovs = OvsInstance(f"{tag}-fnode", netns=fnode)
         stack.callback(ovs.stop)
+        cni_bin = src.cni_bin
         if cni_bin is None:
             cni_bin = os.path.join(work, "cni-bin")
             from cni.launcher import write_launchers
 
             write_launchers(cni_bin)
-        plugins = {
-            "ferry": Plugin("ferry", "ferry (OVS netdev, ferry-ipam)", os.path.join(cni_bin, "ferry"), cni_bin,
-                            fnode, f"{tag}-ferry", ferry_conf(work, ovs.db, ovs.run_dir),
-                            os.path.join(work, "netd-ferry"), os.path.join(work, "cache-ferry")),
-            "bridge": Plugin("bridge", "Debian bridge + host-local", os.path.join(reference_dir, "bridge"),
-                             reference_dir, rnode, f"{tag}-bridge", bridge_conf(work),
-                             os.path.join(work, "netd-bridge"), os.path.join(work, "cache-bridge")),
-        }
+        commit = _commit()
+
+        def plugin(key: str, kind: str, label: str, version: str, exe: str, cni_path: str,
+                   conf: dict[str, Any]) -> Plugin:
+            return Plugin(key, kind, label, version, exe, cni_path, fnode if key in OVS_KEYS else rnode,
+                          f"{tag}-{key}", conf, os.path.join(work, f"netd-{key}"), os.path.join(work, f"cache-{key}"))
+
+        plugins = {"ferry": plugin("ferry", "ferry", "ferry, source launcher (OVS netdev, ferry-ipam)", commit,
+                                   os.path.join(cni_bin, "ferry"), cni_bin, ferry_conf(work, ovs.db, ovs.run_dir))}
+        not_built: dict[str, str] = {}
+        if src.frozen.directory:
+            d = src.frozen.directory
+            plugins["ferry-frozen"] = plugin("ferry-frozen", "ferry", f"ferry, frozen bundle ({d})", commit,
+                                             os.path.join(d, "ferry"), d, ferry_conf(work, ovs.db, ovs.run_dir))
+        else:
+            not_built["ferry-frozen"] = src.frozen.reason
+        if src.ovs_cni.directory:
+            host_local = src.upstream if src.upstream.directory else src.debian
+            ipam_dir = host_local.directory or src.debian.directory or "/usr/lib/cni"
+            path = _link_dir(os.path.join(work, "cni-ovs"), {"ovs": os.path.join(src.ovs_cni.directory, "ovs"),
+                                                             "host-local": os.path.join(ipam_dir, "host-local")})
+            plugins["ovs-cni"] = plugin("ovs-cni", "ovs-cni", f"ovs-cni (same br-int; host-local {host_local.version})",
+                                        src.ovs_cni.version, os.path.join(path, "ovs"), path,
+                                        ovs_cni_conf(work, ovs.db))
+            plugins["ovs-cni-poll10"] = plugin(
+                "ovs-cni-poll10", "ovs-cni", f"ovs-cni polling the link state every 10 ms (host-local {host_local.version})",
+                src.ovs_cni.version, os.path.join(path, "ovs"), path, ovs_cni_conf(work, ovs.db, poll_ms=10))
+        else:
+            not_built["ovs-cni"] = not_built["ovs-cni-poll10"] = src.ovs_cni.reason
+        if src.debian.directory:
+            plugins["bridge"] = plugin("bridge", "bridge", "Debian bridge + host-local", src.debian.version,
+                                       os.path.join(src.debian.directory, "bridge"), src.debian.directory,
+                                       bridge_conf(work, "host-local"))
+        else:
+            raise BenchError(f"reference plugins not found: {src.debian.reason}")
+        if src.upstream.directory:
+            plugins["bridge-upstream"] = plugin("bridge-upstream", "bridge", "upstream bridge + host-local",
+                                                src.upstream.version, os.path.join(src.upstream.directory, "bridge"),
+                                                src.upstream.directory, bridge_conf(work, "host-local-upstream"))
+        else:
+            not_built["bridge-upstream"] = src.upstream.reason
         for p in plugins.values():
             os.makedirs(p.netconf_dir)
             with open(os.path.join(p.netconf_dir, f"10-{p.key}.conflist"), "w") as f:
                 json.dump(p.conflist(), f, indent=2)
-        verifiers = {"ferry": Verifier(plugins["ferry"], ovs), "bridge": Verifier(plugins["bridge"])}
+        verifiers = {key: Verifier(p, ovs if key in OVS_KEYS else None, tag=tag) for key, p in plugins.items()}
         stack.callback(signal.signal, signal.SIGINT, signal.SIG_IGN)  # runs first: let clean-up finish
-        yield Testbed(tag, work, pods, plugins, verifiers, pod_ns, ovs.dir)
+        yield Testbed(tag, work, pods, plugins, verifiers, pod_ns, ovs.dir, not_built)
+
+
+def _remove_ovs_cni_cache(tag: str) -> None:
+    """ovs-cni's cache files of this run (left by a run that failed before its DELs)."""
+    if os.path.isdir(OVS_CNI_CACHE):
+        for f in os.listdir(OVS_CNI_CACHE):
+            if f.startswith(f"{tag}-"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(OVS_CNI_CACHE, f))
 
 
 def run_phase(tb: Testbed, key: str, mode: str, conc: int, count: int,
@@ -431,10 +639,15 @@ def run_phase(tb: Testbed, key: str, mode: str, conc: int, count: int,
     out: dict[str, Any] = {}
     for op in ("add", "del"):
         log(f"{key} {mode} {op.upper()} x{count}" + (f" ({conc} workers)" if conc > 1 else ""))
-        res = run_driver(tb.plugins[key].node, [make_call(op, pod, i) for i, pod in enumerate(pods)], conc)
+        calls = [make_call(op, pod, i) for i, pod in enumerate(pods)]
+        daemons = tb.daemon_pids()
+        before = cpu.snapshot(daemons)
+        res = run_driver(tb.plugins[key].node, calls, conc)
+        after = cpu.snapshot(daemons)
         results = _checked(res, f"{key} {mode} {op.upper()}")
         ms = [r["ms"] for r in results]
-        out[op] = conc_stats(ms, res["wall_s"], conc) if conc > 1 else stats(ms)
+        out[op] = conc_stats(ms, res["wall_s"], conc) if conc > 1 or mode == "concurrent" else stats(ms)
+        out[op]["cpu"] = cpu.split(before, after, res.get("children", {}), res["wall_s"])
         if op == "add":
             v.added(mode, [r["stdout"] for r in results])
         else:
@@ -443,15 +656,16 @@ def run_phase(tb: Testbed, key: str, mode: str, conc: int, count: int,
 
 
 def measure(tb: Testbed, conc: int, cnitool: str | None, cnitool_pods: int) -> dict[str, Any]:
-    figs: dict[str, dict[str, Any]] = {"ferry": {}, "bridge": {}}
-    keys = ("bridge", "ferry")
+    keys = [k for k in KEYS if k in tb.plugins]
+    figs: dict[str, dict[str, Any]] = {k: {} for k in keys}
 
     def direct(key: str, mode: str) -> Callable[[str, str, int], dict[str, Any]]:
-        return lambda op, pod, i: direct_call(tb.plugins[key], op, pod, f"{tb.tag}-{mode}-{i:03d}")
+        return lambda op, pod, i: direct_call(tb.plugins[key], op, pod, f"{tb.tag}-{key}-{mode}-{i:03d}")
 
     for key in keys:  # warm-up: bridge/gateway created, binaries and modules in the page cache
         run_phase(tb, key, "warm-up", 1, 1, direct(key, "warm"))
         figs[key]["label"] = tb.plugins[key].label
+        figs[key]["version"] = tb.plugins[key].version
     if tb.plugins["ferry"].conf["datapath"] == "netdev":
         dp = _run(["ovs-vsctl", f"--db=unix:{tb.ovs_dir}/db.sock", "get", "bridge", "br-int",
                    "datapath_type"]).stdout.strip()
@@ -460,10 +674,13 @@ def measure(tb: Testbed, conc: int, cnitool: str | None, cnitool_pods: int) -> d
     floor = _checked(run_driver(tb.plugins["bridge"].node,
                                 [{"argv": ["/bin/true"], "env": BASE_ENV}] * tb.pods), "floor")
     floors = {"harness floor (exec /bin/true)": stats([r["ms"] for r in floor])}
-    for key in keys:  # what a call costs before any work: start, the protocol core, VERSION
-        p = tb.plugins[key]
-        res = _checked(run_driver(p.node, [version_call(p)] * tb.pods), f"{key} VERSION")
-        floors[f"{key} VERSION (start-up floor)"] = stats([r["ms"] for r in res])
+    # What a call costs before any work (start, the protocol core): VERSION, the plugins taking
+    # turns call by call, so a burst of load elsewhere slows them alike (frozen vs launcher is a
+    # target of a few tenths of a millisecond).
+    res = _checked(run_driver(tb.plugins["bridge"].node,
+                              [version_call(tb.plugins[key]) for _ in range(tb.pods) for key in keys]), "VERSION")
+    for i, key in enumerate(keys):
+        floors[f"{key} VERSION (start-up floor)"] = stats([r["ms"] for r in res[i::len(keys)]])
     imports = import_floor_call(tb.plugins["ferry"])
     if imports is not None:
         res = _checked(run_driver(tb.plugins["ferry"].node, [imports] * tb.pods), "ferry import floor")
@@ -477,15 +694,11 @@ def measure(tb: Testbed, conc: int, cnitool: str | None, cnitool_pods: int) -> d
             return lambda op, pod, i: cnitool_call(tb.plugins[key], tool, op, pod)
 
         for key in keys:
-            figs[key]["cnitool"] = run_phase(tb, key, "cnitool", 1, min(cnitool_pods, tb.pods), via_cnitool(key))
+            if key in CNITOOL_KEYS:
+                figs[key]["cnitool"] = run_phase(tb, key, "cnitool", 1, min(cnitool_pods, tb.pods), via_cnitool(key))
     for key in keys:
         figs[key]["concurrent"] = run_phase(tb, key, "concurrent", conc, tb.pods, direct(key, "conc"))
     return {"floor": stats([r["ms"] for r in floor]), "floors": floors, "plugins": figs}
-
-
-def _version(pkg: str) -> str:
-    p = _run(["dpkg-query", "-W", "-f=${Version}", pkg], check=False)
-    return p.stdout.strip() or "?"
 
 
 def _commit() -> str:
@@ -512,6 +725,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write every figure (and the raw samples) to this file")
     ap.add_argument("--cni-bin", help="a CNI_PATH directory holding `ferry` (default: launchers in a temp dir)")
     ap.add_argument("--reference-dir", default="/usr/lib/cni", help="where Debian's bridge/host-local are")
+    ap.add_argument("--dist", default=os.path.join(ROOT, "dist", "ferry"),
+                    help="the frozen bundle (make dist); not there: reported as not built")
+    ap.add_argument("--no-build", action="store_true",
+                    help="do not build the Go peers (ovs-cni, upstream plugins); use what build/tools holds")
     ap.add_argument("--cnitool", default=tools.cnitool())
     ap.add_argument("--cnitool-pods", type=int, default=20, help="Pods run through cnitool (0: skip)")
     ap.add_argument("--tag", help=f"name prefix of everything created (default {PREFIX}-<random>)")
@@ -537,10 +754,13 @@ def main(argv: list[str] | None = None) -> int:
     load_before = _loadavg()
     started = datetime.datetime.now(datetime.UTC)
     try:
-        with testbed(tag, args.pods, args.cni_bin, args.reference_dir) as tb:
+        src = find_sources(args.cni_bin, args.dist, args.reference_dir, build=not args.no_build)
+        for key, peer in (("ferry-frozen", src.frozen), ("ovs-cni", src.ovs_cni), ("bridge-upstream", src.upstream)):
+            log(f"{key}: {peer.version} in {peer.directory}" if peer.built else f"{key}: not built: {peer.reason}")
+        with testbed(tag, args.pods, src) as tb:
             figs = measure(tb, args.conc, cnitool, args.cnitool_pods)
             checks = [line for v in tb.verifiers.values() for line in v.log]
-            ferry_exe, work, ovs_dir = tb.plugins["ferry"].exe, tb.work, tb.ovs_dir
+            ferry_exe, work, ovs_dir, not_built = tb.plugins["ferry"].exe, tb.work, tb.ovs_dir, tb.not_built
             log("cleaning up")
     except BenchError as e:
         print(f"bench_cni: {e}", file=sys.stderr)
@@ -556,10 +776,14 @@ def main(argv: list[str] | None = None) -> int:
                     "host": f"{platform.node()} {platform.release()}, {os.cpu_count()} CPUs",
                     "loadavg_before": load_before, "loadavg_after": _loadavg(),
                     "ferry_exe": ferry_exe, "ferry_commit": _commit(),
-                    "reference_version": _version("containernetworking-plugins"),
+                    "reference_version": src.debian.version,
+                    "versions": {"debian_plugins": src.debian.version, "upstream_plugins": src.upstream.version,
+                                 "ovs_cni": src.ovs_cni.version, "ferry": _commit()},
                     "python": platform.python_version(), "work_dir": work, "ovs_dir": ovs_dir},
            **figs, "checks": checks}
+    res["not_built"] = not_built
     res["ratios"] = ratios(res["plugins"])
+    res["comparisons"] = comparisons(res["plugins"], res["floors"], not_built)
     print(render(res))
     if args.json:
         with open(args.json, "w") as f:

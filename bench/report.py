@@ -7,8 +7,10 @@ benchmark ``{"status": "ok" | "failed", "error": ..., "data": <its own --json ou
 
 The report lists every goal figure of the other issues as a ratio against its reference,
 marked pass / short (or "—" where the issue sets no bound, "not run" when its benchmark failed or
-the quick run leaves it out), then each benchmark's own figures, then the plots:
-``latency.png`` (CNI ADD/DEL latency distributions, ferry vs reference), ``throughput.png``
+the quick run leaves it out, "not built: <reason>" when a peer plugin could not be built), then
+each benchmark's own figures, then the plots: ``latency.png`` (CNI ADD and DEL latency
+distributions: Ferry's launcher and frozen bundle, ovs-cni, Debian's and upstream's bridge),
+``throughput.png``
 (iperf3 per data-plane path, median with min-max) and ``reconcile.png`` (route-sync full
 reconcile time vs peers).  ``--docs DIR`` also writes ``DIR/benchmarks.md`` with the plots
 copied to ``DIR/benchmarks/``.
@@ -19,6 +21,7 @@ Building the rows is pure (:func:`goal_rows`, :func:`render`); only :func:`plot_
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -27,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bench.cpu import CONSUMERS as CPU_SHARES
+from bench.cpu import shares as cpu_shares
 from bench.util import percentile
 
 PLOTS = ("latency.png", "throughput.png", "reconcile.png")
@@ -44,8 +49,9 @@ class Goal:
     bound: float | None
     values: Callable[[dict[str, Any]], tuple[float, float] | None]  # data → (ours, reference)
     unit: str = "ms"
-    reference: str = ""
+    reference: str = ""  # may name versions: {debian_plugins}, {upstream_plugins}, {ovs_cni} (bench_cni's meta)
     paths: tuple[str, ...] = ()  # data-plane paths the figure needs
+    missing: Callable[[dict[str, Any]], str | None] | None = None  # data → why the figure is absent
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,30 @@ def _cni(figure: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
                 return r["ferry"], r["reference"]
         return None
     return get
+
+
+def _cmp(figure: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    """An issue-18 comparison of bench_cni (ours / reference)."""
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        for r in d.get("comparisons", []):
+            if r["figure"] == figure and r.get("ratio") is not None:
+                return r["ours"], r["reference"]
+        return None
+    return get
+
+
+def _cmp_missing(figure: str) -> Callable[[dict[str, Any]], str | None]:
+    def get(d: dict[str, Any]) -> str | None:
+        for r in d.get("comparisons", []):
+            if r["figure"] == figure and r.get("not_built"):
+                return f"not built: {r['not_built']}"
+        return None
+    return get
+
+
+def _goal18(figure: str, cmp: str | None, bound: float | None, reference: str, unit: str = "ms") -> Goal:
+    return Goal(18, "cni", figure, cmp, bound, _cmp(figure), unit=unit, reference=reference,
+                missing=_cmp_missing(figure))
 
 
 def _ipam(fill: int) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
@@ -130,11 +160,27 @@ GOALS: tuple[Goal, ...] = (
     Goal(2, "startup", "VERSION p50", None, None, _startup("VERSION"), reference="Go bridge"),
     Goal(2, "startup", "error path (malformed config) p50", None, None, _startup("malformed config (ADD)"),
          reference="Go bridge"),
-    Goal(3, "cni", "ADD p50", "<=", 1.5, _cni("ADD p50"), reference="bridge + host-local"),
-    Goal(3, "cni", "ADD p99", "<=", 2.0, _cni("ADD p99"), reference="bridge + host-local"),
-    Goal(3, "cni", "DEL p50", "<=", 1.2, _cni("DEL p50"), reference="bridge + host-local"),
+    Goal(3, "cni", "ADD p50", "<=", 1.5, _cni("ADD p50"), reference="Debian bridge + host-local {debian_plugins}"),
+    Goal(3, "cni", "ADD p99", "<=", 2.0, _cni("ADD p99"), reference="Debian bridge + host-local {debian_plugins}"),
+    Goal(3, "cni", "DEL p50", "<=", 1.2, _cni("DEL p50"), reference="Debian bridge + host-local {debian_plugins}"),
     Goal(3, "cni", "8-concurrent ADD throughput", ">=", 1.0, _cni("concurrent ADD throughput"),
-         unit="Pods/s", reference="bridge + host-local"),
+         unit="Pods/s", reference="Debian bridge + host-local {debian_plugins}"),
+    _goal18("frozen / launcher: ADD p50", "<=", 1.1, "ferry source launcher"),
+    _goal18("frozen / launcher: VERSION p50", "<=", 1.2, "ferry source launcher"),
+    _goal18("frozen / launcher: concurrent ADD throughput", None, None, "ferry source launcher", unit="Pods/s"),
+    _goal18("ferry (frozen) / ovs-cni: ADD p50", "<=", 1.0, "ovs-cni {ovs_cni}"),
+    _goal18("ferry (frozen) / ovs-cni: DEL p50", None, None, "ovs-cni {ovs_cni}"),
+    _goal18("ferry (frozen) / ovs-cni: concurrent ADD throughput", ">=", 1.0, "ovs-cni {ovs_cni}", unit="Pods/s"),
+    _goal18("ferry (frozen) / ovs-cni: ovs-vswitchd CPU per ADD", None, None, "ovs-cni {ovs_cni}"),
+    _goal18("ferry (frozen) / ovs-cni polling 10 ms: ADD p50", None, None, "ovs-cni {ovs_cni}, link state every 10 ms"),
+    _goal18("ferry (frozen) / ovs-cni polling 10 ms: concurrent ADD throughput", None, None,
+            "ovs-cni {ovs_cni}, link state every 10 ms", unit="Pods/s"),
+    _goal18("upstream / Debian bridge: ADD p50", None, None, "Debian bridge + host-local {debian_plugins}"),
+    _goal18("upstream / Debian bridge: concurrent ADD throughput", None, None,
+            "Debian bridge + host-local {debian_plugins}", unit="Pods/s"),
+    _goal18("ferry (frozen) / upstream bridge: ADD p50", None, None, "upstream bridge + host-local {upstream_plugins}"),
+    _goal18("ferry (frozen) / upstream bridge: concurrent ADD throughput", None, None,
+            "upstream bridge + host-local {upstream_plugins}", unit="Pods/s"),
     Goal(5, "ipam", "ADD p50 at 0 % (ferry-ipam exec)", None, None, _ipam(0), reference="host-local"),
     Goal(5, "ipam", "ADD p50 at 50 % (ferry-ipam exec)", None, None, _ipam(50), reference="host-local"),
     Goal(5, "ipam", "ADD p50 at 99 % (ferry-ipam exec)", None, None, _ipam(99), reference="host-local"),
@@ -167,11 +213,16 @@ def goal_rows(results: dict[str, Any]) -> list[Row]:
     benches = results.get("benchmarks", {})
     for g in GOALS:
         b = benches.get(g.bench) or {}
-        vals = g.values(b["data"]) if b.get("status") == "ok" and b.get("data") else None
+        ok = b.get("status") == "ok" and b.get("data")
+        vals = g.values(b["data"]) if ok else None
         target = f"{g.cmp} {g.bound:g}x" if g.cmp and g.bound is not None else "—"
+        versions = collections.defaultdict(lambda: "?", ((b.get("data") or {}).get("meta") or {}).get("versions") or {})
+        reference = g.reference.format_map(versions)
         if vals is None:
             missing = "not available" if b.get("data") and _unavailable(b["data"]) & set(g.paths) else "not run"
-            rows.append(Row(g.issue, g.figure, None, None, None, target, missing, g.unit, g.reference))
+            if ok and g.missing is not None:
+                missing = g.missing(b["data"]) or missing
+            rows.append(Row(g.issue, g.figure, None, None, None, target, missing, g.unit, reference))
             continue
         ours, ref = vals
         ratio = ours / ref if ref else None
@@ -180,7 +231,7 @@ def goal_rows(results: dict[str, Any]) -> list[Row]:
         else:
             ok = ratio <= g.bound if g.cmp == "<=" else ratio >= g.bound
             verdict = "pass" if ok else "short"
-        rows.append(Row(g.issue, g.figure, ours, ref, ratio, target, verdict, g.unit, g.reference))
+        rows.append(Row(g.issue, g.figure, ours, ref, ratio, target, verdict, g.unit, reference))
     return rows
 
 
@@ -205,9 +256,53 @@ def _section_startup(d: dict[str, Any]) -> str:
     return _md_table(["call", "plugin", "n", "p50 ms", "p99 ms", "mean ms"], rows)
 
 
+CNI_KEYS = ("bridge", "bridge-upstream", "ferry", "ferry-frozen", "ovs-cni", "ovs-cni-poll10")
+
+
+def _section_cni_profile(d: dict[str, Any]) -> str:
+    """Where the concurrent run's CPU goes, per Pod, by consumer."""
+    rows = []
+    for key in CNI_KEYS:
+        for op in ("add", "del"):
+            s = d["plugins"].get(key, {}).get("concurrent", {}).get(op)
+            if not s or not s.get("cpu"):
+                continue
+            sh = cpu_shares(s["cpu"])
+            ours = sum(v for k, v in sh.items() if k != "user, other")
+            rows.append([key, op.upper(), _f(s["pods_per_s"], 1), *[_f(1000 * sh.get(k, 0.0) / s["n"], 1) for k in CPU_SHARES],
+                         _f(1000 * ours / s["n"], 1), f"{100 * s['cpu']['machine_busy_s'] / s['cpu']['capacity_s']:.0f} %"])
+    if not rows:
+        return ""
+    ovs_rows = []
+    for key in CNI_KEYS:
+        p = d["plugins"].get(key, {})
+        cells = []
+        for mode in ("sequential", "concurrent"):
+            for op in ("add", "del"):
+                c = (p.get(mode, {}).get(op) or {}).get("cpu") or {}
+                if "ovs-vswitchd_user_s" not in c:
+                    break
+                cells.append(f"{c['ovs-vswitchd_user_s'] + c['ovs-vswitchd_sys_s']:.2f} / "
+                             f"{c['ovsdb-server_user_s'] + c['ovsdb-server_sys_s']:.2f}")
+        if len(cells) == 4 and key not in ("bridge", "bridge-upstream"):
+            ovs_rows.append([key, *cells])
+    ovs_table = ("\n\nCPU seconds of ovs-vswitchd / ovsdb-server during each run of the OVS plugins (same bridge, same "
+                 "Node, same Pod count).\n\n"
+                 + _md_table(["plugin", "sequential ADD", "sequential DEL", "concurrent ADD", "concurrent DEL"], ovs_rows)
+                 ) if ovs_rows else ""
+    return ovs_table + ("\n\nWhere the concurrent run's CPU goes, ms per Pod (bench/cpu.py: the plugin processes from the "
+            "driver's RUSAGE_CHILDREN, the OVS daemons from /proc/<pid>/stat, the kernel from /proc/stat's system "
+            "+ irq + softirq time less those processes' own; \"user, other\" is the driver and whatever else the "
+            "machine runs).\n\n"
+            + _md_table(["plugin", "op", "Pods/s", *[f"{c} ms" for c in CPU_SHARES], "all but other users ms",
+                         "machine busy"], rows))
+
+
 def _section_cni(d: dict[str, Any]) -> str:
     rows = []
-    for key in ("bridge", "ferry"):
+    for key in CNI_KEYS:
+        if key not in d["plugins"]:
+            continue
         p = d["plugins"][key]
         for mode in ("sequential", "cnitool", "concurrent"):
             for op in ("add", "del"):
@@ -220,10 +315,19 @@ def _section_cni(d: dict[str, Any]) -> str:
     floors = [[label, str(s["n"]), _f(s["p50"]), _f(s["p99"])] for label, s in (d.get("floors") or {}).items()]
     floor_table = ("\n\nFloors, same run: what a call costs before any plugin work.\n\n"
                    + _md_table(["floor", "n", "p50 ms", "p99 ms"], floors)) if floors else ""
+    who = [f"- `{key}`: {d['plugins'][key].get('label', key)}, {d['plugins'][key].get('version', '?')}"
+           for key in CNI_KEYS if key in d["plugins"]]
+    who += [f"- `{key}`: not built: {why}" for key, why in (d.get("not_built") or {}).items()]
+    cmp_rows = [[c["figure"], _f(c.get("ours")), _f(c.get("reference")),
+                 _f(c.get("ratio")) + "x" if c.get("ratio") is not None else "—", c["target"],
+                 f"not built: {c['not_built']}" if c.get("not_built") else
+                 ("pass" if c["pass"] else "short") if "pass" in c else ""] for c in d.get("comparisons", [])]
+    cmp_table = ("\n\nSide by side (issue 18), ours / reference, same run.\n\n"
+                 + _md_table(["comparison", "ours", "reference", "ratio", "target", ""], cmp_rows)) if cmp_rows else ""
     return (f"{meta.get('pods')} Pods, concurrency {meta.get('conc')}; wall time per plugin process "
-            f"(fork+exec+run+exit).\n\n"
+            f"(fork+exec+run+exit).  Plugins:\n\n" + "\n".join(who) + "\n\n"
             + _md_table(["plugin", "phase", "op", "n", "p50 ms", "p90 ms", "p99 ms", "max ms", "Pods/s"], rows)
-            + floor_table)
+            + floor_table + cmp_table + _section_cni_profile(d))
 
 
 def _section_ipam(d: dict[str, Any]) -> str:
@@ -270,7 +374,7 @@ def _section_dataplane(d: dict[str, Any]) -> str:
 
 SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "startup": ("Start-up: VERSION and error path vs Go bridge (issue 2)", _section_startup),
-    "cni": ("CNI ADD/DEL vs bridge + host-local (issue 3)", _section_cni),
+    "cni": ("CNI ADD/DEL: Ferry (launcher, frozen) vs ovs-cni and bridge + host-local (issues 3, 18)", _section_cni),
     "ipam": ("IPAM on a /16 vs host-local (issue 5)", _section_ipam),
     "routesync": ("route-sync reconcile (issue 6)", _section_routesync),
     "dataplane": ("Data plane: iperf3 Pod↔Pod across Nodes (issues 6, 7)", _section_dataplane),
@@ -335,19 +439,36 @@ def _ok(results: dict[str, Any], key: str) -> dict[str, Any] | None:
     return b.get("data") if b.get("status") == "ok" else None
 
 
+LATENCY_LINES = (("ferry", "ferry launcher", "-"), ("ferry-frozen", "ferry frozen", "-"),
+                 ("ovs-cni", "ovs-cni {ovs_cni}", "--"), ("ovs-cni-poll10", "ovs-cni, link state every 10 ms", "-."),
+                 ("bridge", "Debian bridge {debian_plugins}", ":"),
+                 ("bridge-upstream", "upstream bridge {upstream_plugins}", ":"))
+
+
 def plot_latency(results: dict[str, Any], path: str) -> None:
-    """ECDF of sequential ADD and DEL per-call latency, ferry vs the reference."""
+    """ECDF of sequential ADD and DEL per-call latency: Ferry (launcher, frozen), ovs-cni, and
+    Debian's and upstream's bridge + host-local, each in one panel."""
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.4), dpi=90)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), dpi=90)
     d = _ok(results, "cni")
+    versions = collections.defaultdict(lambda: "?", ((d or {}).get("meta") or {}).get("versions") or {})
     for ax, op in zip(axes, ("add", "del"), strict=True):
         if d is None:
             _placeholder(ax, "CNI benchmark not run")
             continue
-        for key, label in (("ferry", "ferry"), ("bridge", "bridge + host-local")):
+        for key, label, style in LATENCY_LINES:
+            if key not in d["plugins"]:
+                continue
             xs = sorted(d["plugins"][key]["sequential"][op]["samples_ms"])
             ys = [(i + 1) / len(xs) for i in range(len(xs))]
-            ax.step(xs, ys, where="post", label=f"{label} (p50 {percentile(xs, 50):.1f} ms)")
+            ax.step(xs, ys, where="post", linestyle=style,
+                    label=f"{label.format_map(versions)} (p50 {percentile(xs, 50):.1f} ms)")
+        ax.set_xscale("log")
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(f"{op.upper()} latency, sequential")
         ax.set_xlabel("ms per call")
         ax.set_ylabel("fraction of calls")

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the Go programs Ferry's tests and lab run, from the pinned modules under tools/ (cnitool;
-# etcd and the Kubernetes components), into a cache that outlives the clone, keyed by go.mod,
-# go.sum and the Go version. Idempotent: a cached build is linked, not rebuilt.
-#   tools/build-go-tools.sh cnitool|kubernetes ...
+# Builds the Go programs Ferry's tests, lab and benchmarks run, from the pinned modules under tools/
+# (cnitool; etcd and the Kubernetes components; the benchmarks' peers: ovs-cni's plugin and upstream's
+# bridge + host-local), into a cache that outlives the clone, keyed by go.mod, go.sum and the Go
+# version. Idempotent: a cached build is linked, not rebuilt. A name with a slash is linked in a
+# directory of build/tools (a CNI_PATH: build/tools/cni-plugins/{bridge,host-local}).
+#   tools/build-go-tools.sh cnitool|kubernetes|ovs-cni|cni-plugins ...
 # Every module is verified against the committed go.sum (-mod=readonly); nothing is fetched but
 # modules through the Go module proxy.
 set -euo pipefail
@@ -18,7 +20,10 @@ packages_of() {
     kubernetes) echo "etcd=./cmd/etcd kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kubectl=k8s.io/kubernetes/cmd/kubectl" \
                      "kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager" \
                      "kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubelet=k8s.io/kubernetes/cmd/kubelet" ;;
-    *) echo "build-go-tools: unknown tool set '$1' (cnitool, kubernetes)" >&2; return 1 ;;
+    ovs-cni) echo "ovs-cni/ovs=github.com/k8snetworkplumbingwg/ovs-cni/cmd/plugin" ;;
+    cni-plugins) echo "cni-plugins/bridge=github.com/containernetworking/plugins/plugins/main/bridge" \
+                      "cni-plugins/host-local=github.com/containernetworking/plugins/plugins/ipam/host-local" ;;
+    *) echo "build-go-tools: unknown tool set '$1' (cnitool, kubernetes, ovs-cni, cni-plugins)" >&2; return 1 ;;
   esac
 }
 
@@ -34,6 +39,9 @@ ldflags_of() {
         printf ' -X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean' \
           "$pkg" "$v" "$pkg" "$pkg" "$minor" "$pkg"
       done ;;
+    cni-plugins)  # what upstream's release build stamps: `bridge` prints "CNI bridge plugin v1.x.y"
+      v=$(sed -n 's/^require github.com\/containernetworking\/plugins \(v[0-9.]*\)$/\1/p' "$here/tools/cni-plugins/go.mod")
+      printf ' -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=%s' "$v" ;;
   esac
 }
 
@@ -48,6 +56,7 @@ build_set() {
     for spec in $(packages_of "$set"); do
       name=${spec%%=*}; pkg=${spec#*=}
       echo "build-go-tools: building $name ($pkg)" >&2
+      mkdir -p "$(dirname "$tmp/$name")"
       (cd "$mod" && go build -ldflags="-s -w$(ldflags_of "$set")" -o "$tmp/$name" "$pkg")
     done
     echo "build-go-tools: $set built in $(( $(date +%s) - t0 )) s" >&2
@@ -57,6 +66,7 @@ build_set() {
   mkdir -p "$out"
   for spec in $(packages_of "$set"); do
     name=${spec%%=*}
+    mkdir -p "$(dirname "$out/$name")"
     ln -sfn "$dest/$name" "$out/$name"
   done
 }

@@ -50,6 +50,9 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     data = {k: v["data"] for k, v in results["benchmarks"].items()}
     assert {s["plugin"] for s in data["startup"]["series"]} >= {"ferry", "bridge"}
     assert data["cni"]["plugins"]["ferry"]["sequential"]["add"]["n"] == 10
+    # Ferry's launcher and frozen bundle, ovs-cni, Debian's and upstream's bridge: measured, or not built with a reason
+    assert set(data["cni"]["plugins"]) | set(data["cni"]["not_built"]) == \
+        {"ferry", "ferry-frozen", "ovs-cni", "ovs-cni-poll10", "bridge", "bridge-upstream"}
     assert {s["fill"] for s in data["ipam"]["series"]} == {0, 50, 99}
     assert [s["peers"] for s in data["routesync"]["sizes"]] == [100]
     assert data["routesync"]["sizes"][0]["routes"] == 100 and data["routesync"]["change"]["n"] > 0
@@ -95,5 +98,17 @@ def test_goal_verdicts_follow_bounds_and_failures() -> None:
     assert rows["peak RSS (largest size)"].verdict == "short"
     assert rows["one Node change → applied, p99"].verdict == "short"
     assert rows["fast path / gateway path"].verdict == "not run"
+    # issue 18: a peer that could not be built is named, with its reason, in the goal table
+    cmp_data = {"meta": {"versions": {"ovs_cni": "v0.39.0", "debian_plugins": "1.1.1"}},
+                "comparisons": [{"figure": "ferry (frozen) / ovs-cni: ADD p50", "target": "<= 1.0x",
+                                 "not_built": "ovs-cni: tools/build-go-tools.sh ovs-cni: no 'go' on PATH"},
+                                {"figure": "frozen / launcher: ADD p50", "ours": 11.0, "reference": 10.0,
+                                 "ratio": 1.1, "target": "<= 1.1x", "pass": True}]}
+    rows = {r.figure: r for r in report.goal_rows(_results(cni={"status": "ok", "data": cmp_data}))}
+    assert rows["ferry (frozen) / ovs-cni: ADD p50"].verdict == \
+        "not built: ovs-cni: tools/build-go-tools.sh ovs-cni: no 'go' on PATH"
+    assert rows["ferry (frozen) / ovs-cni: ADD p50"].reference_name == "ovs-cni v0.39.0"
+    assert rows["frozen / launcher: ADD p50"].verdict == "pass"
+    assert rows["ADD p50"].reference_name == "Debian bridge + host-local 1.1.1"
     md = report.render(_results(dataplane={"status": "failed", "data": None, "error": "boom"}))
     assert "## Failed benchmarks" in md and "**dataplane**: boom" in md

@@ -24,12 +24,21 @@ SOURCES = ("cni", "ipam", "routesync", "conflist")
 REFERENCE_PLUGINS = "/usr/lib/cni"
 
 
-def source_key() -> str:
-    """Hash of everything that goes into the bundle: the spec, the packages, the templates and
-    the PyInstaller version."""
-    import PyInstaller
+def dist_python() -> str:
+    """The interpreter ``make dist`` builds with: the bundle's venv on the distribution's CPython
+    (.ci/install.sh); ``FERRY_DIST_VENV`` as there."""
+    venv = os.environ.get("FERRY_DIST_VENV") or str(ROOT / ".venv-dist")
+    return os.path.join(venv, "bin", "python")
 
-    h = hashlib.sha256(PyInstaller.__version__.encode())
+
+def source_key() -> str:
+    """Hash of everything that goes into the bundle: the spec, the packages, the templates, and
+    the building Python and PyInstaller versions."""
+    p = subprocess.run([dist_python(), "-c", "import sys, PyInstaller; print(sys.version, PyInstaller.__version__)"],
+                       check=False, capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        raise AssertionError(f"no bundle venv at {dist_python()} (run .ci/install.sh): {p.stderr[-2000:]}")
+    h = hashlib.sha256(p.stdout.encode())
     files = [ROOT / "build.spec"]
     for d in SOURCES:
         files += sorted(p for p in (ROOT / d).rglob("*") if p.is_file() and p.suffix in (".py", ".json"))
@@ -53,7 +62,7 @@ def build_bundle() -> tuple[Path, float]:
                 shutil.rmtree(old, ignore_errors=True)
         shutil.rmtree(base, ignore_errors=True)
         t0 = time.monotonic()
-        p = subprocess.run([sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
+        p = subprocess.run([dist_python(), "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
                             "--distpath", str(base / "dist"), "--workpath", str(base / "work"),
                             str(ROOT / "build.spec")], check=False, cwd=ROOT, capture_output=True, text=True, timeout=900)
         took = time.monotonic() - t0
