@@ -1,7 +1,7 @@
 """route-sync's Kubernetes Node source against the real kube-apiserver (the cases that
 tests/routesync/kubeserver.py played before): a list, then ADDED / MODIFIED / DELETED through one
 watch; the merge patch that publishes this Node's ``ferry.io/*`` annotations and leaves everyone
-else's; and an unchanged publication that writes nothing.
+else's; and an unchanged publication that sends no request.
 
 The source runs in this process, in the external host's network namespace where the API server
 listens (the thread that starts it enters the namespace; the watch thread it spawns inherits it),
@@ -85,7 +85,7 @@ def test_list_then_added_modified_deleted_through_one_watch(cluster: Cluster) ->
 
 def test_publish_self_merge_patches_ferry_annotations_only(cluster: Cluster) -> None:
     """A JSON merge patch: this Node's ferry.io/* keys written, every other annotation kept; the
-    same record published again sends no write (the object's resourceVersion stays)."""
+    same record published again sends no request."""
     from routesync.model import NodeRecord
 
     ghost(cluster, "ghost-b", ["10.244.201.0/24"], "192.168.77.97", **{"example.com/keep": "yes"})
@@ -97,7 +97,11 @@ def test_publish_self_merge_patches_ferry_annotations_only(cluster: Cluster) -> 
                 me = NodeRecord(name="ghost-b", transport_addresses=("192.168.77.97",),
                                 pod_cidrs=("10.244.201.0/24",),
                                 annotations=(("ferry.io/mac-address", "02:00:00:00:00:b0"),))
+                patches: list[str] = []  # the PATCH requests the source sends (the server answers them)
+                send = source.api.patch_node
+                source.api.patch_node = lambda name, *a, **k: (patches.append(name), send(name, *a, **k))[1]
                 source.publish_self(me)
+                assert patches == ["ghost-b"]
                 node = cluster.nodes()["ghost-b"]
                 anns = node["metadata"]["annotations"]
                 assert anns["ferry.io/mac-address"] == "02:00:00:00:00:b0"
@@ -105,9 +109,8 @@ def test_publish_self_merge_patches_ferry_annotations_only(cluster: Cluster) -> 
                 assert anns[TRANSPORT_ANNOTATION] == "192.168.77.97"
                 until(lambda: dict({r.name: r for r in source.list()}["ghost-b"].annotations)
                       .get("ferry.io/mac-address") == "02:00:00:00:00:b0")
-                version = node["metadata"]["resourceVersion"]
-                source.publish_self(me)
-                assert cluster.nodes()["ghost-b"]["metadata"]["resourceVersion"] == version
+                source.publish_self(me)  # unchanged: no second request (the Node's resourceVersion is no
+                assert patches == ["ghost-b"]  # measure: the controller-manager writes a kubelet-less Node too)
                 with pytest.raises(ValueError, match="publishes 'ghost-b' only"):
                     source.publish_self(NodeRecord(name="node-1", transport_addresses=(), pod_cidrs=(),
                                                    annotations=()))
