@@ -39,10 +39,15 @@ class LivePing:
     """``ping -D -i INTERVAL DST`` in ``netns`` (``ip netns exec``) until :meth:`stop`."""
 
     def __init__(self, netns: str, dst: str, interval: float = 0.02, timeout: float = 1.0) -> None:
-        # -w bounds a hang only: stop() ends the ping with SIGINT, which makes it print its summary
+        # stop() ends the ping with SIGINT, which makes it print its summary. No -w: with a deadline,
+        # iputils ping exits at the first ICMP error (a transient "Net Unreachable" while a route
+        # comes back ended the ping, and the replies after it never came); a timer bounds a hang.
         self.proc = subprocess.Popen(["ip", "netns", "exec", netns, "ping", "-n", "-D", "-i", f"{interval:g}",
-                                      "-W", f"{timeout:g}", "-w", str(int(HANG * 10)), dst],
+                                      "-W", f"{timeout:g}", dst],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._watchdog = threading.Timer(HANG * 10, self.proc.kill)
+        self._watchdog.daemon = True
+        self._watchdog.start()
         self._cv = threading.Condition()
         self.stamps: list[float] = []  # wall-clock times (time.time()) of the replies, in order
         self.seqs: list[int] = []
@@ -94,6 +99,7 @@ class LivePing:
         return self._wait(lambda: bool(self.stamps) and self.stamps[-1] > wall, timeout)
 
     def stop(self) -> PingResult:
+        self._watchdog.cancel()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)  # `ip netns exec` exec'd ping: same pid
         try:
@@ -115,6 +121,7 @@ class LivePing:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._watchdog.cancel()
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
