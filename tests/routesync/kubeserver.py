@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,6 +82,7 @@ class KubeState:
         self.requests: list[tuple[float, str, str]] = []  # (time, method, path?query)
         self.patches: list[tuple[str, str, dict[str, Any]]] = []  # (name, content type, body)
         self.generation = 0  # bumping it ends every open watch (simulated connection drop)
+        self.abrupt = False  # the last drop cuts the connection instead of ending the stream
         self.inject: list[dict[str, Any]] = []  # events for open watches only (BOOKMARK, ERROR)
 
     def _bump(self, obj: dict[str, Any]) -> None:
@@ -117,8 +119,11 @@ class KubeState:
             self.events.clear()
             self.compacted = self.rv
 
-    def drop_watches(self) -> None:
+    def drop_watches(self, abrupt: bool = False) -> None:
+        """End every open watch: cleanly (the chunked stream's terminator, as at a server timeout),
+        or ``abrupt``ly (the connection cut mid-stream, as when the API server dies)."""
         with self.cond:
+            self.abrupt = abrupt
             self.generation += 1
             self.cond.notify_all()
 
@@ -224,8 +229,12 @@ class _Handler(BaseHTTPRequestHandler):
                     return
         finally:
             try:
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
+                if st.abrupt and gen != st.generation:
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)  # no terminator: a broken stream
+                else:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
             except OSError:
                 pass
             self.close_connection = True

@@ -86,7 +86,7 @@ def test_dropped_watch_resumes_from_its_version_without_relist(server: KubeServe
     server.state.put(make_node("node-c", "192.168.77.13", ["10.244.3.0/24"]))
     until(lambda: "node-c" in names(source))
     version = source.resource_version
-    server.state.drop_watches()
+    server.state.drop_watches(abrupt=True)  # the stream breaks (an error), not a clean end
     until(lambda: sum("watch=true" in p for _, _, p in server.state.requests) >= 2)
     resumed = [p for _, _, p in server.state.requests if "watch=true" in p][1]
     assert f"resourceVersion={version}" in resumed
