@@ -16,7 +16,7 @@ install:
 bin: install
 	$(PY) -m cni.launcher $(BIN)
 
-# The frozen bundle and Ferry's image are built first: the Kubernetes e2e (tests/kube) deploys
+# The frozen bundle and Ferry's image are built first: the Kubernetes e2e (tests/e2e/kube) deploys
 # the image with deploy/ferry.yaml, as users do.
 test: bin image
 	bash .ci/test.sh
@@ -48,7 +48,7 @@ lab-pictures: bin
 # Issue 10 at full size: 3 Nodes, 1,000 ADD/DEL from 16 workers, 100 SIGKILLs of plugin processes,
 # route-sync killed 4 times, one ovs-vswitchd restart; prints the report (exit 1 on any leak).
 chaos: bin
-	$(PY) -m tests.chaos.run_chaos --ops 1000 --workers 16 --kills 100 --route-sync-restarts 4 --cni-bin $(BIN)
+	$(PY) -m tests.e2e.chaos.run_chaos --ops 1000 --workers 16 --kills 100 --route-sync-restarts 4 --cni-bin $(BIN)
 
 # Ferry's launchers and its frozen bundle against ovs-cni and the reference plugins (Debian's and
 # upstream's); the Go peers are built (cached) by .ci/install.sh.

@@ -16,7 +16,7 @@ process (fork+exec+run+exit) with ``perf_counter_ns``; every Pod is its own netn
   bridge + host-local, the reference of issue 3) and ``bridge-upstream`` (containernetworking/plugins
   at the newest version, built from its module).
 * Two nodes, so the OVS plugins never see the Linux bridge's link churn: ``<tag>-fnode`` holds a
-  private OVS instance (``tests.ovs_instance.OvsInstance``; Ferry creates the netdev ``br-int``, the
+  private OVS instance (``tests.support.ovs_instance.OvsInstance``; Ferry creates the netdev ``br-int``, the
   gateway and the base flows on the warm-up ADD, lone-Node mode) that ovs-cni plugs into too (same
   bridge, same Node), ``<tag>-rnode`` the Linux bridge that ``bridge`` creates (``isGateway``,
   ``ipMasq: false``, cniVersion 1.0.0).  The plugins of one node take turns on its Pods' namespaces.
@@ -166,7 +166,7 @@ class Plugin:
 
 
 def ferry_conf(work: str, ovs_db: str, ovs_run_dir: str) -> dict[str, Any]:
-    """Lone-Node Ferry like ``tests/pod/conftest.py``: no state file, explicit IPv4 ranges."""
+    """Lone-Node Ferry like ``tests/support/podnode.py``: no state file, explicit IPv4 ranges."""
     return {"type": "ferry", "stateFile": os.path.join(work, "ferry-state", "node-state.json"),
             "bridge": "br-int", "ovsdb": ovs_db, "ovsRunDir": ovs_run_dir, "datapath": "netdev",
             "logFile": os.path.join(work, "ferry-cni.log"),
@@ -414,7 +414,7 @@ class Verifier:
     """Counts what a plugin left on its node; ``added``/``deleted`` raise on any mismatch."""
 
     plugin: Plugin
-    ovs: Any = None  # tests.ovs_instance.OvsInstance for the OVS plugins
+    ovs: Any = None  # tests.support.ovs_instance.OvsInstance for the OVS plugins
     log: list[str] = field(default_factory=list)
     tag: str = ""
 
@@ -549,7 +549,7 @@ def _link_dir(path: str, links: dict[str, str]) -> str:
 @contextlib.contextmanager
 def testbed(tag: str, pods: int, src: Sources) -> Iterator[Testbed]:
     """Node namespaces, a private OVS for the OVS plugins, one netns per Pod; all removed on exit."""
-    from tests.ovs_instance import OvsInstance
+    from tests.support.ovs_instance import OvsInstance
 
     with contextlib.ExitStack() as stack:
         work = tempfile.mkdtemp(prefix=f"{tag}-", dir="/tmp")

@@ -4,7 +4,7 @@
                                     [--quick] [--json OUT] [--tag fbk-XXXX]
 
 Each size runs in a fresh worker process (so its peak RSS is its own): a network namespace
-``<tag>-n`` with a private OVS instance (``tests.ovs_instance.OvsInstance``, netdev) and an uplink
+``<tag>-n`` with a private OVS instance (``tests.support.ovs_instance.OvsInstance``, netdev) and an uplink
 ``eth0`` (a veth to a router namespace ``<tag>-r``); route-sync's real daemon
 (``routesync.daemon.Daemon``) with its real appliers (``routesync.apply.make_appliers``: ovsdbapp,
 OpenFlow bundles (ovs-ofctl for a first pass), netlink routes, libnftables, the uplink move, the tunnel
@@ -228,7 +228,7 @@ def worker(peers: int, changes: int, tag: str) -> dict[str, Any]:
     from routesync.config import Config
     from routesync.daemon import Daemon
     from routesync.model import NodeRecord
-    from tests.ovs_instance import OvsInstance, netns
+    from tests.support.ovs_instance import OvsInstance, netns
 
     rss_floor_kb = vm_kb("VmHWM")
     node_ns, router_ns = f"{tag}-n", f"{tag}-r"

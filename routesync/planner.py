@@ -84,7 +84,7 @@ def first_address(cidr: str) -> str:
     return addr.first_host_cidr(cidr)
 
 
-# cni.lean.addr (integer arithmetic, checked against ipaddress in tests/unit/test_addr.py) instead of
+# cni.lean.addr (integer arithmetic, checked against ipaddress in tests/cni/lean/test_addr.py) instead of
 # ipaddress objects: planning 5,000 peers spent most of its ~1.3 s constructing them.
 def _family(address: str) -> int:
     return addr.family(address)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from bench import bench_cni, cpu, peers
-from tests.waiting import until
+from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = [sys.executable, "-m", "bench.bench_cni"]

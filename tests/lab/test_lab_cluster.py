@@ -17,7 +17,7 @@ from lab import build, layout
 from lab.api import CNI_CACHE, Lab, LabError, cnitool_container_id
 from lab.manifest import STOP_AT_ENV, Manifest
 from lab.sh import cmdline, running
-from tests.waiting import until
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.root
 FERRY_LAB = [sys.executable, "-m", "lab.cli"]

@@ -22,7 +22,7 @@ import yaml
 from lab import build, layout
 from lab.api import Lab
 from lab.topology import families_of
-from tests.e2e.conftest import can_run
+from tests.support.labs import can_run
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -13,7 +13,7 @@ from routesync.config import from_dict
 from routesync.daemon import Daemon
 from routesync.model import MAC_ANNOTATION, DesiredState, LocalFacts, NodeRecord
 from routesync.sources.registry import RegistrySource
-from tests.waiting import HANG, until
+from tests.support.waiting import HANG, until
 
 
 class RecordingAppliers:

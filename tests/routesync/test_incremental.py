@@ -19,7 +19,7 @@ from routesync.model import DesiredState, LocalFacts, NodeRecord
 from routesync.planner import PeerMemo, plan
 from routesync.sources.registry import RegistrySource
 from tests.routesync.test_daemon_loop import RecordingAppliers
-from tests.waiting import HANG, until
+from tests.support.waiting import HANG, until
 
 FACTS = LocalFacts(gateway_ofport=2, gateway_mac="02:00:00:00:01:01", tunnel_ofport=3, uplink_name="eth0",
                    uplink_addresses=("192.168.77.11/24", "fd00:77::11/64"), transport_mtu=1500,

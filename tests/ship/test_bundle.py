@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 from PyInstaller.archive.readers import CArchiveReader
 
-from tests.ovs_instance import OvsInstance, netns
-from tests.pod.conftest import Node
-
-from .conftest import run
+from tests.ship.helpers import run
+from tests.support.ovs_instance import OvsInstance, netns
+from tests.support.podnode import Node
 
 pytestmark = pytest.mark.slow
 
@@ -119,7 +118,7 @@ def test_frozen_version_is_as_quick_as_the_source_launcher(bundle: Path, tmp_pat
     VERSION several times slower than the lean source-tree launcher (``python -IS``)."""
     import sys
 
-    from .conftest import ROOT
+    from tests.ship.helpers import ROOT
 
     launchers = tmp_path / "bin"
     run([sys.executable, "-m", "cni.launcher", str(launchers)], cwd=ROOT)
@@ -152,7 +151,7 @@ def test_frozen_plugin_plugs_a_pod_through_cnitool(bundle: Path, tmp_path: Path)
 def test_frozen_install_cni_auto_reads_the_node_object(bundle: Path, tmp_path: Path) -> None:
     """The frozen Kubernetes client works (it imports pydantic since kubernetes 35): install-cni
     in auto reads NODE_NAME's status.nodeInfo.containerRuntimeVersion and writes what it reads."""
-    from tests.routesync.kubeserver import KubeServer, make_node
+    from tests.support.kubeserver import KubeServer, make_node
 
     node = make_node("node-5", "192.168.77.15", ["10.244.5.0/24"])
     node["status"]["nodeInfo"]["containerRuntimeVersion"] = "containerd://2.0.2"

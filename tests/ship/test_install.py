@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from routesync import install
-
-from .conftest import ROOT
+from tests.ship.helpers import ROOT
 
 
 @pytest.fixture
@@ -245,7 +244,7 @@ def test_cli_refuses_a_bad_runtime_version(fake_bundle: Path, tmp_path: Path) ->
 def test_cli_auto_reads_the_node_object(fake_bundle: Path, tmp_path: Path, runtime: str, expected: str) -> None:
     """NODE_NAME (as the DaemonSet sets it) and the Node's status.nodeInfo.containerRuntimeVersion,
     through the Kubernetes client against a server speaking the API's wire format."""
-    from tests.routesync.kubeserver import KubeServer, make_node
+    from tests.support.kubeserver import KubeServer, make_node
 
     node = make_node("node-7", "192.168.77.17", ["10.244.7.0/24"])
     node["status"]["nodeInfo"]["containerRuntimeVersion"] = runtime

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 
 from lab.tools import cnitool
-from tests.ovs_instance import OvsInstance, netns
-
-from .conftest import host_bin_dir, run
+from tests.ship.helpers import host_bin_dir, run
+from tests.support.ovs_instance import OvsInstance, netns
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 CNITOOL = cnitool()

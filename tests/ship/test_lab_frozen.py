@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import host_bin_dir, run
+from tests.ship.helpers import host_bin_dir, run
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 METRICS_PORT = 9469
@@ -30,7 +30,7 @@ def test_lab_on_the_installed_frozen_bundle(bundle: Path, tmp_path: Path, monkey
 
     from lab import check
     from lab.api import Lab
-    from tests.e2e.conftest import PODS, can_run, topology
+    from tests.support.labs import PODS, can_run, topology
 
     bin_dir = host_bin_dir(tmp_path / "bin")
     run([str(bundle / "ferry-route-sync"), "install-cni", "--cni-bin-dir", str(bin_dir),

@@ -11,8 +11,7 @@ import yaml
 
 from routesync import config as rs_config
 from routesync.health import DEFAULT_PORT
-
-from .conftest import ROOT
+from tests.ship.helpers import ROOT
 
 MANIFEST = ROOT / "deploy" / "ferry.yaml"
 

@@ -20,7 +20,7 @@ from routesync.health import Health, HealthServer
 from routesync.metrics import Observer, RouteSyncMetrics
 from routesync.sources.registry import RegistrySource
 from tests.routesync.test_daemon_loop import RecordingAppliers
-from tests.waiting import HANG, until
+from tests.support.waiting import HANG, until
 
 
 def get(port: int, path: str) -> tuple[int, str]:

@@ -1,0 +1,3 @@
+"""The verb tests' Node: ``node`` (tests.support.podnode)."""
+
+from tests.support.podnode import node  # noqa: F401 - a fixture

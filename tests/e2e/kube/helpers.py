@@ -1,0 +1,70 @@
+"""What the real-Kubernetes suites share: whether this machine can run a cluster (and why not), the
+default topology as a Kubernetes cluster, and a lab factory whose clusters are torn down even when
+a test fails. Lab names start with "tk" plus the pid and a counter."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from lab import tools
+from lab.api import Lab
+
+_counter = itertools.count()
+
+
+REPO = tools.REPO
+
+
+def lab_name() -> str:
+    return f"tk{os.getpid() % 100000:x}{next(_counter)}"[:12]
+
+
+def can_run() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    for t in ("ovs-vswitchd", "containerd", "runc", "ctr", "podman", "mmdebstrap", "nsenter"):
+        if shutil.which(t) is None:
+            return f"{t} not installed (make install)"
+    for t in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"):
+        if not os.access(tools.tool(t), os.X_OK):
+            return f"{t} not built (tools/build-go-tools.sh kubernetes)"
+    if not os.access(os.path.join(REPO, "dist", "ferry", "ferry-route-sync"), os.X_OK):
+        return "no frozen bundle (make dist)"
+    return None
+
+
+def topology(route_sync: dict[str, Any], route_pod_cidrs: bool = False, nodes: int = 3,
+             join_later: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The default topology (node-1, node-2 on segment a; node-3, node-4 on b behind the router),
+    as a Kubernetes cluster."""
+    all_nodes = [{"name": "node-1", "segment": "a"}, {"name": "node-2", "segment": "a"},
+                 {"name": "node-3", "segment": "b"}, {"name": "node-4", "segment": "b"}]
+    return {"datapath": "netdev", "clusterCIDRs": ["10.244.0.0/16", "fd00:10:244::/48"],
+            "segments": {"a": {"ipv4": "192.168.77.0/24", "ipv6": "fd00:77::/64"},
+                         "b": {"ipv4": "192.168.88.0/24", "ipv6": "fd00:88::/64"}},
+            "router": {"routePodCIDRs": route_pod_cidrs},
+            "nodes": all_nodes[:nodes],
+            "routeSync": {"resyncSeconds": 5, **route_sync},
+            "kubernetes": {"joinLater": list(join_later)}}
+
+
+def lab_factory(cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
+    labs: list[Lab] = []
+
+    def make(topo: dict[str, Any]) -> Lab:
+        reason = can_run()
+        if reason:
+            pytest.skip(reason)
+        lab = Lab.up(topo, name=lab_name(), cni_bin=cni_bin)
+        labs.append(lab)
+        return lab
+
+    yield make
+    for lab in labs:
+        lab.down()

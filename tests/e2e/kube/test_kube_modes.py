@@ -1,0 +1,80 @@
+"""The connectivity matrix on a real Kubernetes cluster, in every traffic mode: Pods created from
+Pod specs through the API, plugged by kubelet -> containerd -> Ferry (the conflist install-cni
+wrote), reached with ping and TCP in both families; Pod IPs as the API reports them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from lab import check
+from lab.api import Lab
+from lab.kube import pods as kube_pods
+from tests.e2e.kube.helpers import topology
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    route_sync: dict[str, Any]
+    route_pod_cidrs: bool = False
+
+
+MODES = [
+    Mode("encap-vxlan", {"trafficEncapMode": "encap", "tunnelType": "vxlan"}),
+    Mode("encap-geneve", {"trafficEncapMode": "encap", "tunnelType": "geneve"}),
+    Mode("encap-gre", {"trafficEncapMode": "encap", "tunnelType": "gre"}),
+    Mode("noEncap", {"trafficEncapMode": "noEncap"}, route_pod_cidrs=True),
+    Mode("hybrid", {"trafficEncapMode": "hybrid", "tunnelType": "vxlan"}),
+    Mode("noEncap-fastPath", {"trafficEncapMode": "noEncap", "fastPath": True}, route_pod_cidrs=True),
+]
+PODS = (("node-1", "a"), ("node-1", "b"), ("node-2", "a"), ("node-3", "a"))
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
+def test_matrix_on_kubernetes(kube_lab_of, mode: Mode) -> None:  # type: ignore[no-untyped-def]
+    lab: Lab = kube_lab_of(topology(mode.route_sync, mode.route_pod_cidrs))
+    for node, pod in PODS:
+        lab.add_pod(node, pod)
+    rows = check.run(lab)
+    ran = [r for r in rows if r.configured]
+    failed = [r for r in ran if not r.ok]
+    assert not failed, check.table(lab, rows)
+    # every category, both families: 2 same-node + 6 pod-to-node + 6 same-subnet + 4 other-subnet... as planned
+    assert {r.spec.category for r in ran} == set(check.CATEGORIES), check.table(lab, rows)
+    # Pod IPs: the API's status.podIPs are the addresses Ferry recorded on the OVS port
+    for p in lab.pods():
+        with open(lab.node(p.node).paths.pod_result(p.name)) as f:
+            api_ips = {i["ip"] for i in json.load(f)["kubernetes"]["podIPs"]}
+        assert api_ips == {a.split("/")[0] for a in p.ips}, (p.name, api_ips, p.ips)
+    # route-sync in the DaemonSet reports the mode it was configured with
+    for n in lab.nodes:
+        state = n.state()
+        assert state is not None and state["mode"] == mode.route_sync["trafficEncapMode"], state
+
+
+def test_cni_args_carry_the_pod_identity(kube_lab_of) -> None:  # type: ignore[no-untyped-def]
+    """The kubelet's CNI_ARGS (K8S_POD_NAME, K8S_POD_NAMESPACE) reach the OVS port's external_ids."""
+    lab: Lab = kube_lab_of(topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}))
+    lab.add_pod("node-2", "ident")
+    att = kube_pods.find_attachment(lambda argv: lab.node("node-2").exec(argv),
+                                    kube_pods.api_name("node-2", "ident"), kube_pods.NAMESPACE)
+    assert att is not None and att.netns.startswith("/var/run/netns/cni-"), att
+
+
+def test_install_cni_writes_what_the_runtime_reads(kube_lab_of) -> None:  # type: ignore[no-untyped-def]
+    """deploy/ferry.yaml's install-cni (--cni-version auto) reads the Node's runtime from the API
+    (Debian's containerd 1.6: libcni 1.1, results up to 1.0.0) and writes a 1.0.0 conflist, which
+    the runtime then uses for every Pod (the matrix above)."""
+    lab: Lab = kube_lab_of(topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}))
+    cluster = lab.kube()
+    for name, node in cluster.nodes().items():
+        runtime = node["status"]["nodeInfo"]["containerRuntimeVersion"]
+        assert runtime.startswith("containerd://1.6."), runtime
+        with open(lab.node(name).paths.conflist) as f:
+            assert json.load(f)["cniVersion"] == "1.0.0"

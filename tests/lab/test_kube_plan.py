@@ -1,0 +1,135 @@
+"""The cluster's plan, spec, overlay, images and certificates, without root (pure functions and
+files in a temporary directory)."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from lab import topology as topo_mod
+from lab.kube import manifests, ociimage, pki, plan, spec
+from lab.kube.cluster import router_routes
+from tests.e2e.kube.helpers import topology
+
+
+def parsed(**kw: object) -> topo_mod.Topology:
+    return topo_mod.parse(topology({"trafficEncapMode": "encap"}, **kw))  # type: ignore[arg-type]
+
+
+def test_spec_defaults_and_errors() -> None:
+    assert spec.parse(None) is None and spec.parse(False) is None
+    assert spec.parse(True) == spec.KubeSpec()
+    for bad, key in (({"x": 1}, "unknown keys"), ({"serviceCIDR": "fd00::/64"}, "serviceCIDR"),
+                     ({"apiPort": 0}, "apiPort"), ({"imageTag": "a:b"}, "imageTag"),
+                     ({"joinLater": "node-4"}, "joinLater")):
+        with pytest.raises(spec.KubeSpecError, match=key):
+            spec.parse(bad)
+
+
+def test_topology_checks_the_kubernetes_block() -> None:
+    doc = topology({"trafficEncapMode": "encap"}, join_later=("node-9",))
+    with pytest.raises(topo_mod.TopologyError, match="joinLater: no Node named node-9"):
+        topo_mod.parse(doc)
+    doc = topology({"trafficEncapMode": "encap"})
+    doc["routeSync"] = None
+    with pytest.raises(topo_mod.TopologyError, match="needs a routeSync block"):
+        topo_mod.parse(doc)
+    t = parsed(nodes=4, join_later=("node-4",))
+    assert t.kubernetes is not None and t.kubernetes.join_later == ("node-4",)
+    assert topo_mod.parse(topo_mod.to_doc(t)) == t
+
+
+def test_plan_wires_components_to_each_other(tmp_path: Path) -> None:
+    t = parsed()
+    assert t.kubernetes is not None
+    p = plan.plan("lab1", str(tmp_path), t, t.kubernetes, "/tools")
+    api = p.process("kube-apiserver")
+    assert p.api_url == "https://192.168.99.2:6443" and api.netns == "lab1-ext"
+    assert "--service-cluster-ip-range=10.96.0.0/16" in api.argv
+    kcm = p.process("kube-controller-manager").argv
+    assert "--allocate-node-cidrs=true" in kcm and "--cluster-cidr=10.244.0.0/16,fd00:10:244::/48" in kcm
+    assert "--node-cidr-mask-size-ipv4=24" in kcm and "--node-cidr-mask-size-ipv6=64" in kcm
+    kubelet = p.process("node-3/kubelet")
+    assert kubelet.netns == "lab1-node-3" and kubelet.mount_ns == p.node("node-3").mount_ns
+    assert "--node-ip=192.168.88.13,fd00:88::d" in kubelet.argv
+    n = p.node("node-1")
+    targets = [dst for _src, dst in n.binds]
+    assert len(targets) == len(set(targets)) and "/etc/cni/net.d" in targets and "/run/openvswitch" in targets
+    assert {d: s for s, d in n.binds}["/run/openvswitch"].endswith("nodes/node-1/ovs")
+    assert n.kubelet_config["cgroupRoot"] == "/ferry-lab/lab1/node-1"
+    assert {p.node(x).cgroup_root for x in ("node-1", "node-2", "node-3")} == {
+        f"/ferry-lab/lab1/node-{i}" for i in (1, 2, 3)}
+    assert 'sandbox_image = "ferry.local/pause:1"' in n.containerd_config
+    assert set(p.kubeconfigs) >= {p.admin_kubeconfig}
+
+
+def test_mask_sizes_stay_within_the_controllers_limit() -> None:
+    assert plan.mask_sizes(("10.244.0.0/16", "fd00:10:244::/48")) == {4: 24, 6: 64}
+    assert plan.mask_sizes(("10.0.0.0/8",)) == {4: 24}
+    assert plan.mask_sizes(("fd00::/32",)) == {6: 48}  # /64 would be 32 bits below: the limit is 16
+    assert plan.mask_sizes(("10.244.0.0/25",)) == {4: 26}
+
+
+def test_overlay_changes_only_what_the_lab_needs() -> None:
+    docs = manifests.load()
+    out = manifests.apply_overlay(docs, manifests.Overlay("192.168.99.2", 6443, ("10.244.0.0/16",),
+                                                          {"trafficEncapMode": "hybrid"}, "ferry-cni/ferry:x"))
+    conf = yaml.safe_load(next(d for d in out if d["kind"] == "ConfigMap")["data"][manifests.CONFIG_KEY])
+    assert conf["datapathType"] == "netdev" and conf["trafficEncapMode"] == "hybrid"
+    assert conf["clusterCIDRs"] == ["10.244.0.0/16"] and conf["nodeSource"] == {"type": "kubernetes"}
+    pod = manifests.daemonset(out)["spec"]["template"]["spec"]
+    for c in (*pod["initContainers"], *pod["containers"]):
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["KUBERNETES_SERVICE_HOST"] == "192.168.99.2" and "NODE_NAME" in env
+        assert c["image"] == "ferry-cni/ferry:x"
+    # everything else as shipped
+    strip = lambda ds: {k: v for k, v in ds.items() if k != "data" and k != "spec"}
+    assert [strip(d) for d in out] == [strip(d) for d in docs]
+    assert [d for d in out if d["kind"] in ("ClusterRole", "ServiceAccount", "ClusterRoleBinding")] == \
+        [d for d in docs if d["kind"] in ("ClusterRole", "ServiceAccount", "ClusterRoleBinding")]
+
+
+def test_router_routes_follow_the_node_objects() -> None:
+    nodes = {"node-2": (("10.244.0.0/24", "fd00:10:244::/64"), ("192.168.77.12", "fd00:77::c")),
+             "node-1": (("10.244.1.0/24",), ("192.168.77.11",)), "node-9": ((), ("1.2.3.4",))}
+    assert router_routes(nodes) == ["10.244.1.0/24 via 192.168.77.11", "10.244.0.0/24 via 192.168.77.12",
+                                    "fd00:10:244::/64 via fd00:77::c"]
+
+
+def test_oci_archive_is_deterministic_and_complete(tmp_path: Path) -> None:
+    img = ociimage.busybox_image("ferry.local/busybox:1")
+    a, b = ociimage.archive(img), ociimage.archive(img)
+    assert a == b
+    with tarfile.open(fileobj=io.BytesIO(a)) as tar:
+        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        ref = index["manifests"][0]
+        assert ref["annotations"]["io.containerd.image.name"] == "ferry.local/busybox:1"
+        manifest = json.loads(tar.extractfile("blobs/sha256/" + ref["digest"].split(":")[1]).read())  # type: ignore[union-attr]
+        layer = tar.extractfile("blobs/sha256/" + manifest["layers"][0]["digest"].split(":")[1]).read()  # type: ignore[union-attr]
+    with tarfile.open(fileobj=io.BytesIO(layer)) as lt:
+        names = {m.name: m for m in lt.getmembers()}
+    assert names["bin/busybox"].isfile() and names["bin/sh"].issym() and names["bin/sh"].linkname == "busybox"
+
+
+def test_certificates_name_who_each_client_is(tmp_path: Path) -> None:
+    ca = pki.Authority(str(tmp_path))
+    crt, _key = ca.issue("node-1", "system:node:node-1", ["system:nodes"])
+    srv, _ = ca.issue("apiserver", "kube-apiserver", server_names=["192.168.99.2", "kubernetes"], client=False)
+    c = x509.load_pem_x509_certificate(Path(crt).read_bytes())
+    assert c.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:node-1"
+    assert c.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == "system:nodes"
+    c.verify_directly_issued_by(ca.cert)
+    s = x509.load_pem_x509_certificate(Path(srv).read_bytes())
+    eku = s.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    san = s.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(i) for i in san.get_values_for_type(x509.IPAddress)] == ["192.168.99.2"]
+    # the CA is reused, not regenerated, by a second Authority on the same directory
+    assert pki.Authority(str(tmp_path)).cert == ca.cert

@@ -1,0 +1,108 @@
+"""The Kubernetes Node source against a local server speaking the API's wire format, for the cases
+the real kube-apiserver cannot be made to produce on demand (the rest runs against the real one in
+tests/e2e/kube/test_kube_api_source.py and test_kube_lifecycle.py):
+
+* a BOOKMARK at a chosen moment (the real server sends one about once a minute, on its own clock);
+* a watch dropped with no restart and no write in between (a real restart moves etcd's revision
+  on its own, so the resumed watch may be answered 410 instead);
+* a change that only a re-list shows (one the watch never carried), then 410;
+* a list answered 500 three times in a row."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+from routesync.model import MAC_ANNOTATION, TRANSPORT_ANNOTATION, NodeRecord
+from routesync.sources.kube import KubeSource, record_from_node
+from tests.support.kubeserver import KubeServer, make_node
+from tests.support.waiting import until
+
+
+@pytest.fixture
+def server() -> Iterator[KubeServer]:
+    with KubeServer() as s:
+        s.state.put(make_node("node-a", "192.168.77.11", ["10.244.1.0/24", "fd00:10:244:1::/64"]))
+        s.state.put(make_node("node-b", ["192.168.77.12", "fd00:77::12"], ["10.244.2.0/24"]))
+        yield s
+
+
+@pytest.fixture
+def source(server: KubeServer, tmp_path) -> Iterator[KubeSource]:  # type: ignore[no-untyped-def]
+    src = KubeSource.from_kubeconfig("node-a", server.kubeconfig(str(tmp_path / "kubeconfig")))
+    yield src
+    src.close()
+
+
+def names(src: KubeSource) -> dict[str, NodeRecord]:
+    return {r.name: r for r in src.list()}
+
+
+def test_node_json_to_record_reads_podcidrs_internal_ips_and_ferry_annotations() -> None:
+    node = make_node("n1", ["192.168.77.11", "fd00:77::11"], ["10.244.1.0/24", "fd00:10:244:1::/64"],
+                     {MAC_ANNOTATION: "02:00:00:00:00:01"})
+    rec = record_from_node(node)
+    assert rec.transport_addresses == ("192.168.77.11", "fd00:77::11")
+    assert rec.pod_cidrs == ("10.244.1.0/24", "fd00:10:244:1::/64")
+    assert rec.annotations == ((MAC_ANNOTATION, "02:00:00:00:00:01"),)  # only ferry.io/*
+    node["metadata"]["annotations"][TRANSPORT_ANNOTATION] = "10.0.0.5, fd00::5"
+    assert record_from_node(node).transport_addresses == ("10.0.0.5", "fd00::5")
+
+
+def test_bookmark_advances_version_so_resume_needs_no_relist(server: KubeServer, source: KubeSource) -> None:
+    names(source)
+    until(lambda: any("watch=true" in p for _, _, p in server.state.requests))
+    server.state.bookmark()
+    until(lambda: source.resource_version == str(server.state.rv))
+    # Forget history up to the bookmark and drop the connection: resuming from the bookmark's
+    # version is fine; resuming from the list's version would get 410 and a re-list.
+    server.state.compact()
+    server.state.drop_watches()
+    until(lambda: sum("watch=true" in p for _, _, p in server.state.requests) >= 2)
+    server.state.put(make_node("node-d", "192.168.77.14", ["10.244.4.0/24"]))
+    until(lambda: "node-d" in names(source))
+    assert source.relists == 1
+    watches = [p for _, _, p in server.state.requests if "watch=true" in p]
+    assert "allowWatchBookmarks=true" in watches[0]
+
+
+def test_410_gone_forces_relist_and_catches_up(server: KubeServer, source: KubeSource) -> None:
+    names(source)
+    until(lambda: any("watch=true" in p for _, _, p in server.state.requests))
+    # A change the watch never reports (lost with the compacted history), then 410.
+    server.state.put(make_node("node-b", "192.168.77.77", ["10.244.2.0/24"]), record=False)
+    server.state.expire_watches()
+    until(lambda: source.relists == 2)
+    until(lambda: names(source)["node-b"].transport_addresses == ("192.168.77.77",))
+    assert source.errors == 0 and source.expired == 1  # 410 is not an error, just a re-list
+
+
+def test_dropped_watch_resumes_from_its_version_without_relist(server: KubeServer, source: KubeSource) -> None:
+    names(source)
+    until(lambda: any("watch=true" in p for _, _, p in server.state.requests))
+    server.state.put(make_node("node-c", "192.168.77.13", ["10.244.3.0/24"]))
+    until(lambda: "node-c" in names(source))
+    version = source.resource_version
+    server.state.drop_watches(abrupt=True)  # the stream breaks (an error), not a clean end
+    until(lambda: sum("watch=true" in p for _, _, p in server.state.requests) >= 2)
+    resumed = [p for _, _, p in server.state.requests if "watch=true" in p][1]
+    assert f"resourceVersion={version}" in resumed
+    server.state.delete("node-c")
+    until(lambda: "node-c" not in names(source))
+    assert source.relists == 1 and source.expired == 0
+
+
+def test_server_errors_back_off_then_recover(server: KubeServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    server.state.fail_lists = 3
+    src = KubeSource.from_kubeconfig("node-a", server.kubeconfig(str(tmp_path / "kc")))
+    try:
+        assert set(names(src)) == {"node-a", "node-b"}
+        assert src.errors == 3
+        lists = [t for t, m, p in server.state.requests if m == "GET" and "watch" not in p]
+        gaps = [b - a for a, b in itertools.pairwise(lists)]
+        assert len(gaps) == 3
+        assert gaps[0] >= 0.18 and gaps[1] >= 0.38 and gaps[2] >= 0.78  # 0.2, 0.4, 0.8 s
+    finally:
+        src.close()
