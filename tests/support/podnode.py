@@ -47,6 +47,9 @@ class Pod:
                 return a
         raise KeyError(family)
 
+    def gateway(self, family: int) -> str:
+        return next(i["gateway"] for i in self.result["ips"] if (":" in i["address"]) == (family == 6))
+
     @property
     def mac(self) -> str:
         return next(i["mac"] for i in self.result["interfaces"] if i.get("sandbox"))
@@ -70,6 +73,8 @@ class Node:
                                                   [{"subnet": "fd00:10:244:1::/64"}]])
     pods: list[Pod] = field(default_factory=list)
     bridge: str = "br-int"
+    network: str = NETWORK
+    cni_args: str = ""  # prefix of CNI_ARGS on add_pod, e.g. "IgnoreUnknown=1;"
 
     @property
     def netconf_dir(self) -> Path:
@@ -94,18 +99,18 @@ class Node:
     def write_conflist(self, **overrides) -> None:
         self.netconf_dir.mkdir(parents=True, exist_ok=True)
         conf = dict(self.plugin_conf(), **overrides)
-        conflist = {"cniVersion": self.cni_version, "name": NETWORK, "plugins": [conf]}
+        conflist = {"cniVersion": self.cni_version, "name": self.network, "plugins": [conf]}
         (self.netconf_dir / "10-ferry.conflist").write_text(json.dumps(conflist, indent=2))
 
     def cnitool(self, op: str, netns_path: str, args: str = "", check: bool = False) -> subprocess.CompletedProcess:
         env = dict(os.environ, NETCONFPATH=str(self.netconf_dir), CNI_PATH=self.cni_bin,
                    CNI_ARGS=args, CNI_CACHE_DIR=str(self.dir / "cache"))
-        return run(["ip", "netns", "exec", self.name, CNITOOL, op, NETWORK, netns_path], check=check, env=env)
+        return run(["ip", "netns", "exec", self.name, CNITOOL, op, self.network, netns_path], check=check, env=env)
 
     def add_pod(self, name: str) -> Pod:
         ns = f"{self.name}-{name}"
         run(["ip", "netns", "add", ns])
-        p = self.cnitool("add", f"/run/netns/{ns}", args=f"K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}")
+        p = self.cnitool("add", f"/run/netns/{ns}", args=f"{self.cni_args}K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}")
         if p.returncode != 0:
             run(["ip", "netns", "del", ns], check=False)
             raise AssertionError(f"ADD {name} failed:\n{p.stdout}\n{p.stderr}")
@@ -115,6 +120,8 @@ class Node:
 
     def del_pod(self, pod: Pod) -> subprocess.CompletedProcess:
         p = self.cnitool("del", pod.path)
+        if p.returncode == 0 and pod in self.pods:
+            self.pods.remove(pod)
         return p
 
     def exec(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
