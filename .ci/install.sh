@@ -41,6 +41,8 @@ stamp="$venv/.ferry-deps-$(sha1sum "$here/pyproject.toml" | cut -c1-12)"
 if ! [ -f "$stamp" ]; then
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q -e "$here[dev,bench]"
+  # bench_osken's os-ken, without its controller framework's dependencies (pyproject.toml: bench)
+  "$venv/bin/pip" install -q --no-deps "os-ken==4.2.2"
   touch "$stamp"
 fi
 # The frozen bundle's virtualenv (`make dist`): the distribution's own CPython, an optimised

@@ -697,6 +697,38 @@ def ratios(res: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+BUDGET_S = {1000: 1.0, 5000: 5.0}  # issue 6: full reconcile
+CHANGE_P99_BUDGET_MS = 100.0  # issue 6: one Node change -> applied, p99
+
+
+def budget(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """route-sync's goals with this run's figures: as measured (today: a first full pass sends its
+    bundle through ovs-ofctl, a change through Ferry's encoder), and with os-ken's path in their
+    place (the full pass: minus ovs-ofctl's wall time, plus os-ken's; a change: plus os-ken's p99
+    minus Ferry's encoder's)."""
+    rs = res.get("routesync") or {}
+    sizes = {s["peers"]: s for s in res["sizes"]}
+    rows: list[dict[str, Any]] = []
+    for peers, limit in BUDGET_S.items():
+        if str(peers) not in rs or peers not in sizes:
+            continue
+        full, today = sizes[peers]["full"], rs[str(peers)]["reconcile_s"]
+        osken_s = full["osken"]["wall_ms"] / 1000
+        rows.append({"figure": f"full reconcile, {peers:,} peers", "unit": "s", "budget": limit, "today": today,
+                     "with_osken": today - full["ofctl"]["wall_ms"] / 1000 + osken_s,
+                     "osken_alone": osken_s, "ferry_alone": full["ferry"]["wall_ms"] / 1000})
+    change = (rs.get("1000") or {}).get("change")
+    if change and 1000 in sizes and "change" in sizes[1000]:
+        c = sizes[1000]["change"]
+        rows.append({"figure": "one Node change -> applied, p99, 1,000 peers", "unit": "ms",
+                     "budget": CHANGE_P99_BUDGET_MS, "today": change["p99_ms"],
+                     "with_osken": change["p99_ms"] + c["osken"]["wall_p99_ms"] - c["ferry"]["wall_p99_ms"],
+                     "osken_alone": c["osken"]["wall_p99_ms"], "ferry_alone": c["ferry"]["wall_p99_ms"]})
+    for r in rows:
+        r["today_meets"], r["osken_meets"] = r["today"] <= r["budget"], r["with_osken"] <= r["budget"]
+    return rows
+
+
 def print_report(res: dict[str, Any]) -> None:
     print(f"{'peers':>6} {'flows':>6} {'what':>6} {'path':>6} {'encode ms':>10} {'wall ms':>9} {'p99 ms':>8} "
           f"{'CPU ms':>8} {'vswitchd CPU ms':>16}")
@@ -717,6 +749,12 @@ def print_report(res: dict[str, Any]) -> None:
         c = r.get("change")
         extra = f", one change p50 {c['p50_ms']:.1f} ms p99 {c['p99_ms']:.1f} ms" if c else ""
         print(f"route-sync, {peers} peers: full reconcile {r['reconcile_s']:.3f} s{extra}")
+    for b in res.get("budget", []):
+        u = b["unit"]
+        print(f"budget {b['figure']} <= {b['budget']:g} {u}: today {b['today']:.3f} {u} "
+              f"({'meets' if b['today_meets'] else 'misses'}), with os-ken {b['with_osken']:.3f} {u} "
+              f"({'meets' if b['osken_meets'] else 'misses'}); the OpenFlow part alone: os-ken "
+              f"{b['osken_alone']:.3f} {u}, Ferry's encoder {b['ferry_alone']:.3f} {u}")
 
 
 def run(sizes: Sequence[int], trials: int, change_count: int, with_routesync: bool, tag: str) -> dict[str, Any]:
@@ -737,6 +775,7 @@ def run(sizes: Sequence[int], trials: int, change_count: int, with_routesync: bo
     if with_routesync:
         res["routesync"] = routesync_figures(tag)
     res["ratios"] = ratios(res)
+    res["budget"] = budget(res)
     res["loadavg"] = os.getloadavg()
     return res
 
