@@ -3,7 +3,43 @@
     python -m bench.bench_osken [--peers 100,1000,5000] [--trials 5] [--changes 40]
                                 [--no-routesync] [--json OUT] [--tag fbo-XXXX]
 
-CONCLUSION (filled in from the run below).
+**Conclusion: keep Ferry's encoder for route-sync's OpenFlow; os-ken stays a benchmark
+reference.**  Run 2026-12-01 05:09 UTC (``python -m bench.bench_osken --json ...``, defaults:
+5 full passes per path at 100/1,000 peers, 3 at 5,000, 40 changes per path and size; load
+average 5.2 on 2 shared cores), os-ken 4.2.2; medians:
+
+    peers  flows  full pass wall ms (encode ms, CPU ms)                   one change wall ms
+                  Ferry             os-ken              ovs-ofctl         Ferry   os-ken
+      100    215     6.4 (4.4, 4.8)    36.8 (34.2, 34.9)   19.7 (-, 11.5)   0.33    0.90
+    1,000  2,015    43.6 (32, 34)     473 (460, 369)       51.8 (-, 28.6)   0.54    1.10
+    5,000 10,015     359 (264, 235)  3,334 (3,254, 1,992)   222 (-, 87)     0.42    0.95
+
+os-ken / Ferry: full pass encode 7.7-14.2x, wall 5.8-10.8x, CPU 7.3-10.7x; one change encode
+5.8-6.4x, wall 2.0-2.7x, CPU 3.7-4.1x.  Both paths installed the same ``dump-flows`` at every
+size (os-ken's flow-mods are even byte-identical to the encoder's); ovs-vswitchd's CPU is about
+the same for both (it is the switch's work; 10 ms ticks).  Import of the parser: 509 ms under that load
+(209 ms in the first run), +27.9 MB RSS; on top of route-sync's own imports 438 ms, +17.8 MB.
+
+Against route-sync's budget (issue 6), with bench_routesync's worker in the same run: a full
+reconcile of 1,000 peers took 0.797 s (budget 1 s), of 5,000 2.798 s (budget 5 s); one Node
+change p99 72.6 ms (budget 100 ms).  os-ken's OpenFlow path alone takes 0.473 s of the 1 s and
+3.334 s of the 5 s (Ferry's encoder 0.044 s and 0.359 s); put in place of today's first-pass
+bundle the full reconcile becomes 1.218 s and 5.911 s: **both full-pass goals missed**.  One
+change would still meet its goal (+0.5 ms a change at p50; 71.4 ms projected p99 against 100 ms).
+A first run 6 minutes earlier (load 5-11; eventlet still in the venv) gave the same picture
+(9.3x / 7.7x full-pass wall at 1,000 / 5,000 peers; 1.47 s and 5.65 s projected).  The cost is
+os-ken's object model: ``OFPMatch`` converts every field user -> wire -> user at construction
+(netaddr for each address) and again at ``serialize()``; a profile at 1,000 peers spends ~60 %
+building the objects and ~40 % serializing them; no cache of ours removes that for a first pass.
+
+So by the project's rule (long-lived code uses the well-kept library unless a benchmark in the
+same run shows it cannot meet the goal) os-ken does not qualify for the full pass, and using it
+only for changes would mean two encoders for the same flows in route-sync, where the issue asks
+for one OpenFlow layer shared with the plugin, which must stay standard-library only anyway.
+Two more costs of adopting it: os-ken declares its controller framework's dependencies (eventlet,
+deprecated upstream, ncclient, Routes, WebOb) as hard requirements, and an installed eventlet is
+imported by ``ovs.poller`` (ovsdbapp) inside route-sync's process (+452 modules); here it is
+installed ``--no-deps`` (pyproject.toml ``bench`` extra, .ci/install.sh) for the benchmark only.
 
 What is measured, in one process and one run, on a private OVS (``tests.ovs_instance.OvsInstance``,
 netdev datapath) in a throwaway network namespace ``<tag>-n``, bridge ``br-int`` (fail_mode
@@ -75,7 +111,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from bench.bench_routesync import LOCAL, LOCAL_CIDR, UPLINK_ADDR, changed_cidr, synthetic_peers
@@ -186,15 +222,22 @@ def match_spec(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
     return tuple(fields.items())
 
 
+@cache
+def nxm_widths() -> dict[str, int]:
+    """os-ken's NXM field names -> width in bits."""
+    from os_ken.ofproto import nicira_ext
+
+    return {f.name: f.type.size * 8 for f in nicira_ext.oxm_types}
+
+
 def nxm_field(text: str) -> tuple[str, int]:
     """``NXM_OF_ETH_SRC[]`` -> (os-ken field name, width in bits), os-ken's own names and sizes."""
     from os_ken.lib.ofctl_string import nxm_field_name_to_os_ken
-    from os_ken.ofproto import nicira_ext
 
     if not text.endswith("[]"):
         raise BenchError(f"field {text!r}: only whole fields are translated")
     name = nxm_field_name_to_os_ken(text[:-2])
-    widths = {f.name: f.type.size * 8 for f in nicira_ext.oxm_types}
+    widths = nxm_widths()
     if name not in widths:
         raise BenchError(f"field {text!r}: os-ken has no {name}")
     return name, widths[name]
