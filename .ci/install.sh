@@ -32,7 +32,7 @@ go_sets=(cnitool)
 [ "${FERRY_KUBERNETES:-1}" = 0 ] || go_sets+=(kubernetes)
 bash "$here/tools/build-go-tools.sh" "${go_sets[@]}"
 
-# The project's virtualenv: runtime + dev dependencies, Ferry installed editable.
+# The project's virtualenv: runtime + dev + bench-only dependencies, Ferry installed editable.
 venv=${FERRY_VENV:-$here/.venv}
 if ! [ -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
@@ -40,7 +40,9 @@ fi
 stamp="$venv/.ferry-deps-$(sha1sum "$here/pyproject.toml" | cut -c1-12)"
 if ! [ -f "$stamp" ]; then
   "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q -e "$here[dev]"
+  "$venv/bin/pip" install -q -e "$here[dev,bench]"
+  # bench_osken's os-ken, without its controller framework's dependencies (pyproject.toml: bench)
+  "$venv/bin/pip" install -q --no-deps "os-ken==4.2.2"
   touch "$stamp"
 fi
 # The frozen bundle's virtualenv (`make dist`): the distribution's own CPython, an optimised
