@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from cni.ovs.ofnative import OpenFlowError
+from cni.ovs.openflow.codec import OpenFlowError
 from cni.pipeline.tables import EXT_OWNER, FULL_MASK, GATEWAY_PORT, OWNER_SHIFT, Cookie, Flow, Owner
 from routesync.apply.ofsession import OpenFlowSession
 from routesync.model import TunnelSpec
@@ -469,7 +469,7 @@ class OvsApplier:
         if not todo:
             return 0
         from cni.node.locks import attachment_lock
-        from cni.ovs.ofctl import OpenFlow
+        from cni.ovs.openflow.bridge import OpenFlow
         from cni.pipeline.tables import EXT_CONTAINER_ID, EXT_IFNAME, pod_cookie
 
         of = OpenFlow(self.bridge, self.run_dir)
