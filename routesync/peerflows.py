@@ -6,12 +6,13 @@ Values are validated (``ipaddress``, ``cni.pipeline.match``) as the flow values 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 
 from cni.lean import addr
 from cni.pipeline import match as m
-from cni.pipeline.actions import DEC_TTL, SetField, goto, output
+from cni.pipeline.actions import DEC_TTL, DecTtl, SetField, goto, output
 from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, mac, routed_to
 from cni.pipeline.match import ARP, IP, IPV6, Field, in_port
 from cni.pipeline.tables import NODE_COOKIE, VIRTUAL_MAC, Flow, Table, peer_cookie
@@ -77,6 +78,13 @@ def node_flows(tunnel_ofport: int | None, gateway_mac: str) -> list[Flow]:
                  (SetField(m.ETH_DST, m.mac_value(gateway_mac)), goto(Table.L3_FORWARDING)), NODE_COOKIE)]
 
 
+@functools.lru_cache(maxsize=8)
+def _to_tunnel(gmac: str) -> tuple[SetField, SetField, DecTtl]:
+    """src := gateway MAC, dst := the virtual MAC, dec_ttl: the same values for every tunnel peer
+    (shared, so their text and bytes are made once)."""
+    return (SetField(m.ETH_SRC, m.mac_value(gmac)), SetField(m.ETH_DST, m.mac_value(VIRTUAL_MAC)), DEC_TTL)
+
+
 def peer_flows(peer: PeerPlan, gateway_mac: str, tunnel_ofport: int | None,
                fast_port: FastPort | None = None) -> list[Flow]:
     """Flows for one peer and family. Tunnel and fast peers need some; routed and underlay peers
@@ -90,8 +98,7 @@ def peer_flows(peer: PeerPlan, gateway_mac: str, tunnel_ofport: int | None,
     port = int(tunnel_ofport)
     cookie = peer_cookie(peer.peer)
     remote, bits = addr.parse_ip(peer.transport_address)
-    to_peer = (SetField(m.ETH_SRC, m.mac_value(gmac)), SetField(m.ETH_DST, m.mac_value(VIRTUAL_MAC)), DEC_TTL,
-               SetField(m.TUN_DST if bits == 32 else m.TUN_IPV6_DST, remote), output(port))
+    to_peer = (*_to_tunnel(gmac), SetField(m.TUN_DST if bits == 32 else m.TUN_IPV6_DST, remote), output(port))
     flows: list[Flow] = []
     for cidr in peer.pod_cidrs:
         value, plen, bits = addr.parse_interface(cidr)

@@ -35,11 +35,17 @@ class SetField:
     value: int
 
     def text(self) -> str:
-        if self.spec is ETH_SRC:
-            return f"mod_dl_src:{self.spec.format(self.value)}"
-        if self.spec is ETH_DST:
-            return f"mod_dl_dst:{self.spec.format(self.value)}"
-        return f"set_field:{self.spec.format(self.value)}->{self.spec.name}"
+        t: str | None = self.__dict__.get("_text")
+        if t is None:  # memoized: planners share action values between flows
+            value = self.spec.format(self.value)
+            if self.spec is ETH_SRC:
+                t = f"mod_dl_src:{value}"
+            elif self.spec is ETH_DST:
+                t = f"mod_dl_dst:{value}"
+            else:
+                t = f"set_field:{value}->{self.spec.name}"
+            object.__setattr__(self, "_text", t)
+        return t
 
 
 @record(frozen=True)

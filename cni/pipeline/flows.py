@@ -50,9 +50,14 @@ def arp_responder_actions(answer_mac: str, answer_ip: str) -> tuple[Action, ...]
     ip, bits = addr.parse_ip(answer_ip)
     if bits != 32:
         raise ValueError(f"not an IPv4 address: {answer_ip!r}")
-    return (Move(m.ETH_SRC, m.ETH_DST), SetField(m.ETH_SRC, value), Load(2, m.ARP_OP),
-            Move(m.ARP_SHA, m.ARP_THA), Load(value, m.ARP_SHA), Move(m.ARP_SPA, m.ARP_TPA),
+    return (_SWAP_ETH, SetField(m.ETH_SRC, value), _ARP_REPLY, _SHA_TO_THA, Load(value, m.ARP_SHA), _SPA_TO_TPA,
             Load(ip, m.ARP_SPA), IN_PORT)
+
+
+_SWAP_ETH = Move(m.ETH_SRC, m.ETH_DST)  # the requester's MAC becomes the destination
+_ARP_REPLY = Load(2, m.ARP_OP)
+_SHA_TO_THA = Move(m.ARP_SHA, m.ARP_THA)
+_SPA_TO_TPA = Move(m.ARP_SPA, m.ARP_TPA)
 
 
 def routed_to(src_mac: str, dst_mac: str, then: Action) -> tuple[Action, ...]:

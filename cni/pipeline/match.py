@@ -37,8 +37,7 @@ class FieldSpec:
 
     def format(self, value: int) -> str:
         if self.kind == KIND_MAC:
-            h = f"{value:012x}"
-            return ":".join(h[i:i + 2] for i in range(0, 12, 2))
+            return value.to_bytes(6, "big").hex(":")
         if self.kind == KIND_IP:
             return addr.format_ip(value, self.length * 8)
         if self.kind == KIND_HEX:
@@ -92,8 +91,7 @@ MASKABLE = frozenset({IPV4_SRC, IPV4_DST, IPV6_SRC, IPV6_DST})
 def mac(value: str) -> str:
     """A validated, lower-case MAC (raises ValueError)."""
     v = value.lower() if isinstance(value, str) else ""
-    parts = v.split(":")
-    if len(v) != 17 or len(parts) != 6 or any(len(p) != 2 or not _HEX.issuperset(p) for p in parts):
+    if len(v) != 17 or v[2::3] != ":::::" or not _HEX.issuperset(v[0::3] + v[1::3]):
         raise ValueError(f"not a MAC address: {value!r}")
     return v
 
@@ -112,8 +110,13 @@ class Field:
     prefix: int | None = None
 
     def text(self) -> str:
-        t = f"{self.spec.match_name}={self.spec.format(self.value)}"
-        return t if self.prefix is None else f"{t}/{self.prefix}"
+        t: str | None = self.__dict__.get("_text")
+        if t is None:  # memoized: planners share field values between flows
+            t = f"{self.spec.match_name}={self.spec.format(self.value)}"
+            if self.prefix is not None:
+                t = f"{t}/{self.prefix}"
+            object.__setattr__(self, "_text", t)
+        return t
 
 
 @record(frozen=True)

@@ -8,8 +8,8 @@ import pytest
 
 from cni.ovs.openflow.bridge import OfctlError, OpenFlow
 from cni.ovs.openflow.codec import OpenFlowError
-from cni.pipeline import tables as pl
 from cni.pipeline import match as m
+from cni.pipeline import tables as pl
 from cni.pipeline.actions import SetField, goto, output
 from cni.pipeline.chained import next_hop_flows
 from cni.pipeline.flows import GatewayPort, PodPort, base_flows, pod_flows
