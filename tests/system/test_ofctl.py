@@ -13,8 +13,9 @@ import pytest
 from cni.kernel.ethtool import set_tx_checksum
 from cni.kernel.netlink import Netlink
 from cni.kernel.netns import entered, open_netns
-from cni.ovs.openflow.bridge import OfctlError, OpenFlow
-from cni.ovs.openflow.ofctl import parse_flow_line
+from cni.ovs.openflow.bridge import OpenFlow
+from cni.ovs.openflow.codec import OpenFlowError
+from cni.ovs.openflow.ofctl import OfctlError, parse_flow_line
 from cni.ovs.ovsdb import Ovsdb
 from cni.pipeline import match as m
 from cni.pipeline.actions import DEC_TTL, DROP, SetField, goto, output
@@ -95,11 +96,11 @@ def test_replace_flows_atomically(of: OpenFlow) -> None:
 @pytest.mark.root
 def test_refused_flow_raises(of: OpenFlow) -> None:
     backwards = (goto(Table.CLASSIFIER),)  # goto_table must go forwards: the switch refuses it
-    with pytest.raises(OfctlError, match="refused"):
+    with pytest.raises(OpenFlowError, match="refused"):
         of.add_flows([Flow(Table.SPOOF_GUARD, 1, (), backwards)])
     # Nothing of a failing batch in a bundle stays.
     c = pod_cookie("x", "eth0")
-    with pytest.raises(OfctlError):
+    with pytest.raises(OpenFlowError):
         of.replace_flows(c, [Flow(Table.CLASSIFIER, 5, (m.in_port(1),), DROP, c),
                              Flow(Table.SPOOF_GUARD, 6, (m.in_port(1),), backwards, c)])
     assert of.dump_flows(c) == []

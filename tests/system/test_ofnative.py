@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cni.ovs.openflow.bridge import OfctlError, OpenFlow
+from cni.ovs.openflow.bridge import OpenFlow
 from cni.ovs.openflow.codec import OpenFlowError
 from cni.pipeline import match as m
 from cni.pipeline import tables as pl
@@ -62,12 +62,12 @@ def test_delete_by_cookie_removes_exactly_that_pod(ovs):
 
 
 def test_switch_refusal_is_reported(ovs):
-    with pytest.raises(OfctlError, match="refused"):
+    with pytest.raises(OpenFlowError, match="refused"):
         OpenFlow("brn", ovs.run_dir).add_flows([BACKWARDS])
 
 
 def test_missing_bridge_is_reported(ovs):
-    with pytest.raises(OfctlError, match="cannot connect"):
+    with pytest.raises(OpenFlowError, match="cannot connect"):
         OpenFlow("nope", ovs.run_dir).del_flows(POD_A.cookie)
 
 
@@ -86,7 +86,7 @@ def test_replace_flows_in_one_bundle(ovs):
     left = _dump(ovs, "brn")
     assert sum(f"cookie={POD_A.cookie.value:#x}" in x for x in left) == 2
     assert sum(f"cookie={POD_B.cookie.value:#x}" in x for x in left) == len(pod_flows(POD_B, GW.mac))
-    with pytest.raises(OfctlError, match="refused"):
+    with pytest.raises(OpenFlowError, match="refused"):
         of.replace_flows(POD_B.cookie, [pl.Flow(BACKWARDS.table, 10, BACKWARDS.match, BACKWARDS.actions, POD_B.cookie)])
     assert _dump(ovs, "brn") == left  # the refused bundle deleted nothing either
 

@@ -1,13 +1,14 @@
 """One bridge's flow table, as the plugin (and route-sync's Pod-flow replay) uses it: add flows and
 delete a cookie's flows over the management socket (:mod:`.session`, one short connection per
-call), replace a cookie's flows in one atomic bundle, dump through ``ovs-ofctl`` (:mod:`.ofctl`).
+call), replace a cookie's flows in one atomic bundle, dump through ``ovs-ofctl`` (:mod:`.ofctl`,
+imported only when a command dumps).  Failures raise :class:`OpenFlowError` (``OfctlError``, a
+subclass, from ovs-ofctl).
 Every flow is encoded natively (:mod:`.codec`); one it cannot express raises, there is no exec
 fallback.  Standard library only."""
 
 from __future__ import annotations
 
 from cni.ovs.openflow.codec import OpenFlowError, flow_mod_add, flow_mod_delete
-from cni.ovs.openflow.ofctl import DumpedFlow, Ofctl, OfctlError
 from cni.ovs.openflow.session import Session
 from cni.pipeline.tables import Cookie
 
@@ -15,9 +16,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from cni.ovs.openflow.ofctl import DumpedFlow, Ofctl
     from cni.pipeline.tables import Flow
 
-__all__ = ["DumpedFlow", "OfctlError", "OpenFlow"]
+__all__ = ["OpenFlow", "OpenFlowError"]
 
 
 class OpenFlow:
@@ -27,14 +29,23 @@ class OpenFlow:
         self.bridge = bridge
         self.run_dir = run_dir
         self.timeout = timeout
-        self.ofctl = Ofctl(bridge, run_dir, timeout=timeout)
+        self._ofctl: Ofctl | None = None
+
+    @property
+    def ofctl(self) -> Ofctl:
+        """ovs-ofctl, for dumps: imported (with cni.lean.spawn) only by the commands that dump."""
+        if self._ofctl is None:
+            from cni.ovs.openflow.ofctl import Ofctl
+
+            self._ofctl = Ofctl(self.bridge, self.run_dir, timeout=self.timeout)
+        return self._ofctl
 
     def _transact(self, what: str, messages: list[bytes]) -> None:
         try:
             with Session(self.bridge, self.run_dir, self.timeout) as s:
                 s.transact(messages)
         except OpenFlowError as e:
-            raise OfctlError(f"{what} on {self.bridge}: {e}") from None
+            raise OpenFlowError(f"{what} on {self.bridge}: {e}") from None
 
     def add_flows(self, flows: Sequence[Flow]) -> None:
         """Add (or overwrite: same table, priority and match) all ``flows``; raises OpenFlowError
@@ -70,5 +81,5 @@ class OpenFlow:
                 else:
                     s.transact(messages)
         except OpenFlowError as e:
-            raise OfctlError(f"replace-flows on {self.bridge}: {e}") from None
+            raise OpenFlowError(f"replace-flows on {self.bridge}: {e}") from None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from cni.lean import spawn
 from cni.lean.record import record
+from cni.ovs.openflow.codec import OpenFlowError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -21,8 +22,8 @@ _FLAG_WORDS = frozenset({"send_flow_rem", "check_overlap", "reset_counts", "no_p
 _DEFAULT_PRIORITY = 32768
 
 
-class OfctlError(Exception):
-    """ovs-ofctl (or the bridge's OpenFlow connection) failed; the message says why."""
+class OfctlError(OpenFlowError):
+    """ovs-ofctl failed; the message carries its stderr."""
 
 
 @record(frozen=True)
