@@ -14,7 +14,7 @@ from cni.lean import addr
 from cni.pipeline import match as m
 from cni.pipeline.actions import DEC_TTL, DecTtl, SetField, goto, output
 from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, mac, routed_to
-from cni.pipeline.match import ARP, IP, IPV6, Field, in_port
+from cni.pipeline.match import ARP, IN_PORT, IP, IPV6, Field
 from cni.pipeline.tables import NODE_COOKIE, VIRTUAL_MAC, Flow, Table, peer_cookie
 
 from .model import PeerPlan
@@ -64,7 +64,7 @@ def fast_flows(peer: PeerPlan, gateway_mac: str, port: FastPort) -> list[Flow]:
             if mine.version != net.version:
                 continue
             flows.append(Flow(Table.CLASSIFIER, PRIO_FAST_IN,
-                              (in_port(ofport), m.eth_dst(up_mac), proto, _prefix(net, True), _prefix(mine, False)),
+                              (IN_PORT(ofport), m.ETH_DST(up_mac), proto, _prefix(net, True), _prefix(mine, False)),
                               (SetField(m.ETH_DST, m.mac_value(gmac)), goto(Table.L3_FORWARDING)), cookie))
     return flows
 
@@ -74,7 +74,7 @@ def node_flows(tunnel_ofport: int | None, gateway_mac: str) -> list[Flow]:
     routed by this Node's gateway so L3Forwarding's per-Pod flows (``dl_dst=<gw MAC>``) match."""
     if tunnel_ofport is None:
         return []
-    return [Flow(Table.CLASSIFIER, PRIO_TUNNEL_IN, (in_port(tunnel_ofport),),
+    return [Flow(Table.CLASSIFIER, PRIO_TUNNEL_IN, (IN_PORT(tunnel_ofport),),
                  (SetField(m.ETH_DST, m.mac_value(gateway_mac)), goto(Table.L3_FORWARDING)), NODE_COOKIE)]
 
 
@@ -109,6 +109,6 @@ def peer_flows(peer: PeerPlan, gateway_mac: str, tunnel_ofport: int | None,
         flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, dst, to_peer, cookie))
     if peer.peer_gateway is not None and addr.parse_ip(peer.peer_gateway)[1] == 32:
         gw = addr.host(peer.peer_gateway)
-        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.arp_op(1), m.arp_tpa(gw)),
+        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.ARP_OP(1), m.ARP_TPA(gw)),
                           arp_responder_actions(VIRTUAL_MAC, gw), cookie))
     return flows

@@ -6,7 +6,7 @@ encodes the values themselves.  Standard library only, imported on every ADD/DEL
 from __future__ import annotations
 
 from cni.lean.record import record
-from cni.pipeline.match import ETH_DST, ETH_SRC, KIND_INT, FieldSpec
+from cni.pipeline.match import ETH_DST, ETH_SRC, KIND_INT, FieldSpec, Rendered
 
 OFPP_IN_PORT = 0xFFFFFFF8  # "the port the packet came in on"
 
@@ -30,22 +30,17 @@ class Goto:
 
 
 @record(frozen=True)
-class SetField:
+class SetField(Rendered):
     spec: FieldSpec
     value: int
 
-    def text(self) -> str:
-        t: str | None = self.__dict__.get("_text")
-        if t is None:  # memoized: planners share action values between flows
-            value = self.spec.format(self.value)
-            if self.spec is ETH_SRC:
-                t = f"mod_dl_src:{value}"
-            elif self.spec is ETH_DST:
-                t = f"mod_dl_dst:{value}"
-            else:
-                t = f"set_field:{value}->{self.spec.name}"
-            object.__setattr__(self, "_text", t)
-        return t
+    def render(self) -> str:
+        value = self.spec.format(self.value)
+        if self.spec is ETH_SRC:
+            return f"mod_dl_src:{value}"
+        if self.spec is ETH_DST:
+            return f"mod_dl_dst:{value}"
+        return f"set_field:{value}->{self.spec.name}"
 
 
 @record(frozen=True)
@@ -55,18 +50,26 @@ class Move:
     src: FieldSpec
     dst: FieldSpec
 
+    def __post_init__(self) -> None:
+        if self.src.length != self.dst.length or not (self.src.nxm and self.dst.nxm):
+            raise ValueError(f"move {self.src.name} -> {self.dst.name}: fields of different widths, or without NXM names")
+
     def text(self) -> str:
         return f"move:{self.src.nxm}[]->{self.dst.nxm}[]"
 
 
 @record(frozen=True)
-class Load:
+class Load(Rendered):
     """Write a constant into a whole field (NXAST_REG_LOAD, as ovs-ofctl sends ``load:``)."""
 
     value: int
     dst: FieldSpec
 
-    def text(self) -> str:
+    def __post_init__(self) -> None:
+        if not self.dst.nxm or not 0 <= self.value < 1 << min(64, 8 * self.dst.length):
+            raise ValueError(f"load {self.value:#x} -> {self.dst.name}: does not fit, or no NXM name")
+
+    def render(self) -> str:
         v = f"{self.value:#x}" if self.dst.kind == KIND_INT else f"0x{self.value:0{2 * self.dst.length}x}"
         return f"load:{v}->{self.dst.nxm}[]"
 
@@ -91,7 +94,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     Action = Output | Goto | SetField | Move | Load | DecTtl | Resubmit
 
-IN_PORT = Output(OFPP_IN_PORT)
+TO_IN_PORT = Output(OFPP_IN_PORT)  # back out of the port the packet came in on
 DEC_TTL = DecTtl()
 DROP: tuple[Action, ...] = ()
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from cni.lean import addr
 from cni.pipeline import match as m
 from cni.pipeline import tables as pl
-from cni.pipeline.actions import IN_PORT, Move, Resubmit, SetField
+from cni.pipeline.actions import TO_IN_PORT, Move, Resubmit, SetField
 from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, mac
-from cni.pipeline.match import ARP, ICMP6, in_port
+from cni.pipeline.match import ARP, ICMP6, IN_PORT
 from cni.pipeline.tables import Flow, Table
 
 TYPE_CHECKING = False
@@ -49,17 +49,17 @@ def next_hop_flows(cookie: pl.Cookie, ofport: int, gateways: tuple[str, ...], ga
     for g in gateways:
         h = addr.host(g)
         if addr.family(h) == 4:
-            flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP, (ARP, in_port(port), m.arp_op(1), m.arp_tpa(h)),
+            flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP, (ARP, IN_PORT(port), m.ARP_OP(1), m.ARP_TPA(h)),
                               arp_responder_actions(gmac, h), cookie))
         else:
             flows += [
                 Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP,
-                     (ICMP6, in_port(port), m.icmp_type(ICMP6_NS), m.nd_target(h)), na_responder_actions(gmac, h),
+                     (ICMP6, IN_PORT(port), m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(h)), na_responder_actions(gmac, h),
                      cookie),
                 # Only the rewritten NS gets here: SpoofGuard lets a Pod's NA through only for its
                 # own addresses, never for its next hop.
                 Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP,
-                     (ICMP6, in_port(port), m.icmp_type(ICMP6_NA), m.nd_target(h)),
-                     (SetField(m.ND_TLL, m.mac_value(gmac)), IN_PORT), cookie),
+                     (ICMP6, IN_PORT(port), m.ICMPV6_TYPE(ICMP6_NA), m.ND_TARGET(h)),
+                     (SetField(m.ND_TLL, m.mac_value(gmac)), TO_IN_PORT), cookie),
             ]
     return flows

@@ -10,8 +10,8 @@ from __future__ import annotations
 from cni.lean import addr
 from cni.lean.record import record
 from cni.pipeline import match as m
-from cni.pipeline.actions import DEC_TTL, DROP, IN_PORT, Load, Move, SetField, goto, output
-from cni.pipeline.match import ARP, ICMP6, IP, IPV6, in_port, mac
+from cni.pipeline.actions import DEC_TTL, DROP, TO_IN_PORT, Load, Move, SetField, goto, output
+from cni.pipeline.match import ARP, ICMP6, IN_PORT, IP, IPV6, mac
 from cni.pipeline.tables import BASE_COOKIE, Cookie, Flow, Table
 
 TYPE_CHECKING = False
@@ -51,7 +51,7 @@ def arp_responder_actions(answer_mac: str, answer_ip: str) -> tuple[Action, ...]
     if bits != 32:
         raise ValueError(f"not an IPv4 address: {answer_ip!r}")
     return (_SWAP_ETH, SetField(m.ETH_SRC, value), _ARP_REPLY, _SHA_TO_THA, Load(value, m.ARP_SHA), _SPA_TO_TPA,
-            Load(ip, m.ARP_SPA), IN_PORT)
+            Load(ip, m.ARP_SPA), TO_IN_PORT)
 
 
 _SWAP_ETH = Move(m.ETH_SRC, m.ETH_DST)  # the requester's MAC becomes the destination
@@ -90,26 +90,26 @@ def base_flows(gw: GatewayPort) -> list[Flow]:
     c = BASE_COOKIE
     to_gw = (output(port),)
     flows = [
-        Flow(Table.CLASSIFIER, PRIO_MATCH, (in_port(port), ARP), (goto(Table.NEIGHBOR_RESPONDER),), c),
-        Flow(Table.CLASSIFIER, PRIO_MATCH, (in_port(port), ICMP6, m.icmp_type(ICMP6_NS)),
+        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ARP), (goto(Table.NEIGHBOR_RESPONDER),), c),
+        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_NS)),
              (goto(Table.NEIGHBOR_RESPONDER),), c),
-        Flow(Table.CLASSIFIER, PRIO_DEFAULT, (in_port(port),), (goto(Table.L3_FORWARDING),), c),
+        Flow(Table.CLASSIFIER, PRIO_DEFAULT, (IN_PORT(port),), (goto(Table.L3_FORWARDING),), c),
         Flow(Table.CLASSIFIER, PRIO_MISS, (), DROP, c),
         Flow(Table.SPOOF_GUARD, PRIO_MISS, (), DROP, c),
         Flow(Table.NEIGHBOR_RESPONDER, PRIO_MISS, (), DROP, c),
         Flow(Table.L3_FORWARDING, PRIO_MISS, (), (goto(Table.L2_FORWARDING),), c),
-        Flow(Table.L2_FORWARDING, PRIO_MATCH, (m.eth_dst(gmac),), to_gw, c),
+        Flow(Table.L2_FORWARDING, PRIO_MATCH, (m.ETH_DST(gmac),), to_gw, c),
         # Unsolicited NAs (only a Pod's own, SpoofGuard saw to that) reach the Node's stack.
-        Flow(Table.L2_FORWARDING, PRIO_MATCH, (ICMP6, m.eth_dst("33:33:00:00:00:01"), m.icmp_type(ICMP6_NA)),
+        Flow(Table.L2_FORWARDING, PRIO_MATCH, (ICMP6, m.ETH_DST("33:33:00:00:00:01"), m.ICMPV6_TYPE(ICMP6_NA)),
              to_gw, c),
         Flow(Table.L2_FORWARDING, PRIO_MISS, (), DROP, c),
     ]
     for ip in v4:
-        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.arp_op(1), m.arp_tpa(ip)),
+        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.ARP_OP(1), m.ARP_TPA(ip)),
                           arp_responder_actions(gmac, ip), c))
     for ip in v6 + [link_local(gmac)]:
         flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH,
-                          (ICMP6, m.icmp_type(ICMP6_NS), m.nd_target(ip)), to_gw, c))
+                          (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(ip)), to_gw, c))
     return flows
 
 
@@ -131,43 +131,43 @@ def pod_flows(pod: PodPort, gateway_mac: str, gateway_ofport: int | None = None)
     port = int(pod.ofport)
     c = pod.cookie
     v4, v6 = _split(pod.addresses)
-    src = (in_port(port), m.eth_src(pmac))
+    src = (IN_PORT(port), m.ETH_SRC(pmac))
     to_l3, to_responder = (goto(Table.L3_FORWARDING),), (goto(Table.NEIGHBOR_RESPONDER),)
     to_pod = routed_to(gmac, pmac, goto(Table.L2_FORWARDING))
     flows = [
-        Flow(Table.CLASSIFIER, PRIO_MATCH, (in_port(port),), (goto(Table.SPOOF_GUARD),), c),
-        Flow(Table.L2_FORWARDING, PRIO_MATCH, (m.eth_dst(pmac),), (output(port),), c),
+        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port),), (goto(Table.SPOOF_GUARD),), c),
+        Flow(Table.L2_FORWARDING, PRIO_MATCH, (m.ETH_DST(pmac),), (output(port),), c),
     ]
     for ip in v4:
         flows += [
-            Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, ARP, m.arp_spa(ip), m.arp_sha(pmac)), to_responder, c),
-            Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IP, m.ipv4_src(ip)), to_l3, c),
-            Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.arp_op(1), m.arp_tpa(ip)),
+            Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, ARP, m.ARP_SPA(ip), m.ARP_SHA(pmac)), to_responder, c),
+            Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IP, m.IPV4_SRC(ip)), to_l3, c),
+            Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.ARP_OP(1), m.ARP_TPA(ip)),
                  arp_responder_actions(pmac, ip), c),
             *([Flow(Table.NEIGHBOR_RESPONDER, PRIO_GRATUITOUS,
-                    (ARP, in_port(port), m.arp_op(1), m.arp_spa(ip), m.arp_tpa(ip)), (output(gateway_ofport),), c)]
+                    (ARP, IN_PORT(port), m.ARP_OP(1), m.ARP_SPA(ip), m.ARP_TPA(ip)), (output(gateway_ofport),), c)]
               if gateway_ofport is not None else []),
-            Flow(Table.L3_FORWARDING, PRIO_MATCH, (IP, m.eth_dst(gmac), m.ipv4_dst(ip)), to_pod, c),
+            Flow(Table.L3_FORWARDING, PRIO_MATCH, (IP, m.ETH_DST(gmac), m.IPV4_DST(ip)), to_pod, c),
         ]
     if v6:
         ll = link_local(pmac)
         flows += [
-            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, (in_port(port), ICMP6, m.icmp_type(ICMP6_RA)), DROP, c),
-            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, (in_port(port), ICMP6, m.icmp_type(ICMP6_REDIRECT)), DROP, c),
-            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_NA, (in_port(port), ICMP6, m.icmp_type(ICMP6_NA)), DROP, c),
+            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_RA)), DROP, c),
+            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_REDIRECT)), DROP, c),
+            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_NA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_NA)), DROP, c),
         ]
         for own in v6 + [ll]:
             flows += [
-                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_NA, (*src, ICMP6, m.icmp_type(ICMP6_NA), m.nd_target(own)),
+                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_NA, (*src, ICMP6, m.ICMPV6_TYPE(ICMP6_NA), m.ND_TARGET(own)),
                      to_l3, c),
-                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_ND, (*src, ICMP6, m.ipv6_src(own), m.icmp_type(ICMP6_NS)),
+                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_ND, (*src, ICMP6, m.IPV6_SRC(own), m.ICMPV6_TYPE(ICMP6_NS)),
                      to_responder, c),
-                Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IPV6, m.ipv6_src(own)), to_l3, c),
-                Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ICMP6, m.icmp_type(ICMP6_NS), m.nd_target(own)),
+                Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IPV6, m.IPV6_SRC(own)), to_l3, c),
+                Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(own)),
                      (output(port),), c),
             ]
         for ip in v6:
-            flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, (IPV6, m.eth_dst(gmac), m.ipv6_dst(ip)), to_pod, c))
+            flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, (IPV6, m.ETH_DST(gmac), m.IPV6_DST(ip)), to_pod, c))
     return flows
 
 

@@ -35,6 +35,15 @@ class FieldSpec:
         self.order = len(FIELDS)  # OXM order in a match: prerequisites first
         FIELDS[name] = self
 
+    def __call__(self, value: str | int) -> Field:
+        """This field = ``value``: an ofport or number, a MAC, or an address or prefix
+        (``10.0.0.0/24``, host bits cleared as ovs-ofctl does), validated (ValueError)."""
+        if self.kind == KIND_MAC:
+            return Field(self, mac_value(str(value)))
+        if self.kind == KIND_IP:
+            return address(self, str(value))
+        return Field(self, int(value))
+
     def format(self, value: int) -> str:
         if self.kind == KIND_MAC:
             return value.to_bytes(6, "big").hex(":")
@@ -100,8 +109,23 @@ def mac_value(value: str) -> int:
     return int(mac(value).replace(":", ""), 16)
 
 
+class Rendered:
+    """``text()`` memoized on a frozen value (planners share values between flows, and route-sync
+    renders thousands): subclasses say how in ``render()``."""
+
+    def render(self) -> str:
+        raise NotImplementedError
+
+    def text(self) -> str:
+        t: str | None = self.__dict__.get("_text")
+        if t is None:
+            t = self.render()
+            object.__setattr__(self, "_text", t)
+        return t
+
+
 @record(frozen=True)
-class Field:
+class Field(Rendered):
     """``spec`` = ``value``; for an address field, ``prefix`` bits of it (``nw_dst=10.0.0.0/24``).
     A full-length prefix is written ``/32`` (``/128``) and matched exactly; /0 matches anything."""
 
@@ -109,14 +133,9 @@ class Field:
     value: int
     prefix: int | None = None
 
-    def text(self) -> str:
-        t: str | None = self.__dict__.get("_text")
-        if t is None:  # memoized: planners share field values between flows
-            t = f"{self.spec.match_name}={self.spec.format(self.value)}"
-            if self.prefix is not None:
-                t = f"{t}/{self.prefix}"
-            object.__setattr__(self, "_text", t)
-        return t
+    def render(self) -> str:
+        t = f"{self.spec.match_name}={self.spec.format(self.value)}"
+        return t if self.prefix is None else f"{t}/{self.prefix}"
 
 
 @record(frozen=True)
@@ -140,18 +159,6 @@ if TYPE_CHECKING:
     MatchItem = Field | Proto
 
 
-def in_port(port: int) -> Field:
-    return Field(IN_PORT, int(port))
-
-
-def eth_src(value: str) -> Field:
-    return Field(ETH_SRC, mac_value(value))
-
-
-def eth_dst(value: str) -> Field:
-    return Field(ETH_DST, mac_value(value))
-
-
 def address(spec: FieldSpec, text: str) -> Field:
     """An address field from ``10.0.0.1`` (exact) or ``10.0.0.0/24`` (a prefix; host bits cleared,
     as ovs-ofctl does).  ValueError for text of the wrong family or a bad prefix."""
@@ -167,47 +174,6 @@ def address(spec: FieldSpec, text: str) -> Field:
         raise ValueError(f"{spec.name}={text}: bad prefix length")
     plen = int(plen_text)
     return Field(spec, addr.network(value, plen, bits), plen)
-
-
-def ipv4_src(text: str) -> Field:
-    return address(IPV4_SRC, text)
-
-
-def ipv4_dst(text: str) -> Field:
-    return address(IPV4_DST, text)
-
-
-def ipv6_src(text: str) -> Field:
-    return address(IPV6_SRC, text)
-
-
-def ipv6_dst(text: str) -> Field:
-    return address(IPV6_DST, text)
-
-
-def arp_op(op: int) -> Field:
-    return Field(ARP_OP, int(op))
-
-
-def arp_spa(ip: str) -> Field:
-    return address(ARP_SPA, ip)
-
-
-def arp_tpa(ip: str) -> Field:
-    return address(ARP_TPA, ip)
-
-
-def arp_sha(value: str) -> Field:
-    return Field(ARP_SHA, mac_value(value))
-
-
-def icmp_type(value: int) -> Field:
-    """ICMPv6 type (``icmp_type`` in an ``icmp6`` match)."""
-    return Field(ICMPV6_TYPE, int(value))
-
-
-def nd_target(ip: str) -> Field:
-    return address(ND_TARGET, ip)
 
 
 def match_text(items: tuple[MatchItem, ...]) -> str:

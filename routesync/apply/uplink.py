@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cni.pipeline.actions import output
-from cni.pipeline.match import in_port
+from cni.pipeline.match import IN_PORT
 from cni.pipeline.tables import Cookie, Flow, Owner, Table
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
@@ -107,9 +107,9 @@ class UplinkState:
 def uplink_flows(physical_ofport: int, internal_ofport: int) -> list[Flow]:
     """Host traffic between the physical uplink and the internal port that took its name."""
     return [
-        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, (in_port(physical_ofport),), (output(internal_ofport),),
+        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, (IN_PORT(physical_ofport),), (output(internal_ofport),),
              UPLINK_COOKIE),
-        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, (in_port(internal_ofport),), (output(physical_ofport),),
+        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, (IN_PORT(internal_ofport),), (output(physical_ofport),),
              UPLINK_COOKIE),
     ]
 

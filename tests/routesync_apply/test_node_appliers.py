@@ -38,9 +38,9 @@ def test_prepare_apply_teardown() -> None:
                 mtu=1450, gateway_addresses=("10.244.1.1/24",), tunnel=tunnel,
                 uplink=UplinkSpec("eth0", "eth0~"),
                 flows=[Flow(Table.CLASSIFIER, 0, (), DROP, BASE_COOKIE),
-                       Flow(Table.CLASSIFIER, 200, (fm.in_port(facts.tunnel_ofport),),
+                       Flow(Table.CLASSIFIER, 200, (fm.IN_PORT(facts.tunnel_ofport),),
                             (SetField(fm.ETH_DST, fm.mac_value(facts.gateway_mac)), goto(30)), NODE_COOKIE),
-                       Flow(Table.L3_FORWARDING, 200, (fm.IP, fm.ipv4_dst("10.244.2.0/24")),
+                       Flow(Table.L3_FORWARDING, 200, (fm.IP, fm.IPV4_DST("10.244.2.0/24")),
                             (SetField(fm.TUN_DST, 0xC0A85002), output(facts.tunnel_ofport)),  # 192.168.80.2
                             peer_cookie("b"))],
                 routes={HostRoute("10.244.2.0/24", "10.244.2.1", GATEWAY_PORT, True)},

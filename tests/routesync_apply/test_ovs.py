@@ -47,18 +47,18 @@ def test_plan_flow_sync() -> None:
 
 def peer_flows(name: str, tun_dst: str, cidr: str) -> list[Flow]:
     c = peer_cookie(name)
-    return [Flow(Table.L3_FORWARDING, 200, (m.IP, m.ipv4_dst(cidr)),
+    return [Flow(Table.L3_FORWARDING, 200, (m.IP, m.IPV4_DST(cidr)),
                  (SetField(m.ETH_DST, m.mac_value("aa:bb:cc:dd:ee:ff")),
-                  SetField(m.TUN_DST, m.ipv4_dst(tun_dst).value), output(3)), c),
+                  SetField(m.TUN_DST, m.IPV4_DST(tun_dst).value), output(3)), c),
             # written in a non-canonical way on purpose: OVS prints it as "udp,..."
-            Flow(Table.CLASSIFIER, 100, (m.Field(m.ETH_TYPE, 0x0800), m.Field(m.IP_PROTO, 17), m.ipv4_src(tun_dst)),
+            Flow(Table.CLASSIFIER, 100, (m.Field(m.ETH_TYPE, 0x0800), m.Field(m.IP_PROTO, 17), m.IPV4_SRC(tun_dst)),
                  (goto(30),), c)]
 
 
 def base_flows() -> list[Flow]:
     return [Flow(Table.CLASSIFIER, 0, (), DROP, BASE_COOKIE),
             Flow(Table.L3_FORWARDING, 0, (), (goto(40),), BASE_COOKIE),
-            Flow(Table.CLASSIFIER, 50, (m.in_port(3),), (SetField(m.ETH_DST, m.mac_value("02:00:00:00:00:01")), goto(30)),
+            Flow(Table.CLASSIFIER, 50, (m.IN_PORT(3),), (SetField(m.ETH_DST, m.mac_value("02:00:00:00:00:01")), goto(30)),
                  NODE_COOKIE)]
 
 
@@ -274,7 +274,7 @@ def test_group_by_cookie_value_whatever_the_cookie_objects() -> None:
     from routesync.apply.ovs import _group
 
     a1, a2, b = Cookie(Owner.PEER, 1), Cookie(Owner.PEER, 1), Cookie(Owner.PEER, 2)
-    f = [Flow(Table.L3_FORWARDING, 200, (m.IP, m.ipv4_dst(f"10.0.{i}.0/24")), DROP, c)
+    f = [Flow(Table.L3_FORWARDING, 200, (m.IP, m.IPV4_DST(f"10.0.{i}.0/24")), DROP, c)
          for i, c in enumerate((a1, a1, b, a2, b))]
     assert _group(f) == {a1.value: (f[0], f[1], f[3]), b.value: (f[2], f[4])}
     assert _group([]) == {}

@@ -145,9 +145,9 @@ def test_vxlan_between_two_moved_nodes() -> None:
             pod_port = plug_pod(n, pod, pod_ip)
             c = peer_cookie("the-other-node")
             flows = m.flows() + [
-                Flow(Table.CLASSIFIER, 100, (fm.in_port(pod_port),),
-                     (SetField(fm.TUN_DST, fm.ipv4_dst(peer_ip).value), output(tun)), c),
-                Flow(Table.CLASSIFIER, 100, (fm.in_port(tun),), (output(pod_port),), c)]
+                Flow(Table.CLASSIFIER, 100, (fm.IN_PORT(pod_port),),
+                     (SetField(fm.TUN_DST, fm.IPV4_DST(peer_ip).value), output(tun)), c),
+                Flow(Table.CLASSIFIER, 100, (fm.IN_PORT(tun),), (output(pod_port),), c)]
             assert n.applier.sync_flows(flows).added
         # the underlay works between the moved Nodes (and fills OVS's tunnel neighbour cache)
         ns_sh(a.ns, "ping", "-c", "2", "-W", "1", "192.168.70.2")

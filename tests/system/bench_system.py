@@ -107,7 +107,7 @@ def main(n: int) -> None:
         conn.stop()
 
         of = OpenFlow("br-b", ovs.run_dir)
-        flows = [Flow(Table.L2_FORWARDING, 100, (m.eth_dst(f"02:00:00:00:00:{j:02x}"),), (output(j + 1),),
+        flows = [Flow(Table.L2_FORWARDING, 100, (m.ETH_DST(f"02:00:00:00:00:{j:02x}"),), (output(j + 1),),
                       pod_cookie("c", "eth0")) for j in range(5)]
         c = pod_cookie("c", "eth0")
         timed("add_flows 5 flows: native", n, nothing, lambda i: of.add_flows(flows), lambda i: of.del_flows(c))

@@ -36,10 +36,10 @@ def of(ovs: OvsInstance) -> Iterator[OpenFlow]:
 
 def pod_flows(cookie: Cookie, port: int) -> list[Flow]:
     return [
-        Flow(Table.CLASSIFIER, 100, (m.in_port(port),), (goto(Table.SPOOF_GUARD),), cookie),
-        Flow(Table.SPOOF_GUARD, 200, (m.IP, m.in_port(port), m.eth_src(f"02:00:00:00:00:{port:02x}"),
-                                      m.ipv4_src(f"10.9.0.{port}")), (goto(Table.L3_FORWARDING),), cookie),
-        Flow(Table.L3_FORWARDING, 200, (m.IP, m.ipv4_dst(f"10.9.0.{port}")),
+        Flow(Table.CLASSIFIER, 100, (m.IN_PORT(port),), (goto(Table.SPOOF_GUARD),), cookie),
+        Flow(Table.SPOOF_GUARD, 200, (m.IP, m.IN_PORT(port), m.ETH_SRC(f"02:00:00:00:00:{port:02x}"),
+                                      m.IPV4_SRC(f"10.9.0.{port}")), (goto(Table.L3_FORWARDING),), cookie),
+        Flow(Table.L3_FORWARDING, 200, (m.IP, m.IPV4_DST(f"10.9.0.{port}")),
              (SetField(m.ETH_DST, m.mac_value(f"02:00:00:00:00:{port:02x}")), DEC_TTL, goto(Table.L2_FORWARDING)), cookie),
     ]
 
@@ -101,8 +101,8 @@ def test_refused_flow_raises(of: OpenFlow) -> None:
     # Nothing of a failing batch in a bundle stays.
     c = pod_cookie("x", "eth0")
     with pytest.raises(OpenFlowError):
-        of.replace_flows(c, [Flow(Table.CLASSIFIER, 5, (m.in_port(1),), DROP, c),
-                             Flow(Table.SPOOF_GUARD, 6, (m.in_port(1),), backwards, c)])
+        of.replace_flows(c, [Flow(Table.CLASSIFIER, 5, (m.IN_PORT(1),), DROP, c),
+                             Flow(Table.SPOOF_GUARD, 6, (m.IN_PORT(1),), backwards, c)])
     assert of.dump_flows(c) == []
 
 
@@ -140,9 +140,9 @@ def test_netdev_bridge_forwards_ping_and_tcp_with_our_flows(ovs: OvsInstance, of
              Flow(Table.L2_FORWARDING, 0, (), DROP, BASE_COOKIE)]
     for _pod, mac, ip, port in pods:
         c = pod_cookie(ip, "eth0")
-        flows += [Flow(Table.CLASSIFIER, 100, (m.in_port(port),), (goto(Table.L2_FORWARDING),), c),
-                  Flow(Table.L2_FORWARDING, 100, (m.eth_dst(mac),), (output(port),), c),
-                  Flow(Table.L2_FORWARDING, 50, (m.ARP, m.arp_tpa(ip)), (output(port),), c)]
+        flows += [Flow(Table.CLASSIFIER, 100, (m.IN_PORT(port),), (goto(Table.L2_FORWARDING),), c),
+                  Flow(Table.L2_FORWARDING, 100, (m.ETH_DST(mac),), (output(port),), c),
+                  Flow(Table.L2_FORWARDING, 50, (m.ARP, m.ARP_TPA(ip)), (output(port),), c)]
     of.add_flows(flows)
     (pa, _, _, _), (_, _, ipb, portb) = pods
     ping = subprocess.run(["ip", "netns", "exec", pa, "ping", "-c", "2", "-i", "0.2", "-W", "2", ipb],

@@ -13,7 +13,7 @@ from cni.pipeline import tables as pl
 from cni.pipeline.actions import SetField, goto, output
 from cni.pipeline.chained import next_hop_flows
 from cni.pipeline.flows import GatewayPort, PodPort, base_flows, pod_flows
-from cni.pipeline.match import in_port
+from cni.pipeline.match import IN_PORT
 from tests.cni.ovs.test_codec import every_planned_flow
 from tests.ovs_instance import OvsInstance, netns
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.root
 GW = GatewayPort(ofport=2, mac="02:00:00:00:00:01", addresses=("10.244.1.1/24", "fd00:10:244:1::1/64"))
 POD_A = PodPort(cookie=pl.pod_cookie("fs-a", "eth0"), ofport=7, mac="02:11:22:33:44:55",
                 addresses=("10.244.1.5/24", "fd00:10:244:1::5/64"))
-BACKWARDS = pl.Flow(pl.Table.CLASSIFIER, 10, (in_port(1),), (goto(0),), pl.BASE_COOKIE)  # the switch refuses it
+BACKWARDS = pl.Flow(pl.Table.CLASSIFIER, 10, (IN_PORT(1),), (goto(0),), pl.BASE_COOKIE)  # the switch refuses it
 POD_B = PodPort(cookie=pl.pod_cookie("fs-b", "eth0"), ofport=8, mac="02:11:22:33:44:66",
                 addresses=("10.244.1.6/24",))
 
@@ -73,7 +73,7 @@ def test_missing_bridge_is_reported(ovs):
 
 def test_a_flow_the_codec_cannot_express_raises_and_nothing_is_sent(ovs):
     """No exec fallback: the whole add fails before connecting, and the bridge is untouched."""
-    bad = pl.Flow(pl.Table.CLASSIFIER, 10, (in_port(1),), ("output:1",), POD_A.cookie)
+    bad = pl.Flow(pl.Table.CLASSIFIER, 10, (IN_PORT(1),), ("output:1",), POD_A.cookie)
     with pytest.raises(OpenFlowError, match="not expressed"):
         OpenFlow("brn", ovs.run_dir).add_flows([*pod_flows(POD_A, GW.mac), bad])
     assert _dump(ovs, "brn") == []
@@ -141,7 +141,7 @@ def test_bundle_replaces_a_cookie_group_atomically_and_survives_a_lost_connectio
     p1 = pl.peer_cookie("p1")
     session = OpenFlowSession("brn", rs_ovs.run_dir)
     session.bundle(session.encode([], flows))
-    new = [pl.Flow(pl.Table.L3_FORWARDING, 200, (m.IP, m.ipv4_dst("10.250.0.0/16")),
+    new = [pl.Flow(pl.Table.L3_FORWARDING, 200, (m.IP, m.IPV4_DST("10.250.0.0/16")),
                    (SetField(m.TUN_DST, 0xAC100008), output(3)), p1)]
     session._sock.close()  # the connection is gone (as after an ovs-vswitchd restart)
     session.bundle(session.encode([p1], new))
