@@ -41,7 +41,7 @@ deprecated upstream, ncclient, Routes, WebOb) as hard requirements, and an insta
 imported by ``ovs.poller`` (ovsdbapp) inside route-sync's process (+452 modules); here it is
 installed ``--no-deps`` (pyproject.toml ``bench`` extra, .ci/install.sh) for the benchmark only.
 
-What is measured, in one process and one run, on a private OVS (``tests.ovs_instance.OvsInstance``,
+What is measured, in one process and one run, on a private OVS (``tests.support.ovs_instance.OvsInstance``,
 netdev datapath) in a throwaway network namespace ``<tag>-n``, bridge ``br-int`` (fail_mode
 secure, OpenFlow10+13, as route-sync sets it up):
 
@@ -801,7 +801,7 @@ def print_report(res: dict[str, Any]) -> None:
 
 
 def run(sizes: Sequence[int], trials: int, change_count: int, with_routesync: bool, tag: str) -> dict[str, Any]:
-    from tests.ovs_instance import OvsInstance, netns
+    from tests.support.ovs_instance import OvsInstance, netns
 
     res: dict[str, Any] = {"benchmark": "osken", "mode": "encap/vxlan, netdev", "sizes": []}
     import os_ken

@@ -2,16 +2,20 @@
 
 PEER flows carry ``peer_cookie(name)``: replacing a peer's flows is "delete by that cookie, add
 the new set" and removing a peer deletes by the same cookie.  NODE flows carry ``NODE_COOKIE``.
-Values are validated (``ipaddress``, ``cni.pipeline.flows.mac``) before they reach flow text."""
+Values are validated (``ipaddress``, ``cni.pipeline.match``) as the flow values are built."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 
 from cni.lean import addr
-from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, mac
-from cni.pipeline.tables import NODE_COOKIE, VIRTUAL_MAC, Flow, Table, goto, peer_cookie
+from cni.pipeline import match as m
+from cni.pipeline.actions import DEC_TTL, DecTtl, SetField, goto, output
+from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, mac, routed_to
+from cni.pipeline.match import ARP, IN_PORT, IP, IPV6, Field
+from cni.pipeline.tables import NODE_COOKIE, VIRTUAL_MAC, Flow, Table, peer_cookie
 
 from .model import PeerPlan
 
@@ -29,10 +33,10 @@ class FastPort:
     local_pod_cidrs: tuple[str, ...]
 
 
-def _ip_match(net: ipaddress.IPv4Network | ipaddress.IPv6Network, field: str) -> str:
+def _prefix(net: ipaddress.IPv4Network | ipaddress.IPv6Network, source: bool) -> Field:
     if net.version == 4:
-        return f"ip,nw_{field}={net}"
-    return f"ipv6,ipv6_{field}={net}"
+        return m.address(m.IPV4_SRC if source else m.IPV4_DST, str(net))
+    return m.address(m.IPV6_SRC if source else m.IPV6_DST, str(net))
 
 
 def fast_flows(peer: PeerPlan, gateway_mac: str, port: FastPort) -> list[Flow]:
@@ -53,15 +57,15 @@ def fast_flows(peer: PeerPlan, gateway_mac: str, port: FastPort) -> list[Flow]:
     local = [ipaddress.ip_network(c, strict=False) for c in port.local_pod_cidrs]
     for cidr in peer.pod_cidrs:
         net = ipaddress.ip_network(cidr, strict=False)
-        flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, _ip_match(net, "dst"),
-                          f"mod_dl_src:{up_mac},mod_dl_dst:{nh_mac},dec_ttl,output:{ofport}", cookie))
+        proto = IP if net.version == 4 else IPV6
+        flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, (proto, _prefix(net, False)),
+                          routed_to(up_mac, nh_mac, output(ofport)), cookie))
         for mine in local:
             if mine.version != net.version:
                 continue
-            src = _ip_match(net, "src")
-            dst = _ip_match(mine, "dst").split(",", 1)[1]
-            flows.append(Flow(Table.CLASSIFIER, PRIO_FAST_IN, f"in_port={ofport},dl_dst={up_mac},{src},{dst}",
-                              f"mod_dl_dst:{gmac},{goto(Table.L3_FORWARDING)}", cookie))
+            flows.append(Flow(Table.CLASSIFIER, PRIO_FAST_IN,
+                              (IN_PORT(ofport), m.ETH_DST(up_mac), proto, _prefix(net, True), _prefix(mine, False)),
+                              (SetField(m.ETH_DST, m.mac_value(gmac)), goto(Table.L3_FORWARDING)), cookie))
     return flows
 
 
@@ -70,8 +74,15 @@ def node_flows(tunnel_ofport: int | None, gateway_mac: str) -> list[Flow]:
     routed by this Node's gateway so L3Forwarding's per-Pod flows (``dl_dst=<gw MAC>``) match."""
     if tunnel_ofport is None:
         return []
-    return [Flow(Table.CLASSIFIER, PRIO_TUNNEL_IN, f"in_port={int(tunnel_ofport)}",
-                 f"mod_dl_dst:{mac(gateway_mac)},{goto(Table.L3_FORWARDING)}", NODE_COOKIE)]
+    return [Flow(Table.CLASSIFIER, PRIO_TUNNEL_IN, (IN_PORT(tunnel_ofport),),
+                 (SetField(m.ETH_DST, m.mac_value(gateway_mac)), goto(Table.L3_FORWARDING)), NODE_COOKIE)]
+
+
+@functools.lru_cache(maxsize=8)
+def _to_tunnel(gmac: str) -> tuple[SetField, SetField, DecTtl]:
+    """src := gateway MAC, dst := the virtual MAC, dec_ttl: the same values for every tunnel peer
+    (shared, so their text and bytes are made once)."""
+    return (SetField(m.ETH_SRC, m.mac_value(gmac)), SetField(m.ETH_DST, m.mac_value(VIRTUAL_MAC)), DEC_TTL)
 
 
 def peer_flows(peer: PeerPlan, gateway_mac: str, tunnel_ofport: int | None,
@@ -86,19 +97,18 @@ def peer_flows(peer: PeerPlan, gateway_mac: str, tunnel_ofport: int | None,
     gmac = mac(gateway_mac)
     port = int(tunnel_ofport)
     cookie = peer_cookie(peer.peer)
-    value, bits = addr.parse_ip(peer.transport_address)
-    remote = addr.format_ip(value, bits)
-    tun_field = "tun_dst" if bits == 32 else "tun_ipv6_dst"
+    remote, bits = addr.parse_ip(peer.transport_address)
+    to_peer = (*_to_tunnel(gmac), SetField(m.TUN_DST if bits == 32 else m.TUN_IPV6_DST, remote), output(port))
     flows: list[Flow] = []
     for cidr in peer.pod_cidrs:
         value, plen, bits = addr.parse_interface(cidr)
-        net = f"{addr.format_ip(addr.network(value, plen, bits), bits)}/{plen}"
-        match = f"ip,nw_dst={net}" if bits == 32 else f"ipv6,ipv6_dst={net}"
-        flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, match,
-                          f"mod_dl_src:{gmac},mod_dl_dst:{VIRTUAL_MAC},dec_ttl,"
-                          f"set_field:{remote}->{tun_field},output:{port}", cookie))
+        if bits == 32:
+            dst = (IP, m.Field(m.IPV4_DST, addr.network(value, plen, bits), plen))
+        else:
+            dst = (IPV6, m.Field(m.IPV6_DST, addr.network(value, plen, bits), plen))
+        flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, dst, to_peer, cookie))
     if peer.peer_gateway is not None and addr.parse_ip(peer.peer_gateway)[1] == 32:
         gw = addr.host(peer.peer_gateway)
-        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, f"arp,arp_op=1,arp_tpa={gw}",
+        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.ARP_OP(1), m.ARP_TPA(gw)),
                           arp_responder_actions(VIRTUAL_MAC, gw), cookie))
     return flows

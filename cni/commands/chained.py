@@ -41,7 +41,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from cni.kernel.netlink import Link, Netlink, RouteEntry
     from cni.node.config import NodeContext, PluginConfig
-    from cni.ovs.ofctl import OpenFlow
+    from cni.ovs.openflow.bridge import OpenFlow
     from cni.ovs.ovsdb import Ovsdb, PortInfo
     from cni.spec.request import Request
     from cni.spec.result import IPConfig, Result

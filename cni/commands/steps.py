@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from cni.kernel.netlink import Netlink
-    from cni.ovs.ofctl import OpenFlow
+    from cni.ovs.openflow.bridge import OpenFlow
     from cni.ovs.ovsdb import Ovsdb
     from cni.spec.request import Request
     from cni.spec.result import IPConfig, Result
@@ -39,7 +39,7 @@ def open_pod_netns(path: str) -> int:
 
 
 def ovs_clients(node: cfg.NodeContext) -> tuple[Ovsdb, OpenFlow]:
-    from cni.ovs.ofctl import OpenFlow
+    from cni.ovs.openflow.bridge import OpenFlow
     from cni.ovs.ovsdb import Ovsdb
 
     return Ovsdb(node.ovsdb), OpenFlow(node.bridge, node.ovs_run_dir)
@@ -50,7 +50,7 @@ def system_error(step: str, e: Exception) -> CniError:
     if isinstance(e, CniError):
         return e
     name = type(e).__name__
-    code = OVS_FAILURE if name.startswith(("Ovsdb", "Ofctl")) else NETLINK_FAILURE if name.startswith("Netlink") \
+    code = OVS_FAILURE if name.startswith(("Ovsdb", "Ofctl", "OpenFlow")) else NETLINK_FAILURE if name.startswith("Netlink") \
         else IO_FAILURE
     return CniError(code, f"{step}: {e}")
 

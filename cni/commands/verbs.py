@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from cni.kernel.netlink import Netlink
-    from cni.ovs.ofctl import OpenFlow
+    from cni.ovs.openflow.bridge import OpenFlow
     from cni.ovs.ovsdb import Ovsdb
     from cni.pipeline.podnet import PodNet
     from ipam.api import IpamConfig

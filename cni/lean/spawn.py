@@ -1,7 +1,7 @@
 """Run a helper binary (ovs-ofctl) with ``os.posix_spawnp``, without importing ``subprocess``.
 
-The plugin's flow adds and deletes speak OpenFlow itself (``cni.ovs.ofnative``); ovs-ofctl is exec'd
-only for dumps (CHECK, GC), atomic bundle replaces and flows the native encoder does not express.
+The plugin's flow adds, deletes and replaces speak OpenFlow itself (``cni.ovs.openflow``); ovs-ofctl
+is exec'd only for dumps (CHECK, GC).
 On those paths ``import subprocess`` (signal, threading, selectors, locale, enum) measured ~20 ms
 of CPU, several times the exec itself.  The plugin needs one thing from it: run argv (never a
 shell), feed stdin, collect stdout and stderr, honour a timeout.  ``select.poll`` and ``os`` do

@@ -5,9 +5,16 @@ shared by the plugin's chained ADD and route-sync's replay of chained ports."""
 from __future__ import annotations
 
 from cni.lean import addr
+from cni.pipeline import match as m
 from cni.pipeline import tables as pl
+from cni.pipeline.actions import TO_IN_PORT, Move, Resubmit, SetField
 from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, mac
+from cni.pipeline.match import ARP, ICMP6, IN_PORT
 from cni.pipeline.tables import Flow, Table
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cni.pipeline.actions import Action
 
 # Above the per-Pod responder (PRIO_MATCH) so a next hop that is also someone's address is ours.
 PRIO_NEXT_HOP = PRIO_MATCH + 5
@@ -16,7 +23,7 @@ ND_NA_FLAGS = 0xE0000000  # Router | Solicited | Override
 ND_OPT_TLL = 2
 
 
-def na_responder_actions(answer_mac: str, answer_ip: str) -> str:
+def na_responder_actions(answer_mac: str, answer_ip: str) -> tuple[Action, ...]:
     """Turn a neighbour solicitation for ``answer_ip`` into the first half of its advertisement:
     addresses swapped, type NA with R|S|O flags, the source link-layer option retyped as a target
     option.  The option's MAC is written by a second flow (:func:`next_hop_flows`): OVS allows
@@ -25,14 +32,11 @@ def na_responder_actions(answer_mac: str, answer_ip: str) -> str:
     ip, bits = addr.parse_ip(answer_ip)
     if bits != 128:
         raise ValueError(f"not an IPv6 address: {answer_ip!r}")
-    return ("move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],"
-            f"mod_dl_src:{mac(answer_mac)},"
-            "move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[],"
-            f"set_field:{addr.format_ip(ip, 128)}->ipv6_src,"
-            f"set_field:{ICMP6_NA}->icmpv6_type,set_field:0->icmpv6_code,"
-            f"set_field:0x{ND_NA_FLAGS:x}->nd_reserved,set_field:{ND_OPT_TLL}->nd_options_type,"
-            "set_field:255->nw_ttl,"
-            f"resubmit(,{int(Table.NEIGHBOR_RESPONDER)})")
+    return (Move(m.ETH_SRC, m.ETH_DST), SetField(m.ETH_SRC, m.mac_value(answer_mac)),
+            Move(m.IPV6_SRC, m.IPV6_DST), SetField(m.IPV6_SRC, ip),
+            SetField(m.ICMPV6_TYPE, ICMP6_NA), SetField(m.ICMPV6_CODE, 0),
+            SetField(m.ND_RESERVED, ND_NA_FLAGS), SetField(m.ND_OPTIONS_TYPE, ND_OPT_TLL),
+            SetField(m.NW_TTL, 255), Resubmit(Table.NEIGHBOR_RESPONDER))
 
 
 def next_hop_flows(cookie: pl.Cookie, ofport: int, gateways: tuple[str, ...], gateway_mac: str) -> list[Flow]:
@@ -45,16 +49,17 @@ def next_hop_flows(cookie: pl.Cookie, ofport: int, gateways: tuple[str, ...], ga
     for g in gateways:
         h = addr.host(g)
         if addr.family(h) == 4:
-            flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP, f"arp,in_port={port},arp_op=1,arp_tpa={h}",
+            flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP, (ARP, IN_PORT(port), m.ARP_OP(1), m.ARP_TPA(h)),
                               arp_responder_actions(gmac, h), cookie))
         else:
             flows += [
                 Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP,
-                     f"icmp6,in_port={port},icmp_type={ICMP6_NS},nd_target={h}", na_responder_actions(gmac, h), cookie),
+                     (ICMP6, IN_PORT(port), m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(h)), na_responder_actions(gmac, h),
+                     cookie),
                 # Only the rewritten NS gets here: SpoofGuard lets a Pod's NA through only for its
                 # own addresses, never for its next hop.
                 Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP,
-                     f"icmp6,in_port={port},icmp_type={ICMP6_NA},nd_target={h}",
-                     f"set_field:{gmac}->nd_tll,IN_PORT", cookie),
+                     (ICMP6, IN_PORT(port), m.ICMPV6_TYPE(ICMP6_NA), m.ND_TARGET(h)),
+                     (SetField(m.ND_TLL, m.mac_value(gmac)), TO_IN_PORT), cookie),
             ]
     return flows

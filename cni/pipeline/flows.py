@@ -3,19 +3,24 @@
 Pure functions: addresses, MACs and ofports in, :class:`cni.pipeline.tables.Flow` lists out.  The
 plugin installs the per-Pod flows and deletes them by the same cookie; route-sync (or the plugin
 on a lone Node) installs the base flows.  Values are validated here (``cni.lean.addr``, MAC syntax)
-before they reach flow text, so nothing a user controls can change a flow's meaning."""
+when the flow values are built, so nothing a user controls can change a flow's meaning."""
 
 from __future__ import annotations
 
 from cni.lean import addr
 from cni.lean.record import record
-from cni.pipeline.tables import BASE_COOKIE, Cookie, Flow, Table, goto
+from cni.pipeline import match as m
+from cni.pipeline.actions import DEC_TTL, DROP, TO_IN_PORT, Load, Move, SetField, goto, output
+from cni.pipeline.match import ARP, ICMP6, IN_PORT, IP, IPV6, mac
+from cni.pipeline.tables import BASE_COOKIE, Cookie, Flow, Table
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-_HEX = frozenset("0123456789abcdef")
+    from cni.pipeline.actions import Action
+
+__all__ = ["GatewayPort", "PodPort", "arp_responder_actions", "base_flows", "link_local", "mac", "pod_flows"]
 
 # Priorities, so that related flows read in one place.
 PRIO_MISS = 0
@@ -30,15 +35,6 @@ PRIO_GRATUITOUS = 210
 ICMP6_NS, ICMP6_NA, ICMP6_RA, ICMP6_REDIRECT = 135, 136, 134, 137
 
 
-def mac(value: str) -> str:
-    """A validated, lower-case MAC (raises ValueError)."""
-    v = value.lower() if isinstance(value, str) else ""
-    parts = v.split(":")
-    if len(v) != 17 or len(parts) != 6 or any(len(p) != 2 or not _HEX.issuperset(p) for p in parts):
-        raise ValueError(f"not a MAC address: {value!r}")
-    return v
-
-
 def link_local(mac_address: str) -> str:
     """The EUI-64 IPv6 link-local address the kernel derives from ``mac_address``."""
     b = bytearray(bytes.fromhex(mac(mac_address).replace(":", "")))
@@ -47,21 +43,26 @@ def link_local(mac_address: str) -> str:
     return addr.format_ip(int.from_bytes(b"\xfe\x80" + b"\x00" * 6 + eui, "big"), 128)
 
 
-def arp_responder_actions(answer_mac: str, answer_ip: str) -> str:
+def arp_responder_actions(answer_mac: str, answer_ip: str) -> tuple[Action, ...]:
     """Turn an ARP request into the reply "``answer_ip`` is at ``answer_mac``", sent back out
     of the port it came in on."""
-    m = "0x" + mac(answer_mac).replace(":", "")
+    value = m.mac_value(answer_mac)
     ip, bits = addr.parse_ip(answer_ip)
     if bits != 32:
         raise ValueError(f"not an IPv4 address: {answer_ip!r}")
-    return ("move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],"
-            f"mod_dl_src:{mac(answer_mac)},"
-            "load:0x2->NXM_OF_ARP_OP[],"
-            "move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],"
-            f"load:{m}->NXM_NX_ARP_SHA[],"
-            "move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],"
-            f"load:0x{ip:08x}->NXM_OF_ARP_SPA[],"
-            "IN_PORT")
+    return (_SWAP_ETH, SetField(m.ETH_SRC, value), _ARP_REPLY, _SHA_TO_THA, Load(value, m.ARP_SHA), _SPA_TO_TPA,
+            Load(ip, m.ARP_SPA), TO_IN_PORT)
+
+
+_SWAP_ETH = Move(m.ETH_SRC, m.ETH_DST)  # the requester's MAC becomes the destination
+_ARP_REPLY = Load(2, m.ARP_OP)
+_SHA_TO_THA = Move(m.ARP_SHA, m.ARP_THA)
+_SPA_TO_TPA = Move(m.ARP_SPA, m.ARP_TPA)
+
+
+def routed_to(src_mac: str, dst_mac: str, then: Action) -> tuple[Action, ...]:
+    """Rewrite a routed packet's MACs, decrement its TTL, then ``then``."""
+    return (SetField(m.ETH_SRC, m.mac_value(src_mac)), SetField(m.ETH_DST, m.mac_value(dst_mac)), DEC_TTL, then)
 
 
 def _split(addresses: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -87,27 +88,28 @@ def base_flows(gw: GatewayPort) -> list[Flow]:
     port = int(gw.ofport)
     v4, v6 = _split(gw.addresses)
     c = BASE_COOKIE
+    to_gw = (output(port),)
     flows = [
-        Flow(Table.CLASSIFIER, PRIO_MATCH, f"in_port={port},arp", goto(Table.NEIGHBOR_RESPONDER), c),
-        Flow(Table.CLASSIFIER, PRIO_MATCH, f"in_port={port},icmp6,icmp_type={ICMP6_NS}",
-             goto(Table.NEIGHBOR_RESPONDER), c),
-        Flow(Table.CLASSIFIER, PRIO_DEFAULT, f"in_port={port}", goto(Table.L3_FORWARDING), c),
-        Flow(Table.CLASSIFIER, PRIO_MISS, "", "drop", c),
-        Flow(Table.SPOOF_GUARD, PRIO_MISS, "", "drop", c),
-        Flow(Table.NEIGHBOR_RESPONDER, PRIO_MISS, "", "drop", c),
-        Flow(Table.L3_FORWARDING, PRIO_MISS, "", goto(Table.L2_FORWARDING), c),
-        Flow(Table.L2_FORWARDING, PRIO_MATCH, f"dl_dst={gmac}", f"output:{port}", c),
+        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ARP), (goto(Table.NEIGHBOR_RESPONDER),), c),
+        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_NS)),
+             (goto(Table.NEIGHBOR_RESPONDER),), c),
+        Flow(Table.CLASSIFIER, PRIO_DEFAULT, (IN_PORT(port),), (goto(Table.L3_FORWARDING),), c),
+        Flow(Table.CLASSIFIER, PRIO_MISS, (), DROP, c),
+        Flow(Table.SPOOF_GUARD, PRIO_MISS, (), DROP, c),
+        Flow(Table.NEIGHBOR_RESPONDER, PRIO_MISS, (), DROP, c),
+        Flow(Table.L3_FORWARDING, PRIO_MISS, (), (goto(Table.L2_FORWARDING),), c),
+        Flow(Table.L2_FORWARDING, PRIO_MATCH, (m.ETH_DST(gmac),), to_gw, c),
         # Unsolicited NAs (only a Pod's own, SpoofGuard saw to that) reach the Node's stack.
-        Flow(Table.L2_FORWARDING, PRIO_MATCH, f"icmp6,dl_dst=33:33:00:00:00:01,icmp_type={ICMP6_NA}",
-             f"output:{port}", c),
-        Flow(Table.L2_FORWARDING, PRIO_MISS, "", "drop", c),
+        Flow(Table.L2_FORWARDING, PRIO_MATCH, (ICMP6, m.ETH_DST("33:33:00:00:00:01"), m.ICMPV6_TYPE(ICMP6_NA)),
+             to_gw, c),
+        Flow(Table.L2_FORWARDING, PRIO_MISS, (), DROP, c),
     ]
     for ip in v4:
-        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, f"arp,arp_op=1,arp_tpa={ip}",
+        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.ARP_OP(1), m.ARP_TPA(ip)),
                           arp_responder_actions(gmac, ip), c))
     for ip in v6 + [link_local(gmac)]:
         flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH,
-                          f"icmp6,icmp_type={ICMP6_NS},nd_target={ip}", f"output:{port}", c))
+                          (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(ip)), to_gw, c))
     return flows
 
 
@@ -129,45 +131,43 @@ def pod_flows(pod: PodPort, gateway_mac: str, gateway_ofport: int | None = None)
     port = int(pod.ofport)
     c = pod.cookie
     v4, v6 = _split(pod.addresses)
-    src = f"in_port={port},dl_src={pmac}"
+    src = (IN_PORT(port), m.ETH_SRC(pmac))
+    to_l3, to_responder = (goto(Table.L3_FORWARDING),), (goto(Table.NEIGHBOR_RESPONDER),)
+    to_pod = routed_to(gmac, pmac, goto(Table.L2_FORWARDING))
     flows = [
-        Flow(Table.CLASSIFIER, PRIO_MATCH, f"in_port={port}", goto(Table.SPOOF_GUARD), c),
-        Flow(Table.L2_FORWARDING, PRIO_MATCH, f"dl_dst={pmac}", f"output:{port}", c),
+        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port),), (goto(Table.SPOOF_GUARD),), c),
+        Flow(Table.L2_FORWARDING, PRIO_MATCH, (m.ETH_DST(pmac),), (output(port),), c),
     ]
     for ip in v4:
         flows += [
-            Flow(Table.SPOOF_GUARD, PRIO_MATCH, f"{src},arp,arp_spa={ip},arp_sha={pmac}",
-                 goto(Table.NEIGHBOR_RESPONDER), c),
-            Flow(Table.SPOOF_GUARD, PRIO_MATCH, f"{src},ip,nw_src={ip}", goto(Table.L3_FORWARDING), c),
-            Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, f"arp,arp_op=1,arp_tpa={ip}",
+            Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, ARP, m.ARP_SPA(ip), m.ARP_SHA(pmac)), to_responder, c),
+            Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IP, m.IPV4_SRC(ip)), to_l3, c),
+            Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.ARP_OP(1), m.ARP_TPA(ip)),
                  arp_responder_actions(pmac, ip), c),
             *([Flow(Table.NEIGHBOR_RESPONDER, PRIO_GRATUITOUS,
-                    f"arp,in_port={port},arp_op=1,arp_spa={ip},arp_tpa={ip}", f"output:{int(gateway_ofport)}", c)]
+                    (ARP, IN_PORT(port), m.ARP_OP(1), m.ARP_SPA(ip), m.ARP_TPA(ip)), (output(gateway_ofport),), c)]
               if gateway_ofport is not None else []),
-            Flow(Table.L3_FORWARDING, PRIO_MATCH, f"ip,dl_dst={gmac},nw_dst={ip}",
-                 f"mod_dl_src:{gmac},mod_dl_dst:{pmac},dec_ttl,{goto(Table.L2_FORWARDING)}", c),
+            Flow(Table.L3_FORWARDING, PRIO_MATCH, (IP, m.ETH_DST(gmac), m.IPV4_DST(ip)), to_pod, c),
         ]
     if v6:
         ll = link_local(pmac)
         flows += [
-            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, f"in_port={port},icmp6,icmp_type={ICMP6_RA}", "drop", c),
-            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, f"in_port={port},icmp6,icmp_type={ICMP6_REDIRECT}",
-                 "drop", c),
-            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_NA, f"in_port={port},icmp6,icmp_type={ICMP6_NA}", "drop", c),
+            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_RA)), DROP, c),
+            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_REDIRECT)), DROP, c),
+            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_NA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_NA)), DROP, c),
         ]
         for own in v6 + [ll]:
             flows += [
-                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_NA,
-                     f"{src},icmp6,icmp_type={ICMP6_NA},nd_target={own}", goto(Table.L3_FORWARDING), c),
-                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_ND, f"{src},icmp6,ipv6_src={own},icmp_type={ICMP6_NS}",
-                     goto(Table.NEIGHBOR_RESPONDER), c),
-                Flow(Table.SPOOF_GUARD, PRIO_MATCH, f"{src},ipv6,ipv6_src={own}", goto(Table.L3_FORWARDING), c),
-                Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, f"icmp6,icmp_type={ICMP6_NS},nd_target={own}",
-                     f"output:{port}", c),
+                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_NA, (*src, ICMP6, m.ICMPV6_TYPE(ICMP6_NA), m.ND_TARGET(own)),
+                     to_l3, c),
+                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_ND, (*src, ICMP6, m.IPV6_SRC(own), m.ICMPV6_TYPE(ICMP6_NS)),
+                     to_responder, c),
+                Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IPV6, m.IPV6_SRC(own)), to_l3, c),
+                Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(own)),
+                     (output(port),), c),
             ]
         for ip in v6:
-            flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, f"ipv6,dl_dst={gmac},ipv6_dst={ip}",
-                              f"mod_dl_src:{gmac},mod_dl_dst:{pmac},dec_ttl,{goto(Table.L2_FORWARDING)}", c))
+            flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, (IPV6, m.ETH_DST(gmac), m.IPV6_DST(ip)), to_pod, c))
     return flows
 
 

@@ -27,6 +27,11 @@ from __future__ import annotations
 
 from cni.lean.record import record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cni.pipeline.actions import Action
+    from cni.pipeline.match import MatchItem
+
 try:  # the C builtin; ``hashlib`` would also load OpenSSL (~4 ms per exec)
     from _sha256 import sha256
 except ImportError:  # Python >= 3.12 calls it _sha2
@@ -167,30 +172,33 @@ def host_veth_name(container_id: str, ifname: str, salt: int = 0) -> str:
 
 @record(frozen=True)
 class Flow:
-    """One OpenFlow flow as plain data; ``text()`` renders it for ``ovs-ofctl add-flows``.
-
-    ``match`` and ``actions`` are in ovs-ofctl syntax and are built only from validated
-    values (MACs, addresses, ofports), never from raw user input."""
+    """One OpenFlow flow as typed values: ``match`` (:mod:`cni.pipeline.match` fields and protocol
+    shorthands) and ``actions`` (:mod:`cni.pipeline.actions`; empty: drop).  The OpenFlow codec
+    (:mod:`cni.ovs.openflow.codec`) encodes these values; ``text()`` renders ovs-ofctl syntax for
+    logs, dumps and tests.  Values are validated when they are built (MACs, addresses, ofports)."""
 
     table: Table
     priority: int
-    match: str
-    actions: str
+    match: tuple[MatchItem, ...]
+    actions: tuple[Action, ...]
     cookie: Cookie = BASE_COOKIE
+
+    def match_text(self) -> str:
+        return ",".join(m.text() for m in self.match)
+
+    def actions_text(self) -> str:
+        return ",".join(a.text() for a in self.actions) or "drop"
 
     def text(self) -> str:
         t: str | None = self.__dict__.get("_text")
         if t is None:  # memoized (frozen, so it cannot go stale)
-            match = f",{self.match}" if self.match else ""
+            match = self.match_text()
+            match = f",{match}" if match else ""
             t = (f"table={int(self.table)},priority={self.priority},cookie=0x{self.cookie.value:x}"
-                 f"{match},actions={self.actions}")
+                 f"{match},actions={self.actions_text()}")
             object.__setattr__(self, "_text", t)
         return t
 
     def key(self) -> tuple[int, int, str]:
         """Identity in OpenFlow's sense: a second flow with the same key replaces this one."""
-        return (int(self.table), self.priority, self.match)
-
-
-def goto(table: Table) -> str:
-    return f"goto_table:{int(table)}"
+        return (int(self.table), self.priority, self.match_text())

@@ -2,7 +2,7 @@
 only the difference.
 
 * :mod:`.ovs` bridge, gateway and tunnel ports (ovsdbapp), BASE/NODE/PEER flows (OpenFlow
-  bundles on a persistent connection, :mod:`.ofsession`; ovs-ofctl for dumps)
+  bundles on a persistent ``cni.ovs.openflow`` session, :mod:`.ofsession`; ovs-ofctl for dumps)
 * :mod:`.routes` proto-Ferry host routes, permanent neighbours, addresses, MTU, forwarding
 * :mod:`.nft` Ferry's nftables tables (libnftables in-process)
 * :mod:`.uplink` the reversible move of the uplink onto the bridge

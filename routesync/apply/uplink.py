@@ -43,6 +43,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cni.pipeline.actions import output
+from cni.pipeline.match import IN_PORT
 from cni.pipeline.tables import Cookie, Flow, Owner, Table
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
@@ -105,10 +107,10 @@ class UplinkState:
 def uplink_flows(physical_ofport: int, internal_ofport: int) -> list[Flow]:
     """Host traffic between the physical uplink and the internal port that took its name."""
     return [
-        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, f"in_port={physical_ofport}",
-             f"output:{internal_ofport}", UPLINK_COOKIE),
-        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, f"in_port={internal_ofport}",
-             f"output:{physical_ofport}", UPLINK_COOKIE),
+        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, (IN_PORT(physical_ofport),), (output(internal_ofport),),
+             UPLINK_COOKIE),
+        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, (IN_PORT(internal_ofport),), (output(physical_ofport),),
+             UPLINK_COOKIE),
     ]
 
 

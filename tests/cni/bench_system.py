@@ -16,8 +16,10 @@ from collections.abc import Callable
 
 from cni.kernel.netlink import Netlink
 from cni.kernel.netns import open_netns
-from cni.ovs.ofctl import OpenFlow
+from cni.ovs.openflow.bridge import OpenFlow
 from cni.ovs.ovsdb import Ovsdb
+from cni.pipeline import match as m
+from cni.pipeline.actions import output
 from cni.pipeline.tables import Flow, Table, pod_cookie
 from tests.support.ovs_instance import OvsInstance, netns
 
@@ -105,18 +107,18 @@ def main(n: int) -> None:
         conn.stop()
 
         of = OpenFlow("br-b", ovs.run_dir)
-        flows = [Flow(Table.L2_FORWARDING, 100, f"dl_dst=02:00:00:00:00:{j:02x}", f"output:{j + 1}",
+        flows = [Flow(Table.L2_FORWARDING, 100, (m.ETH_DST(f"02:00:00:00:00:{j:02x}"),), (output(j + 1),),
                       pod_cookie("c", "eth0")) for j in range(5)]
         c = pod_cookie("c", "eth0")
-        timed("add_flows 5 flows: ovs-ofctl", n, nothing, lambda i: of.add_flows(flows), lambda i: of.del_flows(c))
-        timed("del_flows by cookie: ovs-ofctl", n, lambda i: of.add_flows(flows), lambda i: of.del_flows(c), nothing)
-        timed("replace_flows 5 flows --bundle: ovs-ofctl", n, nothing, lambda i: of.replace_flows(c, flows), nothing)
-        timed("replace_flows 5 flows no bundle: ovs-ofctl", n, nothing,
+        timed("add_flows 5 flows: native", n, nothing, lambda i: of.add_flows(flows), lambda i: of.del_flows(c))
+        timed("del_flows by cookie: native", n, lambda i: of.add_flows(flows), lambda i: of.del_flows(c), nothing)
+        timed("replace_flows 5 flows, one bundle: native", n, nothing, lambda i: of.replace_flows(c, flows), nothing)
+        timed("replace_flows 5 flows no bundle: native", n, nothing,
               lambda i: of.replace_flows(c, flows, atomic=False), nothing)
         timed("dump_flows by cookie: ovs-ofctl", n, nothing, lambda i: of.dump_flows(c), nothing)
         nl.close()
         os.close(fd)
-    for mod in ("cni.kernel.netlink, cni.ovs.ovsdb, cni.ovs.ofctl, cni.kernel.netns, cni.kernel.ethtool, cni.kernel.announce", "pyroute2",
+    for mod in ("cni.kernel.netlink, cni.ovs.ovsdb, cni.ovs.openflow.bridge, cni.kernel.netns, cni.kernel.ethtool, cni.kernel.announce", "pyroute2",
                 "ovsdbapp.backend.ovs_idl.connection, ovsdbapp.schema.open_vswitch.impl_idl"):
         best = min(_import_ms(mod) for _ in range(5))
         print(f"{'import ' + mod[:47]:55s} min {best:7.2f} ms (fresh interpreter, -X importtime sum)")

@@ -6,7 +6,7 @@
         ovs.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
         ovs.ofctl("dump-flows", "br-int")
         ovs.db        # "unix:<dir>/db.sock"   (for cni.ovs.ovsdb.Ovsdb)
-        ovs.run_dir   # where <bridge>.mgmt lives (for cni.ovs.ofctl.OpenFlow)
+        ovs.run_dir   # where <bridge>.mgmt lives (for cni.ovs.openflow.bridge.OpenFlow)
 
 Each instance has its own OVS_RUNDIR/OVS_DBDIR/OVS_LOGDIR (see docs/design.md), so
 several run side by side without the OVS kernel module (use datapath_type=netdev).  Run each

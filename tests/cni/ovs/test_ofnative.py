@@ -1,13 +1,20 @@
-"""cni.ovs.ofnative installs exactly what ovs-ofctl installs for every flow the plugin plans,
-deletes by cookie exactly, and reports the switch's refusals."""
+"""The OpenFlow codec and session (cni.ovs.openflow) install exactly what ovs-ofctl installs for every
+kind of flow Ferry plans (plugin, chained next hops with their IPv6 set_field/resubmit responder,
+route-sync's bundles), delete by cookie exactly, and report the switch's refusals."""
 
 from __future__ import annotations
 
 import pytest
 
-from cni.ovs.ofnative import NativeOpenFlow, OpenFlowError, encode_instructions, encode_match
+from cni.ovs.openflow.bridge import OpenFlow
+from cni.ovs.openflow.codec import OpenFlowError
+from cni.pipeline import match as m
 from cni.pipeline import tables as pl
+from cni.pipeline.actions import SetField, goto, output
+from cni.pipeline.chained import next_hop_flows
 from cni.pipeline.flows import GatewayPort, PodPort, base_flows, pod_flows
+from cni.pipeline.match import IN_PORT
+from tests.cni.ovs.test_codec import every_planned_flow
 from tests.support.ovs_instance import OvsInstance, netns
 
 pytestmark = pytest.mark.root
@@ -15,6 +22,7 @@ pytestmark = pytest.mark.root
 GW = GatewayPort(ofport=2, mac="02:00:00:00:00:01", addresses=("10.244.1.1/24", "fd00:10:244:1::1/64"))
 POD_A = PodPort(cookie=pl.pod_cookie("fs-a", "eth0"), ofport=7, mac="02:11:22:33:44:55",
                 addresses=("10.244.1.5/24", "fd00:10:244:1::5/64"))
+BACKWARDS = pl.Flow(pl.Table.CLASSIFIER, 10, (IN_PORT(1),), (goto(0),), pl.BASE_COOKIE)  # the switch refuses it
 POD_B = PodPort(cookie=pl.pod_cookie("fs-b", "eth0"), ofport=8, mac="02:11:22:33:44:66",
                 addresses=("10.244.1.6/24",))
 
@@ -34,7 +42,9 @@ def _dump(o, br: str) -> list[str]:
 
 def test_native_and_ofctl_install_the_same_flows(ovs):
     flows = base_flows(GW) + pod_flows(POD_A, GW.mac, GW.ofport) + pod_flows(POD_B, GW.mac, GW.ofport)
-    NativeOpenFlow("brn", ovs.run_dir).add_flows(flows)
+    flows += next_hop_flows(POD_A.cookie, POD_A.ofport, ("10.244.1.1", "fd00:10:244:1::1/64"), GW.mac)
+    assert any("resubmit" in f.text() and "nd_reserved" in f.text() for f in flows)  # chained IPv6: native too
+    OpenFlow("brn", ovs.run_dir).add_flows(flows)
     ovs.ofctl("add-flows", "bro", "-", input="".join(f.text() + "\n" for f in flows))
     native, reference = _dump(ovs, "brn"), _dump(ovs, "bro")
     assert len(native) == len(flows)
@@ -42,7 +52,7 @@ def test_native_and_ofctl_install_the_same_flows(ovs):
 
 
 def test_delete_by_cookie_removes_exactly_that_pod(ovs):
-    nat = NativeOpenFlow("brn", ovs.run_dir)
+    nat = OpenFlow("brn", ovs.run_dir)
     nat.add_flows(base_flows(GW) + pod_flows(POD_A, GW.mac) + pod_flows(POD_B, GW.mac))
     nat.del_flows(POD_A.cookie)
     left = _dump(ovs, "brn")
@@ -52,51 +62,41 @@ def test_delete_by_cookie_removes_exactly_that_pod(ovs):
 
 
 def test_switch_refusal_is_reported(ovs):
-    bad = pl.Flow(pl.Table.CLASSIFIER, 10, "in_port=1", "goto_table:0", pl.BASE_COOKIE)  # goto backwards
     with pytest.raises(OpenFlowError, match="refused"):
-        NativeOpenFlow("brn", ovs.run_dir).add_flows([bad])
+        OpenFlow("brn", ovs.run_dir).add_flows([BACKWARDS])
 
 
 def test_missing_bridge_is_reported(ovs):
     with pytest.raises(OpenFlowError, match="cannot connect"):
-        NativeOpenFlow("nope", ovs.run_dir).del_flows(POD_A.cookie)
+        OpenFlow("nope", ovs.run_dir).del_flows(POD_A.cookie)
 
 
-@pytest.mark.parametrize("match", ["tcp", "nw_ttl=3", "in_port=LOCAL", "dl_src=02:00:00:00:00:01,actions=drop"])
-def test_unknown_match_syntax_is_refused_not_guessed(match):
-    with pytest.raises((OpenFlowError, ValueError)):
-        encode_match(match)
+def test_a_flow_the_codec_cannot_express_raises_and_nothing_is_sent(ovs):
+    """No exec fallback: the whole add fails before connecting, and the bridge is untouched."""
+    bad = pl.Flow(pl.Table.CLASSIFIER, 10, (IN_PORT(1),), ("output:1",), POD_A.cookie)
+    with pytest.raises(OpenFlowError, match="not expressed"):
+        OpenFlow("brn", ovs.run_dir).add_flows([*pod_flows(POD_A, GW.mac), bad])
+    assert _dump(ovs, "brn") == []
 
 
-@pytest.mark.parametrize("actions", ["resubmit(,30)", "controller", "output:1,goto_table:30,output:2",
-                                     "load:0x1->NXM_NX_REG0[]"])
-def test_unknown_action_syntax_is_refused_not_guessed(actions):
-    with pytest.raises((OpenFlowError, ValueError)):
-        encode_instructions(actions)
+def test_replace_flows_in_one_bundle(ovs):
+    of = OpenFlow("brn", ovs.run_dir)
+    of.add_flows(base_flows(GW) + pod_flows(POD_A, GW.mac) + pod_flows(POD_B, GW.mac))
+    of.replace_flows(POD_A.cookie, pod_flows(POD_A, GW.mac)[:2])
+    left = _dump(ovs, "brn")
+    assert sum(f"cookie={POD_A.cookie.value:#x}" in x for x in left) == 2
+    assert sum(f"cookie={POD_B.cookie.value:#x}" in x for x in left) == len(pod_flows(POD_B, GW.mac))
+    with pytest.raises(OpenFlowError, match="refused"):
+        of.replace_flows(POD_B.cookie, [pl.Flow(BACKWARDS.table, 10, BACKWARDS.match, BACKWARDS.actions, POD_B.cookie)])
+    assert _dump(ovs, "brn") == left  # the refused bundle deleted nothing either
 
 
 # ------------------------------------------------------------------ route-sync's flows (bundles)
 
 def _routesync_flows() -> list[pl.Flow]:
-    """Every kind of flow route-sync installs: base, NODE (tunnel classifier, uplink pass-through),
-    PEER tunnel flows (IPv4/IPv6 Pod CIDRs over IPv4/IPv6 underlays, the peer gateway's ARP
-    responder) and fast-path flows (masked source and destination, both families)."""
-    from routesync.apply.uplink import uplink_flows
-    from routesync.model import PeerPlan
-    from routesync.peerflows import FastPort, node_flows, peer_flows
-
-    flows = base_flows(GW) + node_flows(3, GW.mac) + uplink_flows(4, 5)
-    flows += peer_flows(PeerPlan("p1", 4, "tunnel", "172.16.0.7", ("10.244.2.0/24",), "10.244.2.1"), GW.mac, 3)
-    flows += peer_flows(PeerPlan("p2", 6, "tunnel", "fd00:172::9", ("fd00:10:244:2::/64",), "fd00:10:244:2::1"),
-                        GW.mac, 3)
-    flows += peer_flows(PeerPlan("p3", 4, "tunnel", "fd00:172::a", ("10.244.3.0/25", "10.244.4.7/32"),
-                                 "10.244.3.1"), GW.mac, 3)
-    port = FastPort(4, "02:aa:bb:cc:dd:ee", ("10.244.1.0/24", "fd00:10:244:1::/64"))
-    flows += peer_flows(PeerPlan("p4", 4, "fast", "192.168.1.4", ("10.244.5.0/24",), next_hop_mac="02:00:00:00:00:44"),
-                        GW.mac, 3, port)
-    flows += peer_flows(PeerPlan("p5", 6, "fast", "fd00:192::5", ("fd00:10:244:5::/64",),
-                                 next_hop_mac="02:00:00:00:00:55"), GW.mac, 3, port)
-    return flows
+    """Every kind of flow Ferry plans (base, per-Pod, chained, NODE, uplink, PEER tunnel and fast
+    path): what route-sync installs, and the Pod flows it replays."""
+    return every_planned_flow()
 
 
 @pytest.fixture
@@ -125,8 +125,6 @@ def test_routesync_flows_bundle_installs_what_ofctl_bundle_installs(rs_ovs):
     from routesync.apply.ofsession import OpenFlowSession
 
     flows = _routesync_flows()
-    kinds = {f.match.split(",")[0] for f in flows} | {a.split(":")[0] for f in flows for a in f.actions.split(",")}
-    assert {"ip", "ipv6", "set_field", "mod_dl_dst", "goto_table", "output"} <= kinds
     session = OpenFlowSession("brn", rs_ovs.run_dir)
     session.bundle(session.encode([], flows))
     _ofctl13(rs_ovs, "add-flows", "bro", "--bundle", "-", input="".join(f"add {f.text()}\n" for f in flows))
@@ -143,8 +141,8 @@ def test_bundle_replaces_a_cookie_group_atomically_and_survives_a_lost_connectio
     p1 = pl.peer_cookie("p1")
     session = OpenFlowSession("brn", rs_ovs.run_dir)
     session.bundle(session.encode([], flows))
-    new = [pl.Flow(pl.Table.L3_FORWARDING, 200, "ip,nw_dst=10.250.0.0/16",
-                   "set_field:172.16.0.8->tun_dst,output:3", p1)]
+    new = [pl.Flow(pl.Table.L3_FORWARDING, 200, (m.IP, m.IPV4_DST("10.250.0.0/16")),
+                   (SetField(m.TUN_DST, 0xAC100008), output(3)), p1)]
     session._sock.close()  # the connection is gone (as after an ovs-vswitchd restart)
     session.bundle(session.encode([p1], new))
     assert session.connects == 2
@@ -162,22 +160,8 @@ def test_bundle_refused_by_the_switch_changes_nothing(rs_ovs):
     session = OpenFlowSession("brn", rs_ovs.run_dir)
     session.bundle(session.encode([], flows))
     before = _dump13(rs_ovs, "brn")
-    bad = pl.Flow(pl.Table.CLASSIFIER, 10, "in_port=1", "goto_table:0", pl.BASE_COOKIE)  # goto backwards
     with pytest.raises(OpenFlowError, match="refused"):
-        session.bundle(session.encode([pl.peer_cookie("p1")], [bad]))
+        session.bundle(session.encode([pl.peer_cookie("p1")], [BACKWARDS]))
     assert _dump13(rs_ovs, "brn") == before  # the delete in the same bundle did not happen
     session.bundle(session.encode([], flows[:1]))  # and the session works again
     session.close()
-
-
-@pytest.mark.parametrize(("match", "actions"), [
-    ("tcp,nw_dst=10.0.0.0/8", "drop"), ("ip,dl_dst=02:00:00:00:00:01/ff:ff:00:00:00:00", "drop"),
-    ("ip,nw_dst=10.0.0.0/33", "drop"), ("ip", "set_field:10.0.0.1->nw_dst"),
-    ("ip", "set_field:fd00::1->tun_dst"),
-])
-def test_route_sync_encoder_refuses_what_it_does_not_speak(match, actions):
-    from routesync.apply.ofwire import encode_instructions_ext, encode_match_masked
-
-    with pytest.raises((OpenFlowError, ValueError)):
-        encode_match_masked(match)
-        encode_instructions_ext(actions)

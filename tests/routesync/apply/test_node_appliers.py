@@ -7,6 +7,8 @@ import tempfile
 
 import pytest
 
+from cni.pipeline import match as fm
+from cni.pipeline.actions import DROP, SetField, goto, output
 from cni.pipeline.tables import BASE_COOKIE, GATEWAY_PORT, NODE_COOKIE, Flow, Table, peer_cookie
 from routesync.apply import make_appliers
 from routesync.apply.ovs import group_installed
@@ -35,11 +37,11 @@ def test_prepare_apply_teardown() -> None:
             desired = DesiredState(
                 mtu=1450, gateway_addresses=("10.244.1.1/24",), tunnel=tunnel,
                 uplink=UplinkSpec("eth0", "eth0~"),
-                flows=[Flow(Table.CLASSIFIER, 0, "", "drop", BASE_COOKIE),
-                       Flow(Table.CLASSIFIER, 200, f"in_port={facts.tunnel_ofport}",
-                            f"mod_dl_dst:{facts.gateway_mac},goto_table:30", NODE_COOKIE),
-                       Flow(Table.L3_FORWARDING, 200, "ip,nw_dst=10.244.2.0/24",
-                            f"set_field:192.168.80.2->tun_dst,output:{facts.tunnel_ofport}",
+                flows=[Flow(Table.CLASSIFIER, 0, (), DROP, BASE_COOKIE),
+                       Flow(Table.CLASSIFIER, 200, (fm.IN_PORT(facts.tunnel_ofport),),
+                            (SetField(fm.ETH_DST, fm.mac_value(facts.gateway_mac)), goto(30)), NODE_COOKIE),
+                       Flow(Table.L3_FORWARDING, 200, (fm.IP, fm.IPV4_DST("10.244.2.0/24")),
+                            (SetField(fm.TUN_DST, 0xC0A85002), output(facts.tunnel_ofport)),  # 192.168.80.2
                             peer_cookie("b"))],
                 routes={HostRoute("10.244.2.0/24", "10.244.2.1", GATEWAY_PORT, True)},
                 nft=NftPlan(local_pod_cidrs=("10.244.1.0/24",),

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from cni.pipeline import match as m
+from cni.pipeline.actions import DROP, SetField, goto, output
 from cni.pipeline.tables import BASE_COOKIE, NODE_COOKIE, Flow, Table, peer_cookie, pod_cookie
 from routesync.apply.ovs import (
     EXT_GATEWAY_MAC,
@@ -45,17 +47,18 @@ def test_plan_flow_sync() -> None:
 
 def peer_flows(name: str, tun_dst: str, cidr: str) -> list[Flow]:
     c = peer_cookie(name)
-    return [Flow(Table.L3_FORWARDING, 200, f"ip,nw_dst={cidr}",
-                 f"set_field:aa:bb:cc:dd:ee:ff->eth_dst,set_field:{tun_dst}->tun_dst,output:3", c),
+    return [Flow(Table.L3_FORWARDING, 200, (m.IP, m.IPV4_DST(cidr)),
+                 (SetField(m.ETH_DST, m.mac_value("aa:bb:cc:dd:ee:ff")),
+                  SetField(m.TUN_DST, m.IPV4_DST(tun_dst).value), output(3)), c),
             # written in a non-canonical way on purpose: OVS prints it as "udp,..."
-            Flow(Table.CLASSIFIER, 100, f"dl_type=0x0800,nw_proto=17,nw_src={tun_dst}",
-                 "goto_table:30", c)]
+            Flow(Table.CLASSIFIER, 100, (m.Field(m.ETH_TYPE, 0x0800), m.Field(m.IP_PROTO, 17), m.IPV4_SRC(tun_dst)),
+                 (goto(30),), c)]
 
 
 def base_flows() -> list[Flow]:
-    return [Flow(Table.CLASSIFIER, 0, "", "drop", BASE_COOKIE),
-            Flow(Table.L3_FORWARDING, 0, "", "goto_table:40", BASE_COOKIE),
-            Flow(Table.CLASSIFIER, 50, "in_port=3", "mod_dl_dst:02:00:00:00:00:01,goto_table:30",
+    return [Flow(Table.CLASSIFIER, 0, (), DROP, BASE_COOKIE),
+            Flow(Table.L3_FORWARDING, 0, (), (goto(40),), BASE_COOKIE),
+            Flow(Table.CLASSIFIER, 50, (m.IN_PORT(3),), (SetField(m.ETH_DST, m.mac_value("02:00:00:00:00:01")), goto(30)),
                  NODE_COOKIE)]
 
 
@@ -135,7 +138,7 @@ def test_flow_sync_exact_idempotent_replace_stale_and_pod_survive() -> None:
         assert len(installed(app)[peer_cookie("b").value]) == 2
 
         with pytest.raises(ValueError):
-            app.sync_flows([Flow(Table.CLASSIFIER, 1, "", "drop", pod)])
+            app.sync_flows([Flow(Table.CLASSIFIER, 1, (), DROP, pod)])
 
 
 @pytest.mark.root
@@ -219,7 +222,7 @@ def test_sync_1000_peers_timing() -> None:
         d2 = app.sync_flows(desired)
         t2 = time.perf_counter()
         desired[-1] = Flow(desired[-1].table, desired[-1].priority, desired[-1].match,
-                           "goto_table:40", desired[-1].cookie)
+                           (goto(40),), desired[-1].cookie)
         d3 = app.sync_flows(desired)
         t3 = time.perf_counter()
         print(f"1000 peers ({len(desired)} flows): first sync {1000 * (t1 - t0):.0f} ms, "
@@ -271,7 +274,8 @@ def test_group_by_cookie_value_whatever_the_cookie_objects() -> None:
     from routesync.apply.ovs import _group
 
     a1, a2, b = Cookie(Owner.PEER, 1), Cookie(Owner.PEER, 1), Cookie(Owner.PEER, 2)
-    f = [Flow(Table.L3_FORWARDING, 200, f"ip,nw_dst=10.0.{i}.0/24", "drop", c) for i, c in enumerate((a1, a1, b, a2, b))]
+    f = [Flow(Table.L3_FORWARDING, 200, (m.IP, m.IPV4_DST(f"10.0.{i}.0/24")), DROP, c)
+         for i, c in enumerate((a1, a1, b, a2, b))]
     assert _group(f) == {a1.value: (f[0], f[1], f[3]), b.value: (f[2], f[4])}
     assert _group([]) == {}
 

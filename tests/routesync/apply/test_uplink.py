@@ -8,6 +8,8 @@ from contextlib import ExitStack
 
 import pytest
 
+from cni.pipeline import match as fm
+from cni.pipeline.actions import SetField, output
 from cni.pipeline.tables import Flow, Table, peer_cookie
 from routesync.apply.uplink import UPLINK_COOKIE, UplinkMover
 from routesync.model import TunnelSpec, UplinkSpec
@@ -143,9 +145,9 @@ def test_vxlan_between_two_moved_nodes() -> None:
             pod_port = plug_pod(n, pod, pod_ip)
             c = peer_cookie("the-other-node")
             flows = m.flows() + [
-                Flow(Table.CLASSIFIER, 100, f"in_port={pod_port}",
-                     f"set_field:{peer_ip}->tun_dst,output:{tun}", c),
-                Flow(Table.CLASSIFIER, 100, f"in_port={tun}", f"output:{pod_port}", c)]
+                Flow(Table.CLASSIFIER, 100, (fm.IN_PORT(pod_port),),
+                     (SetField(fm.TUN_DST, fm.IPV4_DST(peer_ip).value), output(tun)), c),
+                Flow(Table.CLASSIFIER, 100, (fm.IN_PORT(tun),), (output(pod_port),), c)]
             assert n.applier.sync_flows(flows).added
         # the underlay works between the moved Nodes (and fills OVS's tunnel neighbour cache)
         ns_sh(a.ns, "ping", "-c", "2", "-W", "1", "192.168.70.2")

@@ -38,12 +38,12 @@ def test_next_hop_flows_are_per_pod_and_deleted_with_its_cookie() -> None:
     cookie = pl.pod_cookie("c1", "eth0")
     att = chained.attachment(PTP, "eth0")
     flows = chained.next_hop_flows(cookie, 7, att.gateways, "02:fe:00:00:00:01")
-    assert all(f.cookie == cookie and "in_port=7" in f.match for f in flows)
+    assert all(f.cookie == cookie and "in_port=7" in f.match_text() for f in flows)
     arp, ns, na = flows
-    assert "arp_tpa=10.244.1.1" in arp.match and "load:0x02fe00000001->NXM_NX_ARP_SHA[]" in arp.actions
-    assert "nd_target=fd00:10:244:1::1" in ns.match and "set_field:136->icmpv6_type" in ns.actions
-    assert ns.actions.endswith(f"resubmit(,{int(pl.Table.NEIGHBOR_RESPONDER)})")
-    assert "icmp_type=136" in na.match and na.actions == "set_field:02:fe:00:00:00:01->nd_tll,IN_PORT"
+    assert "arp_tpa=10.244.1.1" in arp.match_text() and "load:0x02fe00000001->NXM_NX_ARP_SHA[]" in arp.actions_text()
+    assert "nd_target=fd00:10:244:1::1" in ns.match_text() and "set_field:136->icmpv6_type" in ns.actions_text()
+    assert ns.actions_text().endswith(f"resubmit(,{int(pl.Table.NEIGHBOR_RESPONDER)})")
+    assert "icmp_type=136" in na.match_text() and na.actions_text() == "set_field:02:fe:00:00:00:01->nd_tll,IN_PORT"
     every = chained.chained_flows(cookie, 7, att.mac, att, "02:fe:00:00:00:01", 1)
     assert len({f.key() for f in every}) == len(every)  # none overwrites another
 

@@ -1,0 +1,266 @@
+"""OpenFlow 1.3 messages as bytes: FLOW_MODs from :class:`cni.pipeline.tables.Flow` values (their
+typed match and actions, never their text), HELLO, BARRIER, ECHO, ONF bundles (EXT-230, what
+``ovs-ofctl -O OpenFlow13 --bundle`` sends), and the framing and errors of what the switch
+answers.  A field or action it cannot express raises :class:`OpenFlowError`: there is no other
+path to the switch.  Standard library only (the plugin encodes a Pod's flows on every ADD)."""
+
+from __future__ import annotations
+
+import struct
+
+from cni.pipeline.actions import DecTtl, Goto, Load, Move, Output, Resubmit, SetField
+from cni.pipeline.match import ETH_TYPE, IP_PROTO, MASKABLE, Field, Proto
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from cni.pipeline.actions import Action
+    from cni.pipeline.match import FieldSpec, MatchItem
+    from cni.pipeline.tables import Cookie, Flow
+
+OFP_VERSION = 4  # OpenFlow 1.3
+OFPT_HELLO, OFPT_ERROR, OFPT_ECHO_REQUEST, OFPT_ECHO_REPLY, OFPT_EXPERIMENTER = 0, 1, 2, 3, 4
+OFPT_FLOW_MOD, OFPT_BARRIER_REQUEST, OFPT_BARRIER_REPLY = 14, 20, 21
+OFPFC_ADD, OFPFC_DELETE = 0, 3
+OFPTT_ALL, OFPP_ANY, OFPG_ANY = 0xFF, 0xFFFFFFFF, 0xFFFFFFFF
+OFP_NO_BUFFER = 0xFFFFFFFF
+OFPIT_GOTO_TABLE, OFPIT_APPLY_ACTIONS = 1, 4
+OFPAT_OUTPUT, OFPAT_DEC_NW_TTL, OFPAT_SET_FIELD, OFPAT_EXPERIMENTER = 0, 24, 25, 0xFFFF
+NX_VENDOR_ID, NXAST_RESUBMIT_TABLE, NXAST_REG_MOVE, NXAST_REG_LOAD = 0x00002320, 14, 6, 7
+OFPP_IN_PORT_10 = 0xFFF8  # OpenFlow 1.0 port numbers in Nicira actions
+ONF_EXPERIMENTER_ID = 0x4F4E4600
+ONFT_BUNDLE_CONTROL, ONFT_BUNDLE_ADD_MESSAGE = 2300, 2301
+OFPBCT_OPEN_REQUEST, OFPBCT_COMMIT_REQUEST, OFPBCT_COMMIT_REPLY = 0, 4, 5
+OFPBF_ATOMIC, OFPBF_ORDERED = 1, 2
+FULL_COOKIE_MASK = (1 << 64) - 1
+
+HEADER = struct.Struct("!BBHI")
+_FLOW_MOD = struct.Struct("!QQBBHHHIIIH2x")
+_BUNDLE = struct.Struct("!IIIHH")  # experimenter, exp_type, bundle_id, type (control) / pad (add), flags
+_OUTPUT = struct.Struct("!HHIH6x")
+_U32 = struct.Struct("!I")
+_DEC_TTL = struct.pack("!HH4x", OFPAT_DEC_NW_TTL, 8)
+_EMPTY_MATCH = struct.pack("!HH4x", 1, 4)
+
+
+class OpenFlowError(Exception):
+    """The switch refused a message, or a flow holds something this encoder does not express."""
+
+
+# ---------------------------------------------------------------- match
+
+def _tlv(f: Field) -> bytes:
+    spec = f.spec
+    n = spec.length
+    if f.prefix is None:
+        return _U32.pack(spec.header | n) + f.value.to_bytes(n, "big")
+    bits = 8 * n
+    if f.prefix == 0:
+        return b""  # /0: no constraint
+    if f.prefix == bits:
+        return _U32.pack(spec.header | n) + f.value.to_bytes(n, "big")
+    mask = ((1 << f.prefix) - 1) << (bits - f.prefix)
+    return (_U32.pack(spec.header | 0x100 | 2 * n) + (f.value & mask).to_bytes(n, "big")
+            + mask.to_bytes(n, "big"))
+
+
+def _missing_prerequisite(fields: dict[FieldSpec, Field]) -> str:
+    """The first missing prerequisite, "" when there is none (OVS would refuse the flow-mod)."""
+    eth = fields.get(ETH_TYPE)
+    proto = fields.get(IP_PROTO)
+    for spec in fields:
+        need = _PREREQ.get(spec.name)
+        if need is None:
+            continue
+        types, ip_proto = need
+        if eth is None or eth.value not in types:
+            return f"{spec.name} needs eth_type {' or '.join(hex(t) for t in types)}"
+        if ip_proto is not None and (proto is None or proto.value != ip_proto):
+            return f"{spec.name} needs ip_proto {ip_proto}"
+    return ""
+
+
+_PREREQ: dict[str, tuple[tuple[int, ...], int | None]] = {
+    "ip_proto": ((0x0800, 0x86DD), None),
+    "ipv4_src": ((0x0800,), None), "ipv4_dst": ((0x0800,), None),
+    "arp_op": ((0x0806,), None), "arp_spa": ((0x0806,), None), "arp_tpa": ((0x0806,), None),
+    "arp_sha": ((0x0806,), None), "arp_tha": ((0x0806,), None),
+    "ipv6_src": ((0x86DD,), None), "ipv6_dst": ((0x86DD,), None),
+    "icmpv6_type": ((0x86DD,), 58), "icmpv6_code": ((0x86DD,), 58), "nd_target": ((0x86DD,), 58),
+    "nd_tll": ((0x86DD,), 58),
+}
+
+
+def encode_match(items: tuple[MatchItem, ...]) -> bytes:
+    """An OXM match (``ofp_match`` type 1, padded), fields in prerequisite order."""
+    if not items:
+        return _EMPTY_MATCH
+    fields: dict[FieldSpec, Field] = {}
+    for item in items:
+        if isinstance(item, Field):
+            f = item
+            if f.prefix is not None and f.spec not in MASKABLE:
+                raise OpenFlowError(f"match {f.text()!r}: {f.spec.name} is not matched by prefix here")
+            fields[f.spec] = f
+        elif isinstance(item, Proto):
+            for f in item.fields:
+                fields[f.spec] = f
+        else:
+            raise OpenFlowError(f"match item {item!r} is not expressed by this encoder")
+    missing = _missing_prerequisite(fields)
+    if missing:
+        raise OpenFlowError(f"match {','.join(i.text() for i in items)!r}: {missing}")
+    body = b"".join(_tlv(f) for f in sorted(fields.values(), key=_order))
+    length = 4 + len(body)
+    return struct.pack("!HH", 1, length) + body + b"\0" * (-length % 8)
+
+
+def _order(f: Field) -> int:
+    return f.spec.order
+
+
+# ---------------------------------------------------------------- actions
+
+def _output(a: Output) -> bytes:
+    return _OUTPUT.pack(OFPAT_OUTPUT, 16, a.port, 0)
+
+
+def _set_field(a: SetField) -> bytes:
+    spec = a.spec
+    oxm = _U32.pack(spec.header | spec.length) + a.value.to_bytes(spec.length, "big")
+    size = 4 + len(oxm)
+    pad = -size % 8
+    return struct.pack("!HH", OFPAT_SET_FIELD, size + pad) + oxm + b"\0" * pad
+
+
+def _move(a: Move) -> bytes:
+    if not (a.src.nxm_header and a.dst.nxm_header) or a.src.length != a.dst.length:
+        raise OpenFlowError(f"{a.text()}: not expressed by this encoder")
+    return struct.pack("!HHIHHHHII", OFPAT_EXPERIMENTER, 24, NX_VENDOR_ID, NXAST_REG_MOVE,
+                       8 * a.src.length, 0, 0, a.src.nxm_header, a.dst.nxm_header)
+
+
+def _load(a: Load) -> bytes:
+    bits = 8 * a.dst.length
+    if not a.dst.nxm_header or bits > 64 or not 0 <= a.value < 1 << bits:
+        raise OpenFlowError(f"{a.text()}: not expressed by this encoder")
+    return struct.pack("!HHIHHIQ", OFPAT_EXPERIMENTER, 24, NX_VENDOR_ID, NXAST_REG_LOAD, bits - 1,
+                       a.dst.nxm_header, a.value)
+
+
+def _dec_ttl(_a: DecTtl) -> bytes:
+    return _DEC_TTL
+
+
+def _resubmit(a: Resubmit) -> bytes:
+    return struct.pack("!HHIHHB3x", OFPAT_EXPERIMENTER, 16, NX_VENDOR_ID, NXAST_RESUBMIT_TABLE, OFPP_IN_PORT_10,
+                       int(a.table))
+
+
+_ACTIONS: dict[type, Callable[[Any], bytes]] = {
+    Output: _output, SetField: _set_field, Move: _move, Load: _load, DecTtl: _dec_ttl, Resubmit: _resubmit,
+}
+
+
+def encode_instructions(actions: tuple[Action, ...]) -> bytes:
+    """APPLY_ACTIONS with every action but a final :class:`Goto`, then GOTO_TABLE for it."""
+    encoded: list[bytes] = []
+    goto = b""
+    for a in actions:
+        if goto:
+            raise OpenFlowError(f"actions after goto_table in {','.join(x.text() for x in actions)!r}")
+        if isinstance(a, Goto):
+            goto = struct.pack("!HHB3x", OFPIT_GOTO_TABLE, 8, int(a.table))
+            continue
+        encode = _ACTIONS.get(type(a))
+        if encode is None:
+            raise OpenFlowError(f"action {a!r} is not expressed by this encoder")
+        encoded.append(encode(a))
+    if not encoded:
+        return goto
+    body = b"".join(encoded)
+    return struct.pack("!HH4x", OFPIT_APPLY_ACTIONS, 8 + len(body)) + body + goto
+
+
+# ---------------------------------------------------------------- messages
+
+def message(mtype: int, xid: int, body: bytes = b"") -> bytes:
+    return HEADER.pack(OFP_VERSION, mtype, HEADER.size + len(body), xid) + body
+
+
+def flow_mod(cookie: int, cookie_mask: int, table: int, command: int, priority: int, match: bytes,
+             instructions: bytes, xid: int) -> bytes:
+    """One OFPT_FLOW_MOD: idle/hard timeouts 0, no buffer, any out_port/out_group, no flags."""
+    return message(OFPT_FLOW_MOD, xid, _FLOW_MOD.pack(cookie, cookie_mask, table, command, 0, 0, priority,
+                                                      OFP_NO_BUFFER, OFPP_ANY, OFPG_ANY, 0)
+                   + match + instructions)
+
+
+def flow_mod_add(flow: Flow, xid: int = 0) -> bytes:
+    """Add (or overwrite: same table, priority and match) ``flow``."""
+    return flow_mod(flow.cookie.value, 0, int(flow.table), OFPFC_ADD, flow.priority, encode_match(flow.match),
+                    encode_instructions(flow.actions), xid)
+
+
+def flow_mod_delete(cookie: Cookie, xid: int = 0) -> bytes:
+    """Delete every flow of exactly ``cookie``, in every table."""
+    return flow_mod(cookie.value, FULL_COOKIE_MASK, OFPTT_ALL, OFPFC_DELETE, 0, _EMPTY_MATCH, b"", xid)
+
+
+def hello() -> bytes:
+    return message(OFPT_HELLO, 0)
+
+
+def barrier(xid: int) -> bytes:
+    return message(OFPT_BARRIER_REQUEST, xid)
+
+
+def with_xid(msg: bytes, xid: int) -> bytes:
+    """``msg`` with its header's transaction id replaced."""
+    return msg[:4] + _U32.pack(xid) + msg[8:]
+
+
+def bundle_control(bundle_id: int, ctype: int, xid: int, flags: int = OFPBF_ATOMIC | OFPBF_ORDERED) -> bytes:
+    return message(OFPT_EXPERIMENTER, xid, _BUNDLE.pack(ONF_EXPERIMENTER_ID, ONFT_BUNDLE_CONTROL, bundle_id,
+                                                       ctype, flags))
+
+
+def bundle_add(bundle_id: int, msg: bytes, flags: int = OFPBF_ATOMIC | OFPBF_ORDERED) -> bytes:
+    """``msg`` (a complete OpenFlow message) into bundle ``bundle_id``; the outer xid is the inner
+    one (OVS checks they are equal)."""
+    return (HEADER.pack(OFP_VERSION, OFPT_EXPERIMENTER, 24 + len(msg), 0)[:4] + msg[4:8]
+            + _BUNDLE.pack(ONF_EXPERIMENTER_ID, ONFT_BUNDLE_ADD_MESSAGE, bundle_id, 0, flags) + msg)
+
+
+def bundle_reply(msg: bytes) -> tuple[int, int] | None:
+    """(bundle id, control type) of an ONF bundle control message, else None."""
+    if len(msg) < 24 or msg[1] != OFPT_EXPERIMENTER:
+        return None
+    experimenter, exp_type, bundle_id, ctype, _flags = _BUNDLE.unpack_from(msg, 8)
+    if experimenter != ONF_EXPERIMENTER_ID or exp_type != ONFT_BUNDLE_CONTROL:
+        return None
+    return bundle_id, ctype
+
+
+# ---------------------------------------------------------------- what the switch sends
+
+def split(buf: bytes) -> tuple[list[bytes], bytes]:
+    """Complete messages at the front of ``buf``, and the rest (an incomplete one)."""
+    out = []
+    while len(buf) >= 8:
+        length = HEADER.unpack_from(buf)[2]
+        if length < 8:
+            raise OpenFlowError("malformed OpenFlow message")
+        if len(buf) < length:
+            break
+        out.append(buf[:length])
+        buf = buf[length:]
+    return out, buf
+
+
+def error_text(msg: bytes) -> str:
+    """What an OFPT_ERROR says, for a message naming the refused request."""
+    etype, code = struct.unpack_from("!HH", msg, 8)
+    return f"switch refused message {HEADER.unpack_from(msg)[3]} (OpenFlow error type {etype} code {code})"

@@ -1,0 +1,111 @@
+"""Actions as typed values: what a flow does with a packet it matched.  A flow's actions are a
+tuple of these, applied in order; an empty tuple drops the packet; :class:`Goto` may only come
+last.  ``text()`` renders ovs-ofctl syntax (logs, dumps, tests); :mod:`cni.ovs.openflow.codec`
+encodes the values themselves.  Standard library only, imported on every ADD/DEL."""
+
+from __future__ import annotations
+
+from cni.lean.record import record
+from cni.pipeline.match import ETH_DST, ETH_SRC, KIND_INT, FieldSpec, Rendered
+
+OFPP_IN_PORT = 0xFFFFFFF8  # "the port the packet came in on"
+
+
+@record(frozen=True)
+class Output:
+    port: int
+
+    def text(self) -> str:
+        return "IN_PORT" if self.port == OFPP_IN_PORT else f"output:{self.port}"
+
+
+@record(frozen=True)
+class Goto:
+    """``goto_table``: continue in a later table (an instruction; last, after the actions)."""
+
+    table: int
+
+    def text(self) -> str:
+        return f"goto_table:{int(self.table)}"
+
+
+@record(frozen=True)
+class SetField(Rendered):
+    spec: FieldSpec
+    value: int
+
+    def render(self) -> str:
+        value = self.spec.format(self.value)
+        if self.spec is ETH_SRC:
+            return f"mod_dl_src:{value}"
+        if self.spec is ETH_DST:
+            return f"mod_dl_dst:{value}"
+        return f"set_field:{value}->{self.spec.name}"
+
+
+@record(frozen=True)
+class Move:
+    """Copy a whole field into another of the same width (NXAST_REG_MOVE)."""
+
+    src: FieldSpec
+    dst: FieldSpec
+
+    def __post_init__(self) -> None:
+        if self.src.length != self.dst.length or not (self.src.nxm and self.dst.nxm):
+            raise ValueError(f"move {self.src.name} -> {self.dst.name}: fields of different widths, or without NXM names")
+
+    def text(self) -> str:
+        return f"move:{self.src.nxm}[]->{self.dst.nxm}[]"
+
+
+@record(frozen=True)
+class Load(Rendered):
+    """Write a constant into a whole field (NXAST_REG_LOAD, as ovs-ofctl sends ``load:``)."""
+
+    value: int
+    dst: FieldSpec
+
+    def __post_init__(self) -> None:
+        if not self.dst.nxm or not 0 <= self.value < 1 << min(64, 8 * self.dst.length):
+            raise ValueError(f"load {self.value:#x} -> {self.dst.name}: does not fit, or no NXM name")
+
+    def render(self) -> str:
+        v = f"{self.value:#x}" if self.dst.kind == KIND_INT else f"0x{self.value:0{2 * self.dst.length}x}"
+        return f"load:{v}->{self.dst.nxm}[]"
+
+
+@record(frozen=True)
+class DecTtl:
+    def text(self) -> str:
+        return "dec_ttl"
+
+
+@record(frozen=True)
+class Resubmit:
+    """Run the packet, as modified so far, through ``table`` again (``resubmit(,T)``), then go on."""
+
+    table: int
+
+    def text(self) -> str:
+        return f"resubmit(,{int(self.table)})"
+
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    Action = Output | Goto | SetField | Move | Load | DecTtl | Resubmit
+
+TO_IN_PORT = Output(OFPP_IN_PORT)  # back out of the port the packet came in on
+DEC_TTL = DecTtl()
+DROP: tuple[Action, ...] = ()
+
+
+def goto(table: int) -> Goto:
+    return Goto(int(table))
+
+
+def output(port: int) -> Output:
+    return Output(int(port))
+
+
+def actions_text(actions: tuple[Action, ...]) -> str:
+    return ",".join(a.text() for a in actions) or "drop"

@@ -1,0 +1,180 @@
+"""Match fields as typed values: which header field (:class:`FieldSpec`, named as in ovs-fields(7)),
+an integer value, and for addresses an optional prefix length.  A flow's match is a tuple of
+these and of the protocol shorthands (:data:`IP`, :data:`IPV6`, :data:`ARP`, :data:`ICMP6`),
+which carry the prerequisites (``eth_type``, ``ip_proto``) the other fields need.
+
+``text()`` renders ovs-ofctl syntax (logs, dumps, tests); :mod:`cni.ovs.openflow.codec` encodes
+the same values to OpenFlow bytes without reading that text.  Standard library only, imported on
+every ADD/DEL."""
+
+from __future__ import annotations
+
+from cni.lean import addr
+from cni.lean.record import record
+
+_HEX = frozenset("0123456789abcdef")
+KIND_MAC, KIND_IP, KIND_INT, KIND_HEX = "mac", "ip", "int", "hex"  # how a field's value is written
+
+
+class FieldSpec:
+    """One packet or metadata field OVS can match or set: its names (``set_field`` name, match
+    name, NXM name for ``move``/``load``), OXM/NXM header and width.  Singletons (compared by
+    identity)."""
+
+    __slots__ = ("header", "kind", "length", "match_name", "name", "nxm", "nxm_header", "order")
+
+    def __init__(self, name: str, header: int, length: int, kind: str, match_name: str = "",
+                 nxm: str = "", nxm_header: int = 0) -> None:
+        self.name = name
+        self.match_name = match_name or name
+        self.header = header  # OXM/NXM class << 16 | field << 9 (hasmask bit and length not included)
+        self.length = length  # bytes
+        self.kind = kind
+        self.nxm = nxm  # e.g. "NXM_OF_ETH_DST" (move/load); "" when not spoken there
+        self.nxm_header = nxm_header  # that NXM header, length included
+        self.order = len(FIELDS)  # OXM order in a match: prerequisites first
+        FIELDS[name] = self
+
+    def __call__(self, value: str | int) -> Field:
+        """This field = ``value``: an ofport or number, a MAC, or an address or prefix
+        (``10.0.0.0/24``, host bits cleared as ovs-ofctl does), validated (ValueError)."""
+        if self.kind == KIND_MAC:
+            return Field(self, mac_value(str(value)))
+        if self.kind == KIND_IP:
+            return address(self, str(value))
+        return Field(self, int(value))
+
+    def format(self, value: int) -> str:
+        if self.kind == KIND_MAC:
+            return value.to_bytes(6, "big").hex(":")
+        if self.kind == KIND_IP:
+            return addr.format_ip(value, self.length * 8)
+        if self.kind == KIND_HEX:
+            return f"0x{value:x}"
+        return str(value)
+
+    def __repr__(self) -> str:
+        return f"FieldSpec({self.name})"
+
+
+FIELDS: dict[str, FieldSpec] = {}
+
+
+def _oxm(field: int) -> int:  # OpenFlow basic class 0x8000
+    return (0x8000 << 16) | (field << 9)
+
+
+def _nxm(cls: int, field: int) -> int:
+    return (cls << 16) | (field << 9)
+
+
+# In OXM order: each field after the fields its prerequisites name.
+IN_PORT = FieldSpec("in_port", _oxm(0), 4, KIND_INT)
+ETH_DST = FieldSpec("eth_dst", _oxm(3), 6, KIND_MAC, "dl_dst", "NXM_OF_ETH_DST", 0x00000206)
+ETH_SRC = FieldSpec("eth_src", _oxm(4), 6, KIND_MAC, "dl_src", "NXM_OF_ETH_SRC", 0x00000406)
+ETH_TYPE = FieldSpec("eth_type", _oxm(5), 2, KIND_HEX, "dl_type")
+IP_PROTO = FieldSpec("ip_proto", _oxm(10), 1, KIND_INT, "nw_proto")
+IPV4_SRC = FieldSpec("ipv4_src", _oxm(11), 4, KIND_IP, "nw_src")
+IPV4_DST = FieldSpec("ipv4_dst", _oxm(12), 4, KIND_IP, "nw_dst")
+ARP_OP = FieldSpec("arp_op", _oxm(21), 2, KIND_INT, "arp_op", "NXM_OF_ARP_OP", 0x00001E02)
+ARP_SPA = FieldSpec("arp_spa", _oxm(22), 4, KIND_IP, "arp_spa", "NXM_OF_ARP_SPA", 0x00002004)
+ARP_TPA = FieldSpec("arp_tpa", _oxm(23), 4, KIND_IP, "arp_tpa", "NXM_OF_ARP_TPA", 0x00002204)
+ARP_SHA = FieldSpec("arp_sha", _oxm(24), 6, KIND_MAC, "arp_sha", "NXM_NX_ARP_SHA", 0x00012206)
+ARP_THA = FieldSpec("arp_tha", _oxm(25), 6, KIND_MAC, "arp_tha", "NXM_NX_ARP_THA", 0x00012406)
+IPV6_SRC = FieldSpec("ipv6_src", _oxm(26), 16, KIND_IP, "ipv6_src", "NXM_NX_IPV6_SRC", _nxm(0x0001, 19) | 16)
+IPV6_DST = FieldSpec("ipv6_dst", _oxm(27), 16, KIND_IP, "ipv6_dst", "NXM_NX_IPV6_DST", _nxm(0x0001, 20) | 16)
+ICMPV6_TYPE = FieldSpec("icmpv6_type", _oxm(29), 1, KIND_INT, "icmp_type")
+ICMPV6_CODE = FieldSpec("icmpv6_code", _oxm(30), 1, KIND_INT, "icmp_code")
+ND_TARGET = FieldSpec("nd_target", _oxm(31), 16, KIND_IP)
+ND_TLL = FieldSpec("nd_tll", _oxm(33), 6, KIND_MAC)
+# Set only (actions): NXM_NX_IP_TTL, the ERICOXM_OF ND fields (class 0x1000), the tunnel metadata.
+NW_TTL = FieldSpec("nw_ttl", _nxm(0x0001, 29), 1, KIND_INT)
+ND_RESERVED = FieldSpec("nd_reserved", _nxm(0x1000, 1), 4, KIND_HEX)
+ND_OPTIONS_TYPE = FieldSpec("nd_options_type", _nxm(0x1000, 2), 1, KIND_INT)
+TUN_DST = FieldSpec("tun_dst", _nxm(0x0001, 32), 4, KIND_IP)
+TUN_IPV6_DST = FieldSpec("tun_ipv6_dst", _nxm(0x0001, 110), 16, KIND_IP)
+
+MASKABLE = frozenset({IPV4_SRC, IPV4_DST, IPV6_SRC, IPV6_DST})
+
+
+def mac(value: str) -> str:
+    """A validated, lower-case MAC (raises ValueError)."""
+    v = value.lower() if isinstance(value, str) else ""
+    if len(v) != 17 or v[2::3] != ":::::" or not _HEX.issuperset(v[0::3] + v[1::3]):
+        raise ValueError(f"not a MAC address: {value!r}")
+    return v
+
+
+def mac_value(value: str) -> int:
+    return int(mac(value).replace(":", ""), 16)
+
+
+class Rendered:
+    """``text()`` memoized on a frozen value (planners share values between flows, and route-sync
+    renders thousands): subclasses say how in ``render()``."""
+
+    def render(self) -> str:
+        raise NotImplementedError
+
+    def text(self) -> str:
+        t: str | None = self.__dict__.get("_text")
+        if t is None:
+            t = self.render()
+            object.__setattr__(self, "_text", t)
+        return t
+
+
+@record(frozen=True)
+class Field(Rendered):
+    """``spec`` = ``value``; for an address field, ``prefix`` bits of it (``nw_dst=10.0.0.0/24``).
+    A full-length prefix is written ``/32`` (``/128``) and matched exactly; /0 matches anything."""
+
+    spec: FieldSpec
+    value: int
+    prefix: int | None = None
+
+    def render(self) -> str:
+        t = f"{self.spec.match_name}={self.spec.format(self.value)}"
+        return t if self.prefix is None else f"{t}/{self.prefix}"
+
+
+@record(frozen=True)
+class Proto:
+    """An ovs-ofctl protocol shorthand (``ip``, ``icmp6``, ...): the prerequisite fields it sets."""
+
+    name: str
+    fields: tuple[Field, ...]
+
+    def text(self) -> str:
+        return self.name
+
+
+IP = Proto("ip", (Field(ETH_TYPE, 0x0800),))
+IPV6 = Proto("ipv6", (Field(ETH_TYPE, 0x86DD),))
+ARP = Proto("arp", (Field(ETH_TYPE, 0x0806),))
+ICMP6 = Proto("icmp6", (Field(ETH_TYPE, 0x86DD), Field(IP_PROTO, 58)))
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    MatchItem = Field | Proto
+
+
+def address(spec: FieldSpec, text: str) -> Field:
+    """An address field from ``10.0.0.1`` (exact) or ``10.0.0.0/24`` (a prefix; host bits cleared,
+    as ovs-ofctl does).  ValueError for text of the wrong family or a bad prefix."""
+    ip, slash, plen_text = text.partition("/")
+    value, bits = addr.parse_ip(ip)
+    if bits != spec.length * 8:
+        raise ValueError(f"{spec.name}={text}: wrong address family")
+    if not slash:
+        return Field(spec, value)
+    if spec not in MASKABLE:
+        raise ValueError(f"{spec.name}={text}: a prefix is not matched here")
+    if not plen_text.isdigit() or int(plen_text) > bits:
+        raise ValueError(f"{spec.name}={text}: bad prefix length")
+    plen = int(plen_text)
+    return Field(spec, addr.network(value, plen, bits), plen)
+
+
+def match_text(items: tuple[MatchItem, ...]) -> str:
+    return ",".join(i.text() for i in items)
