@@ -5,7 +5,8 @@ runs; VERSION and every input error are answered by :mod:`cni.spec.protocol` alo
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from cni.spec.request import Handlers, Request
     from cni.spec.result import Result

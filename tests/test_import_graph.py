@@ -161,7 +161,7 @@ LAYERS = {
     "cni.ovs": {"cni.lean", "cni.pipeline"},
     "cni.node": {"cni.lean", "cni.pipeline", "cni.spec"},
     "cni.commands": {"cni.lean", "cni.spec", "cni.pipeline", "cni.kernel", "cni.ovs", "cni.node"},
-    "cni.plugin": {"cni.spec", "cni.commands"},
+    "cni.plugin": {"cni.lean", "cni.spec", "cni.commands"},
     "cni.launcher": set(),
     "ipam": {"cni.lean", "cni.spec", "cni.node"},
     "routesync": {"cni.lean", "cni.pipeline", "cni.kernel", "cni.ovs", "cni.node"},

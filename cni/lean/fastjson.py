@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import _json
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from typing import Any
 

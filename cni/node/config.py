@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 
 from cni.lean.record import Factory, record
+from cni.lean.typecheck import TYPE_CHECKING
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -31,8 +31,8 @@ import os
 
 from cni.lean import fastjson
 from cni.lean.record import Factory, as_dict, record
+from cni.lean.typecheck import TYPE_CHECKING
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

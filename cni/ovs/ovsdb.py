@@ -14,9 +14,8 @@ import _socket as socket  # the C module: socket.py's enums cost ~10 ms per exec
 
 from cni.lean import fastjson as json
 from cni.lean.record import Factory, record
+from cni.lean.typecheck import TYPE_CHECKING
 
-# ``typing`` is not imported at run time (a few ms on every ADD): annotations are strings.
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import TracebackType

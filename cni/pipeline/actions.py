@@ -90,7 +90,8 @@ class Resubmit:
         return f"resubmit(,{int(self.table)})"
 
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     Action = Output | Goto | SetField | Move | Load | DecTtl | Resubmit
 

@@ -5,6 +5,7 @@ shared by the plugin's chained ADD and route-sync's replay of chained ports."""
 from __future__ import annotations
 
 from cni.lean import addr
+from cni.lean.typecheck import TYPE_CHECKING
 from cni.pipeline import match as m
 from cni.pipeline import tables as pl
 from cni.pipeline.actions import TO_IN_PORT, Move, Resubmit, SetField
@@ -12,7 +13,6 @@ from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, mac
 from cni.pipeline.match import ARP, ICMP6, IN_PORT
 from cni.pipeline.tables import Flow, Table
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from cni.pipeline.actions import Action
 

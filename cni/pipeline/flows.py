@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from cni.lean import addr
 from cni.lean.record import record
+from cni.lean.typecheck import TYPE_CHECKING
 from cni.pipeline import match as m
 from cni.pipeline.actions import DEC_TTL, DROP, TO_IN_PORT, Load, Move, SetField, goto, output
 from cni.pipeline.match import ARP, ICMP6, IN_PORT, IP, IPV6, mac
 from cni.pipeline.tables import BASE_COOKIE, Cookie, Flow, Table
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

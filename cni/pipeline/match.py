@@ -154,7 +154,8 @@ IPV6 = Proto("ipv6", (Field(ETH_TYPE, 0x86DD),))
 ARP = Proto("arp", (Field(ETH_TYPE, 0x0806),))
 ICMP6 = Proto("icmp6", (Field(ETH_TYPE, 0x86DD), Field(IP_PROTO, 58)))
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     MatchItem = Field | Proto
 

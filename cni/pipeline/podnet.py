@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from cni.lean import addr
 from cni.lean.record import record
+from cni.lean.typecheck import TYPE_CHECKING
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from cni.node.nodestate import NodeState
 

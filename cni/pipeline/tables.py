@@ -26,8 +26,8 @@ Packet walk (IPv4 and IPv6 alike):
 from __future__ import annotations
 
 from cni.lean.record import record
+from cni.lean.typecheck import TYPE_CHECKING
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from cni.pipeline.actions import Action
     from cni.pipeline.match import MatchItem

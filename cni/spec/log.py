@@ -16,7 +16,8 @@ from __future__ import annotations
 import os
 import time
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, TextIO

@@ -20,8 +20,8 @@ VERSION is answered without importing more than ``json``: podman calls it before
 from __future__ import annotations
 
 from cni.lean import fastjson as json  # json's regexes cost as much as the interpreter start
+from cni.lean.typecheck import TYPE_CHECKING
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, BinaryIO, TextIO

@@ -7,8 +7,8 @@ CHECK/DEL, an IPAM plugin's answer)."""
 from __future__ import annotations
 
 from cni.lean.record import Factory, record
+from cni.lean.typecheck import TYPE_CHECKING
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

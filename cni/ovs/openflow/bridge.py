@@ -8,11 +8,11 @@ fallback.  Standard library only."""
 
 from __future__ import annotations
 
+from cni.lean.typecheck import TYPE_CHECKING
 from cni.ovs.openflow.codec import OpenFlowError, flow_mod_add, flow_mod_delete
 from cni.ovs.openflow.session import Session
 from cni.pipeline.tables import Cookie
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import struct
 
+from cni.lean.typecheck import TYPE_CHECKING
 from cni.pipeline.actions import DecTtl, Goto, Load, Move, Output, Resubmit, SetField
 from cni.pipeline.match import ETH_TYPE, IP_PROTO, MASKABLE, Field, Proto
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any

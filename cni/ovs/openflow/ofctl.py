@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from cni.lean import spawn
 from cni.lean.record import record
+from cni.lean.typecheck import TYPE_CHECKING
 from cni.ovs.openflow.codec import OpenFlowError
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import _socket
 
+from cni.lean.typecheck import TYPE_CHECKING
 from cni.ovs.openflow import codec
 from cni.ovs.openflow.codec import (
     OFP_VERSION,
@@ -24,7 +25,6 @@ from cni.ovs.openflow.codec import (
     OpenFlowError,
 )
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Self
