@@ -45,8 +45,8 @@ FIGURES: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def lab(e2e_cni_bin: str):  # type: ignore[no-untyped-def]
-    lab = start_lab(e2e_cni_bin, topology({"trafficEncapMode": "encap", "tunnelType": "vxlan",
+def lab(cni_bin: str):  # type: ignore[no-untyped-def]
+    lab = start_lab(cni_bin, topology({"trafficEncapMode": "encap", "tunnelType": "vxlan",
                                            "resyncSeconds": RESYNC}))
     yield lab
     lab.down()

@@ -45,9 +45,9 @@ FAMILIES = (4, 6)
 
 
 @pytest.fixture(scope="module", params=MODES, ids=[m.name for m in MODES])
-def mode_lab(request: pytest.FixtureRequest, e2e_cni_bin: str):  # type: ignore[no-untyped-def]
+def mode_lab(request: pytest.FixtureRequest, cni_bin: str):  # type: ignore[no-untyped-def]
     mode: Mode = request.param
-    lab = start_lab(e2e_cni_bin, topology(mode.route_sync, mode.route_pod_cidrs))
+    lab = start_lab(cni_bin, topology(mode.route_sync, mode.route_pod_cidrs))
     yield mode, lab
     lab.down()
 

@@ -204,11 +204,11 @@ def test_encap_pod_to_external_host_full_mtu(lab_of, family: int) -> None:  # ty
 # ------------------------------------------------------------------------------- mode switch
 
 
-def test_mode_switch_encap_noencap_and_back_running_pods_follow(e2e_cni_bin: str) -> None:
+def test_mode_switch_encap_noencap_and_back_running_pods_follow(cni_bin: str) -> None:
     """encap -> noEncap -> encap, route-sync restarted with the new mode on each Node: the Pods
     (not recreated: same netns, same host veth) get the new MTUs; TCP of 4 MiB passes after each
     switch, same subnet and across the router (the router routes Pod CIDRs for noEncap)."""
-    lab = start_lab(e2e_cni_bin, topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}, route_pod_cidrs=True))
+    lab = start_lab(cni_bin, topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}, route_pod_cidrs=True))
     try:
         pods = [lab.pod(n, p) for n, p in PODS]
         ids = {(p.node, p.name): (p.netns, p.mac) for p in pods}
@@ -233,11 +233,11 @@ def test_mode_switch_encap_noencap_and_back_running_pods_follow(e2e_cni_bin: str
 # ----------------------------------------------------------------------------- underlay MTU
 
 
-def test_underlay_mtu_9000_and_back_running_pods_follow(e2e_cni_bin: str) -> None:
+def test_underlay_mtu_9000_and_back_running_pods_follow(cni_bin: str) -> None:
     """The operator raises the segments and uplinks to 9000, then lowers them to 1500 again:
     route-sync's next full pass (resyncSeconds 0.5 here) follows the physical uplink; the Pods
     (and the gateway and uplink ports) follow it; jumbo tunnelled packets pass, then 1500 again."""
-    lab = start_lab(e2e_cni_bin, topology({"trafficEncapMode": "hybrid", "tunnelType": "vxlan",
+    lab = start_lab(cni_bin, topology({"trafficEncapMode": "hybrid", "tunnelType": "vxlan",
                                            "resyncSeconds": 0.5}))
     try:
         pods = [lab.pod(n, p) for n, p in PODS]
