@@ -39,6 +39,7 @@ import argparse
 import asyncio
 import json
 import os
+import pathlib
 import secrets
 import socket
 import statistics
@@ -483,8 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     res = run([int(s) for s in args.sizes.split(",")], args.reps, args.singles, args.neighbours)
     print(render(res))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+        pathlib.Path(args.json).write_text(json.dumps(res, indent=1))
     return 0
 
 
