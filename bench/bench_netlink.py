@@ -460,7 +460,8 @@ def render(res: dict[str, Any]) -> str:
         for s in stacks:
             ms = res["ms"][s]
             if f"routes {n}: add" in ms:
-                dump = ms.get(f"routes {n}: dump", res["ms"][stacks[-1]].get(f"routes {n}: dump", 0.0))
+                # a stack without a dump of its own (IPBatch): pyroute2's best dump
+                dump = ms.get(f"routes {n}: dump", min(res["ms"][t].get(f"routes {n}: dump", 1e9) for t in stacks[1:]))
                 full = dump + ms[f"routes {n}: add"]
                 out.append(f"full pass routes-only, {n} peers (dump + add), {s}: {full:.0f} ms = "
                            f"{100 * full / budget:.0f}% of the {budget / 1000:g} s reconcile budget")
