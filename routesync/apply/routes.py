@@ -82,9 +82,9 @@ class RouteApplier:
     messages per datagram, acknowledged together.  bench/bench_netlink.py compares it with
     pyroute2 0.9.7 in the same run (two runs): 1,000 routes added in 8-17 ms and dumped in 5-9
     ms, where pyroute2's best API for each (its IPBatch encoder on a plain socket, AsyncIPRoute
-    with 256 requests in flight, IPRoute) at its best took 0.58-0.67 s and 0.09-0.16 s: 0.71-0.82
-    s of the 1 s budget for a whole 1,000-peer reconcile, whose other parts take ~0.55 s, mostly
-    encoding and decoding in Python.  Single requests are 17-60x faster too, and route-sync's process
+    with 256 requests in flight, IPRoute) took 0.58-0.67 s and 0.09-0.16 s, mostly encoding and
+    decoding in Python: 0.71-0.82 s of the 1 s budget for a whole 1,000-peer reconcile, whose
+    other parts take ~0.55 s.  Single requests are 17-60x faster too, and route-sync's process
     carries no pyroute2 (~22 MB resident)."""
 
     def __init__(self, gateway: str = GATEWAY_PORT, netns: str | None = None,
