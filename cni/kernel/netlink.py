@@ -1,4 +1,4 @@
-"""A lean rtnetlink client: links (veth), addresses and routes, standard library only.
+"""A lean rtnetlink client: links (veth), addresses, routes and neighbours, standard library only.
 
 One ``Netlink`` object wraps one NETLINK_ROUTE socket.  A netlink socket stays bound to the
 network namespace it was created in, so ``Netlink.in_netns(path)`` enters the namespace only
@@ -7,6 +7,11 @@ to create the socket and every later call acts there without further setns.
 Only the attributes Ferry needs are encoded or decoded.  Every request asks for an ACK and
 waits for the answer carrying its own sequence number; errors raise ``NetlinkError`` (an
 OSError with the kernel's errno, plus its extended-ack text when the kernel gives one).
+
+The plugin and route-sync share it: route-sync adds thousands of requests per datagram
+(:meth:`Netlink.batch` with the ``*_request`` builders) and listens to events
+(``Netlink(groups=...)``, :meth:`Netlink.events`); what only route-sync needs of the neighbour
+table lives in ``cni.kernel.neighbours`` (the plugin does not import it).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ IFA_ADDRESS, IFA_LOCAL, IFA_FLAGS = 1, 2, 8
 IFA_F_NODAD, IFA_F_TENTATIVE = 0x02, 0x40
 
 # Routes.
-RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_TABLE = 1, 4, 5, 6, 15
+RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_TABLE = 1, 4, 5, 6, 7, 15
 RTA_METRICS, RTAX_MTU = 8, 2  # a route's metrics (nested), its MTU among them
 RTN_UNICAST = 1
 RT_SCOPE_UNIVERSE, RT_SCOPE_LINK = 0, 253
@@ -61,7 +66,7 @@ _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
 _IFADDRMSG = struct.Struct("=BBBBI")  # family, prefixlen, flags, scope, index
 _RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, proto, scope, type, flags
-_NDMSG = struct.Struct("=BxxxiHBB")  # family, ifindex, state, flags, type
+NDMSG = struct.Struct("=BxxxiHBB")  # family, ifindex, state, flags, type
 NDA_DST, NDA_LLADDR = 1, 2
 _NLA = struct.Struct("=HH")
 _RECV_BUF = 1 << 16
@@ -92,6 +97,8 @@ class RouteEntry:
     metric: int | None = None
     scope: int = RT_SCOPE_UNIVERSE
     mtu: int = 0  # RTAX_MTU; 0: none (the device's)
+    prefsrc: str | None = None  # RTA_PREFSRC
+    flags: int = 0  # rtm_flags (RTNH_F_ONLINK, ...)
 
 
 # ---------------------------------------------------------------- encoding helpers (pure)
@@ -100,20 +107,20 @@ def _align(n: int) -> int:
     return (n + 3) & ~3
 
 
-def _attr(kind: int, payload: bytes) -> bytes:
+def pack_attr(kind: int, payload: bytes) -> bytes:
     head = _NLA.pack(_NLA.size + len(payload), kind)
     return head + payload + b"\0" * (_align(len(payload)) - len(payload))
 
 
 def _u32(kind: int, value: int) -> bytes:
-    return _attr(kind, struct.pack("=I", value))
+    return pack_attr(kind, struct.pack("=I", value))
 
 
 def _str(kind: int, value: str) -> bytes:
-    return _attr(kind, value.encode() + b"\0")
+    return pack_attr(kind, value.encode() + b"\0")
 
 
-def _attrs(data: bytes, offset: int = 0) -> dict[int, bytes]:
+def unpack_attrs(data: bytes, offset: int = 0) -> dict[int, bytes]:
     """Top-level attributes of ``data`` from ``offset`` (last one wins, nesting flag stripped)."""
     out: dict[int, bytes] = {}
     end = len(data)
@@ -161,10 +168,10 @@ def _name_or_index(ref: str | int) -> tuple[int, bytes]:
 
 def _decode_link(body: bytes) -> Link:
     _fam, _type, index, flags, _change = _IFINFOMSG.unpack_from(body)
-    a = _attrs(body, _IFINFOMSG.size)
+    a = unpack_attrs(body, _IFINFOMSG.size)
     kind = None
     if IFLA_LINKINFO in a:
-        info = _attrs(a[IFLA_LINKINFO])
+        info = unpack_attrs(a[IFLA_LINKINFO])
         if IFLA_INFO_KIND in info:
             kind = info[IFLA_INFO_KIND].rstrip(b"\0").decode()
     peer = struct.unpack("=i", a[IFLA_LINK])[0] if IFLA_LINK in a else None
@@ -180,8 +187,8 @@ def _decode_link(body: bytes) -> Link:
 
 
 def _decode_route(body: bytes) -> RouteEntry:
-    family, dst_len, _s, _t, table, proto, scope, _type, _f = _RTMSG.unpack_from(body)
-    a = _attrs(body, _RTMSG.size)
+    family, dst_len, _s, _t, table, proto, scope, _type, flags = _RTMSG.unpack_from(body)
+    a = unpack_attrs(body, _RTMSG.size)
     zero = "0.0.0.0" if family == socket.AF_INET else "::"
     dst = socket.inet_ntop(family, a[RTA_DST]) if RTA_DST in a else zero
     return RouteEntry(
@@ -193,30 +200,35 @@ def _decode_route(body: bytes) -> RouteEntry:
         metric=struct.unpack("=I", a[RTA_PRIORITY])[0] if RTA_PRIORITY in a else None,
         scope=scope,
         mtu=_route_mtu(a[RTA_METRICS]) if RTA_METRICS in a else 0,
+        prefsrc=socket.inet_ntop(family, a[RTA_PREFSRC]) if RTA_PREFSRC in a else None,
+        flags=flags,
     )
 
 
 def _route_mtu(metrics: bytes) -> int:
-    raw = _attrs(metrics).get(RTAX_MTU)
+    raw = unpack_attrs(metrics).get(RTAX_MTU)
     return struct.unpack("=I", raw[:4])[0] if raw and len(raw) >= 4 else 0
 
 
 def _route_body(dst: str, gw: str | None, index: int | None, table: int, proto: int,
-                scope: int, flags: int, metric: int | None, mtu: int = 0) -> bytes:
+                scope: int, flags: int, metric: int | None, mtu: int = 0,
+                prefsrc: str | None = None) -> bytes:
     family, packed, plen = parse_cidr(dst)
     attrs = [_u32(RTA_TABLE, table)]
     if plen:
-        attrs.append(_attr(RTA_DST, packed))
+        attrs.append(pack_attr(RTA_DST, packed))
     if gw:
         if _family(gw) != family:
             raise ValueError(f"gateway {gw} is not of the family of {dst}")
-        attrs.append(_attr(RTA_GATEWAY, socket.inet_pton(family, gw)))
+        attrs.append(pack_attr(RTA_GATEWAY, socket.inet_pton(family, gw)))
     if index:
         attrs.append(_u32(RTA_OIF, index))
     if metric is not None:
         attrs.append(_u32(RTA_PRIORITY, metric))
     if mtu:
-        attrs.append(_attr(RTA_METRICS, _u32(RTAX_MTU, mtu)))
+        attrs.append(pack_attr(RTA_METRICS, _u32(RTAX_MTU, mtu)))
+    if prefsrc:
+        attrs.append(pack_attr(RTA_PREFSRC, socket.inet_pton(family, prefsrc)))
     head = _RTMSG.pack(family, plen, 0, 0, table if table < 256 else RT_TABLE_COMPAT,
                        proto, scope, RTN_UNICAST, flags)
     return head + b"".join(attrs)
@@ -228,7 +240,8 @@ def _route_body(dst: str, gw: str | None, index: int | None, table: int, proto: 
 class Netlink:
     """One NETLINK_ROUTE socket, bound to the network namespace it was created in."""
 
-    def __init__(self) -> None:
+    def __init__(self, groups: int = 0) -> None:
+        """``groups``: multicast groups to listen to (RTMGRP_*; read with :meth:`events`)."""
         self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC,
                                    socket.NETLINK_ROUTE)
         try:
@@ -236,16 +249,18 @@ class Netlink:
             self._sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
         except OSError:  # older kernels: plain errors without text
             pass
-        self._sock.bind((0, 0))
+        if groups:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        self._sock.bind((0, groups))
         self._seq = 0
 
     @classmethod
-    def in_netns(cls, path_or_fd: str | int) -> Netlink:
+    def in_netns(cls, path_or_fd: str | int, groups: int = 0) -> Netlink:
         """A socket acting inside another namespace (entered only while creating it)."""
         from cni.kernel.netns import entered
 
         with entered(path_or_fd):
-            return cls()
+            return cls(groups)
 
     def close(self) -> None:
         self._sock.close()
@@ -280,11 +295,13 @@ class Netlink:
                     raise NetlinkError(code, f"{what}: {os.strerror(code)}{_ext_ack(body, flags)}")
                 yield mtype, body  # a dump part, or a single answer that an ACK follows
 
-    def _request(self, msg_type: int, flags: int, body: bytes, what: str) -> list[bytes]:
+    def request(self, msg_type: int, flags: int, body: bytes, what: str) -> list[bytes]:
+        """One request, acknowledged: the bodies answered before the ACK (usually none)."""
         seq = self._send(msg_type, flags | NLM_F_ACK, body)
         return [b for _t, b in self._replies(seq, what)]
 
-    def _dump(self, msg_type: int, body: bytes, what: str) -> list[bytes]:
+    def dump(self, msg_type: int, body: bytes, what: str) -> list[bytes]:
+        """The bodies of a dump (NLM_F_DUMP)."""
         seq = self._send(msg_type, NLM_F_DUMP, body)
         return [b for _t, b in self._replies(seq, what)]
 
@@ -305,18 +322,18 @@ class Netlink:
         if mtu:
             peer.append(_u32(IFLA_MTU, mtu))
         if peer_mac:
-            peer.append(_attr(IFLA_ADDRESS, mac_bytes(peer_mac)))
+            peer.append(pack_attr(IFLA_ADDRESS, mac_bytes(peer_mac)))
         peer_info = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + b"".join(peer)
-        linkinfo = _attr(IFLA_INFO_KIND, b"veth") + _attr(
-            IFLA_INFO_DATA, _attr(VETH_INFO_PEER, peer_info))
-        attrs = [_str(IFLA_IFNAME, name), _attr(IFLA_LINKINFO, linkinfo)]
+        linkinfo = pack_attr(IFLA_INFO_KIND, b"veth") + pack_attr(
+            IFLA_INFO_DATA, pack_attr(VETH_INFO_PEER, peer_info))
+        attrs = [_str(IFLA_IFNAME, name), pack_attr(IFLA_LINKINFO, linkinfo)]
         if mtu:
             attrs.append(_u32(IFLA_MTU, mtu))
         if mac:
-            attrs.append(_attr(IFLA_ADDRESS, mac_bytes(mac)))
+            attrs.append(pack_attr(IFLA_ADDRESS, mac_bytes(mac)))
         flags = (IFF_PROMISC if promisc else 0) | (IFF_UP if up else 0)
         body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, flags, flags) + b"".join(attrs)
-        self._request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body,
+        self.request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body,
                       f"create veth {name} (peer {peer_name})")
 
     def link_get(self, name_or_index: str | int) -> Link | None:
@@ -324,7 +341,7 @@ class Netlink:
         body = (_IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, 0, 0) + sel
                 + _u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS))
         try:
-            answers = self._request(RTM_GETLINK, 0, body, f"get link {name_or_index}")
+            answers = self.request(RTM_GETLINK, 0, body, f"get link {name_or_index}")
         except NetlinkError as e:
             if e.errno in (_errno.ENODEV, _errno.ENOENT):
                 return None
@@ -337,27 +354,32 @@ class Netlink:
 
     def links(self) -> list[Link]:
         body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + _u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)
-        return [_decode_link(b) for b in self._dump(RTM_GETLINK, body, "dump links")]
+        return [_decode_link(b) for b in self.dump(RTM_GETLINK, body, "dump links")]
 
     def link_set(self, name_or_index: str | int, up: bool | None = None, mtu: int | None = None,
-                 mac: str | None = None) -> None:
+                 mac: str | None = None, name: str | None = None) -> None:
+        """Set what is given; ``name`` renames (the link selected by index)."""
         index, sel = _name_or_index(name_or_index)
         attrs = [sel]
+        if name is not None:
+            if not index:
+                raise ValueError(f"rename {name_or_index!r}: select the link by index")
+            attrs.append(_str(IFLA_IFNAME, name))
         if mtu is not None:
             attrs.append(_u32(IFLA_MTU, mtu))
         if mac is not None:
-            attrs.append(_attr(IFLA_ADDRESS, mac_bytes(mac)))
+            attrs.append(pack_attr(IFLA_ADDRESS, mac_bytes(mac)))
         flags = IFF_UP if up else 0
         change = IFF_UP if up is not None else 0
         body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, flags, change) + b"".join(attrs)
-        self._request(RTM_SETLINK, 0, body, f"set link {name_or_index}")
+        self.request(RTM_SETLINK, 0, body, f"set link {name_or_index}")
 
     def link_del(self, name_or_index: str | int) -> bool:
         """Delete a link (a veth takes its peer along); False when it was already gone."""
         index, sel = _name_or_index(name_or_index)
         body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, 0, 0) + sel
         try:
-            self._request(RTM_DELLINK, 0, body, f"delete link {name_or_index}")
+            self.request(RTM_DELLINK, 0, body, f"delete link {name_or_index}")
         except NetlinkError as e:
             if e.errno in (_errno.ENODEV, _errno.ENOENT):
                 return False
@@ -368,7 +390,7 @@ class Netlink:
 
     def _addr_body(self, index: int, cidr: str, flags: int) -> bytes:
         family, packed, plen = parse_cidr(cidr)
-        attrs = _attr(IFA_LOCAL, packed) + _attr(IFA_ADDRESS, packed)
+        attrs = pack_attr(IFA_LOCAL, packed) + pack_attr(IFA_ADDRESS, packed)
         if flags:
             attrs += _u32(IFA_FLAGS, flags)
         return _IFADDRMSG.pack(family, plen, flags & 0xFF, RT_SCOPE_UNIVERSE, index) + attrs
@@ -376,12 +398,12 @@ class Netlink:
     def addr_add(self, index: int, cidr: str, nodad: bool = True) -> None:
         """Add ``cidr`` (address/prefix) to link ``index``; IPv6 without DAD when ``nodad``."""
         flags = IFA_F_NODAD if nodad and ":" in cidr else 0
-        self._request(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, self._addr_body(index, cidr, flags),
+        self.request(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, self._addr_body(index, cidr, flags),
                       f"add address {cidr} to link {index}")
 
     def addr_del(self, index: int, cidr: str) -> bool:
         try:
-            self._request(RTM_DELADDR, 0, self._addr_body(index, cidr, 0),
+            self.request(RTM_DELADDR, 0, self._addr_body(index, cidr, 0),
                           f"delete address {cidr} from link {index}")
         except NetlinkError as e:
             if e.errno in (_errno.EADDRNOTAVAIL, _errno.ENODEV, _errno.ESRCH, _errno.ENOENT):
@@ -393,11 +415,11 @@ class Netlink:
         """CIDR strings on link ``index`` (IPv6 link-local only when ``link_local``)."""
         body = _IFADDRMSG.pack(family or socket.AF_UNSPEC, 0, 0, 0, 0)
         out = []
-        for b in self._dump(RTM_GETADDR, body, f"dump addresses of link {index}"):
+        for b in self.dump(RTM_GETADDR, body, f"dump addresses of link {index}"):
             fam, plen, _flags, _scope, idx = _IFADDRMSG.unpack_from(b)
             if idx != index or (family and fam != family):
                 continue
-            a = _attrs(b, _IFADDRMSG.size)
+            a = unpack_attrs(b, _IFADDRMSG.size)
             raw = a.get(IFA_LOCAL) or a.get(IFA_ADDRESS)
             if raw is None:
                 continue
@@ -409,9 +431,9 @@ class Netlink:
     def addr_flags(self, index: int, cidr: str) -> int | None:
         """IFA_F_* flags of one address (e.g. IFA_F_TENTATIVE), None when absent."""
         family, packed, plen = parse_cidr(cidr)
-        for b in self._dump(RTM_GETADDR, _IFADDRMSG.pack(family, 0, 0, 0, 0), "dump addresses"):
+        for b in self.dump(RTM_GETADDR, _IFADDRMSG.pack(family, 0, 0, 0, 0), "dump addresses"):
             _f, p, flags, _s, idx = _IFADDRMSG.unpack_from(b)
-            a = _attrs(b, _IFADDRMSG.size)
+            a = unpack_attrs(b, _IFADDRMSG.size)
             if idx == index and p == plen and (a.get(IFA_LOCAL) or a.get(IFA_ADDRESS)) == packed:
                 return struct.unpack("=I", a[IFA_FLAGS])[0] if IFA_FLAGS in a else flags
         return None
@@ -420,13 +442,17 @@ class Netlink:
 
     def route_add(self, dst: str, gw: str | None, index: int, onlink: bool = False,
                   table: int = RT_TABLE_MAIN, proto: int = RTPROT_STATIC,
-                  metric: int | None = None, replace: bool = False, mtu: int = 0) -> None:
-        """Add a unicast route; without ``gw`` it is a link-scope (directly connected) route.
-        ``mtu`` > 0: the route's MTU (what the kernel sends to ``dst`` at most)."""
-        scope = RT_SCOPE_UNIVERSE if gw else RT_SCOPE_LINK
-        body = _route_body(dst, gw, index, table, proto, scope, RTNH_F_ONLINK if onlink else 0, metric, mtu)
+                  metric: int | None = None, replace: bool = False, mtu: int = 0,
+                  scope: int | None = None, prefsrc: str | None = None) -> None:
+        """Add a unicast route; without ``gw`` it is a link-scope (directly connected) route
+        unless ``scope`` says otherwise.  ``mtu`` > 0: the route's MTU (what the kernel sends to
+        ``dst`` at most); ``prefsrc``: the source address it prefers."""
+        if scope is None:
+            scope = RT_SCOPE_UNIVERSE if gw else RT_SCOPE_LINK
+        body = _route_body(dst, gw, index, table, proto, scope, RTNH_F_ONLINK if onlink else 0, metric, mtu,
+                           prefsrc)
         flags = NLM_F_CREATE | (NLM_F_REPLACE if replace else NLM_F_EXCL)
-        self._request(RTM_NEWROUTE, flags, body, f"add route {dst} via {gw or '-'} dev {index}")
+        self.request(RTM_NEWROUTE, flags, body, f"add route {dst} via {gw or '-'} dev {index}")
 
     def route_del(self, dst: str, gw: str | None = None, index: int | None = None,
                   table: int = RT_TABLE_MAIN, metric: int | None = None) -> bool:
@@ -434,7 +460,7 @@ class Netlink:
         # proto 0 and scope RT_SCOPE_NOWHERE (255) act as wildcards for deletion.
         body = _route_body(dst, gw, index, table, 0, 255, 0, metric)
         try:
-            self._request(RTM_DELROUTE, 0, body, f"delete route {dst}")
+            self.request(RTM_DELROUTE, 0, body, f"delete route {dst}")
         except NetlinkError as e:
             if e.errno in (_errno.ESRCH, _errno.ENOENT, _errno.ENODEV):
                 return False
@@ -445,23 +471,33 @@ class Netlink:
 
     def neigh_del(self, index: int, address: str) -> bool:
         """Forget the neighbour entry for ``address`` on link ``index``; False when there is none."""
-        ip = socket.inet_pton(socket.AF_INET6 if ":" in address else socket.AF_INET, address)
-        family = socket.AF_INET6 if len(ip) == 16 else socket.AF_INET
-        body = _NDMSG.pack(family, index, 0, 0, 0) + _attr(NDA_DST, ip)
         try:
-            self._request(RTM_DELNEIGH, 0, body, f"delete neighbour {address}")
+            self.request(RTM_DELNEIGH, 0, neigh_body(index, address), f"delete neighbour {address}")
         except NetlinkError as e:
             if e.errno in (_errno.ENOENT, _errno.ESRCH, _errno.ENODEV):
                 return False
             raise
         return True
 
+    # -- events (a socket made with ``groups``)
+
+    def events(self, timeout: float | None = None) -> list[tuple[int, bytes]]:
+        """(type, body) of the messages of the next datagram; [] after ``timeout`` seconds
+        without one.  OSError(ENOBUFS) when the kernel dropped events (the socket's buffer
+        overflowed): whatever was watched must be read afresh."""
+        self._sock.settimeout(timeout)
+        try:
+            data = self._sock.recv(_RECV_BUF)
+        except TimeoutError:
+            return []
+        return [(mtype, body) for mtype, _flags, _seq, body in _messages(data, "events")]
+
     def routes(self, family: int, index: int | None = None, table: int | None = RT_TABLE_MAIN
                ) -> list[RouteEntry]:
         """Unicast routes of ``family`` (in ``table``; every table when None), on ``index``."""
         body = _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)
         out = []
-        for b in self._dump(RTM_GETROUTE, body, "dump routes"):
+        for b in self.dump(RTM_GETROUTE, body, "dump routes"):
             if _RTMSG.unpack_from(b)[7] != RTN_UNICAST:
                 continue
             r = _decode_route(b)
@@ -513,19 +549,6 @@ class Netlink:
                             answers.append(body)
         return out
 
-    def routes_flagged(self, family: int, table: int | None = RT_TABLE_MAIN
-                       ) -> list[tuple[RouteEntry, int]]:
-        """Like :meth:`routes` (every link), with each route's rtm_flags (RTNH_F_ONLINK, ...)."""
-        body = _RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0)
-        out = []
-        for b in self._dump(RTM_GETROUTE, body, "dump routes"):
-            head = _RTMSG.unpack_from(b)
-            if head[7] != RTN_UNICAST:
-                continue
-            r = _decode_route(b)
-            if table is None or r.table == table:
-                out.append((r, head[8]))
-        return out
 
 
 # ---------------------------------------------------------------- batch requests (pure)
@@ -552,22 +575,17 @@ def route_get_request(dst: str) -> tuple[int, int, bytes]:
     return RTM_GETROUTE, 0, _route_body(dst, None, None, 0, 0, 0, 0, None)
 
 
-def neigh_get_request(address: str, index: int) -> tuple[int, int, bytes]:
-    """An RTM_GETNEIGH of one entry for :meth:`Netlink.batch`; decode with :func:`decode_neigh`."""
+def neigh_body(index: int, address: str, state: int = 0, flags: int = 0, mac: str | None = None) -> bytes:
+    """An ndmsg selecting ``address`` on link ``index`` (with NUD ``state``, NTF ``flags`` and
+    the link-layer address ``mac`` when given)."""
     family, packed, _plen = parse_cidr(address)
-    return RTM_GETNEIGH, 0, _NDMSG.pack(family, index, 0, 0, 0) + _attr(NDA_DST, packed)
+    body = NDMSG.pack(family, index, state, flags, 0) + pack_attr(NDA_DST, packed)
+    return body + pack_attr(NDA_LLADDR, mac_bytes(mac)) if mac else body
 
 
 def decode_route(body: bytes) -> RouteEntry:
+    """An RTM_NEWROUTE body (a dump part, a lookup's answer, an event)."""
     return _decode_route(body)
-
-
-def decode_neigh(body: bytes) -> tuple[str | None, int, str | None]:
-    """(address, NUD state, lladdr) of an RTM_NEWNEIGH answer."""
-    family, _index, state, _flags, _type = _NDMSG.unpack_from(body)
-    a = _attrs(body, _NDMSG.size)
-    ip = socket.inet_ntop(family, a[NDA_DST]) if NDA_DST in a else None
-    return ip, state, mac_text(a[NDA_LLADDR]) if NDA_LLADDR in a else None
 
 
 def _messages(data: bytes, what: str) -> Iterator[tuple[int, int, int, bytes]]:
@@ -589,7 +607,7 @@ def _ext_ack(body: bytes, flags: int) -> str:
     inner_len = _NLMSGHDR.unpack_from(body, 4)[0] if len(body) >= 4 + _NLMSGHDR.size else 0
     capped = flags & 0x100
     offset = 4 + (_NLMSGHDR.size if capped else _align(inner_len))
-    msg = _attrs(body, offset).get(NLMSGERR_ATTR_MSG)
+    msg = unpack_attrs(body, offset).get(NLMSGERR_ATTR_MSG)
     if not msg:
         return ""
     return " (" + msg.rstrip(b"\0").decode(errors="replace") + ")"

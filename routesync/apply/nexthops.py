@@ -1,4 +1,4 @@
-"""The fast path's data-plane MAC source: the kernel's neighbour table (pyroute2).
+"""The fast path's data-plane MAC source: the kernel's neighbour table (``cni.kernel.netlink``).
 
 For each destination (a peer's transport address) the kernel's route lookup gives the next hop
 (the peer itself on a shared segment, else this Node's router towards it); its MAC is read from
@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
-import socket
-import struct
 import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from routesync.apply.tnlneigh import NUD_FAILED, NUD_INCOMPLETE, TunnelNeighbors
+from cni.kernel import neighbours
+from cni.kernel.neighbours import NUD_FAILED, NUD_INCOMPLETE, RTMGRP_NEIGH, Neighbour
+from cni.kernel.netlink import RTM_DELNEIGH, RTM_NEWNEIGH, Netlink
+from routesync.apply.tnlneigh import TunnelNeighbors
 from routesync.model import NextHop
 
 if TYPE_CHECKING:
@@ -32,10 +32,6 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
-RTMGRP_NEIGH = 0x4
-RTM_NEWNEIGH, RTM_DELNEIGH = 28, 29
-NETLINK_ROUTE = 0
-CLONE_NEWNET = 0x40000000
 RESOLVE_TIMEOUT = 0.3  # a reconcile waits at most this long for new next hops
 
 
@@ -73,16 +69,16 @@ class NextHops:
         macs: dict[tuple[str, int], str | None] = {}
         pending: set[tuple[str, int]] = set()
         for key in set(hops.values()):
-            macs[key] = self._nl._lladdr(*key)
+            macs[key] = self._nl.lladdr(*key)
             if macs[key] is None:
-                self._nl._probe(*key)
+                self._nl.probe(*key)
                 if key[0] not in self._asked:
                     pending.add(key)
         deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
             time.sleep(0.01)
             for key in list(pending):
-                macs[key] = self._nl._lladdr(*key)
+                macs[key] = self._nl.lladdr(*key)
                 if macs[key] is not None:
                     pending.discard(key)
         with self._lock:
@@ -98,12 +94,11 @@ class NextHops:
             self._thread = threading.Thread(target=self._watch, name="neigh-watch", daemon=True)
             self._thread.start()
 
-    def _event(self, msg: Any) -> None:
-        dst = msg.get_attr("NDA_DST")
-        if dst is None:
+    def _event(self, kind: int, n: Neighbour) -> None:
+        if n.ip is None:
             return
-        ip = str(ipaddress.ip_address(dst))
-        mac = usable_mac(msg["state"], msg.get_attr("NDA_LLADDR"), msg["header"]["type"] == RTM_DELNEIGH)
+        ip = str(ipaddress.ip_address(n.ip))
+        mac = usable_mac(n.state, n.mac, kind == RTM_DELNEIGH)
         with self._lock:
             if ip not in self._known or self._known[ip] == mac:
                 return
@@ -112,30 +107,13 @@ class NextHops:
         self.events += 1
         self.changed.set()
 
-    def _socket(self) -> socket.socket:
-        """A netlink socket subscribed to neighbour events, in ``netns`` when given (setns
-        changes only the calling thread's namespace: this thread is the watcher's own)."""
+    def _socket(self) -> Netlink:
+        """A netlink socket subscribed to neighbour events, in ``netns`` when given."""
         if self.netns:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(os.path.join("/run/netns", self.netns), os.O_RDONLY)
-            try:
-                if libc.setns(fd, CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), f"setns {self.netns}")
-            finally:
-                os.close(fd)
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        sock.bind((0, RTMGRP_NEIGH))
-        sock.settimeout(0.2)
-        return sock
+            return Netlink.in_netns(f"/run/netns/{self.netns}", groups=RTMGRP_NEIGH)
+        return Netlink(groups=RTMGRP_NEIGH)
 
     def _watch(self) -> None:
-        # A plain socket, read to the end of each datagram: pyroute2's reader keeps messages
-        # it has read in its own queue, where select() on its fd no longer sees them.
-        from pyroute2.netlink.rtnl.ndmsg import ndmsg
-
         try:
             sock = self._socket()
         except Exception:
@@ -144,26 +122,18 @@ class NextHops:
         try:
             while not self._stop.is_set():
                 try:
-                    data = sock.recv(1 << 16)
-                except TimeoutError:
-                    continue
+                    events = sock.events(timeout=0.2)
                 except OSError as e:  # ENOBUFS: events were lost; reconcile to catch up
                     LOG.info("neighbour events lost (%s): reconciling", e)
                     self.changed.set()
                     continue
-                offset = 0
-                while offset + 16 <= len(data):
-                    length, kind = struct.unpack_from("=IH", data, offset)
-                    if length < 16:
-                        break
-                    if kind in (RTM_NEWNEIGH, RTM_DELNEIGH):
-                        try:
-                            msg = ndmsg(data[offset:offset + length])
-                            msg.decode()
-                            self._event(msg)
-                        except Exception as e:  # noqa: BLE001 - one odd message must not end the watch
-                            LOG.debug("neighbour event ignored: %s", e)
-                    offset += (length + 3) & ~3
+                for kind, body in events:
+                    if kind not in (RTM_NEWNEIGH, RTM_DELNEIGH):
+                        continue
+                    try:
+                        self._event(kind, neighbours.decode(body))
+                    except Exception as e:  # noqa: BLE001 - one odd message must not end the watch
+                        LOG.debug("neighbour event ignored: %s", e)
         finally:
             sock.close()
 

@@ -7,10 +7,10 @@ OVS port's ``external_ids``: ``ferry-netns``) and converges it, under the plugin
 lock (``cni.node.locks``), so it never races an ADD or DEL of that Pod; a Pod whose port went away
 meanwhile, or whose namespace is gone, is skipped without error.
 
-Entering: a short-lived thread ``setns``-es into the Pod's namespace and opens a netlink socket
-there (a socket stays in the namespace it was created in), which pyroute2's ``IPRoute`` then
-uses (``use_socket``): ~1.5 ms per Pod, where ``IPRoute(netns=...)`` forks a helper process
-(~4 ms) and, by default, creates a namespace that does not exist.
+Entering: ``cni.kernel.netlink.Netlink.in_netns`` ``setns``-es the calling thread into the
+Pod's namespace only while it opens a netlink socket there (a socket stays in the namespace it
+was created in), and comes back; pyroute2's ``IPRoute(netns=...)`` forked a helper process
+(~4 ms) and, by default, created a namespace that did not exist.
 
 Which Pods: every Pod whose last converged plan differs from the current one (all of them after
 a mode/MTU change, none after a change that leaves the plan alone), new Pods once, and every Pod
@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import socket
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cni.lean import addr
+from cni.kernel.netlink import RT_TABLE_MAIN, Netlink
 from cni.node.locks import attachment_lock
 from cni.node.nodestate import NodeState
 from cni.pipeline import podnet
@@ -89,73 +87,35 @@ def want_for(state: NodeState, pod: PodPort) -> podnet.PodNet:
     return podnet.for_state(state, podnet.gateways_of(state, list(pod.ips)))
 
 
-def netlink_socket_in(path: str) -> socket.socket:
-    """A rtnetlink socket in the network namespace ``path`` (opened on a thread that enters it:
-    setns changes the calling thread only).  :class:`NetnsGone` when there is no such namespace."""
-    from pyroute2 import netns as pyr_netns
-
-    out: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            out["error"] = e
-            return
-        try:
-            pyr_netns.setns(fd)
-            out["sock"] = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, 0)
-        except BaseException as e:  # noqa: BLE001 - handed to the caller
-            out["error"] = e
-        finally:
-            os.close(fd)
-
-    t = threading.Thread(target=run, name="ferry-pod-netns", daemon=True)
-    t.start()
-    t.join()
-    err = out.get("error")
-    if isinstance(err, OSError) and err.errno in (errno.ENOENT, errno.ENOTDIR, errno.EINVAL):
-        raise NetnsGone(f"network namespace {path} is gone")
-    if err is not None:
-        raise err
-    return out["sock"]
+def netlink_in(path: str) -> Netlink:
+    """A rtnetlink socket in the network namespace ``path``.  :class:`NetnsGone` when there is
+    no such namespace."""
+    try:
+        return Netlink.in_netns(path)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EINVAL):
+            raise NetnsGone(f"network namespace {path} is gone") from None
+        raise
 
 
-def converge_pod(ipr: Any, ifname: str, want: podnet.PodNet) -> bool:
-    """Make ``ifname`` in ``ipr``'s namespace hold ``want``: MTU first (the kernel adjusts IPv6
+def converge_pod(nl: Netlink, ifname: str, want: podnet.PodNet) -> bool:
+    """Make ``ifname`` in ``nl``'s namespace hold ``want``: MTU first (the kernel adjusts IPv6
     route MTUs to a link's new MTU), then the routes.  True when something changed."""
-    links = ipr.link_lookup(ifname=ifname)
-    if not links:
+    link = nl.link_get(ifname)
+    if link is None:
         raise NetnsGone(f"{ifname} is gone")
-    index = links[0]
-    mtu = ipr.get_links(index)[0].get_attr("IFLA_MTU")
+    index = link.index
     changed = False
-    if mtu != want.mtu:
-        ipr.link("set", index=index, mtu=want.mtu)
+    if link.mtu != want.mtu:
+        nl.link_set(index, mtu=want.mtu)
         changed = True
-    have = []
-    for family in (socket.AF_INET, socket.AF_INET6):
-        for r in ipr.get_routes(family=family, oif=index, table=254):
-            gw = r.get_attr("RTA_GATEWAY")
-            if not gw or r["proto"] == RTPROT_KERNEL or r.get_attr("RTA_OIF") != index:
-                continue
-            dst = r.get_attr("RTA_DST") or ("0.0.0.0" if family == socket.AF_INET else "::")
-            metrics = r.get_attr("RTA_METRICS")
-            rmtu = (metrics.get_attr("RTAX_MTU") or 0) if metrics is not None else 0
-            have.append((f"{dst}/{r['dst_len']}", gw, rmtu))
+    have = [(r.dst, r.gw, r.mtu) for family in (socket.AF_INET, socket.AF_INET6)
+            for r in nl.routes(family, index, RT_TABLE_MAIN) if r.gw and r.proto != RTPROT_KERNEL]
     todo = podnet.changes(want, want.mtu, have)
     for rt in todo.put:
-        args: dict[str, Any] = {"dst": rt.dst, "gateway": rt.gw, "oif": index, "proto": RTPROT_STATIC,
-                                "family": socket.AF_INET if addr.family(rt.dst) == 4 else socket.AF_INET6}
-        if rt.mtu:
-            args["metrics"] = {"mtu": rt.mtu}
-        ipr.route("replace", **args)
+        nl.route_add(rt.dst, rt.gw, index, proto=RTPROT_STATIC, replace=True, mtu=rt.mtu)
     for dst, gw in todo.delete:
-        try:
-            ipr.route("del", dst=dst, gateway=gw, oif=index)
-        except Exception as e:
-            if getattr(e, "code", None) not in (errno.ESRCH, errno.ENOENT):
-                raise
+        nl.route_del(dst, gw, index)  # False when already gone
     return changed or bool(todo.put or todo.delete)
 
 
@@ -216,8 +176,6 @@ class PodMtuApplier:
 
     def _converge(self, pod: PodPort, want: podnet.PodNet) -> bool | None:
         """True/False: changed or not; None: the Pod went away before its lock was ours."""
-        from pyroute2 import IPRoute
-
         with attachment_lock(self.lock_dir, pod.container_id, pod.ifname) as lock:
             row = self.port(pod.name)  # still there, still this Pod (not re-plugged meanwhile)?
             still = pod_ports([row]) if row is not None else []
@@ -225,7 +183,6 @@ class PodMtuApplier:
                 if not still:
                     lock.remove()  # deleted meanwhile: no lock file left behind for it
                 return None
-            sock = netlink_socket_in(pod.netns)
-            with IPRoute(use_socket=sock) as ipr:
+            with netlink_in(pod.netns) as nl:
                 host_changed = bool(self.set_host_mtu(pod.name, want.mtu))  # OVS's end of the veth
-                return converge_pod(ipr, pod.ifname, want) or host_changed
+                return converge_pod(nl, pod.ifname, want) or host_changed

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from cni.kernel.neighbours import NUD_FAILED, NUD_INCOMPLETE
 from routesync.model import PeerPlan
 
 if TYPE_CHECKING:
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
-NTF_USE = 0x01  # neighbour flag: "use this entry" = start resolution now
-NUD_INCOMPLETE, NUD_FAILED = 0x01, 0x20
 # A reconcile waits at most this long for new next hops to resolve; a next hop that did not
 # resolve is only re-probed later, never waited for again (a dead peer must not slow every
 # reconcile).  What is missed is written at the next reconcile; meanwhile OVS ARPs by itself.
@@ -146,50 +145,36 @@ class TunnelNeighbors:
     # -- kernel
     def next_hop(self, dst: str) -> tuple[str, int] | None:
         """(next hop address, ifindex) the kernel uses towards ``dst``."""
-        try:
-            msgs = self.routes._run(self.routes._a.route("get", dst=dst))
-        except Exception as e:  # noqa: BLE001 - unreachable: nothing to resolve
-            LOG.info("no route to tunnel endpoint %s: %s", dst, e)
-            return None
-        msgs = list(msgs)
-        if not msgs:
-            return None
-        m = msgs[0]
-        return (m.get("RTA_GATEWAY") or dst, int(m.get("RTA_OIF")))
+        return self.next_hops((dst,)).get(dst)
 
     def next_hops(self, endpoints: Iterable[str]) -> dict[str, tuple[str, int]]:
         """{endpoint: (next hop, ifindex)} for many endpoints: one batch of route lookups on the
-        route applier's netlink socket (1,000 lookups one by one through pyroute2 took ~1 s).
-        An endpoint without a route is left out."""
-        from cni.kernel import netlink
-
+        route applier's netlink socket.  An endpoint without a route is left out."""
         endpoints = list(endpoints)
-        answers = self.routes._nl.batch([netlink.route_get_request(e) for e in endpoints], "route get")
         out: dict[str, tuple[str, int]] = {}
-        for dst, got in zip(endpoints, answers):
-            if isinstance(got, Exception) or not got:
+        for dst, got in zip(endpoints, self.routes.route_lookups(endpoints), strict=True):
+            if isinstance(got, Exception):
                 LOG.info("no route to tunnel endpoint %s: %s", dst, got)
-                continue
-            r = netlink.decode_route(got[0])
-            if r.index:
-                out[dst] = (r.gw or dst, r.index)
+            elif got.index:
+                out[dst] = (got.gw or dst, got.index)
         return out
 
-    def _lladdr(self, ip: str, ifindex: int) -> str | None:
+    def lladdr(self, ip: str, ifindex: int) -> str | None:
+        """The usable MAC of next hop ``ip`` on ``ifindex``; None while unresolved or failed."""
         try:
-            msgs = list(self.routes._run(self.routes._a.neigh("get", dst=ip, ifindex=ifindex)))
-        except Exception:  # noqa: BLE001 - ENOENT: not resolved yet
+            n = self.routes.neighbour(ip, ifindex)
+        except OSError as e:
+            LOG.info("neighbour %s: %s", ip, e)
             return None
-        for n in msgs:
-            mac = n.get("NDA_LLADDR")
-            if mac and not n["state"] & (NUD_INCOMPLETE | NUD_FAILED):
-                return str(mac).lower()
-        return None
+        if n is None or not n.mac or n.state & (NUD_INCOMPLETE | NUD_FAILED):
+            return None
+        return n.mac.lower()
 
-    def _probe(self, ip: str, ifindex: int) -> None:
+    def probe(self, ip: str, ifindex: int) -> None:
+        """Start resolving next hop ``ip`` (ARP/NDP) on ``ifindex``."""
         try:
-            self.routes._run(self.routes._a.neigh("replace", dst=ip, ifindex=ifindex, flags=NTF_USE))
-        except Exception as e:  # noqa: BLE001
+            self.routes.probe_neighbour(ip, ifindex)
+        except OSError as e:
             LOG.info("cannot start neighbour resolution of %s: %s", ip, e)
 
     def resolve(self, endpoints: Iterable[str], timeout: float = RESOLVE_TIMEOUT) -> dict[str, str]:
@@ -199,18 +184,18 @@ class TunnelNeighbors:
         found: dict[str, str] = {}
         pending: set[tuple[str, int]] = set()
         for ip, idx in hops:
-            mac = self._lladdr(ip, idx)
+            mac = self.lladdr(ip, idx)
             if mac:
                 found[ip] = mac
             else:
-                self._probe(ip, idx)
+                self.probe(ip, idx)
                 if ip not in self.unresolved:
                     pending.add((ip, idx))
         deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
             time.sleep(0.01)
             for ip, idx in list(pending):
-                mac = self._lladdr(ip, idx)
+                mac = self.lladdr(ip, idx)
                 if mac:
                     found[ip] = mac
                     pending.discard((ip, idx))

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from cni.kernel.netlink import RTNH_F_ONLINK, Link, Netlink, NetlinkError
 from cni.pipeline.actions import output
 from cni.pipeline.match import IN_PORT
 from cni.pipeline.tables import Cookie, Flow, Owner, Table
@@ -120,20 +121,18 @@ class UplinkMover:
     def __init__(self, ovs: OvsApplier, spec: UplinkSpec, state_dir: str,
                  datapath_type: str = "netdev", netns: str | None = None,
                  nft: NftApplier | None = None) -> None:
-        from pyroute2 import IPRoute
-
         self.ovs = ovs
         self.spec = spec
         self.state_path = os.path.join(state_dir, "uplink.json")
         self.datapath_type = datapath_type
         self.netns = netns
         self.nft = nft or NftApplier(netns=netns)
-        self.ipr: Any = IPRoute(netns=netns) if netns else IPRoute()
+        self.nl = Netlink.in_netns(f"/run/netns/{netns}") if netns else Netlink()
         # test hook: called with each step's name after it completed (a test raises to "crash")
         self.after_step: Callable[[str], None] = lambda step: None
 
     def close(self) -> None:
-        self.ipr.close()
+        self.nl.close()
 
     # -- state file
     def load(self) -> UplinkState | None:
@@ -154,42 +153,25 @@ class UplinkMover:
         os.replace(tmp, self.state_path)
 
     # -- kernel view
-    def _link(self, ref: str | int) -> Any | None:
-        try:
-            links = self.ipr.get_links(ref) if isinstance(ref, int) else \
-                self.ipr.get_links(ifname=ref)
-        except Exception:  # noqa: BLE001 - pyroute2 raises NetlinkError(ENODEV) for a missing link
-            return None
-        return links[0] if links else None
+    def _link(self, ref: str | int) -> Link | None:
+        return self.nl.link_get(ref)
 
     @staticmethod
-    def _kind(link: Any) -> str | None:
-        info = link.get_attr("IFLA_LINKINFO")
-        return info.get_attr("IFLA_INFO_KIND") if info else None
+    def _kind(link: Link) -> str | None:
+        return link.kind
 
     def _addresses(self, index: int) -> list[str]:
-        out = []
-        for a in self.ipr.get_addr(index=index):
-            ip = ipaddress.ip_address(a.get_attr("IFA_ADDRESS"))
-            if not ip.is_link_local:
-                out.append(f"{ip}/{a['prefixlen']}")
-        return sorted(out)
+        return sorted(c for c in self.nl.addrs(index) if not ipaddress.ip_interface(c).ip.is_link_local)
 
     def _routes(self, index: int) -> list[RouteRecord]:
         out = []
         for family in (socket.AF_INET, socket.AF_INET6):
-            for r in self.ipr.get_routes(family=family):  # every table
-                table = r.get_attr("RTA_TABLE") or r["table"]
-                if r.get_attr("RTA_OIF") != index or table == RT_TABLE_LOCAL:
+            for r in self.nl.routes(family, index, table=None):  # every table, unicast only
+                if r.table == RT_TABLE_LOCAL or r.proto == RTPROT_KERNEL:
                     continue
-                if r["proto"] == RTPROT_KERNEL or r["type"] != 1:  # unicast only
-                    continue
-                dst = r.get_attr("RTA_DST") or ("0.0.0.0" if family == socket.AF_INET else "::")
                 out.append(RouteRecord(
-                    family=family, dst=f"{dst}/{r['dst_len']}", gateway=r.get_attr("RTA_GATEWAY"),
-                    table=table, proto=r["proto"], scope=r["scope"], type=r["type"],
-                    priority=r.get_attr("RTA_PRIORITY"), prefsrc=r.get_attr("RTA_PREFSRC"),
-                    onlink=bool(r["flags"] & 4)))
+                    family=family, dst=r.dst, gateway=r.gw, table=r.table, proto=r.proto, scope=r.scope,
+                    type=1, priority=r.metric, prefsrc=r.prefsrc, onlink=bool(r.flags & RTNH_F_ONLINK)))
         return sorted(out, key=lambda x: (x.family, x.gateway is not None, x.dst))
 
     def snapshot(self, name: str) -> dict[str, Any]:
@@ -197,10 +179,8 @@ class UplinkMover:
         link = self._link(name)
         if link is None:
             raise UplinkError(f"no link {name!r}")
-        return {"name": link.get_attr("IFLA_IFNAME"), "mac": link.get_attr("IFLA_ADDRESS"),
-                "mtu": link.get_attr("IFLA_MTU"), "addresses": self._addresses(link["index"]),
-                "routes": [asdict(r) for r in self._routes(link["index"])],
-                "up": bool(link["flags"] & 1)}
+        return {"name": link.name, "mac": link.mac, "mtu": link.mtu, "addresses": self._addresses(link.index),
+                "routes": [asdict(r) for r in self._routes(link.index)], "up": link.up}
 
     def _record(self) -> UplinkState:
         link = self._link(self.spec.name)
@@ -209,15 +189,14 @@ class UplinkMover:
         if self._kind(link) in OVS_KINDS:
             raise UplinkError(f"{self.spec.name!r} is already an OVS internal port, but no "
                               f"state file {self.state_path} says how it got there")
-        idx = link["index"]
+        idx = link.index
         return UplinkState(name=self.spec.name, renamed=self.spec.renamed, bridge=self.ovs.bridge,
-                           ifindex=idx, mac=link.get_attr("IFLA_ADDRESS"),
-                           mtu=link.get_attr("IFLA_MTU"), addresses=self._addresses(idx),
+                           ifindex=idx, mac=link.mac, mtu=link.mtu, addresses=self._addresses(idx),
                            routes=self._routes(idx))
 
-    def _physical(self, st: UplinkState) -> Any:
+    def _physical(self, st: UplinkState) -> Link:
         link = self._link(st.ifindex)
-        if link is not None and link.get_attr("IFLA_IFNAME") in (st.name, st.renamed) \
+        if link is not None and link.name in (st.name, st.renamed) \
                 and self._kind(link) not in OVS_KINDS:
             return link
         for name in (st.renamed, st.name):
@@ -228,15 +207,15 @@ class UplinkMover:
 
     def _rename(self, index: int, new: str) -> None:
         try:
-            self.ipr.link("set", index=index, ifname=new)
-        except Exception as e:
-            if getattr(e, "code", None) != errno.EBUSY:
+            self.nl.link_set(index, name=new)
+        except NetlinkError as e:
+            if e.errno != errno.EBUSY:
                 raise
-            self.ipr.link("set", index=index, state="down")  # kernels without live rename
-            self.ipr.link("set", index=index, ifname=new)
-            self.ipr.link("set", index=index, state="up")
+            self.nl.link_set(index, up=False)  # kernels without live rename
+            self.nl.link_set(index, name=new)
+            self.nl.link_set(index, up=True)
 
-    def _wait_link(self, name: str, timeout: float = 10.0) -> Any:
+    def _wait_link(self, name: str, timeout: float = 10.0) -> Link:
         deadline = time.monotonic() + timeout
         while True:
             link = self._link(name)
@@ -251,32 +230,18 @@ class UplinkMover:
         for c in cidrs:
             if c in have:
                 continue
-            i = ipaddress.ip_interface(c)
-            self.ipr.addr("add", index=index, address=str(i.ip), prefixlen=i.network.prefixlen,
-                          **({"flags": 0x02} if i.version == 6 else {}))  # IFA_F_NODAD
+            self.nl.addr_add(index, c, nodad=True)  # IPv6 without DAD
 
     def _drop_addresses(self, index: int, cidrs: list[str]) -> None:
         have = set(self._addresses(index))
         for c in cidrs:
             if c in have:
-                i = ipaddress.ip_interface(c)
-                self.ipr.addr("del", index=index, address=str(i.ip),
-                              prefixlen=i.network.prefixlen)
+                self.nl.addr_del(index, c)
 
     def _put_routes(self, index: int, routes: list[RouteRecord]) -> None:
-        for r in routes:
-            args: dict[str, Any] = {"dst": r.dst, "oif": index, "table": r.table,
-                                    "proto": r.proto, "scope": r.scope, "type": r.type,
-                                    "family": r.family}
-            if r.gateway:
-                args["gateway"] = r.gateway
-            if r.priority is not None:
-                args["priority"] = r.priority
-            if r.prefsrc:
-                args["prefsrc"] = r.prefsrc
-            if r.onlink:
-                args["flags"] = 4
-            self.ipr.route("replace", **args)
+        for r in routes:  # unicast (what _routes records)
+            self.nl.route_add(r.dst, r.gateway, index, onlink=r.onlink, table=r.table, proto=r.proto,
+                              metric=r.priority, replace=True, scope=r.scope, prefsrc=r.prefsrc)
 
     # -- the move
     def move(self) -> UplinkState:
@@ -291,10 +256,10 @@ class UplinkMover:
         st.phase = "moving"
         self._save(st)
         phys = self._physical(st)
-        idx = phys["index"]
-        if phys.get_attr("IFLA_IFNAME") != st.renamed:
+        idx = phys.index
+        if phys.name != st.renamed:
             self._rename(idx, st.renamed)
-        self.ipr.link("set", index=idx, state="up")
+        self.nl.link_set(idx, up=True)
         self.after_step("renamed")
         of_phys = self.ovs.attach_port(st.renamed)
         of_int = self.ovs.ensure_internal_port(st.name, mac=st.mac, mtu=st.mtu)
@@ -304,8 +269,8 @@ class UplinkMover:
         self.after_step("attached")
         self.ovs.replace_group(UPLINK_COOKIE, uplink_flows(of_phys, of_int))
         self.after_step("flows")
-        iidx = internal["index"]
-        self.ipr.link("set", index=iidx, state="up")
+        iidx = internal.index
+        self.nl.link_set(iidx, up=True)
         self._put_addresses(iidx, st.addresses)
         self._put_routes(iidx, st.routes)
         self.after_step("addressed")
@@ -331,11 +296,11 @@ class UplinkMover:
             self.restore()
         return self.move()
 
-    def _follow_mtu(self, st: UplinkState, phys: Any) -> UplinkState:
+    def _follow_mtu(self, st: UplinkState, phys: Link) -> UplinkState:
         """The underlay's MTU is the physical link's: an operator who changes it (say 1500 ->
         9000 on the segment and the uplinks) changes ``eth0~``; the internal port follows, and
         the recorded MTU too, so that a restore keeps what the operator set."""
-        mtu = phys.get_attr("IFLA_MTU")
+        mtu = phys.mtu
         if mtu and mtu != st.mtu:
             LOG.info("uplink %s: physical MTU %s -> %s, the internal port follows", st.renamed, st.mtu, mtu)
             st.mtu = mtu
@@ -359,17 +324,17 @@ class UplinkMover:
         st.phase = "restoring"
         self._save(st)
         phys = self._physical(st)
-        idx = phys["index"]
+        idx = phys.index
         self.nft.set_uplink_drop(None)
         self.after_step("undropped")
-        self.ipr.link("set", index=idx, state="up")
+        self.nl.link_set(idx, up=True)
         self._put_addresses(idx, st.addresses)
         self._put_routes(idx, st.routes)
         self.after_step("readdressed")
         internal = self._link(st.name)
         if internal is not None and self._kind(internal) in OVS_KINDS:
             # off the internal port before its flows go, so replies leave by the physical link
-            self._drop_addresses(internal["index"], st.addresses)
+            self._drop_addresses(internal.index, st.addresses)
         self.ovs.delete_flows(UPLINK_COOKIE)
         api = self.ovs.api
         with api.transaction(check_error=True) as txn:
@@ -381,15 +346,15 @@ class UplinkMover:
             if time.monotonic() > deadline:
                 raise UplinkError(f"internal port {st.name} still exists")
             time.sleep(0.01)
-        if phys.get_attr("IFLA_IFNAME") != st.name:
+        if phys.name != st.name:
             self._rename(idx, st.name)
         link = self._link(idx)
         if link is None:
             raise UplinkError(f"the physical uplink (index {idx}) vanished during restore")
-        if link.get_attr("IFLA_MTU") != st.mtu:
-            self.ipr.link("set", index=idx, mtu=st.mtu)
-        if link.get_attr("IFLA_ADDRESS") != st.mac:
-            self.ipr.link("set", index=idx, address=st.mac)
+        if link.mtu != st.mtu:
+            self.nl.link_set(idx, mtu=st.mtu)
+        if link.mac != st.mac:
+            self.nl.link_set(idx, mac=st.mac)
         self._put_routes(idx, st.routes)  # routes that went with the internal port's removal
         os.unlink(self.state_path)
         LOG.info("uplink %s restored", st.name)

@@ -77,9 +77,10 @@ def test_no_zip_comes_first_on_the_per_pod_path(bundle: Path) -> None:
 
 def test_route_sync_is_complete(bundle: Path) -> None:
     _, pyz = archive(bundle / "ferry-route-sync")
-    for mod in ("pyroute2", "ovsdbapp", "kubernetes", "yaml", "click", "prometheus_client",
-                "routesync.install", "routesync.metrics", "routesync.health"):
+    for mod in ("ovsdbapp", "kubernetes", "yaml", "click", "prometheus_client",
+                "routesync.install", "routesync.metrics", "routesync.health", "cni.kernel.neighbours"):
         assert mod in pyz, mod
+    assert "pyroute2" not in pyz  # route-sync's netlink is cni.kernel.netlink
     toc, _ = archive(bundle / "ferry-route-sync")
     assert "pyi_rth_pkgres" not in toc and "pyi_rth_setuptools" not in toc
     p = run([str(bundle / "ferry-route-sync"), "--help"])

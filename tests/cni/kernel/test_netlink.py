@@ -153,16 +153,22 @@ def test_link_del_is_idempotent_and_takes_the_peer(ns: str) -> None:
 
 # ------------------------------------------------------------------ addresses
 
+def addressed_eth0(nl: Netlink) -> int:
+    """``eth0`` (in ``nl``'s namespace) up with 10.99.0.5/24 and fd00:99::5/64; its index."""
+    idx = nl.link_index("eth0")
+    assert idx is not None
+    nl.link_set(idx, up=True)
+    nl.addr_add(idx, "10.99.0.5/24")
+    nl.addr_add(idx, "fd00:99::5/64")
+    return idx
+
+
 def test_addresses_v4_v6_without_dad(veth: tuple[str, str]) -> None:
     host, ns = veth
     with Netlink() as host_nl:
         host_nl.link_set(host, up=True)  # carrier, so the kernel adds a link-local address
     with Netlink.in_netns(path(ns)) as nl:
-        idx = nl.link_index("eth0")
-        assert idx is not None
-        nl.link_set(idx, up=True)
-        nl.addr_add(idx, "10.99.0.5/24")
-        nl.addr_add(idx, "fd00:99::5/64")
+        idx = addressed_eth0(nl)
         with pytest.raises(NetlinkError) as e:
             nl.addr_add(idx, "10.99.0.5/24")
         assert e.value.errno == errno.EEXIST
@@ -194,11 +200,7 @@ def test_addresses_v4_v6_without_dad(veth: tuple[str, str]) -> None:
 def test_routes_match_pyroute2(veth: tuple[str, str]) -> None:
     _, ns = veth
     with Netlink.in_netns(path(ns)) as nl:
-        idx = nl.link_index("eth0")
-        assert idx is not None
-        nl.link_set(idx, up=True)
-        nl.addr_add(idx, "10.99.0.5/24")
-        nl.addr_add(idx, "fd00:99::5/64")
+        idx = addressed_eth0(nl)
         nl.route_add("0.0.0.0/0", "10.99.0.1", idx)
         nl.route_add("10.100.0.0/16", "10.200.0.1", idx, onlink=True)  # gateway off-subnet
         nl.route_add("192.168.50.0/24", None, idx)
