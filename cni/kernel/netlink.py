@@ -22,8 +22,8 @@ import os
 import struct
 
 from cni.lean.record import record
+from cni.lean.typecheck import TYPE_CHECKING
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
