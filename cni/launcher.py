@@ -15,9 +15,10 @@ import os
 import sys
 
 ENTRY_POINTS = {"ferry": "cni.plugin", "ferry-ipam": "ipam.plugin"}
-# Every module an ADD, DEL or CHECK imports (cni.commands.verbs pulls in the rest lazily): what the
+# Every module an ADD, DEL or CHECK imports (the verbs' modules pull in the rest lazily): what the
 # lean-imports test and bench_cni's import floor load.
-PER_POD_MODULES = ("cni.plugin", "cni.spec.protocol", "cni.commands.verbs", "cni.kernel.netlink",
+PER_POD_MODULES = ("cni.plugin", "cni.spec.protocol", "cni.commands.add", "cni.commands.delete",
+                   "cni.commands.check", "cni.kernel.netlink",
                    "cni.ovs.ovsdb", "cni.ovs.openflow.bridge", "cni.ovs.openflow.ofctl", "cni.pipeline.flows",
                    "cni.node.locks", "cni.kernel.netns", "cni.kernel.ethtool", "cni.kernel.announce",
                    "ipam.api")

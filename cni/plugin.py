@@ -1,7 +1,8 @@
 """The ``ferry`` executable: the protocol core wired to the command handlers.
 
-``cni.commands.verbs`` (and with it netlink, OVSDB, IPAM) is imported only when a command that needs it
-runs; VERSION and every input error are answered by :mod:`cni.spec.protocol` alone."""
+Each verb's module (``cni.commands.add``, ``delete``, ``check``, ``status``, ``gc``: and with it
+netlink, OVSDB, IPAM) is imported only when that command runs, so an ADD loads no other verb;
+VERSION and every input error are answered by :mod:`cni.spec.protocol` alone."""
 
 from __future__ import annotations
 
@@ -13,33 +14,33 @@ if TYPE_CHECKING:
 
 
 def _add(req: Request) -> Result | None:
-    from cni.commands import verbs as commands
+    from cni.commands.add import add
 
-    return commands.add(req)
+    return add(req)
 
 
 def _delete(req: Request) -> None:
-    from cni.commands import verbs as commands
+    from cni.commands.delete import delete
 
-    commands.delete(req)
+    delete(req)
 
 
 def _check(req: Request) -> None:
-    from cni.commands import verbs as commands
+    from cni.commands.check import check
 
-    commands.check(req)
+    check(req)
 
 
 def _status(req: Request) -> None:
-    from cni.commands import verbs as commands
+    from cni.commands.status import status
 
-    commands.status(req)
+    status(req)
 
 
 def _gc(req: Request) -> None:
-    from cni.commands import verbs as commands
+    from cni.commands.gc import gc
 
-    commands.gc(req)
+    gc(req)
 
 
 def handlers() -> Handlers:

@@ -181,7 +181,7 @@ class Daemon:
     def _sync_pods(self, state: nodestate.NodeState, full: bool) -> None:
         """Running Pods to the state's per-path MTUs (``appliers.sync_pods``), when what decides
         them changed, and on full passes (drift).  The state file is on disk first: an ADD that
-        read the older one notices the newer and converges its own Pod (``cni.commands.verbs.add``)."""
+        read the older one notices the newer and converges its own Pod (``cni.commands.add.add``)."""
         sync = getattr(self.appliers, "sync_pods", None)
         if sync is None:
             return

@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("cni", "ipam", "routesync", "lab", "bench")
 
 # (importer, exporter, name) and cycles that exist and are known; empty since the verbs' shared
-# steps moved from cni.commands.verbs to cni.commands.steps
+# steps moved to cni.commands.steps
 KNOWN_PRIVATE: set[tuple[str, str, str]] = set()
 KNOWN_CYCLES: set[frozenset[str]] = set()
 
@@ -139,7 +139,7 @@ def cycles(edges: dict[str, set[str]]) -> set[frozenset[str]]:
 def test_reader_sees_what_it_must() -> None:
     """The reader itself: it finds the packages, relative imports and a known edge."""
     g = read_graph()
-    assert {"cni.commands.verbs", "routesync.sources.kube", "routesync.sources"} <= set(g.modules)
+    assert {"cni.commands.add", "routesync.sources.kube", "routesync.sources"} <= set(g.modules)
     assert "routesync.sources.base" in g.edges["routesync.sources.kube"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
     assert cycles({"a": {"b"}, "b": set()}) == set()

@@ -1,25 +1,31 @@
 """The steps every verb shares, plain and chained alike: opening the Pod's namespace, the OVS
 clients, naming the step a failure happened at (and timing the steps), the OVS port's
 external_ids, forgetting a Pod's neighbours on the gateway port, CHECK's look at the sandbox,
-and keeping the Node's stack off a netdev port's host end.
+keeping the Node's stack off a netdev port's host end, a fresh MAC, the IPAM config and the
+Pod's MTU and routes.
 
-``cni.commands.verbs`` (Ferry's own interface) and ``cni.commands.chained`` (networkPolicyOnly) both import this
-module; neither imports the other's internals. Standard library only: this runs once per Pod."""
+The verbs (``cni.commands.add``, ``delete``, ``check``, ``status``, ``gc``, ``gateway``) and
+``cni.commands.chained`` (networkPolicyOnly) import this module; none imports another's
+internals. Standard library only: this runs once per Pod."""
 
 from __future__ import annotations
 
 import _socket  # the C module socket wraps: loaded already (cni.kernel.netlink)
+import os
 from time import perf_counter as _now  # time is loaded already (cni.spec.log)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Any
 
     from cni.kernel.netlink import Netlink
     from cni.ovs.openflow.bridge import OpenFlow
     from cni.ovs.ovsdb import Ovsdb
+    from cni.pipeline.podnet import PodNet
     from cni.spec.request import Request
     from cni.spec.result import IPConfig, Result
+    from ipam.api import IpamConfig
 
 from cni.lean import addr
 from cni.node import config as cfg
@@ -43,6 +49,26 @@ def ovs_clients(node: cfg.NodeContext) -> tuple[Ovsdb, OpenFlow]:
     from cni.ovs.ovsdb import Ovsdb
 
     return Ovsdb(node.ovsdb), OpenFlow(node.bridge, node.ovs_run_dir)
+
+
+def random_mac() -> str:
+    b = bytearray(os.urandom(6))
+    b[0] = (b[0] & 0xFC) | 0x02  # unicast, locally administered
+    return ":".join(f"{x:02x}" for x in b)
+
+
+def ipam_for(conf_dict: dict, node: cfg.NodeContext) -> tuple[ModuleType, IpamConfig]:
+    from ipam import api as ipam_api
+
+    return ipam_api, ipam_api.parse_config(conf_dict, node.pod_cidrs)
+
+
+def pod_net(node: cfg.NodeContext, conf: cfg.PluginConfig, ips: list[IPConfig]) -> PodNet:
+    """The Pod's interface MTU and routes (``cni.pipeline.podnet``: per-path MTUs)."""
+    from cni.pipeline import podnet
+
+    gateways = {ip.family: ip.gateway for ip in ips if ip.gateway}
+    return podnet.for_state(node.state, gateways, conf.mtu, fallback_mtu=node.mtu)
 
 
 def system_error(step: str, e: Exception) -> CniError:

@@ -163,7 +163,7 @@ class _Detach:
 
 
 def attach_stdlib(log: Log, name: str = "ferry") -> _Detach:
-    """Forward stdlib ``logging.getLogger(name)`` records (cni.commands.verbs, cni.commands.rollback) into ``log``.
+    """Forward stdlib ``logging.getLogger(name)`` records (cni.commands.add, cni.commands.rollback) into ``log``.
 
     Called only on the paths that import those modules anyway (``logging`` is already loaded
     there); returns the undo, so an in-process caller (tests) keeps no handler behind."""

@@ -265,7 +265,7 @@ HOOKED_LAUNCHER = """#!{python} -IS
 # read of it and the Pod's configuration (a window of microseconds no test can hit by waiting)
 import os, sys
 sys.path.insert(0, {root!r})
-from cni.commands import verbs as commands
+from cni.commands import add as commands
 configure = commands._configure_pod_interface
 def hooked(*args, **kwargs):
     configure(*args, **kwargs)
