@@ -7,8 +7,8 @@ pays a walk, and only up to the next hole."""
 
 from __future__ import annotations
 
+from cni.lean.record import record
 from cni.spec.errors import INVALID_CONFIG, IPAM_EXHAUSTED, CniError
-from ipam.plain import Frozen
 from ipam.ranges import Range, RangeSet, find_range, fmt, iter_from, parse_address
 
 TYPE_CHECKING = False
@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     Taken = Callable[[int, int], bool]  # (addr, bits) -> held by some attachment
 
 
-class Pick(Frozen):
-    __slots__ = ("set_index", "range", "addr")  # noqa: RUF023 - the order is the positional order
+@record(frozen=True)
+class Pick:
     set_index: int
     range: Range
     addr: int

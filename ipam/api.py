@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from cni.lean import addr
+from cni.lean.record import record
 from cni.spec.errors import (
     INVALID_CONFIG,
     INVALID_ENV,
@@ -29,21 +30,19 @@ from cni.spec.errors import (
 )
 from cni.spec.result import IPConfig, Route
 from ipam.allocator import Pick, match_requested, parse_cursor, pick_free
-from ipam.plain import Frozen
 from ipam.ranges import RangeSet, fmt, parse_address, parse_range_sets, range_sets_from_cidrs
 from ipam.store import Key, Record, Store, StoredIP
 
 DEFAULT_DATA_DIR = "/var/lib/ferry/ipam"
 
 
-class IpamConfig(Frozen):
-    __slots__ = ("network", "data_dir", "range_sets", "routes", "durable")  # noqa: RUF023 - positional order
-    _defaults = {"routes": (), "durable": False}  # noqa: RUF012 - read-only
+@record(frozen=True)
+class IpamConfig:
     network: str
     data_dir: str
     range_sets: tuple[RangeSet, ...]
-    routes: tuple[Route, ...]
-    durable: bool  # fsync every write (survive power loss), not only process crashes
+    routes: tuple[Route, ...] = ()
+    durable: bool = False  # fsync every write (survive power loss), not only process crashes
 
     @property
     def store_dir(self) -> str:

@@ -8,8 +8,8 @@ Pure: no I/O.  Every error is ``CniError(7)`` naming the offending field."""
 from __future__ import annotations
 
 from cni.lean import addr as _addr
+from cni.lean.record import record
 from cni.spec.errors import INVALID_CONFIG, CniError
-from ipam.plain import Frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -17,10 +17,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-class Range(Frozen):
+@record(frozen=True)
+class Range:
     """One contiguous pool: ``start..end`` (inclusive) inside ``subnet``; ints of ``bits`` width."""
 
-    __slots__ = ("network", "prefixlen", "bits", "start", "end", "gateway")  # noqa: RUF023 - the order is the positional order
     network: int  # the subnet's first address
     prefixlen: int
     bits: int  # 32 or 128

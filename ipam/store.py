@@ -39,8 +39,9 @@ import os
 import stat
 
 from cni.lean import fastjson as json
+from cni.lean.record import record
+from cni.node.atomicfile import write_atomic
 from cni.spec.errors import IO_FAILURE, IPAM_FAILURE, CniError
-from ipam.plain import Frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -54,19 +55,18 @@ _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class StoredIP(Frozen):
-    __slots__ = ("address", "gateway")
-    _defaults = {"gateway": ""}  # noqa: RUF012 - read-only
+@record(frozen=True)
+class StoredIP:
     address: str  # CIDR: "10.244.1.5/24"
-    gateway: str
+    gateway: str = ""
 
     @property
     def ip(self) -> str:
         return self.address.split("/", 1)[0]
 
 
-class Record(Frozen):
-    __slots__ = ("container_id", "ifname", "ips")
+@record(frozen=True)
+class Record:
     container_id: str
     ifname: str
     ips: tuple[StoredIP, ...]
@@ -137,22 +137,13 @@ def _read(dir_fd: int, name: str) -> bytes | None:
         os.close(fd)
 
 
-def _write(dir_fd: int, name: str, data: bytes, sync: bool = True) -> None:
-    """Atomically replace ``name``: a fresh temp file (never an existing one: no planted link is
-    followed or truncated), fsync, rename over."""
-    tmp = f".{name}.tmp"
-    _unlink(dir_fd, tmp)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                 dir_fd=dir_fd)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+def _write(dir_fd: int, name: str, data: bytes, sync: bool = True, sync_dir: bool = False) -> None:
+    """Atomically replace ``name`` (:func:`cni.node.atomicfile.write_atomic`: a fresh temp file,
+    never an existing one, so no planted link is followed or truncated; fsync when ``sync``; rename
+    over).  The store's lock makes one fixed temp name per file safe (a crashed writer's leftover
+    is reused, and swept by recovery); the directory is fsynced by the caller, once for several
+    files, unless ``sync_dir``."""
+    write_atomic(name, data, sync=sync, dir_fd=dir_fd, sync_dir=sync_dir, tmp_name=f".{name}.tmp")
 
 
 def _unlink(dir_fd: int, name: str) -> bool:
@@ -240,9 +231,7 @@ class Txn:
         self._replay()
 
     def _journal(self, entry: dict[str, Any]) -> None:
-        _write(self.root_fd, JOURNAL, json.dumps(entry).encode(), sync=self.durable)
-        if self.durable:
-            os.fsync(self.root_fd)
+        _write(self.root_fd, JOURNAL, json.dumps(entry).encode(), sync=self.durable, sync_dir=self.durable)
 
     def _replay(self, recovering: bool = False) -> None:
         """Apply the journal if there is one (idempotent), make it durable, remove the journal.
