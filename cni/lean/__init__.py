@@ -1,3 +1,4 @@
 """Stand-ins for standard-library modules too costly for a process started once per Pod, each
-checked against the module it replaces by property tests in tests/cni/lean: addr (ipaddress),
-fastjson (json), record (dataclasses), spawn (subprocess). Imports nothing from cni."""
+checked against the module it replaces by an equivalence test in tests/cni/lean: addr (ipaddress),
+fastjson (json), record (dataclasses, also for IPAM), spawn (subprocess). Each module's docstring
+opens with why it stands in, and names its test. Imports nothing from cni."""

@@ -1,4 +1,9 @@
-"""IP addresses and prefixes as integers, for the per-Pod path, without ``ipaddress``.
+"""Why not ``ipaddress``: a process started once per Pod cannot afford it (-I -S, cached bytecode:
+import ipaddress 3.8 ms, this module 0.6 ms, min of 25 under load); this does what the plugin asks of it.
+
+Equivalence test: tests/cni/lean/test_addr.py (each function against ``ipaddress``).
+
+IP addresses and prefixes as integers, for the per-Pod path, without ``ipaddress``.
 
 ``import ipaddress`` executes ~20 M instructions (callgrind; functools, collections, the class
 hierarchy), more than half an interpreter start, on every ADD/DEL.  The plugin and IPAM need

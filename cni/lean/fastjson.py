@@ -1,4 +1,9 @@
-"""JSON for the per-Pod path on the C accelerator alone, without importing ``json``.
+"""Why not ``json``: a process started once per Pod cannot afford it (-I -S, cached bytecode: import
+json 8.0 ms, this module 0.7 ms, min of 25 under load); CPython's own ``_json`` C module does the work.
+
+Equivalence test: tests/cni/lean/test_fastjson.py (byte for byte and error for error against ``json``).
+
+JSON for the per-Pod path on the C accelerator alone, without importing ``json``.
 
 ``import json`` compiles several regular expressions (it pulls in ``re`` and ``json.decoder``),
 which costs about as much as starting the interpreter, on every VERSION, ADD and DEL.  The

@@ -1,4 +1,9 @@
-"""``@record``: plain-data classes for the per-Pod path, without the cost of ``dataclasses``.
+"""Why not ``dataclasses``: a process started once per Pod cannot afford it (-I -S, cached bytecode:
+import dataclasses 14.1 ms, this module 0.6 ms, min of 25 under load), nor its exec per method.
+
+Equivalence test: tests/cni/lean/test_record.py (each behaviour side by side with a dataclass twin).
+
+``@record``: plain-data classes for the per-Pod path and IPAM, without the cost of ``dataclasses``.
 
 ``dataclasses`` generates each method with ``exec`` and imports ``inspect``: on the plugin's path
 (some 30 classes, once per Pod) that was ~25 ms of a ~60 ms ADD.  ``record`` reads the class's
@@ -134,6 +139,10 @@ def _frozen_setattr(self: Any, name: str, value: Any) -> None:
     raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name!r}")
 
 
+def _frozen_delattr(self: Any, name: str) -> None:
+    raise AttributeError(f"{type(self).__name__} is frozen: cannot delete {name!r}")
+
+
 def _record(cls: type | None = None, *, frozen: bool = False) -> Any:
     def wrap(c: Any) -> Any:  # Any: methods are installed on the class object itself
         c.__record_fields__ = _fields(c)
@@ -148,7 +157,7 @@ def _record(cls: type | None = None, *, frozen: bool = False) -> Any:
             c.__eq__ = _eq
         if frozen:
             c.__setattr__ = _frozen_setattr
-            c.__delattr__ = _frozen_setattr
+            c.__delattr__ = _frozen_delattr
             c.__hash__ = _hash
         else:
             c.__hash__ = None

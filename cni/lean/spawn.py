@@ -1,4 +1,9 @@
-"""Run a helper binary (ovs-ofctl) with ``os.posix_spawnp``, without importing ``subprocess``.
+"""Why not ``subprocess``: a process started once per Pod cannot afford it (-I -S, cached bytecode:
+import subprocess 12.2 ms, this module 1.7 ms, min of 25 under load); ``os.posix_spawnp`` suffices.
+
+Equivalence test: tests/cni/lean/test_spawn.py (outcomes side by side with ``subprocess.run``).
+
+Run a helper binary (ovs-ofctl) with ``os.posix_spawnp``, without importing ``subprocess``.
 
 The plugin's flow adds, deletes and replaces speak OpenFlow itself (``cni.ovs.openflow``); ovs-ofctl
 is exec'd only for dumps (CHECK, GC).

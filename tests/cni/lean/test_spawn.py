@@ -33,6 +33,36 @@ def test_signal_death_is_a_negative_code():
     assert code == -9
 
 
+EQUIVALENCE_CASES = [
+    (["sh", "-c", "cat; echo oops >&2; exit 3"], b"hello\n" * 20000),  # more than a pipe buffer each way
+    (["echo", "$(id)", ";", "rm -rf /"], b""),  # no shell between argv and the program
+    (["sh", "-c", "printf 'a\\0b'; exit 0"], b""),  # binary output
+    (["sh", "-c", "head -c 3; exit 7"], b"abcdef"),  # the child stops reading early
+    (["sh", "-c", "kill -9 $$"], b""),  # killed by a signal: a negative code
+    (["true"], b""),
+]
+
+
+@pytest.mark.parametrize(("argv", "stdin"), EQUIVALENCE_CASES, ids=lambda v: repr(v)[:30])
+def test_outcome_equals_subprocess_run(argv, stdin):
+    """The equivalence test named in cni.lean.spawn's docstring: (exit code, stdout, stderr) as
+    ``subprocess.run`` gives them, and OSError for a program that cannot start, as it raises."""
+    import subprocess
+
+    want = subprocess.run(argv, input=stdin, capture_output=True, check=False, timeout=10)
+    assert spawn.run(argv, stdin, timeout=10) == (want.returncode, want.stdout, want.stderr)
+
+
+def test_a_missing_program_raises_like_subprocess():
+    import subprocess
+
+    with pytest.raises(OSError) as theirs:
+        subprocess.run(["/nonexistent/ferry-test-binary"], check=False)
+    with pytest.raises(OSError) as ours:
+        spawn.run(["/nonexistent/ferry-test-binary"])
+    assert ours.value.errno == theirs.value.errno
+
+
 def test_plugin_path_imports_stay_lean():
     """The per-Pod modules must not drag in subprocess, socket.py, re, contextlib, json or enum."""
     import subprocess
