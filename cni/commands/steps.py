@@ -189,5 +189,10 @@ def isolate_host_end(host: str) -> None:
     the veth's, and the kernel drops it as "other host" (a kernel OVS datapath steals frames
     before the stack sees them, so ``system`` needs none of this)."""
     for family, key, value in HOST_END_ISOLATION:
-        with open(f"/proc/sys/net/{family}/conf/{host}/{key}", "w") as f:
-            f.write(value)
+        try:
+            with open(f"/proc/sys/net/{family}/conf/{host}/{key}", "w") as f:
+                f.write(value)
+        except FileNotFoundError:
+            if family != "ipv6":
+                raise
+            # No IPv6 on this link (an MTU below 1280, or IPv6 off in the kernel): none to turn off.
