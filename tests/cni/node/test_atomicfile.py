@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,7 +76,7 @@ def test_a_fixed_temp_name_left_by_a_dead_writer_is_reused_and_never_followed(tm
     ({"sync": False, "sync_dir": True}, ["dir"]),
 ])
 @pytest.mark.parametrize("relative", [False, True])
-def test_what_is_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, bool],
+def test_what_is_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, Any],
                          expect: list[str], relative: bool) -> None:
     synced: list[str] = []
     real = os.fsync
