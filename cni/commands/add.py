@@ -1,8 +1,8 @@
 """ADD of the ``ferry`` plugin: the Pod's veth, addresses, routes, OVS port and flows.
 
 Reads the conf and the node state, then drives the lean system layer (``cni.kernel.netlink``,
-``cni.ovs.ovsdb``, ``cni.ovs.ofctl``) and IPAM (``ipam.api``).  Every step that creates something
-pushes its undo first, so a failure at any step leaves nothing behind.  On a Node without
+``cni.ovs.ovsdb``, ``cni.ovs.ofctl``) and IPAM (``ipam.api``).  ADD pushes an undo for everything
+it creates, so a failure at any step leaves nothing behind.  On a Node without
 route-sync the bridge and gateway come from :mod:`cni.commands.gateway`.  Imports no other verb:
 an ADD loads only what it runs.  Standard library only: this runs once per Pod."""
 
@@ -78,9 +78,6 @@ def _dns(conf: cfg.PluginConfig) -> DNS:
     d = conf.dns
     return DNS(nameservers=list(d.get("nameservers") or []), domain=str(d.get("domain") or ""),
                search=list(d.get("search") or []), options=list(d.get("options") or []))
-
-
-# ---------------------------------------------------------------------------- ADD
 
 
 NOTED_PREFIX = "cni-version-noted-"  # + cniVersion: beside the state file, once per boot (a tmpfs)

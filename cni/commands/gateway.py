@@ -97,6 +97,8 @@ def _lone_gateway_ready(node: cfg.NodeContext, ovsdb: Ovsdb, host_nl: Netlink) -
 
 
 def node_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb: Ovsdb, host_nl: Netlink) -> tuple[Gateway, bool]:
+    """The gateway ADD plugs a Pod behind, and whether the base flows must be installed: route-sync's
+    (from the node state; never) or the lone Node's (created when absent; yes when just created)."""
     if node.state is not None:
         g = node.state.gateway
         return Gateway(g.ofport, g.mac, tuple(g.addresses)), False
@@ -104,6 +106,8 @@ def node_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb: Ovsdb, ho
 
 
 def gateway_port(node: cfg.NodeContext, ovsdb: Ovsdb) -> tuple[str, int | None]:
+    """The gateway's MAC and OpenFlow port, as CHECK plans the per-Pod flows to compare; a zero MAC
+    and no port on a lone Node that has none yet."""
     if node.state is not None:
         return node.state.gateway.mac, node.state.gateway.ofport
     port = ovsdb.port(pl.GATEWAY_PORT)
