@@ -170,14 +170,26 @@ def _write_sysctl(path: str, value: str) -> None:
         f.write(value)
 
 
+def _isolation_values(host: str) -> dict[str, str]:
+    """The host end's values of the isolation sysctls, by key; an IPv6 key is left out when the link
+    has no IPv6 (an MTU below 1280, or IPv6 off in the kernel): there is none to turn off."""
+    values = {}
+    for family, key, _ in HOST_END_ISOLATION:
+        try:
+            values[key] = _read_sysctl(_sysctl_path(family, host, key))
+        except FileNotFoundError:
+            if family != "ipv6":
+                raise
+    return values
+
+
 def _isolate(host: str) -> dict[str, str]:
     """netdev: the host end's frames are the Pod's, not the Node's (cni.commands.steps.isolate_host_end);
     returns the values it replaced."""
-    before = {}
+    before = _isolation_values(host)
     for family, key, value in HOST_END_ISOLATION:
-        path = _sysctl_path(family, host, key)
-        before[key] = _read_sysctl(path)
-        _write_sysctl(path, value)
+        if key in before:
+            _write_sysctl(_sysctl_path(family, host, key), value)
     return before
 
 
@@ -273,8 +285,7 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
                 step(f"OVS port {host}")
                 undo.push(f"OVS port {host}", lambda: ovsdb.del_port(node.bridge, host))
                 if node.datapath == "netdev":  # the sysctls' old values go in with the port
-                    ids[EXT_CHAINED_SYSCTLS] = encode_pairs(
-                        {key: _read_sysctl(_sysctl_path(fam, host, key)) for fam, key, _ in HOST_END_ISOLATION})
+                    ids[EXT_CHAINED_SYSCTLS] = encode_pairs(_isolation_values(host))
                 ofport = ovsdb.add_port(node.bridge, host, ids)
                 step("per-Pod flows")
                 cookie = pl.pod_cookie(req.container_id, req.ifname)

@@ -190,3 +190,19 @@ def _container_id(pod) -> str:
 
 def _strip_counters(flows: list[str]) -> list[str]:
     return sorted(re.sub(r"(duration|n_packets|n_bytes|idle_age|hard_age)=[^,]+, ?", "", f) for f in flows)
+
+
+def test_a_primary_below_the_ipv6_minimum_mtu_is_chained(node):
+    """ptp with an MTU below 1280 and IPv4 only: its host end has no IPv6, so there is none for
+    Ferry to turn off (netdev); the Pod is chained and talks (it failed with 'No such file ...
+    disable_ipv6' before)."""
+    conflist = node.conflist()
+    ptp = conflist["plugins"][0]
+    ptp["mtu"] = 1200
+    ptp["ipam"] = dict(ptp["ipam"], ranges=[[{"subnet": "10.244.1.0/24"}]], routes=[{"dst": "0.0.0.0/0"}])
+    (node.netconf_dir / "10-chained.conflist").write_text(json.dumps(conflist, indent=2))
+    a, b = node.add_pod("a"), node.add_pod("b")
+    assert set(node.ports()) == {pl.GATEWAY_PORT, a.host_veth, b.host_veth}
+    assert ping(a.netns, b.ip(4)) and ping(b.netns, a.ip(4))
+    assert node.del_pod(a).returncode == 0 and node.del_pod(b).returncode == 0
+    assert set(node.ports()) == {pl.GATEWAY_PORT}
