@@ -7,6 +7,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from cni.node.atomicfile import write_atomic as write_bytes
 from lab import frr
 from lab.topology import NodeSpec, Topology, gateway_address, node_addresses, node_netns
 
@@ -171,12 +172,7 @@ def node_namespace(lab: str, node: NodeSpec) -> str:
 
 def write_atomic(path: str, text: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, path)
+    write_bytes(path, text.encode())
 
 
 def write_json(path: str, data: dict) -> None:

@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cni.node.atomicfile import write_atomic as write_bytes
+
 from . import runtimes
 
 CONFLIST_NAME = "10-ferry.conflist"
@@ -362,20 +364,8 @@ def write_atomic(path: str, text: str, mode: int = 0o644) -> bool:
                 return False
     except (OSError, UnicodeDecodeError):
         pass
-    d = os.path.dirname(path) or "."
-    os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp{os.getpid()}")  # not *.conf*: libcni skips it
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-    dfd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    write_bytes(path, text.encode("utf-8"), mode)  # its temp name ends in .tmp: libcni skips it
     return True
 
 
