@@ -8,10 +8,10 @@ pays a walk, and only up to the next hole."""
 from __future__ import annotations
 
 from cni.lean.record import record
+from cni.lean.typecheck import TYPE_CHECKING
 from cni.spec.errors import INVALID_CONFIG, IPAM_EXHAUSTED, CniError
 from ipam.ranges import Range, RangeSet, find_range, fmt, iter_from, parse_address
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 

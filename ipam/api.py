@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any

@@ -11,7 +11,8 @@ state file (``ipam.stateFile``, else the conf's ``stateFile``, else the default 
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from typing import Any
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from cni.lean import addr as _addr
 from cni.lean.record import record
+from cni.lean.typecheck import TYPE_CHECKING
 from cni.spec.errors import INVALID_CONFIG, CniError
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from typing import Any

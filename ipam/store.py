@@ -40,10 +40,10 @@ import stat
 
 from cni.lean import fastjson as json
 from cni.lean.record import record
+from cni.lean.typecheck import TYPE_CHECKING
 from cni.node.atomicfile import write_atomic
 from cni.spec.errors import IO_FAILURE, IPAM_FAILURE, CniError
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from typing import Any
 

@@ -31,13 +31,13 @@ import os
 from cni.commands.steps import HOST_END_ISOLATION
 from cni.lean import addr
 from cni.lean.record import record
+from cni.lean.typecheck import TYPE_CHECKING
 from cni.pipeline import tables as pl
 from cni.pipeline.chained import next_hop_flows
 from cni.pipeline.flows import mac, pod_flows
 from cni.pipeline.tables import Flow
 from cni.spec.errors import CHECK_FAILED, INTERFACE_EXISTS, INVALID_CONFIG, NETLINK_FAILURE, CniError
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from cni.kernel.netlink import Link, Netlink, RouteEntry
     from cni.node.config import NodeContext, PluginConfig

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from cni.kernel.netlink import Netlink
     from cni.pipeline.podnet import PodNet

@@ -6,7 +6,8 @@ already gone.  Standard library only: this runs once per Pod."""
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from typing import Any
 

@@ -8,7 +8,8 @@ once per Pod."""
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from cni.kernel.netlink import Netlink
     from cni.ovs.ovsdb import Ovsdb

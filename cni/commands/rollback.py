@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from cni.lean.record import Factory, record
+from cni.lean.typecheck import TYPE_CHECKING
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any

@@ -14,7 +14,8 @@ import _socket  # the C module socket wraps: loaded already (cni.kernel.netlink)
 import os
 from time import perf_counter as _now  # time is loaded already (cni.spec.log)
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any

@@ -22,7 +22,8 @@ Long-lived processes (route-sync, the lab) keep using ``dataclasses``; ``as_dict
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
+from cni.lean.typecheck import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, TypeVar
