@@ -1,5 +1,5 @@
-"""The verbs called in-process (``lone_node``, ``make_pod``): ``cni.commands.add.add(request)`` and its
-siblings, as functions; the ``node`` of tests.support.podnode drives the executable through cnitool.
+"""Fixtures that call the verbs in-process (``lone_node``, ``make_pod``): ``cni.commands.add.add(req)``
+and its siblings as functions, where tests.support.podnode's ``node`` drives the executable (cnitool).
 
 A Node is a network namespace with its own Open vSwitch (netdev datapath) and no route-sync: the
 first ADD creates the bridge and gateway port as on a lone Node.  Each call parses its request with
