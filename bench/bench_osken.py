@@ -51,8 +51,8 @@ secure, OpenFlow10+13, as route-sync sets it up):
   to the tunnel with ``set_field:->tun_dst``, the ARP responder for the peer's gateway) plus
   ``routesync.apply.uplink.uplink_flows``.  ``2 N + 15`` flows.
 * **Ferry's path**: ``routesync.apply.ofsession.OpenFlowSession``, route-sync's own class
-  (encode = ``encode(deletes, adds)``, the text -> bytes encoder of ``routesync.apply.ofwire``
-  on ``cni.ovs.ofnative``; send = ``bundle(messages)``: ONF EXT-230 OPEN, ADD_MESSAGE per
+  (encode = ``encode(deletes, adds)``, typed flows -> bytes by ``cni.ovs.openflow.codec``
+  with route-sync's per-flow cache; send = ``bundle(messages)``: ONF EXT-230 OPEN, ADD_MESSAGE per
   flow-mod, BARRIER, COMMIT on ``unix:<run_dir>/br-int.mgmt``).  A full pass uses a new session
   (cold caches: a first start); the changes use one long-lived session (warm, as in route-sync).
 * **os-ken's path**: the same flows as ``os_ken.ofproto.ofproto_v1_3_parser`` objects

@@ -31,7 +31,7 @@ def test_every_planned_flow_translates_to_osken() -> None:
         msg.set_xid(1)
         msg.serialize()
         assert len(msg.buf) % 8 == 0 and len(msg.buf) >= 56, f.text()
-        kinds.add(f.actions.split(",")[0].split(":")[0])
+        kinds.add(f.actions_text().split(",")[0].split(":")[0])
     assert {"goto_table", "drop", "output", "move", "mod_dl_src", "mod_dl_dst"} <= kinds
 
 
