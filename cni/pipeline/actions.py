@@ -31,6 +31,9 @@ class Goto:
 
 @record(frozen=True)
 class SetField(Rendered):
+    """Write ``value`` into a field (OFPAT_SET_FIELD); Ethernet addresses render as ovs-ofctl's
+    ``mod_dl_src``/``mod_dl_dst``, the names its dumps use."""
+
     spec: FieldSpec
     value: int
 
