@@ -143,7 +143,7 @@ def test_frozen_plugin_plugs_a_pod_through_cnitool(bundle: Path, tmp_path: Path)
             assert a.host_veth in node.ports()
             assert node.flows()
         finally:
-            for pod in node.pods:
+            for pod in list(node.pods):
                 node.del_pod(pod)
                 run(["ip", "netns", "del", pod.netns], check=False)
         assert not [p for p in node.ports() if p != "ferry-gw0"]

@@ -119,10 +119,7 @@ class Node:
         return pod
 
     def del_pod(self, pod: Pod) -> subprocess.CompletedProcess:
-        p = self.cnitool("del", pod.path)
-        if p.returncode == 0 and pod in self.pods:
-            self.pods.remove(pod)
-        return p
+        return self.cnitool("del", pod.path)  # the Pod stays listed: teardown removes its netns
 
     def exec(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
         return run(["ip", "netns", "exec", self.name, *argv], check=check, env=dict(os.environ, **self.ovs_env))
@@ -154,7 +151,7 @@ def node(cni_bin: str, tmp_path: Path) -> Iterator[Node]:
         try:
             yield n
         finally:
-            for pod in n.pods:
+            for pod in list(n.pods):
                 n.del_pod(pod)
                 run(["ip", "netns", "del", pod.netns], check=False)
 
@@ -203,7 +200,7 @@ def fx_node(cni_bin: str, tmp_path: Path) -> Iterator[FxNode]:
         try:
             yield n
         finally:
-            for pod in n.pods:
+            for pod in list(n.pods):
                 n.del_pod(pod)
                 run(["ip", "netns", "del", pod.netns], check=False)
             for pod, cid, ifname in n.direct_pods:
