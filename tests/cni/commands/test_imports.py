@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = str(Path(__file__).resolve().parents[3])
+from tests.support.paths import REPO
+
 VERBS = ("cni.commands.add", "cni.commands.delete", "cni.commands.check", "cni.commands.status",
          "cni.commands.gc")
 HEAVY = ("typing", "enum", "re", "dataclasses", "json", "logging", "hashlib", "subprocess", "ipaddress")
@@ -17,9 +17,9 @@ HEAVY = ("typing", "enum", "re", "dataclasses", "json", "logging", "hashlib", "s
 
 @pytest.mark.parametrize("verb", VERBS)
 def test_a_verb_imports_no_other_verb(verb: str) -> None:
-    code = (f"import sys; sys.path.insert(0, {ROOT!r}); import {verb}; "
+    code = (f"import sys; import {verb}; "
             "print(' '.join(sorted(sys.modules)))")
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-E", "-s", "-S", "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     loaded = set(out.stdout.split())
     assert verb in loaded
     assert loaded & set(VERBS) == {verb}

@@ -5,11 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import typing
-from pathlib import Path
 
 from cni.lean import typecheck
-
-ROOT = str(Path(__file__).resolve().parents[3])
+from tests.support.paths import REPO
 
 
 def test_the_flag_is_typings_at_run_time() -> None:
@@ -17,7 +15,7 @@ def test_the_flag_is_typings_at_run_time() -> None:
 
 
 def test_taking_it_imports_no_typing() -> None:
-    code = (f"import sys; sys.path.insert(0, {ROOT!r}); from cni.lean.typecheck import TYPE_CHECKING; "
+    code = ("import sys; from cni.lean.typecheck import TYPE_CHECKING; "
             "print(TYPE_CHECKING, 'typing' in sys.modules)")
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-E", "-s", "-S", "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
