@@ -151,9 +151,14 @@ def node(cni_bin: str, tmp_path: Path) -> Iterator[Node]:
         try:
             yield n
         finally:
-            for pod in list(n.pods):
-                n.del_pod(pod)
-                run(["ip", "netns", "del", pod.netns], check=False)
+            remove_pods(n)
+
+
+def remove_pods(node: Node) -> None:
+    """DEL every Pod the Node plugged through cnitool and delete its netns (teardown)."""
+    for pod in list(node.pods):
+        node.del_pod(pod)
+        run(["ip", "netns", "del", pod.netns], check=False)
 
 
 PREFIX = "fx-"
@@ -200,9 +205,7 @@ def fx_node(cni_bin: str, tmp_path: Path) -> Iterator[FxNode]:
         try:
             yield n
         finally:
-            for pod in list(n.pods):
-                n.del_pod(pod)
-                run(["ip", "netns", "del", pod.netns], check=False)
+            remove_pods(n)
             for pod, cid, ifname in n.direct_pods:
                 n.direct("DEL", pod.path, cid, ifname=ifname)
                 run(["ip", "netns", "del", pod.netns], check=False)

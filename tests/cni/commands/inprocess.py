@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -29,18 +28,12 @@ from cni.spec.log import open_log
 from cni.spec.request import Request
 from cni.spec.result import Result
 from tests.support.ovs_instance import OvsInstance, netns, netns_path
+from tests.support.podnode import run
 
 PREFIX = "fv-"  # this test area's namespaces and OVS directories (tests/cni/commands/chained uses fc-)
 NETWORK = "ferrynet"
 CNI_VERSION = "1.1.0"  # STATUS and GC need it
 T = TypeVar("T")
-
-
-def run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{argv} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
-    return p
 
 
 @dataclass
