@@ -141,6 +141,7 @@ class LocalFacts:
     transport_mtu: int
     uplink_mac: str | None = None
     uplink_ofport: int | None = None  # the physical uplink's OVS port while moved onto the bridge
+    uplink_host_ofport: int | None = None  # the internal port that took the uplink's name (moved)
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,16 @@ from dataclasses import dataclass
 
 from cni.lean import addr
 from cni.pipeline import match as m
-from cni.pipeline.actions import DEC_TTL, DecTtl, SetField, goto, output
-from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, mac, routed_to
+from cni.pipeline.actions import DEC_TTL, Ct, DecTtl, SetField, goto, output
+from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, host_return_flow, mac, routed_to
 from cni.pipeline.match import ARP, IN_PORT, IP, IPV6, Field
-from cni.pipeline.tables import NODE_COOKIE, VIRTUAL_MAC, Flow, Table, peer_cookie
+from cni.pipeline.tables import CT_MARK_VIA_UPLINK, CT_ZONE, NODE_COOKIE, VIRTUAL_MAC, Flow, Table, peer_cookie
 
 from .model import PeerPlan
 
 PRIO_TUNNEL_IN = 210  # above the gateway's classifier flows
 PRIO_FAST_IN = 20  # Classifier, in_port=<uplink>: above the uplink's host pass-through (10)
+PRIO_HOST_OUT = 15  # Classifier, in_port=<host's uplink port>: above the pass-through (10)
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class FastPort:
     ofport: int
     mac: str
     local_pod_cidrs: tuple[str, ...]
+    host_ofport: int | None = None  # the internal port that took the uplink's name and MAC
 
 
 def _prefix(net: ipaddress.IPv4Network | ipaddress.IPv6Network, source: bool) -> Field:
@@ -65,17 +67,39 @@ def fast_flows(peer: PeerPlan, gateway_mac: str, port: FastPort) -> list[Flow]:
                 continue
             flows.append(Flow(Table.CLASSIFIER, PRIO_FAST_IN,
                               (IN_PORT(ofport), m.ETH_DST(up_mac), proto, _prefix(net, True), _prefix(mine, False)),
-                              (SetField(m.ETH_DST, m.mac_value(gmac)), goto(Table.L3_FORWARDING)), cookie))
+                              (SetField(m.ETH_DST, m.mac_value(gmac)), goto(Table.CONNTRACK)), cookie))
     return flows
 
 
-def node_flows(tunnel_ofport: int | None, gateway_mac: str) -> list[Flow]:
-    """Classifier: what arrives from the tunnel is addressed to the virtual MAC; make it look
-    routed by this Node's gateway so L3Forwarding's per-Pod flows (``dl_dst=<gw MAC>``) match."""
-    if tunnel_ofport is None:
+def host_uplink_flows(port: FastPort) -> list[Flow]:
+    """The fast path's half of Conntrack (see :mod:`cni.pipeline.tables`): a local Pod's packet
+    that the host routes out of its uplink port (kube-proxy DNATed it to a fast peer's Pod) is
+    committed with :data:`CT_MARK_VIA_UPLINK`; the reply, which the peer sends on its own fast
+    path and which enters from the uplink, goes back to the host's port, not to the Pod."""
+    if port.host_ofport is None:
         return []
-    return [Flow(Table.CLASSIFIER, PRIO_TUNNEL_IN, (IN_PORT(tunnel_ofport),),
-                 (SetField(m.ETH_DST, m.mac_value(gateway_mac)), goto(Table.L3_FORWARDING)), NODE_COOKIE)]
+    host, ofport = int(port.host_ofport), int(port.ofport)
+    commit = Ct(CT_ZONE, commit=True, exec=(SetField(m.CT_MARK, CT_MARK_VIA_UPLINK),))
+    flows: list[Flow] = []
+    families = set()
+    for cidr in port.local_pod_cidrs:
+        net = ipaddress.ip_network(cidr, strict=False)
+        families.add(net.version)
+        flows.append(Flow(Table.CLASSIFIER, PRIO_HOST_OUT, (IN_PORT(host), IP if net.version == 4 else IPV6,
+                                                             _prefix(net, True)), (commit, output(ofport)), NODE_COOKIE))
+    flows += [host_return_flow(f, CT_MARK_VIA_UPLINK, port.mac, host, NODE_COOKIE) for f in sorted(families)]
+    return flows
+
+
+def node_flows(tunnel_ofport: int | None, gateway_mac: str, fast_port: FastPort | None = None) -> list[Flow]:
+    """Classifier: what arrives from the tunnel is addressed to the virtual MAC; make it look
+    routed by this Node's gateway so L3Forwarding's per-Pod flows (``dl_dst=<gw MAC>``) match.
+    With the fast path, :func:`host_uplink_flows`."""
+    flows = host_uplink_flows(fast_port) if fast_port is not None else []
+    if tunnel_ofport is None:
+        return flows
+    return [*flows, Flow(Table.CLASSIFIER, PRIO_TUNNEL_IN, (IN_PORT(tunnel_ofport),),
+                         (SetField(m.ETH_DST, m.mac_value(gateway_mac)), goto(Table.CONNTRACK)), NODE_COOKIE)]
 
 
 @functools.lru_cache(maxsize=8)

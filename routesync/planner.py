@@ -328,13 +328,13 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
 
     tunnel_ofport = facts.tunnel_ofport if tunnel is not None else None
     flows = base_flows(GatewayPort(facts.gateway_ofport, facts.gateway_mac, gw_addrs))
-    flows += node_flows(tunnel_ofport, facts.gateway_mac)
 
     fast = fast_path_ready(config, facts)
     fast_port = None
     if fast:
         assert facts.uplink_ofport is not None and facts.uplink_mac is not None
-        fast_port = FastPort(facts.uplink_ofport, facts.uplink_mac, pod_cidrs)
+        fast_port = FastPort(facts.uplink_ofport, facts.uplink_mac, pod_cidrs, facts.uplink_host_ofport)
+    flows += node_flows(tunnel_ofport, facts.gateway_mac, fast_port)
     disagreements: list[MacDisagreement] = []
     plans: list[PeerPlan] = []
     routes: set[HostRoute] = set()

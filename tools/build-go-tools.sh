@@ -4,7 +4,7 @@
 # bridge + host-local), into a cache that outlives the clone, keyed by go.mod, go.sum and the Go
 # version. Idempotent: a cached build is linked, not rebuilt. A name with a slash is linked in a
 # directory of build/tools (a CNI_PATH: build/tools/cni-plugins/{bridge,host-local}).
-#   tools/build-go-tools.sh cnitool|kubernetes|ovs-cni|cni-plugins ...
+#   tools/build-go-tools.sh cnitool|kubernetes|kube-e2e|coredns|ovs-cni|cni-plugins ...
 # Every module is verified against the committed go.sum (-mod=readonly); nothing is fetched but
 # modules through the Go module proxy.
 set -euo pipefail
@@ -19,11 +19,19 @@ packages_of() {
     cnitool) echo "cnitool=github.com/containernetworking/cni/cnitool" ;;
     kubernetes) echo "etcd=./cmd/etcd kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kubectl=k8s.io/kubernetes/cmd/kubectl" \
                      "kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager" \
-                     "kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubelet=k8s.io/kubernetes/cmd/kubelet" ;;
+                     "kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubelet=k8s.io/kubernetes/cmd/kubelet" \
+                     "kube-proxy=k8s.io/kubernetes/cmd/kube-proxy" ;;
+    # Kubernetes' own e2e tests (a test binary: go test -c), the agnhost image's binary, and the
+    # ginkgo CLI at the version e2e.test links; from the same module as the components.
+    # A package marked static: is built without cgo: it runs inside the lab's images (CoreDNS;
+    # agnhost, which e2e's Pods run), which carry no C library.
+    kube-e2e) echo "e2e.test=test:k8s.io/kubernetes/test/e2e agnhost=static:k8s.io/kubernetes/test/images/agnhost" \
+                   "ginkgo=github.com/onsi/ginkgo/v2/ginkgo" ;;
+    coredns) echo "coredns=static:github.com/coredns/coredns" ;;
     ovs-cni) echo "ovs-cni/ovs=github.com/k8snetworkplumbingwg/ovs-cni/cmd/plugin" ;;
     cni-plugins) echo "cni-plugins/bridge=github.com/containernetworking/plugins/plugins/main/bridge" \
                       "cni-plugins/host-local=github.com/containernetworking/plugins/plugins/ipam/host-local" ;;
-    *) echo "build-go-tools: unknown tool set '$1' (cnitool, kubernetes, ovs-cni, cni-plugins)" >&2; return 1 ;;
+    *) echo "build-go-tools: unknown tool set '$1' (cnitool, kubernetes, kube-e2e, coredns, ovs-cni, cni-plugins)" >&2; return 1 ;;
   esac
 }
 
@@ -32,7 +40,7 @@ packages_of() {
 ldflags_of() {
   local v
   case $1 in
-    kubernetes)
+    kubernetes|kube-e2e)
       v=$(sed -n 's/^[[:space:]]*k8s.io\/kubernetes \(v[0-9.]*\)$/\1/p' "$here/tools/kubernetes/go.mod" | head -1)
       local minor=${v#v1.}; minor=${minor%%.*}
       for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -46,7 +54,8 @@ ldflags_of() {
 }
 
 build_set() {
-  local set=$1 mod=$here/tools/$1 key dest tmp spec name pkg t0
+  local set=$1 mod=$here/tools/$1 key dest tmp spec name pkg t0 t1 cgo
+  case $set in kube-e2e) mod=$here/tools/kubernetes ;; esac
   key=$( (cat "$mod/go.mod" "$mod/go.sum" "$mod"/cmd/*/*.go 2>/dev/null; go version; ldflags_of "$set"; packages_of "$set") \
         | sha256sum | cut -c1-16)
   dest=$cache/$set-$key
@@ -54,10 +63,16 @@ build_set() {
     tmp=$(mktemp -d "$cache/.$set-XXXXXX")
     t0=$(date +%s)
     for spec in $(packages_of "$set"); do
-      name=${spec%%=*}; pkg=${spec#*=}
-      echo "build-go-tools: building $name ($pkg)" >&2
+      name=${spec%%=*}; pkg=${spec#*=}; cgo=$CGO_ENABLED
+      case $pkg in static:*) pkg=${pkg#static:}; cgo=0 ;; esac
+      echo "build-go-tools: building $name (${pkg#test:})" >&2
       mkdir -p "$(dirname "$tmp/$name")"
-      (cd "$mod" && go build -ldflags="-s -w$(ldflags_of "$set")" -o "$tmp/$name" "$pkg")
+      t1=$(date +%s)
+      case $pkg in
+        test:*) (cd "$mod" && CGO_ENABLED=$cgo go test -c -ldflags="-s -w$(ldflags_of "$set")" -o "$tmp/$name" "${pkg#test:}") ;;
+        *) (cd "$mod" && CGO_ENABLED=$cgo go build -ldflags="-s -w$(ldflags_of "$set")" -o "$tmp/$name" "$pkg") ;;
+      esac
+      echo "build-go-tools: $name built in $(( $(date +%s) - t1 )) s" >&2
     done
     echo "build-go-tools: $set built in $(( $(date +%s) - t0 )) s" >&2
     touch "$tmp/.complete"

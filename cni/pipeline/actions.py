@@ -93,10 +93,40 @@ class Resubmit:
         return f"resubmit(,{int(self.table)})"
 
 
+@record(frozen=True)
+class Ct:
+    """Send the packet through connection tracking in ``zone`` (NXAST_CT).  ``commit`` stores the
+    connection, and then ``exec`` (``SetField`` of ``ct_mark`` only) writes into the stored entry.
+    ``table``: recirculate a copy, its ``ct_state`` filled in, to that table (None: the packet
+    goes on in this action list, untracked)."""
+
+    zone: int
+    commit: bool = False
+    table: int | None = None
+    exec: tuple[SetField, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.zone <= 0xFFFF or (self.table is not None and not 0 <= self.table < 0xFF):
+            raise ValueError(f"ct: zone {self.zone} or table {self.table} out of range")
+        if self.exec and not self.commit:
+            raise ValueError("ct: exec() writes the stored connection, so it needs commit")
+        if any(a.spec.name != "ct_mark" for a in self.exec):
+            raise ValueError("ct: exec() sets ct_mark only here")
+
+    def text(self) -> str:
+        parts = ["commit"] if self.commit else []
+        parts.append(f"zone={self.zone}")
+        if self.table is not None:
+            parts.append(f"table={int(self.table)}")
+        if self.exec:
+            parts.append(f"exec({','.join(a.text() for a in self.exec)})")
+        return f"ct({','.join(parts)})"
+
+
 from cni.lean.typecheck import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    Action = Output | Goto | SetField | Move | Load | DecTtl | Resubmit
+    Action = Output | Goto | SetField | Move | Load | DecTtl | Resubmit | Ct
 
 TO_IN_PORT = Output(OFPP_IN_PORT)  # back out of the port the packet came in on
 DEC_TTL = DecTtl()

@@ -11,16 +11,25 @@ from cni.lean import addr
 from cni.lean.record import record
 from cni.lean.typecheck import TYPE_CHECKING
 from cni.pipeline import match as m
-from cni.pipeline.actions import DEC_TTL, DROP, TO_IN_PORT, Load, Move, SetField, goto, output
-from cni.pipeline.match import ARP, ICMP6, IN_PORT, IP, IPV6, mac
-from cni.pipeline.tables import BASE_COOKIE, Cookie, Flow, Table
+from cni.pipeline.actions import DEC_TTL, DROP, TO_IN_PORT, Ct, Load, Move, SetField, goto, output
+from cni.pipeline.match import ARP, ICMP, ICMP6, IN_PORT, IP, IPV6, mac
+from cni.pipeline.tables import (
+    BASE_COOKIE,
+    CT_MARK_VIA_GATEWAY,
+    CT_MARK_VIA_MASK,
+    CT_ZONE,
+    Cookie,
+    Flow,
+    Table,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from cni.pipeline.actions import Action
 
-__all__ = ["GatewayPort", "PodPort", "arp_responder_actions", "base_flows", "link_local", "mac", "pod_flows"]
+__all__ = ["GatewayPort", "PodPort", "arp_responder_actions", "base_flows", "host_return_flow", "link_local", "mac",
+           "pod_flows"]
 
 # Priorities, so that related flows read in one place.
 PRIO_MISS = 0
@@ -31,8 +40,14 @@ PRIO_GUARD_DROP_NA = 204
 PRIO_GUARD_ALLOW_NA = 205
 PRIO_GUARD_DROP_RA = 210
 PRIO_GRATUITOUS = 210
+# Conntrack: commit what a local Pod sends through the host, pass the host's other traffic
+# untracked, look up everything else that is for a local Pod.
+PRIO_CT_COMMIT = 210
+PRIO_CT_HOST = 205
+PRIO_CT_LOOKUP = 200
 
 ICMP6_NS, ICMP6_NA, ICMP6_RA, ICMP6_REDIRECT = 135, 136, 134, 137
+ICMP_REDIRECT = 5
 
 
 def link_local(mac_address: str) -> str:
@@ -65,6 +80,59 @@ def routed_to(src_mac: str, dst_mac: str, then: Action) -> tuple[Action, ...]:
     return (SetField(m.ETH_SRC, m.mac_value(src_mac)), SetField(m.ETH_DST, m.mac_value(dst_mac)), DEC_TTL, then)
 
 
+def _networks(addresses: Sequence[str]) -> list[tuple[int, str]]:
+    """(family, network CIDR) of every CIDR among ``addresses`` (plain addresses name none)."""
+    out = []
+    for a in addresses:
+        if "/" not in a:
+            continue
+        value, plen, bits = addr.parse_interface(a)
+        out.append((4 if bits == 32 else 6, f"{addr.format_ip(addr.network(value, plen, bits), bits)}/{plen}"))
+    return out
+
+
+def _net_field(family: int, cidr: str, source: bool) -> m.Field:
+    if family == 4:
+        return m.address(m.IPV4_SRC if source else m.IPV4_DST, cidr)
+    return m.address(m.IPV6_SRC if source else m.IPV6_DST, cidr)
+
+
+def host_return_flow(family: int, mark: int, gateway_mac: str, ofport: int, cookie: Cookie) -> Flow:
+    """HostReturn: a reply of a connection whose first packets came from the host through
+    ``ofport`` (``mark``) goes back there, addressed to that port's MAC."""
+    return Flow(Table.HOST_RETURN, PRIO_MATCH,
+                (IP if family == 4 else IPV6, m.ct_state(m.CT_TRK | m.CT_RPL),
+                 m.masked(m.CT_MARK, mark, CT_MARK_VIA_MASK)),
+                (SetField(m.ETH_DST, m.mac_value(gateway_mac)), output(ofport)), cookie)
+
+
+def conntrack_flows(gw: GatewayPort, local_cidrs: Sequence[tuple[int, str]]) -> list[Flow]:
+    """Conntrack and HostReturn for the gateway port (see :mod:`cni.pipeline.tables`): a local Pod's
+    packets the host forwards back into OVS (kube-proxy's DNAT: to a local Pod, a tunnel, the
+    fast path) are committed with :data:`CT_MARK_VIA_GATEWAY`; what comes for a local Pod from
+    anywhere but the host is looked up, and a reply of such a connection goes to the host, which
+    undoes its NAT, instead of straight to the Pod (that would see the backend's address)."""
+    port = int(gw.ofport)
+    c = BASE_COOKIE
+    to_l3 = (goto(Table.L3_FORWARDING),)
+    commit = Ct(CT_ZONE, commit=True, exec=(SetField(m.CT_MARK, CT_MARK_VIA_GATEWAY),))
+    flows = [Flow(Table.CONNTRACK, PRIO_MISS, (), to_l3, c), Flow(Table.HOST_RETURN, PRIO_MISS, (), to_l3, c)]
+    if not local_cidrs:
+        return flows
+    flows.append(Flow(Table.CONNTRACK, PRIO_CT_HOST, (IN_PORT(port),), to_l3, c))
+    for family, cidr in local_cidrs:
+        proto = IP if family == 4 else IPV6
+        flows += [
+            Flow(Table.CONNTRACK, PRIO_CT_COMMIT, (IN_PORT(port), proto, _net_field(family, cidr, True)),
+                 (commit, goto(Table.L3_FORWARDING)), c),
+            Flow(Table.CONNTRACK, PRIO_CT_LOOKUP, (proto, _net_field(family, cidr, False)),
+                 (Ct(CT_ZONE, table=Table.HOST_RETURN),), c),
+        ]
+    for family in sorted({f for f, _c in local_cidrs}):
+        flows.append(host_return_flow(family, CT_MARK_VIA_GATEWAY, gw.mac, port, c))
+    return flows
+
+
 def _split(addresses: Sequence[str]) -> tuple[list[str], list[str]]:
     """Host addresses (no prefix) by family, from CIDRs or plain addresses."""
     v4: list[str] = []
@@ -93,7 +161,12 @@ def base_flows(gw: GatewayPort) -> list[Flow]:
         Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ARP), (goto(Table.NEIGHBOR_RESPONDER),), c),
         Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_NS)),
              (goto(Table.NEIGHBOR_RESPONDER),), c),
-        Flow(Table.CLASSIFIER, PRIO_DEFAULT, (IN_PORT(port),), (goto(Table.L3_FORWARDING),), c),
+        Flow(Table.CLASSIFIER, PRIO_DEFAULT, (IN_PORT(port),), (goto(Table.CONNTRACK),), c),
+        # The host's ICMP redirects never reach a Pod: forwarding a Service's DNATed packet back
+        # out of the port it came in on (a local backend) makes the kernel send one, naming the
+        # backend as the next hop for the Service address.
+        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ICMP, m.ICMPV4_TYPE(ICMP_REDIRECT)), DROP, c),
+        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_REDIRECT)), DROP, c),
         Flow(Table.CLASSIFIER, PRIO_MISS, (), DROP, c),
         Flow(Table.SPOOF_GUARD, PRIO_MISS, (), DROP, c),
         Flow(Table.NEIGHBOR_RESPONDER, PRIO_MISS, (), DROP, c),
@@ -110,7 +183,7 @@ def base_flows(gw: GatewayPort) -> list[Flow]:
     for ip in v6 + [link_local(gmac)]:
         flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH,
                           (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(ip)), to_gw, c))
-    return flows
+    return flows + conntrack_flows(gw, _networks(gw.addresses))
 
 
 @record(frozen=True)
@@ -133,6 +206,7 @@ def pod_flows(pod: PodPort, gateway_mac: str, gateway_ofport: int | None = None)
     v4, v6 = _split(pod.addresses)
     src = (IN_PORT(port), m.ETH_SRC(pmac))
     to_l3, to_responder = (goto(Table.L3_FORWARDING),), (goto(Table.NEIGHBOR_RESPONDER),)
+    to_ct = (goto(Table.CONNTRACK),)
     to_pod = routed_to(gmac, pmac, goto(Table.L2_FORWARDING))
     flows = [
         Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port),), (goto(Table.SPOOF_GUARD),), c),
@@ -141,7 +215,7 @@ def pod_flows(pod: PodPort, gateway_mac: str, gateway_ofport: int | None = None)
     for ip in v4:
         flows += [
             Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, ARP, m.ARP_SPA(ip), m.ARP_SHA(pmac)), to_responder, c),
-            Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IP, m.IPV4_SRC(ip)), to_l3, c),
+            Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IP, m.IPV4_SRC(ip)), to_ct, c),
             Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.ARP_OP(1), m.ARP_TPA(ip)),
                  arp_responder_actions(pmac, ip), c),
             *([Flow(Table.NEIGHBOR_RESPONDER, PRIO_GRATUITOUS,
@@ -162,7 +236,7 @@ def pod_flows(pod: PodPort, gateway_mac: str, gateway_ofport: int | None = None)
                      to_l3, c),
                 Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_ND, (*src, ICMP6, m.IPV6_SRC(own), m.ICMPV6_TYPE(ICMP6_NS)),
                      to_responder, c),
-                Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IPV6, m.IPV6_SRC(own)), to_l3, c),
+                Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IPV6, m.IPV6_SRC(own)), to_ct, c),
                 Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(own)),
                      (output(port),), c),
             ]

@@ -14,6 +14,7 @@ from cni.lean.record import record
 
 _HEX = frozenset("0123456789abcdef")
 KIND_MAC, KIND_IP, KIND_INT, KIND_HEX = "mac", "ip", "int", "hex"  # how a field's value is written
+KIND_CT_STATE = "ct_state"  # conntrack state flags, written +trk+rpl (value/mask)
 
 
 class FieldSpec:
@@ -76,6 +77,7 @@ ETH_TYPE = FieldSpec("eth_type", _oxm(5), 2, KIND_HEX, "dl_type")
 IP_PROTO = FieldSpec("ip_proto", _oxm(10), 1, KIND_INT, "nw_proto")
 IPV4_SRC = FieldSpec("ipv4_src", _oxm(11), 4, KIND_IP, "nw_src")
 IPV4_DST = FieldSpec("ipv4_dst", _oxm(12), 4, KIND_IP, "nw_dst")
+ICMPV4_TYPE = FieldSpec("icmpv4_type", _oxm(19), 1, KIND_INT, "icmp_type")
 ARP_OP = FieldSpec("arp_op", _oxm(21), 2, KIND_INT, "arp_op", "NXM_OF_ARP_OP", 0x00001E02)
 ARP_SPA = FieldSpec("arp_spa", _oxm(22), 4, KIND_IP, "arp_spa", "NXM_OF_ARP_SPA", 0x00002004)
 ARP_TPA = FieldSpec("arp_tpa", _oxm(23), 4, KIND_IP, "arp_tpa", "NXM_OF_ARP_TPA", 0x00002204)
@@ -87,6 +89,10 @@ ICMPV6_TYPE = FieldSpec("icmpv6_type", _oxm(29), 1, KIND_INT, "icmp_type")
 ICMPV6_CODE = FieldSpec("icmpv6_code", _oxm(30), 1, KIND_INT, "icmp_code")
 ND_TARGET = FieldSpec("nd_target", _oxm(31), 16, KIND_IP)
 ND_TLL = FieldSpec("nd_tll", _oxm(33), 6, KIND_MAC)
+# Connection tracking (Nicira extensions, class 0x0001): the state a ct() lookup left, and the
+# connection's 32-bit mark (set inside ct(commit, exec(...))).
+CT_STATE = FieldSpec("ct_state", _nxm(0x0001, 105), 4, KIND_CT_STATE)
+CT_MARK = FieldSpec("ct_mark", _nxm(0x0001, 107), 4, KIND_HEX, "ct_mark", "NXM_NX_CT_MARK", _nxm(0x0001, 107) | 4)
 # Set only (actions): NXM_NX_IP_TTL, the ERICOXM_OF ND fields (class 0x1000), the tunnel metadata.
 NW_TTL = FieldSpec("nw_ttl", _nxm(0x0001, 29), 1, KIND_INT)
 ND_RESERVED = FieldSpec("nd_reserved", _nxm(0x1000, 1), 4, KIND_HEX)
@@ -94,7 +100,13 @@ ND_OPTIONS_TYPE = FieldSpec("nd_options_type", _nxm(0x1000, 2), 1, KIND_INT)
 TUN_DST = FieldSpec("tun_dst", _nxm(0x0001, 32), 4, KIND_IP)
 TUN_IPV6_DST = FieldSpec("tun_ipv6_dst", _nxm(0x0001, 110), 16, KIND_IP)
 
-MASKABLE = frozenset({IPV4_SRC, IPV4_DST, IPV6_SRC, IPV6_DST})
+MASKABLE = frozenset({IPV4_SRC, IPV4_DST, IPV6_SRC, IPV6_DST})  # by prefix
+BIT_MASKABLE = frozenset({CT_STATE, CT_MARK})  # by an arbitrary bit mask
+
+# ct_state bits (ovs-fields(7)), named as ovs-ofctl writes them.
+CT_NEW, CT_EST, CT_REL, CT_RPL, CT_INV, CT_TRK = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+CT_FLAG_NAMES = ((CT_NEW, "new"), (CT_EST, "est"), (CT_REL, "rel"), (CT_RPL, "rpl"), (CT_INV, "inv"),
+                 (CT_TRK, "trk"))
 
 
 def mac(value: str) -> str:
@@ -132,9 +144,16 @@ class Field(Rendered):
     spec: FieldSpec
     value: int
     prefix: int | None = None
+    mask: int | None = None  # bits that must equal ``value`` (ct_state, ct_mark); None: all
 
     def render(self) -> str:
+        if self.spec.kind == KIND_CT_STATE:
+            care = self.mask if self.mask is not None else 0xFFFFFFFF
+            flags = "".join(("+" if self.value & bit else "-") + name for bit, name in CT_FLAG_NAMES if care & bit)
+            return f"{self.spec.match_name}={flags}"
         t = f"{self.spec.match_name}={self.spec.format(self.value)}"
+        if self.mask is not None:
+            return f"{t}/{self.spec.format(self.mask)}"
         return t if self.prefix is None else f"{t}/{self.prefix}"
 
 
@@ -153,6 +172,7 @@ IP = Proto("ip", (Field(ETH_TYPE, 0x0800),))
 IPV6 = Proto("ipv6", (Field(ETH_TYPE, 0x86DD),))
 ARP = Proto("arp", (Field(ETH_TYPE, 0x0806),))
 ICMP6 = Proto("icmp6", (Field(ETH_TYPE, 0x86DD), Field(IP_PROTO, 58)))
+ICMP = Proto("icmp", (Field(ETH_TYPE, 0x0800), Field(IP_PROTO, 1)))
 
 from cni.lean.typecheck import TYPE_CHECKING
 
@@ -175,6 +195,22 @@ def address(spec: FieldSpec, text: str) -> Field:
         raise ValueError(f"{spec.name}={text}: bad prefix length")
     plen = int(plen_text)
     return Field(spec, addr.network(value, plen, bits), plen)
+
+
+def ct_state(on: int, off: int = 0) -> Field:
+    """``ct_state``: the flags in ``on`` set, those in ``off`` clear, the rest ignored."""
+    if on & off or (on | off) & ~0xFF:
+        raise ValueError(f"ct_state: bad flags {on:#x}/{off:#x}")
+    return Field(CT_STATE, on, None, on | off)
+
+
+def masked(spec: FieldSpec, value: int, mask: int) -> Field:
+    """``spec=value/mask`` for a field matched by bit mask (:data:`BIT_MASKABLE`)."""
+    if spec not in BIT_MASKABLE:
+        raise ValueError(f"{spec.name} is not matched by a bit mask here")
+    if value & ~mask or not 0 <= mask < 1 << (8 * spec.length):
+        raise ValueError(f"{spec.name}={value:#x}/{mask:#x}: value outside the mask, or too wide")
+    return Field(spec, value, None, mask)
 
 
 def match_text(items: tuple[MatchItem, ...]) -> str:

@@ -8,15 +8,22 @@ plugin imports this on every ADD/DEL.
 Packet walk (IPv4 and IPv6 alike):
 
     Classifier ──pod port──► SpoofGuard ──ARP / NS──► NeighborResponder
-         │                      └─IP─────────────────► L3Forwarding ──► L2Forwarding ──► port
-         ├─gateway port: ARP/NS ► NeighborResponder, IP ► L3Forwarding
-         ├─tunnel port: dst MAC := gateway MAC ───────► L3Forwarding
-         └─uplink (fast path): local Pod CIDR ────────► L3Forwarding
+         │                      └─IP──► Conntrack ──► L3Forwarding ──► L2Forwarding ──► port
+         │                                  └─to a local Pod─► HostReturn ──► L3Forwarding
+         ├─gateway port: ARP/NS ► NeighborResponder, IP ► Conntrack
+         ├─tunnel port: dst MAC := gateway MAC ───────► Conntrack
+         └─uplink (fast path): local Pod CIDR ────────► Conntrack
 
 * SpoofGuard admits a Pod's packet only with the Pod's own MAC and addresses (IP, ARP sender,
   NA target), and drops router advertisements from Pods.
 * NeighborResponder answers ARP for the gateway and each local Pod (so nothing floods), and
   steers IPv6 neighbour solicitations to the port that owns the target.
+* Conntrack and HostReturn keep the Node's own conntrack in both directions of every connection
+  the host forwarded for a local Pod (kube-proxy's Service DNAT): what a local Pod sends that
+  enters OVS from the host (the gateway port; on the fast path also the host's uplink port) is
+  committed in zone :data:`CT_ZONE` with a mark saying which port; a packet for a local Pod that
+  arrives any other way is looked up there, and a reply of a marked connection goes back to the
+  host through that port (the host undoes its NAT and routes it on) instead of to the Pod.
 * L3Forwarding rewrites routed packets (dst MAC = gateway MAC): to a local Pod, to a tunnel,
   or (fast path) to the uplink.  What it does not match falls through unchanged.
 * L2Forwarding outputs by destination MAC: each Pod's MAC to its port, the gateway MAC to the
@@ -49,6 +56,8 @@ class Table(int):
     CLASSIFIER: Table
     SPOOF_GUARD: Table
     NEIGHBOR_RESPONDER: Table
+    CONNTRACK: Table
+    HOST_RETURN: Table
     L3_FORWARDING: Table
     L2_FORWARDING: Table
 
@@ -56,8 +65,18 @@ class Table(int):
 Table.CLASSIFIER = Table(0)
 Table.SPOOF_GUARD = Table(10)
 Table.NEIGHBOR_RESPONDER = Table(20)
+Table.CONNTRACK = Table(25)
+Table.HOST_RETURN = Table(26)
 Table.L3_FORWARDING = Table(30)
 Table.L2_FORWARDING = Table(40)
+
+# Ferry's conntrack zone in OVS (apart from the host's zone 0 on the kernel datapath, where both
+# share one table), and the ct_mark bits of a connection the host forwarded: which port of the
+# bridge its first packets came from, so its replies go back there.
+CT_ZONE = 0xFE00
+CT_MARK_VIA_GATEWAY = 0x1
+CT_MARK_VIA_UPLINK = 0x2
+CT_MARK_VIA_MASK = 0x3
 
 
 class Owner(int):

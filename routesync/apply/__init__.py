@@ -99,11 +99,12 @@ class NodeAppliers:
         self._gateway_mac = gw_mac
         self._gateway_ofport = gw_ofport
         self.routes.set_gateway_addresses(GATEWAY_PORT, gateway_addresses)
-        uplink_ofport = None
+        uplink_ofport = host_ofport = None
         moved_mtu = None
         if uplink is not None:
             st = self._mover_for(uplink).ensure()
             uplink_ofport = st.ports.get(st.renamed)
+            host_ofport = st.ports.get(st.name)
             moved_mtu = st.mtu  # the physical link's, followed by the internal port (ensure)
         else:
             self._restore_uplink(config)
@@ -116,7 +117,7 @@ class NodeAppliers:
             uplink_name=name,
             uplink_addresses=tuple(sorted(self.routes.addresses(name))) if info else (),
             transport_mtu=moved_mtu or (info[1] if info else 1500), uplink_mac=info[0] if info else None,
-            uplink_ofport=uplink_ofport)
+            uplink_ofport=uplink_ofport, uplink_host_ofport=host_ofport)
 
     def _restore_uplink(self, config: Config) -> None:
         """A move recorded by an earlier run but no longer wanted is undone."""

@@ -48,7 +48,7 @@ def test_fast_peer_flows_tx_and_rx_under_one_cookie() -> None:
     rx = [f for f in n2 if f.table == Table.CLASSIFIER]
     assert [f.actions_text() for f in tx] == [f"mod_dl_src:02:00:00:00:77:11,mod_dl_dst:{A},dec_ttl,output:5"]
     assert [f.match_text() for f in rx] == ["in_port=5,dl_dst=02:00:00:00:77:11,ip,nw_src=10.244.2.0/24,nw_dst=10.244.1.0/24"]
-    assert rx[0].actions_text() == "mod_dl_dst:02:00:00:00:01:01,goto_table:30" and rx[0].priority > 10
+    assert rx[0].actions_text() == "mod_dl_dst:02:00:00:00:01:01,goto_table:25" and rx[0].priority > 10
     assert any(r.dst == "10.244.2.0/24" and r.gw == "192.168.77.12" for r in d.routes)  # host traffic, fallback
 
 

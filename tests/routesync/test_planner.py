@@ -83,7 +83,7 @@ def test_encap_plan() -> None:
     arp = [f for f in fl if f.table == Table.NEIGHBOR_RESPONDER]
     assert len(arp) == 1 and arp[0].match_text() == "arp,arp_op=1,arp_tpa=10.244.3.1" and VIRTUAL_MAC.replace(":", "") in arp[0].actions_text()
     node = [f for f in d.flows if f.cookie == NODE_COOKIE]
-    assert [(f.match_text(), f.actions_text()) for f in node] == [("in_port=3", "mod_dl_dst:02:00:00:00:01:01,goto_table:30")]
+    assert [(f.match_text(), f.actions_text()) for f in node] == [("in_port=3", "mod_dl_dst:02:00:00:00:01:01,goto_table:25")]
     assert any(f.cookie == BASE_COOKIE and f.match_text() == "dl_dst=02:00:00:00:01:01" for f in d.flows)
     assert d.nft.masquerade and d.nft.tunnel_udp_port == 4789 and d.nft.uplink_ingress_drop == "eth0~"
     assert set(d.nft.cluster_pod_cidrs) == {"10.244.0.0/16", "10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24"}

@@ -9,8 +9,8 @@ from __future__ import annotations
 import struct
 
 from cni.lean.typecheck import TYPE_CHECKING
-from cni.pipeline.actions import DecTtl, Goto, Load, Move, Output, Resubmit, SetField
-from cni.pipeline.match import ETH_TYPE, IP_PROTO, MASKABLE, Field, Proto
+from cni.pipeline.actions import Ct, DecTtl, Goto, Load, Move, Output, Resubmit, SetField
+from cni.pipeline.match import BIT_MASKABLE, ETH_TYPE, IP_PROTO, MASKABLE, Field, Proto
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,6 +29,7 @@ OFP_NO_BUFFER = 0xFFFFFFFF
 OFPIT_GOTO_TABLE, OFPIT_APPLY_ACTIONS = 1, 4
 OFPAT_OUTPUT, OFPAT_DEC_NW_TTL, OFPAT_SET_FIELD, OFPAT_EXPERIMENTER = 0, 24, 25, 0xFFFF
 NX_VENDOR_ID, NXAST_RESUBMIT_TABLE, NXAST_REG_MOVE, NXAST_REG_LOAD = 0x00002320, 14, 6, 7
+NXAST_CT, NX_CT_F_COMMIT, NX_CT_RECIRC_NONE = 35, 1, 0xFF
 OFPP_IN_PORT_10 = 0xFFF8  # OpenFlow 1.0 port numbers in Nicira actions
 ONF_EXPERIMENTER_ID = 0x4F4E4600
 ONFT_BUNDLE_CONTROL, ONFT_BUNDLE_ADD_MESSAGE = 2300, 2301
@@ -54,6 +55,8 @@ class OpenFlowError(Exception):
 def _tlv(f: Field) -> bytes:
     spec = f.spec
     n = spec.length
+    if f.mask is not None:
+        return _U32.pack(spec.header | 0x100 | 2 * n) + f.value.to_bytes(n, "big") + f.mask.to_bytes(n, "big")
     if f.prefix is None:
         return _U32.pack(spec.header | n) + f.value.to_bytes(n, "big")
     bits = 8 * n
@@ -103,6 +106,8 @@ def encode_match(items: tuple[MatchItem, ...]) -> bytes:
             f = item
             if f.prefix is not None and f.spec not in MASKABLE:
                 raise OpenFlowError(f"match {f.text()!r}: {f.spec.name} is not matched by prefix here")
+            if f.mask is not None and f.spec not in BIT_MASKABLE:
+                raise OpenFlowError(f"match {f.text()!r}: {f.spec.name} is not matched by bit mask here")
             fields[f.spec] = f
         elif isinstance(item, Proto):
             for f in item.fields:
@@ -159,8 +164,17 @@ def _resubmit(a: Resubmit) -> bytes:
                        int(a.table))
 
 
+def _ct(a: Ct) -> bytes:
+    """NXAST_CT: flags, an immediate zone, the recirculation table, then the nested actions."""
+    nested = b"".join(_set_field(x) for x in a.exec)
+    table = NX_CT_RECIRC_NONE if a.table is None else int(a.table)
+    return struct.pack("!HHIHHIHB3xH", OFPAT_EXPERIMENTER, 24 + len(nested), NX_VENDOR_ID, NXAST_CT,
+                       NX_CT_F_COMMIT if a.commit else 0, 0, a.zone, table, 0) + nested
+
+
 _ACTIONS: dict[type, Callable[[Any], bytes]] = {
     Output: _output, SetField: _set_field, Move: _move, Load: _load, DecTtl: _dec_ttl, Resubmit: _resubmit,
+    Ct: _ct,
 }
 
 

@@ -39,7 +39,8 @@ def every_planned_flow() -> list[pl.Flow]:
                         GW.mac, 3)
     flows += peer_flows(PeerPlan("p3", 4, "tunnel", "fd00:172::a", ("10.244.3.0/25", "10.244.4.7/32"),
                                  "10.244.3.1"), GW.mac, 3)
-    port = FastPort(4, "02:aa:bb:cc:dd:ee", ("10.244.1.0/24", "fd00:10:244:1::/64"))
+    port = FastPort(4, "02:aa:bb:cc:dd:ee", ("10.244.1.0/24", "fd00:10:244:1::/64"), host_ofport=5)
+    flows += node_flows(None, GW.mac, port)
     flows += peer_flows(PeerPlan("p4", 4, "fast", "192.168.1.4", ("10.244.5.0/24", "10.244.6.9/32"),
                                  next_hop_mac="02:00:00:00:00:44"), GW.mac, 3, port)
     flows += peer_flows(PeerPlan("p5", 6, "fast", "fd00:192::5", ("fd00:10:244:5::/64",),
@@ -53,8 +54,8 @@ def test_the_sample_covers_every_kind_of_match_and_action() -> None:
     actions = {type(a).__name__ if not isinstance(a, SetField) else f"set_field:{a.spec.name}"
                for f in flows for a in f.actions}
     assert {"Proto", "in_port", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "ipv6_src", "ipv6_dst", "arp_op",
-            "arp_spa", "arp_tpa", "arp_sha", "icmpv6_type", "nd_target"} <= items
-    assert {"Output", "Goto", "Move", "Load", "DecTtl", "Resubmit", "set_field:eth_src", "set_field:eth_dst",
+            "arp_spa", "arp_tpa", "arp_sha", "icmpv6_type", "nd_target", "icmpv4_type", "ct_state", "ct_mark"} <= items
+    assert {"Output", "Goto", "Move", "Load", "DecTtl", "Resubmit", "Ct", "set_field:eth_src", "set_field:eth_dst",
             "set_field:tun_dst", "set_field:tun_ipv6_dst", "set_field:nd_tll", "set_field:nd_reserved",
             "set_field:nd_options_type", "set_field:nw_ttl", "set_field:ipv6_src", "set_field:icmpv6_type",
             "set_field:icmpv6_code"} <= actions
