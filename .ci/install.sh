@@ -29,7 +29,8 @@ fi
 command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 go_sets=(cnitool)
 [ "${FERRY_BENCH_PEERS:-1}" = 0 ] || go_sets+=(ovs-cni cni-plugins)
-[ "${FERRY_KUBERNETES:-1}" = 0 ] || go_sets+=(kubernetes)
+# The Kubernetes lab's Services and `make conformance`: CoreDNS, e2e.test + agnhost + ginkgo.
+[ "${FERRY_KUBERNETES:-1}" = 0 ] || go_sets+=(kubernetes kube-e2e coredns)
 bash "$here/tools/build-go-tools.sh" "${go_sets[@]}"
 
 # The project's virtualenv: runtime + dev + bench-only dependencies, Ferry installed editable.

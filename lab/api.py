@@ -85,6 +85,7 @@ class Probe:
     detail: str = ""
     ms: float | None = None
     peer: str | None = None  # tcp: the source address the server saw
+    server: str | None = None  # tcp/udp: the address the answering server had (behind a Service: which one)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -590,7 +591,20 @@ class Lab:
             r = json.loads(cp.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
             return Probe(False, f"client failed: {cp.stderr.strip()[-200:]}")
-        return Probe(bool(r["ok"]), r.get("error") or "", r.get("ms"), r.get("peer"))
+        return Probe(bool(r["ok"]), r.get("error") or "", r.get("ms"), r.get("peer"), r.get("server"))
+
+    def connect(self, src: Pod | Host | Node, addr: str, port: int, udp: bool = False, size: int = 1000,
+                timeout: float = 3.0) -> Probe:
+        """One echo exchange with ``addr``:``port`` (a Service address, a NodePort...): whatever
+        answers there must be an echo server (:meth:`ensure_echo`, port :data:`ECHO_PORT`)."""
+        verb = "connect-udp" if udp else "connect"
+        cp = src.exec([sys.executable, "-I", "-S", ECHO, verb, addr, str(port), str(size), str(timeout)],
+                      timeout=timeout + 10)
+        try:
+            r = json.loads(cp.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return Probe(False, f"client failed: {cp.stderr.strip()[-200:]}")
+        return Probe(bool(r["ok"]), r.get("error") or "", r.get("ms"), r.get("peer"), r.get("server"))
 
 
 def _topology(topology: Topology | str | dict | None) -> tuple[Topology, dict]:

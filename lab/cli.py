@@ -26,6 +26,7 @@ import click
 
 from lab import build, check, frr, overrides, picture, tools
 from lab.api import Lab, Node, default_cni_bin, ensure_cni_bin
+from lab.kube.spec import KUBE_PROXY_MODES
 from lab.sh import LabError
 from lab.topology import CATEGORIES, ENCAP_MODES, TUNNEL_TYPES, TopologyError, node_netns, router_routes
 
@@ -54,10 +55,12 @@ def mode_options(f: Callable[..., None]) -> Callable[..., None]:
 
 
 def _doc(topology: str | None, mode: str | None, tunnel: str | None, fast_path: bool, family: str | None,
-         kubernetes: bool = False) -> dict[str, Any]:
+         kubernetes: bool = False, kube_proxy: str | None = None) -> dict[str, Any]:
     doc = overrides.load(topology, overrides.Overrides(mode, tunnel, fast_path, family))
-    if kubernetes:
-        doc["kubernetes"] = doc.get("kubernetes") or {}
+    if kubernetes or kube_proxy:
+        doc["kubernetes"] = dict(doc.get("kubernetes") or {})
+        if kube_proxy:
+            doc["kubernetes"]["kubeProxy"] = kube_proxy
     return doc
 
 
@@ -66,10 +69,17 @@ def main() -> None:
     pass
 
 
-kubernetes_option = click.option(
-    "--kubernetes", is_flag=True, default=False,
-    help="a real Kubernetes cluster: etcd, kube-apiserver, controller-manager and scheduler on the external "
-         "host, containerd + kubelet on every Node, Ferry from deploy/ferry.yaml (topology key `kubernetes`)")
+def kubernetes_option(f: Callable[..., None]) -> Callable[..., None]:
+    """--kubernetes and --kube-proxy (which implies --kubernetes)."""
+    f = click.option(
+        "--kube-proxy", "kube_proxy", type=click.Choice(KUBE_PROXY_MODES), default=None,
+        help="kube-proxy's mode on every Node (kubernetes.kubeProxy; default iptables): none runs no kube-proxy and "
+             "no CoreDNS")(f)
+    return click.option(
+        "--kubernetes", is_flag=True, default=False,
+        help="a real Kubernetes cluster: etcd, kube-apiserver, controller-manager and scheduler on the external "
+             "host, containerd + kubelet + kube-proxy on every Node, CoreDNS, Ferry from deploy/ferry.yaml "
+             "(topology key `kubernetes`)")(f)
 
 
 def invoked_as() -> str:
@@ -111,10 +121,10 @@ def kubectl(name: str, args: tuple[str, ...]) -> None:
 @mode_options
 @kubernetes_option
 def up(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
-       fast_path: bool, family: str | None, kubernetes: bool) -> None:
+       fast_path: bool, family: str | None, kubernetes: bool, kube_proxy: str | None) -> None:
     t0 = time.monotonic()
     try:
-        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes)
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy)
         lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
     except (LabError, TopologyError, OSError) as e:
         _fail(e)
@@ -282,10 +292,11 @@ def render(lab: Lab) -> str:
 @click.option("--picture", "picture_file", type=click.Path(dir_okay=False), default=None,
               help="also draw the lab into this .svg or .png file")
 def demo(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
-         fast_path: bool, family: str | None, kubernetes: bool, picture_file: str | None) -> None:
+         fast_path: bool, family: str | None, kubernetes: bool, kube_proxy: str | None,
+         picture_file: str | None) -> None:
     t0 = time.monotonic()
     try:
-        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes)
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy)
         cni_bin = ensure_cni_bin(os.path.abspath(cni_bin or default_cni_bin()))
         lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
         click.echo(f"lab {name} up in {time.monotonic() - t0:.2f}s")
@@ -298,6 +309,20 @@ def demo(topology: str | None, name: str, cni_bin: str | None, mode: str | None,
         _fail(e)
     click.echo("")
     click.echo(check.table(lab, rows))
+    if lab.kubernetes and lab.kube().plan.dns_ip and len(lab.nodes) > 1:
+        from lab.kube import services
+
+        try:
+            svc_rows = services.demo(lab, lab.nodes[0].pods()[0], lab.nodes[1].pods()[0])
+        except LabError as e:
+            _fail(e)
+        click.echo("\nServices and cluster DNS (kube-proxy "
+                   f"{lab.kube().plan.kube_proxy} mode, CoreDNS as kube-dns):")
+        for what, ok, detail in svc_rows:
+            click.echo(f"  {'ok  ' if ok else 'FAIL'} {what}: {detail}")
+        rows_failed = not all(ok for _w, ok, _d in svc_rows)
+    else:
+        rows_failed = False
     click.echo("")
     click.echo(render(lab))
     if picture_file:
@@ -310,7 +335,7 @@ def demo(topology: str | None, name: str, cni_bin: str | None, mode: str | None,
                f"tear it down with `{down_cmd}` (= ferry-lab down --name {name}).")
     if lab.kubernetes:
         click.echo(kube_hint(lab))
-    sys.exit(0 if all(r.ok for r in rows) else 1)
+    sys.exit(0 if all(r.ok for r in rows) and not rows_failed else 1)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 import yaml
 
 from lab import layout, tools
-from lab.kube import manifests, ociimage, pki
+from lab.kube import dns, manifests, ociimage, pki
 from lab.kube.plan import (
+    CLUSTER_DOMAIN,
+    KUBE_PROXY_USER,
     NODE_CNI_PLUGINS,
     PAUSE_IMAGE,
     WORKLOAD_IMAGE,
@@ -273,6 +275,8 @@ class Cluster:
         ca.issue("admin", "kubernetes-admin", ["system:masters"])
         ca.issue("controller-manager", "system:kube-controller-manager")
         ca.issue("scheduler", "system:kube-scheduler")
+        if self.plan.kube_proxy != "none":
+            ca.issue("kube-proxy", KUBE_PROXY_USER)
         for n in self.plan.nodes:
             ca.issue(n.name, f"system:node:{n.name}", ["system:nodes"])
             ca.issue(f"{n.name}-serving", f"system:node:{n.name}", ["system:nodes"],
@@ -347,13 +351,18 @@ class Cluster:
         layout.write_atomic(conf, node.containerd_config)
         layout.write_atomic(os.path.join(node.directory, "kubelet.yaml"),
                             yaml.safe_dump(node.kubelet_config, sort_keys=False))
-        containerd, kubelet = node.processes
+        if node.kube_proxy_config is not None:
+            layout.write_atomic(os.path.join(node.directory, "kube-proxy.yaml"),
+                                yaml.safe_dump(node.kube_proxy_config, sort_keys=False))
+        containerd, kubelet, *proxy = node.processes
         start(containerd, self.manifest)
         wait_for(f"{node.name}: containerd's socket", lambda: os.path.exists(node.containerd_socket), 60,
                  lambda: tail(containerd.log))
         for image in images:
             ctr(node, "images", "import", image)
         start(kubelet, self.manifest)
+        for p in proxy:  # kube-proxy: hostNetwork, needs no CNI; Ferry's route-sync reaches the API through it
+            start(p, self.manifest)
 
     def import_image(self, image: str) -> None:
         with ThreadPoolExecutor(max_workers=len(self.plan.nodes)) as pool:
@@ -372,6 +381,24 @@ class Cluster:
     def deploy_ferry(self, overlay: manifests.Overlay) -> None:
         docs = manifests.apply_overlay(manifests.load(), overlay)
         self.kubectl("apply", "-f", "-", input=manifests.dump(docs))
+
+    def deploy_dns(self, timeout: float = 180.0) -> None:
+        """CoreDNS as ``kube-system/kube-dns`` (:mod:`lab.kube.dns`); waits until it answers
+        readiness (it reached the API server through the ``kubernetes`` Service)."""
+        assert self.plan.dns_ip is not None
+        self.kubectl("apply", "-f", "-", input=manifests.dump(dns.documents(self.plan.dns_ip, CLUSTER_DOMAIN)))
+        wait_for("CoreDNS to be ready", self.dns_ready, timeout,
+                 lambda: self.kubectl("-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o", "wide",
+                                      check=False).stdout)
+
+    def dns_ready(self) -> bool:
+        cp = self.kubectl("-n", "kube-system", "get", "deployment", "coredns", "-o", "json", check=False)
+        if cp.returncode != 0:
+            return False
+        doc = json.loads(cp.stdout)
+        st = doc.get("status", {})
+        return (st.get("observedGeneration") == doc["metadata"]["generation"]
+                and st.get("readyReplicas", 0) == doc["spec"]["replicas"] == st.get("updatedReplicas", 0))
 
     def daemonset_ready(self, want: int) -> bool:
         """Ferry's DaemonSet runs ready and up to date on ``want`` Nodes."""
@@ -449,9 +476,10 @@ class Cluster:
             self.route_pod_cidrs(self.router_netns)
 
 
-def build_images(directory: str, tag: str | None, log: Log) -> list[str]:
+def build_images(directory: str, tag: str | None, log: Log, services: bool = False) -> list[str]:
     """The pause and workload images (made here) and Ferry's (``tools/build-image.sh``), in
-    ``directory`` (Ferry's linked from build/image)."""
+    ``directory`` (Ferry's linked from build/image); with ``services``, CoreDNS's and agnhost's
+    (the Service tests' servers) from the binaries tools/build-go-tools.sh built."""
     os.makedirs(directory, exist_ok=True)
     pause = ociimage.write_archive(ociimage.busybox_image(PAUSE_IMAGE, cmd=("sleep", "2147483647")),
                                    os.path.join(directory, "pause.tar"))
@@ -460,7 +488,11 @@ def build_images(directory: str, tag: str | None, log: Log) -> list[str]:
     if os.path.lexists(ferry):
         os.unlink(ferry)
     os.symlink(ferry_image(tag, log), ferry)
-    return [pause, busybox, ferry]
+    out = [pause, busybox, ferry]
+    if services:
+        for name, spec in dns.images(tools.tool).items():
+            out.append(ociimage.write_archive(spec, os.path.join(directory, f"{name}.tar")))
+    return out
 
 
 def ferry_image(tag: str | None, log: Log) -> str:
@@ -490,7 +522,13 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
     cluster = Cluster(plan, manifest, log, router_netns if route_pod_cidrs else None)
     os.makedirs(plan.directory, exist_ok=True)
     cluster.credentials(topo_server_names)
-    images = build_images(os.path.join(plan.directory, "images"), image_tag, log)
+    services = plan.kube_proxy != "none"
+    if services:
+        for name in ("kube-proxy", "coredns", "agnhost"):
+            if not os.access(tools.tool(name), os.X_OK):
+                raise LabError(f"{tools.tool(name)} missing: run `tools/build-go-tools.sh kubernetes kube-e2e coredns`"
+                               " (make install), or `--kube-proxy none`")
+    images = build_images(os.path.join(plan.directory, "images"), image_tag, log, services)
     cluster.control_plane()
     log(f"control plane ready: {time.monotonic() - t0:.1f}s")
     make_holder(os.path.dirname(plan.nodes[0].mount_ns), manifest)
@@ -504,11 +542,15 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
     image = None
     if image_tag:
         image = manifests.shipped_image(manifests.load()).rsplit(":", 1)[0] + f":{image_tag}"
-    cluster.deploy_ferry(manifests.Overlay(plan.api_host, plan.api_port, plan.cluster_cidrs, route_sync, image))
+    cluster.deploy_ferry(manifests.Overlay(plan.api_host, plan.api_port, plan.cluster_cidrs, route_sync, image,
+                                           api_override=not services))
     cluster.wait_converged()
     if route_pod_cidrs:
         cluster.route_pod_cidrs(router_netns)
     log(f"Ferry deployed, Nodes Ready: {time.monotonic() - t0:.1f}s")
+    if services and not join_later:
+        cluster.deploy_dns()
+        log(f"CoreDNS ready (kube-dns {plan.dns_ip}): {time.monotonic() - t0:.1f}s")
     return cluster
 
 

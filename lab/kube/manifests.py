@@ -5,9 +5,11 @@ What the overlay changes, and why:
 
 * route-sync's config (the ConfigMap): ``datapathType: netdev`` (no OVS kernel module here), the
   lab's cluster CIDRs and traffic mode (from the topology's ``routeSync`` block);
-* ``KUBERNETES_SERVICE_HOST``/``PORT`` on the DaemonSet's containers: the lab runs no kube-proxy,
-  so the ``kubernetes`` Service's ClusterIP leads nowhere; the API server's own address does (real
-  CNIs document the same override for clusters whose Service proxy needs the CNI first);
+* ``KUBERNETES_SERVICE_HOST``/``PORT`` on the DaemonSet's containers, only in a lab without
+  kube-proxy (``kubeProxy: none``): there the ``kubernetes`` Service's ClusterIP leads nowhere and
+  the API server's own address does (the override deploy/ferry.yaml documents for clusters whose
+  Service proxy needs the CNI first).  With kube-proxy, Ferry reaches the API server through the
+  ``kubernetes`` Service, as on a kubeadm cluster;
 * the image reference, when the lab built another tag (rolling-update tests).
 
 Everything else (RBAC, ServiceAccount, volumes, probes, install-cni) is applied as shipped."""
@@ -34,6 +36,7 @@ class Overlay:
     cluster_cidrs: tuple[str, ...]
     route_sync: Mapping[str, Any]  # trafficEncapMode, tunnelType, ... as route-sync's config keys
     image: str | None = None
+    api_override: bool = True  # the API server by its address (no kube-proxy), not by its Service
 
 
 def load(path: str = MANIFEST) -> list[dict[str, Any]]:
@@ -62,7 +65,7 @@ def apply_overlay(docs: list[dict[str, Any]], overlay: Overlay) -> list[dict[str
             d["data"][CONFIG_KEY] = yaml.safe_dump(conf, sort_keys=False)
     pod = daemonset(out)["spec"]["template"]["spec"]
     api_env = [{"name": "KUBERNETES_SERVICE_HOST", "value": overlay.api_host},
-               {"name": "KUBERNETES_SERVICE_PORT", "value": str(overlay.api_port)}]
+               {"name": "KUBERNETES_SERVICE_PORT", "value": str(overlay.api_port)}] if overlay.api_override else []
     for c in (*pod.get("initContainers", []), *pod["containers"]):
         env = [e for e in c.get("env", []) if e["name"] not in {"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}]
         c["env"] = env + api_env

@@ -22,7 +22,7 @@ MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
 BUSYBOX = "/bin/busybox"
 # busybox applets the lab's Pods use: a shell, sleep, ping and nc (probes), ip (checks), httpd.
 APPLETS = ("sh", "sleep", "ping", "ping6", "nc", "ip", "cat", "ls", "echo", "hostname", "httpd", "wget",
-           "ifconfig", "true", "kill", "ps", "mkdir", "timeout")
+           "ifconfig", "true", "kill", "ps", "mkdir", "timeout", "nslookup", "seq", "grep")
 
 
 @dataclass(frozen=True)

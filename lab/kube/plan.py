@@ -12,7 +12,16 @@ Where things run:
   namespace of the Node's own, where the host paths a CNI and its DaemonSet expect
   (``/etc/cni/net.d``, ``/opt/cni/bin``, ``/run/openvswitch``, ``/run/ferry``, ...) are bind mounts
   of the Node's directories: one DaemonSet template then serves every Node, as on real hosts;
-* the kubelet under a cgroup root of its own (``/ferry-lab/<lab>/<node>``), cgroupfs driver."""
+* the kubelet under a cgroup root of its own (``/ferry-lab/<lab>/<node>``), cgroupfs driver;
+* kube-proxy (``kubeProxy``: iptables or nftables mode) on each Node, in the Node's network
+  namespace, with the KubeProxyConfiguration kubeadm writes into its ConfigMap and the
+  ``system:kube-proxy`` identity kubeadm gives it.  A per-Node process like the kubelet rather
+  than kubeadm's DaemonSet: its image would be a Debian root file system with iptables and
+  nftables built here for one binary, and as a process it is stopped and restarted by the fault
+  tests exactly like the kubelet.  What kube-proxy does to a Node (its iptables/nftables rules,
+  sysctls, conntrack) is the same either way;
+* CoreDNS as ``kube-system/kube-dns`` (a Deployment on the Pod network, :mod:`lab.kube.dns`),
+  whose Service address the kubelets' ``clusterDNS`` names."""
 
 from __future__ import annotations
 
@@ -25,6 +34,7 @@ from lab.topology import Topology, external_address, external_netns, node_addres
 
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 CLUSTER_DOMAIN = "cluster.local"
+KUBE_PROXY_USER = "system:kube-proxy"  # bound to ClusterRole system:node-proxier by default RBAC
 PAUSE_IMAGE = "ferry.local/pause:1"
 WORKLOAD_IMAGE = "ferry.local/busybox:1"
 # The Node paths a container runtime, a kubelet and Ferry's DaemonSet use, each a bind mount of a
@@ -84,7 +94,8 @@ class NodePlan:
     containerd_socket: str  # the socket's path on this machine
     kubelet_config: dict[str, Any]
     kubeconfig: str
-    processes: tuple[Process, ...]  # containerd, kubelet
+    processes: tuple[Process, ...]  # containerd, kubelet, then kube-proxy when it runs
+    kube_proxy_config: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,8 @@ class ClusterPlan:
     kubeconfigs: dict[str, tuple[str, str]]  # path -> (client cert stem, user)
     control_plane: tuple[Process, ...]
     nodes: tuple[NodePlan, ...] = field(default_factory=tuple)
+    kube_proxy: str = "none"  # iptables | nftables | none
+    dns_ip: str | None = None  # kube-dns's ClusterIP (CoreDNS), None without kube-proxy
 
     def node(self, name: str) -> NodePlan:
         for n in self.nodes:
@@ -141,6 +154,27 @@ def mask_sizes(cluster_cidrs: tuple[str, ...]) -> dict[int, int]:
         want = 24 if net.version == 4 else 64
         out[net.version] = max(want, net.prefixlen + 1) if want - net.prefixlen <= 16 else net.prefixlen + 16
     return out
+
+
+def dns_ip(service_cidr: str) -> str:
+    """kube-dns's ClusterIP: by convention (kubeadm) the 10th address of the Service CIDR."""
+    import ipaddress
+
+    return str(ipaddress.ip_network(service_cidr)[10])
+
+
+def kube_proxy_config(mode: str, kubeconfig: str, cluster_cidrs: tuple[str, ...]) -> dict[str, Any]:
+    """The KubeProxyConfiguration kubeadm writes (``clusterCIDR``: the Pod networks, so traffic
+    from outside them to a Service is masqueraded), with what a Node that is a network namespace
+    needs: ``conntrack.maxPerCore: 0`` (nf_conntrack_max is the machine's, not the namespace's;
+    kind sets the same) and its metrics and health on the Node's own addresses."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+        "mode": mode, "clientConnection": {"kubeconfig": kubeconfig},
+        "clusterCIDR": ",".join(cluster_cidrs),
+        "conntrack": {"maxPerCore": 0},
+        "metricsBindAddress": "127.0.0.1:10249",
+    }
 
 
 def plan(lab: str, lab_dir: str, topo: Topology, spec: KubeSpec, tools_dir: str) -> ClusterPlan:
@@ -197,12 +231,17 @@ def plan(lab: str, lab_dir: str, topo: Topology, spec: KubeSpec, tools_dir: str)
     kubeconfigs = {kc("admin"): ("admin", "kubernetes-admin"),
                    kc("controller-manager"): ("controller-manager", "system:kube-controller-manager"),
                    kc("scheduler"): ("scheduler", "system:kube-scheduler")}
+    proxy = None
+    if spec.services:
+        kubeconfigs[kc("kube-proxy")] = ("kube-proxy", KUBE_PROXY_USER)
+        proxy = kube_proxy_config(spec.kube_proxy, kc("kube-proxy"), topo.cluster_cidrs)
+    dns = dns_ip(spec.service_cidr) if spec.services else None
     nodes = []
     for n in topo.nodes:
         kubeconfigs[kc(n.name)] = (n.name, f"system:node:{n.name}")
-        nodes.append(node_plan(lab, lab_dir, topo, n.name, kc(n.name), p("ca.crt"), tools_dir))
+        nodes.append(node_plan(lab, lab_dir, topo, n.name, kc(n.name), p("ca.crt"), tools_dir, proxy, dns))
     return ClusterPlan(d, pki, host, url, spec.api_port, spec.service_cidr, topo.cluster_cidrs, kc("admin"),
-                       kubeconfigs, (etcd, apiserver, kcm, scheduler), tuple(nodes))
+                       kubeconfigs, (etcd, apiserver, kcm, scheduler), tuple(nodes), spec.kube_proxy, dns)
 
 
 def node_dir(lab_dir: str, node: str) -> str:
@@ -210,7 +249,7 @@ def node_dir(lab_dir: str, node: str) -> str:
 
 
 def node_plan(lab: str, lab_dir: str, topo: Topology, name: str, kubeconfig: str, ca: str,
-              tools_dir: str) -> NodePlan:
+              tools_dir: str, proxy_config: dict[str, Any] | None = None, cluster_dns: str | None = None) -> NodePlan:
     from lab import layout
 
     spec = topo.node(name)
@@ -225,7 +264,7 @@ def node_plan(lab: str, lab_dir: str, topo: Topology, name: str, kubeconfig: str
     config = containerd_config(containerd_dir["containerd"], containerd_dir["containerd-run"])
     pki_dir = os.path.dirname(ca)
     kubelet = kubelet_config(cgroup_root, ca, os.path.join(pki_dir, f"{name}-serving.crt"),
-                             os.path.join(pki_dir, f"{name}-serving.key"))
+                             os.path.join(pki_dir, f"{name}-serving.key"), cluster_dns)
     mount_ns = os.path.join(lab_dir, "k8s", "mnt", name)
     netns = node_netns(lab, name)
     conf_path = os.path.join(d, "containerd.toml")
@@ -238,8 +277,13 @@ def node_plan(lab: str, lab_dir: str, topo: Topology, name: str, kubeconfig: str
                             f"--node-ip={','.join(addresses)}", "--v=1"),
                 netns, os.path.join(paths.log, "kubelet.log"), mount_ns, name),
     )
+    if proxy_config is not None:
+        procs += (Process("kube-proxy", (os.path.join(tools_dir, "kube-proxy"),
+                                         f"--config={os.path.join(d, 'kube-proxy.yaml')}",
+                                         f"--hostname-override={name}", "--v=1"),
+                          netns, os.path.join(paths.log, "kube-proxy.log"), mount_ns, name),)
     return NodePlan(name, d, addresses, mount_ns, binds, cgroup_root, config,
-                    os.path.join(d, "containerd-run", "containerd.sock"), kubelet, kubeconfig, procs)
+                    os.path.join(d, "containerd-run", "containerd.sock"), kubelet, kubeconfig, procs, proxy_config)
 
 
 def containerd_config(root: str, state: str) -> str:
@@ -269,11 +313,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 """
 
 
-def kubelet_config(cgroup_root: str, ca: str, serving_cert: str, serving_key: str) -> dict[str, Any]:
+def kubelet_config(cgroup_root: str, ca: str, serving_cert: str, serving_key: str,
+                   cluster_dns: str | None = None) -> dict[str, Any]:
     """The KubeletConfiguration. What this machine needs (lab/README.md has the why): cgroup v1
     with the cgroupfs driver (``failCgroupV1: false``), no oom_score_adj change, eviction and image
-    GC thresholds that never fire on a shared disk, no swap check."""
-    return {
+    GC thresholds that never fire on a shared disk, no swap check.  ``cluster_dns``: kube-dns's
+    address, written into every Pod's resolv.conf."""
+    dns = {"clusterDNS": [cluster_dns]} if cluster_dns else {}
+    return {**dns,
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "cgroupDriver": "cgroupfs", "cgroupRoot": cgroup_root, "failCgroupV1": False,
         "failSwapOn": False, "containerRuntimeEndpoint": f"unix://{CONTAINERD_SOCKET}",

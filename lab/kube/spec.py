@@ -8,6 +8,9 @@ kubernetes:
   joinLater: []               # Nodes whose kubelet starts only on `Cluster.join` (a Node joining)
   cni: ferry                  # ferry (the DaemonSet) | bridge (Debian's bridge + host-local, the
                               # reference a benchmark compares with; no cross-Node routing)
+  kubeProxy: iptables         # kube-proxy's mode on every Node: iptables | nftables | none (no
+                              # kube-proxy, no CoreDNS: Ferry's DaemonSet then reaches the API
+                              # server by its address, the override for clusters without a proxy)
 ```
 ``kubernetes: {}`` (or ``ferry-lab up --kubernetes``) takes every default."""
 
@@ -17,8 +20,9 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni")
+KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni", "kubeProxy")
 CNIS = ("ferry", "bridge")
+KUBE_PROXY_MODES = ("iptables", "nftables", "none")
 
 
 class KubeSpecError(ValueError):
@@ -32,10 +36,16 @@ class KubeSpec:
     image_tag: str | None = None
     join_later: tuple[str, ...] = ()
     cni: str = "ferry"
+    kube_proxy: str = "iptables"
+
+    @property
+    def services(self) -> bool:
+        """kube-proxy (and so CoreDNS, which Pods reach through its Service) runs."""
+        return self.kube_proxy != "none"
 
     def to_doc(self) -> dict[str, Any]:
         return {"serviceCIDR": self.service_cidr, "apiPort": self.api_port, "imageTag": self.image_tag,
-                "joinLater": list(self.join_later), "cni": self.cni}
+                "joinLater": list(self.join_later), "cni": self.cni, "kubeProxy": self.kube_proxy}
 
 
 def parse(value: Any) -> KubeSpec | None:
@@ -68,4 +78,7 @@ def parse(value: Any) -> KubeSpec | None:
     cni = value.get("cni", "ferry")
     if cni not in CNIS:
         raise KubeSpecError(f"kubernetes.cni {cni!r}: one of {', '.join(CNIS)}")
-    return KubeSpec(str(net), port, tag, tuple(later), cni)
+    proxy = value.get("kubeProxy", "iptables")
+    if proxy not in KUBE_PROXY_MODES:
+        raise KubeSpecError(f"kubernetes.kubeProxy {proxy!r}: one of {', '.join(KUBE_PROXY_MODES)}")
+    return KubeSpec(str(net), port, tag, tuple(later), cni, proxy)

@@ -31,9 +31,13 @@ def can_run() -> str | None:
     for t in ("ovs-vswitchd", "containerd", "runc", "ctr", "podman", "mmdebstrap", "nsenter"):
         if shutil.which(t) is None:
             return f"{t} not installed (make install)"
-    for t in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"):
+    for t in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl",
+              "kube-proxy"):
         if not os.access(tools.tool(t), os.X_OK):
             return f"{t} not built (tools/build-go-tools.sh kubernetes)"
+    for t, tool_set in (("coredns", "coredns"), ("agnhost", "kube-e2e")):
+        if not os.access(tools.tool(t), os.X_OK):
+            return f"{t} not built (tools/build-go-tools.sh {tool_set})"
     if not os.access(os.path.join(REPO, "dist", "ferry", "ferry-route-sync"), os.X_OK):
         return "no frozen bundle (make dist)"
     return None
