@@ -163,8 +163,8 @@ def base_flows(gw: GatewayPort) -> list[Flow]:
              (goto(Table.NEIGHBOR_RESPONDER),), c),
         Flow(Table.CLASSIFIER, PRIO_DEFAULT, (IN_PORT(port),), (goto(Table.CONNTRACK),), c),
         # The host's ICMP redirects never reach a Pod: forwarding a Service's DNATed packet back
-        # out of the port it came in on (a local backend) makes the kernel send one, naming the
-        # backend as the next hop for the Service address.
+        # out of the port it came in on (a local backend) is where Linux may send one, and it
+        # would name the backend as the Pod's next hop for the Service address.
         Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ICMP, m.ICMPV4_TYPE(ICMP_REDIRECT)), DROP, c),
         Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_REDIRECT)), DROP, c),
         Flow(Table.CLASSIFIER, PRIO_MISS, (), DROP, c),

@@ -385,8 +385,8 @@ class Cluster:
     def deploy_dns(self, timeout: float = 180.0) -> None:
         """CoreDNS as ``kube-system/kube-dns`` (:mod:`lab.kube.dns`); waits until it answers
         readiness (it reached the API server through the ``kubernetes`` Service)."""
-        assert self.plan.dns_ip is not None
-        self.kubectl("apply", "-f", "-", input=manifests.dump(dns.documents(self.plan.dns_ip, CLUSTER_DOMAIN)))
+        assert self.plan.dns_ips
+        self.kubectl("apply", "-f", "-", input=manifests.dump(dns.documents(self.plan.dns_ips, CLUSTER_DOMAIN)))
         wait_for("CoreDNS to be ready", self.dns_ready, timeout,
                  lambda: self.kubectl("-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o", "wide",
                                       check=False).stdout)
@@ -550,7 +550,7 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
     log(f"Ferry deployed, Nodes Ready: {time.monotonic() - t0:.1f}s")
     if services and not join_later:
         cluster.deploy_dns()
-        log(f"CoreDNS ready (kube-dns {plan.dns_ip}): {time.monotonic() - t0:.1f}s")
+        log(f"CoreDNS ready (kube-dns {', '.join(plan.dns_ips)}): {time.monotonic() - t0:.1f}s")
     return cluster
 
 

@@ -54,8 +54,11 @@ def images(tool: Callable[[str], str]) -> dict[str, ImageSpec]:
     }
 
 
-def documents(dns_ip: str, domain: str, replicas: int = 2) -> list[dict[str, Any]]:
-    """kubeadm's CoreDNS objects (pure), for ``kubectl apply``."""
+def documents(dns_ips: tuple[str, ...], domain: str, replicas: int = 2) -> list[dict[str, Any]]:
+    """kubeadm's CoreDNS objects (pure), for ``kubectl apply``; the Service on ``dns_ips`` (one
+    per family: a dual-stack cluster's kube-dns is dual-stack)."""
+    families = {"clusterIP": dns_ips[0], "clusterIPs": list(dns_ips),
+                "ipFamilyPolicy": "RequireDualStack" if len(dns_ips) > 1 else "SingleStack"}
     meta = {"name": "coredns", "namespace": NAMESPACE}
     rules = [
         {"apiGroups": [""], "resources": ["endpoints", "services", "pods", "namespaces"], "verbs": ["list", "watch"]},
@@ -93,7 +96,7 @@ def documents(dns_ip: str, domain: str, replicas: int = 2) -> list[dict[str, Any
                                                      "configMap": {"name": "coredns"}}]}}}},
         {"apiVersion": "v1", "kind": "Service",
          "metadata": {"name": "kube-dns", "namespace": NAMESPACE, "labels": {**LABELS, "kubernetes.io/name": "CoreDNS"}},
-         "spec": {"selector": LABELS, "clusterIP": dns_ip,
+         "spec": {"selector": LABELS, **families,
                   "ports": [{"name": "dns", "port": 53, "protocol": "UDP"},
                             {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
                             {"name": "metrics", "port": 9153, "protocol": "TCP"}]}},

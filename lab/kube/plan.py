@@ -105,14 +105,19 @@ class ClusterPlan:
     api_host: str
     api_url: str
     api_port: int
-    service_cidr: str
+    service_cidr: str  # comma-separated, one per family
     cluster_cidrs: tuple[str, ...]
     admin_kubeconfig: str
     kubeconfigs: dict[str, tuple[str, str]]  # path -> (client cert stem, user)
     control_plane: tuple[Process, ...]
     nodes: tuple[NodePlan, ...] = field(default_factory=tuple)
     kube_proxy: str = "none"  # iptables | nftables | none
-    dns_ip: str | None = None  # kube-dns's ClusterIP (CoreDNS), None without kube-proxy
+    dns_ips: tuple[str, ...] = ()  # kube-dns's ClusterIPs (CoreDNS), one per family; none without kube-proxy
+
+    @property
+    def dns_ip(self) -> str | None:
+        """kube-dns's address of the first family (what a Pod's resolv.conf names first)."""
+        return self.dns_ips[0] if self.dns_ips else None
 
     def node(self, name: str) -> NodePlan:
         for n in self.nodes:
@@ -137,7 +142,7 @@ def server_names(topo: Topology, spec: KubeSpec) -> tuple[str, ...]:
     """The API server certificate's names: its addresses, loopback, the ``kubernetes`` Service."""
     import ipaddress
 
-    first_service_ip = str(next(ipaddress.ip_network(spec.service_cidr).hosts()))
+    first_service_ip = str(next(ipaddress.ip_network(service_cidrs(topo, spec)[0]).hosts()))
     addrs = tuple(a for a in external_address(topo) if a)
     return (*addrs, "127.0.0.1", first_service_ip, "kubernetes", "kubernetes.default",
             "kubernetes.default.svc", f"kubernetes.default.svc.{CLUSTER_DOMAIN}")
@@ -156,11 +161,25 @@ def mask_sizes(cluster_cidrs: tuple[str, ...]) -> dict[int, int]:
     return out
 
 
-def dns_ip(service_cidr: str) -> str:
-    """kube-dns's ClusterIP: by convention (kubeadm) the 10th address of the Service CIDR."""
+DEFAULT_SERVICE_CIDRS = {4: "10.96.0.0/16", 6: "fd00:10:96::/112"}
+
+
+def service_cidrs(topo: Topology, spec: KubeSpec) -> tuple[str, ...]:
+    """The Service CIDRs: the spec's, else one per family of the cluster CIDRs in their order (a
+    dual-stack cluster gets dual-stack Services; the first family is the ``kubernetes`` Service's)."""
     import ipaddress
 
-    return str(ipaddress.ip_network(service_cidr)[10])
+    if spec.service_cidr:
+        return tuple(spec.service_cidr.split(","))
+    families = list(dict.fromkeys(ipaddress.ip_network(c).version for c in topo.cluster_cidrs)) or [4]
+    return tuple(DEFAULT_SERVICE_CIDRS[f] for f in families)
+
+
+def dns_ips(cidrs: tuple[str, ...]) -> tuple[str, ...]:
+    """kube-dns's ClusterIPs: by convention (kubeadm) the 10th address of each Service CIDR."""
+    import ipaddress
+
+    return tuple(str(ipaddress.ip_network(c)[10]) for c in cidrs)
 
 
 def kube_proxy_config(mode: str, kubeconfig: str, cluster_cidrs: tuple[str, ...]) -> dict[str, Any]:
@@ -188,6 +207,7 @@ def plan(lab: str, lab_dir: str, topo: Topology, spec: KubeSpec, tools_dir: str)
     kc = lambda stem: os.path.join(d, f"{stem}.kubeconfig")
     sizes = mask_sizes(topo.cluster_cidrs)
     cluster = ",".join(topo.cluster_cidrs)
+    services = ",".join(service_cidrs(topo, spec))
     p = lambda name: os.path.join(pki, name)
     etcd = Process("etcd", (
         tool("etcd"), "--name", "lab", "--data-dir", os.path.join(d, "etcd"),
@@ -202,7 +222,7 @@ def plan(lab: str, lab_dir: str, topo: Topology, spec: KubeSpec, tools_dir: str)
         f"--client-ca-file={p('ca.crt')}", f"--service-account-key-file={p('sa.pub')}",
         f"--service-account-signing-key-file={p('sa.key')}",
         f"--service-account-issuer=https://kubernetes.default.svc.{CLUSTER_DOMAIN}",
-        f"--service-cluster-ip-range={spec.service_cidr}", "--authorization-mode=Node,RBAC",
+        f"--service-cluster-ip-range={services}", "--authorization-mode=Node,RBAC",
         "--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
         f"--kubelet-client-certificate={p('apiserver-kubelet-client.crt')}",
         f"--kubelet-client-key={p('apiserver-kubelet-client.key')}",
@@ -217,7 +237,7 @@ def plan(lab: str, lab_dir: str, topo: Topology, spec: KubeSpec, tools_dir: str)
         f"--root-ca-file={p('ca.crt')}", f"--cluster-signing-cert-file={p('ca.crt')}",
         f"--cluster-signing-key-file={p('ca.key')}", "--allocate-node-cidrs=true",
         f"--cluster-cidr={cluster}", *(f"--node-cidr-mask-size-ipv{v}={s}" for v, s in sorted(sizes.items())),
-        f"--service-cluster-ip-range={spec.service_cidr}", "--leader-elect=false",
+        f"--service-cluster-ip-range={services}", "--leader-elect=false",
         "--controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
         "--bind-address=127.0.0.1", "--secure-port=10257",
         # A Node whose kubelet stops posting status is marked unreachable after 20 s (default 40 s).
@@ -235,12 +255,12 @@ def plan(lab: str, lab_dir: str, topo: Topology, spec: KubeSpec, tools_dir: str)
     if spec.services:
         kubeconfigs[kc("kube-proxy")] = ("kube-proxy", KUBE_PROXY_USER)
         proxy = kube_proxy_config(spec.kube_proxy, kc("kube-proxy"), topo.cluster_cidrs)
-    dns = dns_ip(spec.service_cidr) if spec.services else None
+    dns = dns_ips(service_cidrs(topo, spec)) if spec.services else ()
     nodes = []
     for n in topo.nodes:
         kubeconfigs[kc(n.name)] = (n.name, f"system:node:{n.name}")
         nodes.append(node_plan(lab, lab_dir, topo, n.name, kc(n.name), p("ca.crt"), tools_dir, proxy, dns))
-    return ClusterPlan(d, pki, host, url, spec.api_port, spec.service_cidr, topo.cluster_cidrs, kc("admin"),
+    return ClusterPlan(d, pki, host, url, spec.api_port, services, topo.cluster_cidrs, kc("admin"),
                        kubeconfigs, (etcd, apiserver, kcm, scheduler), tuple(nodes), spec.kube_proxy, dns)
 
 
@@ -249,7 +269,7 @@ def node_dir(lab_dir: str, node: str) -> str:
 
 
 def node_plan(lab: str, lab_dir: str, topo: Topology, name: str, kubeconfig: str, ca: str,
-              tools_dir: str, proxy_config: dict[str, Any] | None = None, cluster_dns: str | None = None) -> NodePlan:
+              tools_dir: str, proxy_config: dict[str, Any] | None = None, cluster_dns: tuple[str, ...] = ()) -> NodePlan:
     from lab import layout
 
     spec = topo.node(name)
@@ -269,7 +289,7 @@ def node_plan(lab: str, lab_dir: str, topo: Topology, name: str, kubeconfig: str
     netns = node_netns(lab, name)
     conf_path = os.path.join(d, "containerd.toml")
     kubelet_path = os.path.join(d, "kubelet.yaml")
-    procs = (
+    procs: tuple[Process, ...] = (
         Process("containerd", ("containerd", "--config", conf_path), netns,
                 os.path.join(paths.log, "containerd.log"), mount_ns, name),
         Process("kubelet", (os.path.join(tools_dir, "kubelet"), f"--config={kubelet_path}",
@@ -314,12 +334,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 
 def kubelet_config(cgroup_root: str, ca: str, serving_cert: str, serving_key: str,
-                   cluster_dns: str | None = None) -> dict[str, Any]:
+                   cluster_dns: tuple[str, ...] = ()) -> dict[str, Any]:
     """The KubeletConfiguration. What this machine needs (lab/README.md has the why): cgroup v1
     with the cgroupfs driver (``failCgroupV1: false``), no oom_score_adj change, eviction and image
     GC thresholds that never fire on a shared disk, no swap check.  ``cluster_dns``: kube-dns's
-    address, written into every Pod's resolv.conf."""
-    dns = {"clusterDNS": [cluster_dns]} if cluster_dns else {}
+    addresses, written into every Pod's resolv.conf."""
+    dns = {"clusterDNS": list(cluster_dns)} if cluster_dns else {}
     return {**dns,
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "cgroupDriver": "cgroupfs", "cgroupRoot": cgroup_root, "failCgroupV1": False,

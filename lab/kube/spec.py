@@ -2,7 +2,9 @@
 
 ```yaml
 kubernetes:
-  serviceCIDR: 10.96.0.0/16   # the API server's --service-cluster-ip-range
+  serviceCIDR: null           # the API server's --service-cluster-ip-range: one CIDR, or an IPv4
+                              # and an IPv6 one ("10.96.0.0/16,fd00:10:96::/112"); default: one per
+                              # family of the cluster CIDRs, in their order (10.96.0.0/16, fd00:10:96::/112)
   apiPort: 6443
   imageTag: null              # Ferry's image tag (default: the one deploy/ferry.yaml names)
   joinLater: []               # Nodes whose kubelet starts only on `Cluster.join` (a Node joining)
@@ -31,7 +33,7 @@ class KubeSpecError(ValueError):
 
 @dataclass(frozen=True)
 class KubeSpec:
-    service_cidr: str = "10.96.0.0/16"
+    service_cidr: str = ""  # comma-separated; "": one per family of the cluster CIDRs (lab.kube.plan)
     api_port: int = 6443
     image_tag: str | None = None
     join_later: tuple[str, ...] = ()
@@ -44,7 +46,7 @@ class KubeSpec:
         return self.kube_proxy != "none"
 
     def to_doc(self) -> dict[str, Any]:
-        return {"serviceCIDR": self.service_cidr, "apiPort": self.api_port, "imageTag": self.image_tag,
+        return {"serviceCIDR": self.service_cidr or None, "apiPort": self.api_port, "imageTag": self.image_tag,
                 "joinLater": list(self.join_later), "cni": self.cni, "kubeProxy": self.kube_proxy}
 
 
@@ -59,13 +61,7 @@ def parse(value: Any) -> KubeSpec | None:
     unknown = sorted(set(value) - set(KEYS))
     if unknown:
         raise KubeSpecError(f"kubernetes: unknown keys {unknown} (known: {', '.join(KEYS)})")
-    cidr = str(value.get("serviceCIDR", "10.96.0.0/16"))
-    try:
-        net = ipaddress.ip_network(cidr, strict=True)
-    except ValueError as e:
-        raise KubeSpecError(f"kubernetes.serviceCIDR {cidr!r}: {e}") from None
-    if net.version != 4 or net.prefixlen > 24 or net.prefixlen < 12:
-        raise KubeSpecError(f"kubernetes.serviceCIDR {cidr!r}: an IPv4 network between /12 and /24")
+    cidrs = _service_cidrs(value.get("serviceCIDR"))
     port = value.get("apiPort", 6443)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise KubeSpecError(f"kubernetes.apiPort {port!r}: a port number")
@@ -81,4 +77,27 @@ def parse(value: Any) -> KubeSpec | None:
     proxy = value.get("kubeProxy", "iptables")
     if proxy not in KUBE_PROXY_MODES:
         raise KubeSpecError(f"kubernetes.kubeProxy {proxy!r}: one of {', '.join(KUBE_PROXY_MODES)}")
-    return KubeSpec(str(net), port, tag, tuple(later), cni, proxy)
+    return KubeSpec(cidrs, port, tag, tuple(later), cni, proxy)
+
+
+SERVICE_PREFIXES = {4: (12, 24), 6: (108, 120)}  # what the API server's allocator takes
+
+
+def _service_cidrs(value: Any) -> str:
+    """``serviceCIDR``: None, one CIDR, or one per family (a list or "a,b"); normalised to "a,b"."""
+    if value is None:
+        return ""
+    items = value if isinstance(value, list) else str(value).split(",")
+    nets = []
+    for item in items:
+        try:
+            net = ipaddress.ip_network(str(item).strip(), strict=True)
+        except ValueError as e:
+            raise KubeSpecError(f"kubernetes.serviceCIDR {item!r}: {e}") from None
+        lo, hi = SERVICE_PREFIXES[net.version]
+        if not lo <= net.prefixlen <= hi:
+            raise KubeSpecError(f"kubernetes.serviceCIDR {item!r}: an IPv{net.version} network between /{lo} and /{hi}")
+        nets.append(net)
+    if not 1 <= len(nets) <= 2 or len({n.version for n in nets}) != len(nets):
+        raise KubeSpecError(f"kubernetes.serviceCIDR {value!r}: one network, or one IPv4 and one IPv6")
+    return ",".join(str(n) for n in nets)

@@ -52,7 +52,7 @@ def test_plan_wires_components_to_each_other(tmp_path: Path) -> None:
     p = plan.plan("lab1", str(tmp_path), t, t.kubernetes, "/tools")
     api = p.process("kube-apiserver")
     assert p.api_url == "https://192.168.99.2:6443" and api.netns == "lab1-ext"
-    assert "--service-cluster-ip-range=10.96.0.0/16" in api.argv
+    assert "--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/112" in api.argv  # dual-stack cluster
     kcm = p.process("kube-controller-manager").argv
     assert "--allocate-node-cidrs=true" in kcm and "--cluster-cidr=10.244.0.0/16,fd00:10:244::/48" in kcm
     assert "--node-cidr-mask-size-ipv4=24" in kcm and "--node-cidr-mask-size-ipv6=64" in kcm
@@ -68,6 +68,51 @@ def test_plan_wires_components_to_each_other(tmp_path: Path) -> None:
         f"/ferry-lab/lab1/node-{i}" for i in (1, 2, 3)}
     assert 'sandbox_image = "ferry.local/pause:1"' in n.containerd_config
     assert set(p.kubeconfigs) >= {p.admin_kubeconfig}
+
+
+def test_services_kube_proxy_and_dns_in_the_plan(tmp_path: Path) -> None:
+    """kube-proxy on every Node in the spec's mode, with its own identity and the cluster CIDRs;
+    kube-dns on the 10th address of each Service CIDR, named in every kubelet's clusterDNS."""
+    t = parsed()
+    assert t.kubernetes is not None and t.kubernetes.kube_proxy == "iptables"
+    p = plan.plan("lab1", str(tmp_path), t, t.kubernetes, "/tools")
+    assert p.dns_ips == ("10.96.0.10", "fd00:10:96::a") and p.dns_ip == "10.96.0.10"
+    for name in ("node-1", "node-2", "node-3"):
+        n = p.node(name)
+        proxy = p.process(f"{name}/kube-proxy")
+        assert proxy.argv[0] == "/tools/kube-proxy" and f"--hostname-override={name}" in proxy.argv
+        assert proxy.netns == f"lab1-{name}" and proxy.mount_ns == n.mount_ns
+        assert n.kube_proxy_config is not None and n.kube_proxy_config["mode"] == "iptables"
+        assert n.kube_proxy_config["clusterCIDR"] == "10.244.0.0/16,fd00:10:244::/48"
+        assert n.kube_proxy_config["conntrack"]["maxPerCore"] == 0
+        assert n.kubelet_config["clusterDNS"] == ["10.96.0.10", "fd00:10:96::a"]
+    assert ("kube-proxy", plan.KUBE_PROXY_USER) in p.kubeconfigs.values()
+    nft = spec.parse({"kubeProxy": "nftables", "serviceCIDR": "10.100.0.0/20"})
+    assert nft is not None and nft.kube_proxy == "nftables"
+    assert plan.service_cidrs(t, nft) == ("10.100.0.0/20",)
+    none = spec.parse({"kubeProxy": "none"})
+    assert none is not None and not none.services
+    p = plan.plan("lab1", str(tmp_path), t, none, "/tools")
+    assert p.dns_ips == () and all(len(n.processes) == 2 for n in p.nodes)
+    assert all("clusterDNS" not in n.kubelet_config for n in p.nodes)
+    for bad in ("10.96.0.0/16,10.97.0.0/16", "fd00::/100", "10.96.0.0/8", [1, 2, 3]):
+        with pytest.raises(spec.KubeSpecError, match="serviceCIDR"):
+            spec.parse({"serviceCIDR": bad})
+    with pytest.raises(spec.KubeSpecError, match="kubeProxy"):
+        spec.parse({"kubeProxy": "ipvs"})
+
+
+def test_dns_objects_are_kubeadms() -> None:
+    from lab.kube import dns
+
+    docs = {d["kind"]: d for d in dns.documents(("10.96.0.10", "fd00:10:96::a"), "cluster.local")}
+    svc = docs["Service"]
+    assert svc["metadata"]["name"] == "kube-dns" and svc["spec"]["clusterIPs"] == ["10.96.0.10", "fd00:10:96::a"]
+    assert {(p["port"], p["protocol"]) for p in svc["spec"]["ports"]} >= {(53, "UDP"), (53, "TCP")}
+    assert "kubernetes cluster.local in-addr.arpa ip6.arpa" in docs["ConfigMap"]["data"]["Corefile"]
+    assert "forward" not in docs["ConfigMap"]["data"]["Corefile"]  # no upstream resolver here
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["dnsPolicy"] == "Default" and pod["containers"][0]["image"] == dns.COREDNS_IMAGE
 
 
 def test_mask_sizes_stay_within_the_controllers_limit() -> None:

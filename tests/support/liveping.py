@@ -169,7 +169,10 @@ class LiveTcp:
     stream until :meth:`stop`; the test waits for bytes to arrive (:meth:`more_bytes`) before,
     during and after a disruption, and :meth:`stop` fails unless the same connection survived."""
 
-    def __init__(self, server_ns: str, addr: str, client_ns: str, port: int) -> None:
+    def __init__(self, server_ns: str, addr: str, client_ns: str, port: int,
+                 via: tuple[str, int] | None = None) -> None:
+        """``via``: the client connects to this (address, port) instead, e.g. a Service's
+        ClusterIP whose backend is the server."""
         self.server = subprocess.Popen(["ip", "netns", "exec", server_ns, sys.executable, "-c", STREAM_SERVER, addr,
                                         str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.server.stdout is not None
@@ -179,12 +182,14 @@ class LiveTcp:
             raise AssertionError(f"stream server did not start: {line} {self.server.stdout.read()}")
         self._cv = threading.Condition()
         self.received = 0
+        self.stamps: list[float] = []  # monotonic time of each 64 KiB the server got
         self.done: int | None = None
         self.other: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.client = subprocess.Popen(["ip", "netns", "exec", client_ns, sys.executable, "-c", STREAM_CLIENT, addr,
-                                        str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        to_addr, to_port = via or (addr, port)
+        self.client = subprocess.Popen(["ip", "netns", "exec", client_ns, sys.executable, "-c", STREAM_CLIENT, to_addr,
+                                        str(to_port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True)
 
     def _read(self) -> None:
@@ -194,6 +199,7 @@ class LiveTcp:
             with self._cv:
                 if len(words) == 2 and words[0] == "rx":
                     self.received = int(words[1])
+                    self.stamps.append(time.monotonic())
                 elif len(words) == 2 and words[0] == "done":
                     self.done = int(words[1])
                 else:
@@ -215,6 +221,12 @@ class LiveTcp:
                     raise AssertionError(f"TCP: {n} more bytes did not arrive {what} (have {self.received}); "
                                          f"server: {''.join(self.other)[-500:]}")
                 self._cv.wait(left)
+
+    def longest_stall(self, since: float = 0.0) -> float:
+        """The longest time (s) between two 64 KiB steps the server saw after ``since``."""
+        with self._cv:
+            t = [x for x in self.stamps if x >= since]
+        return max((b - a for a, b in itertools.pairwise(t)), default=0.0)
 
     def stop(self) -> int:
         """End the stream cleanly; the bytes the server got.  Fails unless the one connection

@@ -14,6 +14,7 @@ import pytest
 
 from lab import tools
 from lab.api import Lab
+from lab.kube.cluster import Cluster, cgroup_pids
 
 _counter = itertools.count()
 
@@ -72,3 +73,16 @@ def lab_factory(cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
     yield make
     for lab in labs:
         lab.down()
+
+
+def route_sync_pid(cluster: Cluster, node: str) -> int:
+    """route-sync's process in Ferry's Pod on ``node`` (found in the Node's cgroup root)."""
+    for pid in sorted(cgroup_pids(cluster.plan.node(node).cgroup_root)):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"ferry-route-sync") and b"run" in argv:
+            return pid
+    raise AssertionError(f"no route-sync process on {node}")

@@ -23,8 +23,8 @@ import pytest
 from ipam.api import list_allocations
 from lab.api import Lab, Probe
 from lab.kube import pods as kube_pods
-from lab.kube.cluster import Cluster, cgroup_pids, wait_for
-from tests.e2e.kube.helpers import topology
+from lab.kube.cluster import Cluster, wait_for
+from tests.e2e.kube.helpers import route_sync_pid, topology
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -132,19 +132,6 @@ def test_apiserver_away_30s(lab: Lab) -> None:
         wait_for(f"{n}'s route-sync to watch again",
                  lambda n=n: re.search(r"kube: Node list/watch failed \(.*\); watching again from version \d+",
                                        route_sync_log(cluster, n)) is not None, 180)
-
-
-def route_sync_pid(cluster: Cluster, node: str) -> int:
-    """route-sync's process in Ferry's Pod on ``node`` (found in the Node's cgroup root)."""
-    for pid in sorted(cgroup_pids(cluster.plan.node(node).cgroup_root)):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv[0].endswith(b"ferry-route-sync") and b"run" in argv:
-            return pid
-    raise AssertionError(f"no route-sync process on {node}")
 
 
 EXPIRED = r"kube: watch version \d+ expired \(410 Gone\), re-listing"

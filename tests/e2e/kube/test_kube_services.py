@@ -45,8 +45,8 @@ def _v4(addrs: tuple[str, ...]) -> str:
     return next(a for a in addrs if ipaddress.ip_address(a).version == 4)
 
 
-def _pod_ip(p: Pod) -> str:
-    return next(a.split("/")[0] for a in p.ips if ipaddress.ip_interface(a).version == 4)
+def _pod_ip(p: Pod, family: int = 4) -> str:
+    return next(a.split("/")[0] for a in p.ips if ipaddress.ip_interface(a).version == family)
 
 
 @pytest.mark.parametrize("proxy", PROXIES)
@@ -75,6 +75,7 @@ def test_services_and_dns(kube_lab_of, mode: Mode, proxy: str) -> None:  # type:
     np_cluster = svc.create(cluster, svc.service("np-cluster", ECHO_PORT, node_port=True, selects="to-node-2"), 1)
     np_local = svc.create(cluster, svc.service("np-local", ECHO_PORT, node_port=True, local=True,
                                                selects="to-node-2"), 1)
+    dual = svc.create(cluster, svc.service("dual", ECHO_PORT, udp=True, families=(4, 6), selects="to-node-3"), 1)
 
     # Pod -> ClusterIP, TCP and UDP, for a backend on each kind of Node; the backend sees the client.
     for node, where in BACKENDS:
@@ -87,6 +88,15 @@ def test_services_and_dns(kube_lab_of, mode: Mode, proxy: str) -> None:  # type:
                   not p.ok or p.peer == _pod_ip(client), f"saw {p.peer}")
             check(f"client -> ClusterIP {ip}/{proto}: answered by {node}'s backend",
                   not p.ok or p.server == _pod_ip(servers[node]), f"answered by {p.server}")
+    # IPv6 (the lab is dual-stack: a PreferDualStack Service has a ClusterIP of each family)
+    assert len(dual.cluster_ips) == 2, dual
+    v6 = next(a for a in dual.cluster_ips if ipaddress.ip_address(a).version == 6)
+    for udp in (False, True):
+        p = svc.until(lambda u=udp: lab.connect(client, v6, 80, udp=u))
+        proto = "udp" if udp else "tcp"
+        check(f"client -> IPv6 ClusterIP [{v6}]/{proto}, backend on node-3", p.ok, p.detail)
+        check(f"client -> [{v6}]/{proto}: backend saw the client's IPv6 address",
+              not p.ok or p.peer == _pod_ip(client, 6), f"saw {p.peer}")
     # hairpin: a backend through its own Service
     for node, where in BACKENDS:
         ip = _v4(eps[node].cluster_ips)
@@ -123,6 +133,9 @@ def test_services_and_dns(kube_lab_of, mode: Mode, proxy: str) -> None:  # type:
         r = svc.until(lambda t=tcp: _dns_probe(svc.resolve(client, dns_ip, fqdn, tcp=t)))
         check(f"DNS {fqdn} over {'tcp' if tcp else 'udp'}", r.ok and r.detail == _v4(eps["node-3"].cluster_ips),
               r.detail)
+    r = svc.until(lambda: _dns_probe(svc.resolve(client, dns_ip, f"dual.{svc.NAMESPACE}.svc.cluster.local",
+                                                   aaaa=True)))
+    check("DNS AAAA of the dual-stack Service", r.ok and r.detail == v6, r.detail)
     ok, out = svc.resolve_in_pod(cluster, "node-1", "kubernetes.default", 443)
     check("a Pod resolves kubernetes.default with its resolv.conf and connects", ok, out)
     assert not failures, "\n".join(failures)
