@@ -3,7 +3,8 @@
     python -m bench [--quick] [--out results/DATE] [--cni-bin DIR] [--only startup,cni,...] [--docs DIR]
 
 Runs, each as its own process with ``--json``: ``startup`` (bench_startup), ``cni`` (bench_cni),
-``ipam`` (bench_ipam), ``routesync`` (bench_routesync), ``dataplane`` (bench_dataplane).  Their
+``ipam`` (bench_ipam), ``routesync`` (bench_routesync), ``dataplane`` (bench_dataplane), ``services``
+(bench_services: on Kubernetes clusters with kube-proxy).  Their
 outputs are collected into ``OUT/results.json`` (``meta`` + ``benchmarks``: status, seconds,
 error, data), then ``bench.report`` writes ``OUT/report.md`` and the PNG plots.  A failing
 benchmark is marked failed in the report and the others still run; the exit status is non-zero
@@ -24,8 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ("startup", "cni", "ipam", "routesync", "dataplane")
-TIMEOUT_S = {"startup": 600, "cni": 1800, "ipam": 1800, "routesync": 3600, "dataplane": 1800}
+ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services")
+TIMEOUT_S = {"startup": 600, "cni": 1800, "ipam": 1800, "routesync": 3600, "dataplane": 1800, "services": 1800}
 
 
 def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
@@ -39,6 +40,8 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
                      *cb],
             "routesync": ["bench.bench_routesync", "--quick"],
             "dataplane": ["bench.bench_dataplane", "--quick", *cb],
+            "services": ["bench.bench_services", "--seconds", "2", "--reps", "1", "--rtt", "10", "--modes", "encap",
+                         *cb],
         }
     return {
         "startup": ["bench.bench_startup", "--runs", "100", *cb],
@@ -47,6 +50,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
         "routesync": ["bench.bench_routesync", "--peers", "100,1000,5000", "--changes", "50",
                       "--change-peers", "1000"],
         "dataplane": ["bench.bench_dataplane", "--seconds", "10", "--reps", "3", *cb],
+        "services": ["bench.bench_services", "--seconds", "10", "--reps", "3", *cb],
     }
 
 

@@ -174,8 +174,9 @@ class Run:
 
 
 def iperf_once(a: Any, b: Any, seconds: float, vswitchd_pids: tuple[int, ...] = (),
-               node_netns: tuple[str, ...] = ()) -> Run:
-    """One iperf3 run a → b, the server listening before the client starts."""
+               node_netns: tuple[str, ...] = (), dst: str | None = None) -> Run:
+    """One iperf3 run a → b, the server listening before the client starts; ``dst``: the client
+    connects there instead of b's IPv4 address (a Service in front of b)."""
     drops0 = sum(packet_socket_drops(n) for n in node_netns)
     cpu0 = _children_cpu_s() + sum(_proc_cpu_s(p) for p in vswitchd_pids)
     server = subprocess.Popen(["ip", "netns", "exec", b.netns, "iperf3", "-s", "-1", "-p", str(IPERF_PORT)],
@@ -188,7 +189,7 @@ def iperf_once(a: Any, b: Any, seconds: float, vswitchd_pids: tuple[int, ...] = 
                 said = (server.communicate(timeout=5)[0] or "").strip()[-300:]
                 raise RuntimeError(f"iperf3 server in {b.netns} is not listening; it said: {said!r}")
             time.sleep(0.02)
-        cp = a.exec(["iperf3", "-c", b.ipv4, *iperf_args(seconds)], timeout=seconds + 30)
+        cp = a.exec(["iperf3", "-c", dst or b.ipv4, *iperf_args(seconds)], timeout=seconds + 30)
         if cp.returncode != 0:
             server.kill()
             said = (server.communicate(timeout=5)[0] or "").strip()[-300:]

@@ -156,6 +156,18 @@ def _throughput(path: str, ref: str) -> Callable[[dict[str, Any]], tuple[float, 
     return get
 
 
+def _service(mode: str, what: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    """bench_services: ClusterIP against Pod IP on the same pair, ``what`` = gbps or rtt_ms."""
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        m = (d.get("modes") or {}).get(mode)
+        if not m:
+            return None
+        key = "gbps_median" if what == "gbps" else "rtt_ms_median"
+        ours, ref = m["service"].get(key), m["pod"].get(key)
+        return (ours, ref) if ours is not None and ref else None
+    return get
+
+
 GOALS: tuple[Goal, ...] = (
     Goal(2, "startup", "VERSION p50", None, None, _startup("VERSION"), reference="Go bridge"),
     Goal(2, "startup", "error path (malformed config) p50", None, None, _startup("malformed config (ADD)"),
@@ -200,6 +212,14 @@ GOALS: tuple[Goal, ...] = (
          reference="encap vxlan"),
     Goal(6, "dataplane", "encap gre / vxlan", None, None, _throughput("gre", "vxlan"), paths=("gre", "vxlan"), unit="Gbit/s",
          reference="encap vxlan"),
+    Goal(26, "services", "Pod → ClusterIP / Pod → Pod IP throughput, encap vxlan", None, None,
+         _service("encap", "gbps"), unit="Gbit/s", reference="the same pair by Pod IP"),
+    Goal(26, "services", "Pod → ClusterIP / Pod → Pod IP throughput, fast path", None, None,
+         _service("fast", "gbps"), unit="Gbit/s", reference="the same pair by Pod IP"),
+    Goal(26, "services", "Pod → ClusterIP / Pod → Pod IP echo time, encap vxlan", None, None,
+         _service("encap", "rtt"), unit="ms", reference="the same pair by Pod IP"),
+    Goal(26, "services", "Pod → ClusterIP / Pod → Pod IP echo time, fast path", None, None,
+         _service("fast", "rtt"), unit="ms", reference="the same pair by Pod IP"),
 )
 
 
@@ -372,12 +392,26 @@ def _section_dataplane(d: dict[str, Any]) -> str:
                          "path check (node-1 counters)"], rows))
 
 
+def _section_services(d: dict[str, Any]) -> str:
+    rows = []
+    for mode, m in (d.get("modes") or {}).items():
+        for target in ("pod", "service"):
+            t = m[target]
+            rows.append([mode, "Pod IP" if target == "pod" else "ClusterIP", _f(t["gbps_median"]), _f(t["gbps_min"]),
+                         _f(t["gbps_max"]), _f(t.get("rtt_ms_median")), str(t.get("rtt_n"))])
+    return (f"kube-proxy {d.get('proxy')} mode; {d.get('reps')} interleaved repetitions x {d.get('seconds'):g} s "
+            "iperf3, node-1 → node-2, the backend the Service's only one; echo: connect, 1,000 bytes each way.\n\n"
+            + _md_table(["mode", "target", "median Gbit/s", "min", "max", "echo median ms", "echo n"], rows))
+
+
 SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "startup": ("Start-up: VERSION and error path vs Go bridge (issue 2)", _section_startup),
     "cni": ("CNI ADD/DEL: Ferry (launcher, frozen) vs ovs-cni and bridge + host-local (issues 3, 18)", _section_cni),
     "ipam": ("IPAM on a /16 vs host-local (issue 5)", _section_ipam),
     "routesync": ("route-sync reconcile (issue 6)", _section_routesync),
     "dataplane": ("Data plane: iperf3 Pod↔Pod across Nodes (issues 6, 7)", _section_dataplane),
+    "services": ("Services: Pod → ClusterIP against Pod → Pod IP, kube-proxy on a real cluster (issue 26)",
+                 _section_services),
 }
 
 

@@ -19,7 +19,7 @@ import pytest
 from bench import report
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane")
+SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane", "services")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -40,7 +40,7 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     cni_bin = os.environ.get("FERRY_CNI_BIN")
     extra = ["--cni-bin", cni_bin] if cni_bin and os.access(os.path.join(cni_bin, "ferry"), os.X_OK) else []
     p = subprocess.run([sys.executable, "-m", "bench", "--out", str(out), *extra], cwd=ROOT, env=env,
-                       capture_output=True, text=True, check=False, timeout=600)
+                       capture_output=True, text=True, check=False, timeout=1200)
     results = json.loads((out / "results.json").read_text())
     assert results["meta"]["quick"] is True
     statuses = {k: v["status"] for k, v in results["benchmarks"].items()}
@@ -61,6 +61,9 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     for key in ("vxlan", "geneve", "gre", "gateway"):
         assert len(paths[key]["gbps"]) >= 3 and paths[key]["median"] > 0, paths[key]
     assert data["dataplane"]["seconds"] == 2
+    encap = data["services"]["modes"]["encap"]  # a Kubernetes cluster with kube-proxy: both targets measured
+    assert encap["pod"]["gbps_median"] > 0 and encap["service"]["gbps_median"] > 0, encap
+    assert encap["ratios"]["throughput_service_over_pod"] > 0
 
     md = (out / "report.md").read_text()
     for g in report.GOALS:
