@@ -31,8 +31,11 @@ def test_every_planned_flow_translates_to_osken() -> None:
         msg.set_xid(1)
         msg.serialize()
         assert len(msg.buf) % 8 == 0 and len(msg.buf) >= 56, f.text()
-        kinds.add(f.actions_text().split(",")[0].split(":")[0])
-    assert {"goto_table", "drop", "output", "move", "mod_dl_src", "mod_dl_dst"} <= kinds
+        kinds.add(f.actions_text().split(",")[0].split(":")[0].split("(")[0])
+    assert {"goto_table", "drop", "output", "move", "mod_dl_src", "mod_dl_dst", "ct"} <= kinds
+    texts = [f.text() for f in flows]  # the conntrack tables' vocabulary is among them
+    for needle in ("ct(commit,", "exec(set_field:", "ct(zone=", "ct_state=", "ct_mark=", "icmp,icmp_type="):
+        assert any(needle in t for t in texts), needle
 
 
 @pytest.mark.root
@@ -48,7 +51,7 @@ def test_bench_osken_runs_tiny_and_paths_agree(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())
     (size,) = res["sizes"]
-    assert size["peers"] == 10 and size["flows"] == 2 * 10 + 15
+    assert size["peers"] == 10 and size["flows"] == 2 * 10 + 23  # base + conntrack tables, two a peer
     assert set(size["full"]) == {"ferry", "osken", "ofctl"}
     assert all(s["n"] == 2 for s in size["full"].values())
     assert set(size["change"]) == {"ferry", "osken"} and all(s["n"] == 3 for s in size["change"].values())
