@@ -8,6 +8,7 @@ import itertools
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -86,3 +87,22 @@ def route_sync_pid(cluster: Cluster, node: str) -> int:
         if argv[0].endswith(b"ferry-route-sync") and b"run" in argv:
             return pid
     raise AssertionError(f"no route-sync process on {node}")
+
+
+# The traffic modes the Kubernetes suites run (the lab's cluster has no BGP router config or
+# primary CNI for networkPolicyOnly yet).
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    route_sync: dict[str, Any]
+    route_pod_cidrs: bool = False
+
+
+MODES = [
+    Mode("encap-vxlan", {"trafficEncapMode": "encap", "tunnelType": "vxlan"}),
+    Mode("encap-geneve", {"trafficEncapMode": "encap", "tunnelType": "geneve"}),
+    Mode("encap-gre", {"trafficEncapMode": "encap", "tunnelType": "gre"}),
+    Mode("noEncap", {"trafficEncapMode": "noEncap"}, route_pod_cidrs=True),
+    Mode("hybrid", {"trafficEncapMode": "hybrid", "tunnelType": "vxlan"}),
+    Mode("noEncap-fastPath", {"trafficEncapMode": "noEncap", "fastPath": True}, route_pod_cidrs=True),
+]

@@ -1,38 +1,23 @@
 """The connectivity matrix on a real Kubernetes cluster, in every traffic mode: Pods created from
 Pod specs through the API, plugged by kubelet -> containerd -> Ferry (the conflist install-cni
-wrote), reached with ping and TCP in both families; Pod IPs as the API reports them."""
+wrote), reached with ping and TCP in both families; Pod IPs as the API reports them; then, on the
+same cluster, Services and cluster DNS through kube-proxy's iptables mode (test_kube_services)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
 from lab import check
 from lab.api import Lab
 from lab.kube import pods as kube_pods
-from tests.e2e.kube.helpers import topology
+from tests.e2e.kube.helpers import MODES, Mode, topology
+from tests.e2e.kube.servicecheck import check_services
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
-@dataclass(frozen=True)
-class Mode:
-    name: str
-    route_sync: dict[str, Any]
-    route_pod_cidrs: bool = False
-
-
-MODES = [
-    Mode("encap-vxlan", {"trafficEncapMode": "encap", "tunnelType": "vxlan"}),
-    Mode("encap-geneve", {"trafficEncapMode": "encap", "tunnelType": "geneve"}),
-    Mode("encap-gre", {"trafficEncapMode": "encap", "tunnelType": "gre"}),
-    Mode("noEncap", {"trafficEncapMode": "noEncap"}, route_pod_cidrs=True),
-    Mode("hybrid", {"trafficEncapMode": "hybrid", "tunnelType": "vxlan"}),
-    Mode("noEncap-fastPath", {"trafficEncapMode": "noEncap", "fastPath": True}, route_pod_cidrs=True),
-]
 PODS = (("node-1", "a"), ("node-1", "b"), ("node-2", "a"), ("node-3", "a"))
 
 
@@ -56,6 +41,9 @@ def test_matrix_on_kubernetes(kube_lab_of, mode: Mode) -> None:  # type: ignore[
     for n in lab.nodes:
         state = n.state()
         assert state is not None and state["mode"] == mode.route_sync["trafficEncapMode"], state
+    # Services and cluster DNS with kube-proxy's iptables mode (its nftables mode: test_kube_services)
+    assert lab.kube().plan.kube_proxy == "iptables"
+    check_services(lab)
 
 
 def test_cni_args_carry_the_pod_identity(kube_lab_of) -> None:  # type: ignore[no-untyped-def]
