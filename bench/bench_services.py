@@ -27,8 +27,8 @@ from bench.bench_dataplane import IPERF_PORT, iperf_once
 from lab.api import ECHO_PORT, Lab, ensure_cni_bin
 from lab.kube import services as svc
 
-MODES = {"encap": {"trafficEncapMode": "encap", "tunnelType": "vxlan"},
-         "fast": {"trafficEncapMode": "noEncap", "fastPath": True}}
+ROUTE_SYNC = {"encap": {"trafficEncapMode": "encap", "tunnelType": "vxlan"},
+              "fast": {"trafficEncapMode": "noEncap", "fastPath": True}}  # bench case -> routeSync block
 TARGETS = ("pod", "service")
 
 
@@ -44,7 +44,7 @@ def topology(mode: str, proxy: str) -> dict[str, Any]:
             "router": {"routePodCIDRs": mode == "fast"},
             "nodes": [{"name": "node-1", "segment": "a"}, {"name": "node-2", "segment": "a"},
                       {"name": "node-3", "segment": "b"}],
-            "routeSync": MODES[mode], "kubernetes": {"kubeProxy": proxy}}
+            "routeSync": ROUTE_SYNC[mode], "kubernetes": {"kubeProxy": proxy}}
 
 
 def prepare(mode: str, proxy: str, cni_bin: str) -> dict[str, Any]:

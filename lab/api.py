@@ -26,6 +26,7 @@ from typing import Any, Self
 
 import yaml
 
+from cni.pipeline.tables import EXT_POD_NAME
 from lab import build, layout, netplan, ovs, tools
 from lab import topology as topology_mod
 from lab.kube import cluster as kube_cluster
@@ -345,7 +346,7 @@ class Lab:
                            f"{kube_cluster.tail(cluster.plan.process('kube-scheduler').log, 8)}") from None
         att = kube_pods.find_attachment(lambda argv: n.exec(argv), api_name, kube_pods.NAMESPACE)
         if att is None:
-            raise LabError(f"Pod {name} runs but no OVS port on {node} names it (external_ids ferry-pod-name)")
+            raise LabError(f"Pod {name} runs but no OVS port on {node} names it (external_ids {EXT_POD_NAME})")
         self.manifest.record("netns", name=netns)
         kube_pods.attach_netns(cluster.plan.node(node).mount_ns, att.netns, netns)
         result = kube_pods.result_of(att)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from cni.pipeline.modes import NETWORK_POLICY_ONLY
 from lab.api import Lab, Node, Pod, Probe
 from lab.topology import CATEGORIES, FAMILIES, expectation, families_of, router_routes
 
@@ -64,7 +65,7 @@ def plan(lab: Lab, only: tuple[str, ...] = ()) -> list[Spec]:
     nodes = lab.nodes
     pods = {n.name: n.pods() for n in nodes}
     rs = lab.topology.route_sync
-    snat = lab.route_sync and rs is not None and not rs.noSNAT and rs.trafficEncapMode != "networkPolicyOnly"
+    snat = lab.route_sync and rs is not None and not rs.noSNAT and rs.trafficEncapMode != NETWORK_POLICY_ONLY
     ext = lab.external
     ext_families = tuple(f for f in FAMILIES if ext.address(f))
 

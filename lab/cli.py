@@ -24,11 +24,12 @@ from typing import Any
 
 import click
 
+from cni.pipeline.modes import MODES, NETDEV_TUNNEL_TYPES, PATH_TUNNEL
 from lab import build, check, frr, overrides, picture, tools
 from lab.api import Lab, Node, default_cni_bin, ensure_cni_bin
 from lab.kube.spec import KUBE_PROXY_MODES
 from lab.sh import LabError
-from lab.topology import CATEGORIES, ENCAP_MODES, TUNNEL_TYPES, TopologyError, node_netns, router_routes
+from lab.topology import CATEGORIES, TopologyError, node_netns, router_routes
 
 DEFAULT_NAME = os.environ.get("FERRY_LAB_NAME", "demo")
 name_option = click.option("--name", "-n", default=DEFAULT_NAME, show_default=True, help="lab name")
@@ -42,9 +43,9 @@ def _fail(e: Exception) -> None:
 def mode_options(f: Callable[..., None]) -> Callable[..., None]:
     """--mode, --tunnel, --fast-path, --family: override the topology's keys (lab.overrides)."""
     for opt in reversed((
-        click.option("--mode", type=click.Choice(ENCAP_MODES), default=None,
+        click.option("--mode", type=click.Choice(MODES), default=None,
                      help="routeSync.trafficEncapMode (and the underlay routes the mode needs)"),
-        click.option("--tunnel", type=click.Choice(TUNNEL_TYPES), default=None,
+        click.option("--tunnel", type=click.Choice(NETDEV_TUNNEL_TYPES), default=None,
                      help="routeSync.tunnelType (encap, hybrid)"),
         click.option("--fast-path", is_flag=True, default=False, help="routeSync.fastPath (noEncap, hybrid)"),
         click.option("--family", type=click.Choice(tuple(overrides.FAMILY_CHOICES)), default=None,
@@ -275,7 +276,7 @@ def render(lab: Lab) -> str:
             out.append(f"    state: mode {state.get('mode')}, mtu {full} (Pods, routed, non-Pod), "
                        f"{state.get('mtu')} tunnelled, tunnel {tun.get('type', '-')}")
             for p in state.get("peers") or []:
-                mtu = state.get("mtu") if p["path"] == "tunnel" else full
+                mtu = state.get("mtu") if p["path"] == PATH_TUNNEL else full
                 out.append(f"    peer {p['name']}: path {p['path']} mtu {mtu} via {', '.join(p['addresses'])} "
                            f"for {', '.join(p['podCIDRs'])}" + (f" mac {p['mac']}" if p.get("mac") else ""))
         for p in n.pods():

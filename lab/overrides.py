@@ -22,15 +22,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cni.pipeline.modes import (
+    ENCAP,
+    FAST_PATH_MODES,
+    MODES,
+    NETDEV_TUNNEL_TYPES,
+    NETWORK_POLICY_ONLY,
+    NO_ENCAP,
+    TUNNELLED_MODES,
+)
 from lab.topology import (
     DEFAULT_CLUSTER_CIDRS,
     DEFAULT_EXTERNAL,
     DEFAULT_TOPOLOGY,
-    ENCAP_MODES,
     FAMILIES,
-    FAST_PATH_MODES,
-    TUNNEL_TYPES,
-    TUNNELLED_MODES,
     TopologyError,
     default_pod_cidrs,
     default_segment_cidr,
@@ -38,7 +43,7 @@ from lab.topology import (
 )
 
 FAMILY_CHOICES = {"4": (4,), "6": (6,), "dual": (4, 6)}
-UNDERLAY_ROUTED_MODES = ("noEncap", "networkPolicyOnly")  # the router routes Pod CIDRs
+UNDERLAY_ROUTED_MODES = (NO_ENCAP, NETWORK_POLICY_ONLY)  # the router routes Pod CIDRs
 
 
 @dataclass(frozen=True)
@@ -75,31 +80,31 @@ def _route_sync(doc: dict[str, Any], o: Overrides) -> None:
     if rs_in is not None and not isinstance(rs_in, dict):
         raise TopologyError("routeSync: expected a mapping")
     rs = dict(rs_in or {})
-    if o.mode is not None and o.mode not in ENCAP_MODES:
-        raise TopologyError(f"--mode {o.mode}: one of {', '.join(ENCAP_MODES)}")
-    if o.tunnel is not None and o.tunnel not in TUNNEL_TYPES:
-        raise TopologyError(f"--tunnel {o.tunnel}: one of {', '.join(TUNNEL_TYPES)}")
-    mode = o.mode or str(rs.get("trafficEncapMode", "encap"))
+    if o.mode is not None and o.mode not in MODES:
+        raise TopologyError(f"--mode {o.mode}: one of {', '.join(MODES)}")
+    if o.tunnel is not None and o.tunnel not in NETDEV_TUNNEL_TYPES:
+        raise TopologyError(f"--tunnel {o.tunnel}: one of {', '.join(NETDEV_TUNNEL_TYPES)}")
+    mode = o.mode or str(rs.get("trafficEncapMode", ENCAP))
     whence = "" if o.mode else (" (from the topology)" if rs_in else " (the default: the topology runs no "
                                                                         "route-sync)")
     if o.tunnel and mode not in TUNNELLED_MODES:
         raise TopologyError(f"--tunnel {o.tunnel}: only with --mode {' or '.join(TUNNELLED_MODES)} "
                             f"(mode is {mode}{whence}: no peer is tunnelled)")
     if o.fast_path and mode not in FAST_PATH_MODES:
-        why = "every peer is tunnelled" if mode == "encap" else "the primary CNI routes Pods"
+        why = "every peer is tunnelled" if mode == ENCAP else "the primary CNI routes Pods"
         raise TopologyError(f"--fast-path: only with --mode {' or '.join(FAST_PATH_MODES)} "
                             f"(mode is {mode}{whence}: {why}, no routed peer to take a fast path)")
     if o.mode:
         rs["trafficEncapMode"] = o.mode
         if o.mode not in FAST_PATH_MODES:
             rs.pop("fastPath", None)
-        if o.mode != "noEncap":
+        if o.mode != NO_ENCAP:
             rs.pop("noSNAT", None)
         router = dict(doc.get("router") or {})
         if o.mode in UNDERLAY_ROUTED_MODES and router.get("routePodCIDRs") != "bgp":  # bgp routes them too
             router["routePodCIDRs"] = True
         doc["router"] = router
-        doc["nodePodRoutes"] = o.mode == "networkPolicyOnly"
+        doc["nodePodRoutes"] = o.mode == NETWORK_POLICY_ONLY
     if o.tunnel:
         rs["tunnelType"] = o.tunnel
         rs.pop("tunnelPort", None)  # the file's port was its tunnel type's

@@ -21,6 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 import graphviz
 
+from cni.pipeline.modes import (
+    GENEVE,
+    GRE,
+    PATH_FAST,
+    PATH_NONE,
+    PATH_ROUTE,
+    PATH_TUNNEL,
+    PATH_UNDERLAY,
+    STT,
+    TUNNELLED_MODES,
+    VXLAN,
+)
 from lab.topology import FAMILIES, Topology, external_address, families_of, router_address
 
 if TYPE_CHECKING:
@@ -29,14 +41,14 @@ if TYPE_CHECKING:
 FORMATS = ("svg", "png")
 FONT = "Helvetica"
 UNDERLAY_COLOR = "#9a9a9a"
-TUNNEL_COLORS = {"vxlan": "#1f6fb4", "geneve": "#7b3fa8", "gre": "#a0522d", "stt": "#1f6fb4"}
+TUNNEL_COLORS = {VXLAN: "#1f6fb4", GENEVE: "#7b3fa8", GRE: "#a0522d", STT: "#1f6fb4"}
 # path → (colour, style, penwidth, label); tunnel's colour and label come from its type
 PATH_STYLES: dict[str, tuple[str, str, str, str]] = {
-    "tunnel": ("", "dashed", "2.2", "tunnel"),
-    "route": ("#2a9d3a", "solid", "2.2", "routed (host route via the peer)"),
-    "underlay": ("#e07b00", "dotted", "2.4", "underlay (the router routes Pod CIDRs)"),
-    "fast": ("#d62728", "bold", "3.2", "fast path (OVS → uplink)"),
-    "none": ("#666666", "dotted", "1.4", "primary CNI routes (networkPolicyOnly)"),
+    PATH_TUNNEL: ("", "dashed", "2.2", "tunnel"),
+    PATH_ROUTE: ("#2a9d3a", "solid", "2.2", "routed (host route via the peer)"),
+    PATH_UNDERLAY: ("#e07b00", "dotted", "2.4", "underlay (the router routes Pod CIDRs)"),
+    PATH_FAST: ("#d62728", "bold", "3.2", "fast path (OVS → uplink)"),
+    PATH_NONE: ("#666666", "dotted", "1.4", "primary CNI routes (networkPolicyOnly)"),
 }
 
 
@@ -76,18 +88,19 @@ class PeerEdge:
     @property
     def main(self) -> str:
         """The path that styles the edge: the fast path over routed over the rest."""
-        order = ("fast", "tunnel", "route", "underlay", "none")
-        return min(self.paths, key=order.index) if self.paths else "none"
+        order = (PATH_FAST, PATH_TUNNEL, PATH_ROUTE, PATH_UNDERLAY, PATH_NONE)
+        return min(self.paths, key=order.index) if self.paths else PATH_NONE
 
     @property
     def tunnel(self) -> str | None:
-        return next((t for _, _, p, t in self.legs if p == "tunnel" and t), None)
+        return next((t for _, _, p, t in self.legs if p == PATH_TUNNEL and t), None)
 
     def label(self) -> str:
         def name(path: str, tunnel: str | None) -> str:
-            if path == "tunnel":
+            if path == PATH_TUNNEL:
                 return f"{tunnel or 'tunnel'} tunnel"
-            return {"route": "routed", "underlay": "underlay", "fast": "fast path", "none": "no Ferry path"}[path]
+            return {PATH_ROUTE: "routed", PATH_UNDERLAY: "underlay", PATH_FAST: "fast path",
+                    PATH_NONE: "no Ferry path"}[path]
 
         per = {(frm, fam): name(p, t) for frm, fam, p, t in self.legs}
         kinds = set(per.values())
@@ -142,7 +155,7 @@ def _mode_line(topo: Topology) -> str:
     if rs is None:
         return "no route-sync (lone Nodes)" + (", router routes Pod CIDRs" if topo.route_pod_cidrs else "")
     bits = [rs.trafficEncapMode]
-    if rs.trafficEncapMode in ("encap", "hybrid"):
+    if rs.trafficEncapMode in TUNNELLED_MODES:
         bits.append(rs.tunnelType)
     if rs.fastPath:
         bits.append("fast path")
@@ -192,8 +205,8 @@ def graph(sc: Scene) -> graphviz.Graph:
     edges = peer_edges({n.name: n.state for n in sc.nodes})
     for e in edges:
         color, style, width, _ = PATH_STYLES[e.main]
-        if e.main == "tunnel":
-            color = TUNNEL_COLORS.get(e.tunnel or "", TUNNEL_COLORS["vxlan"])
+        if e.main == PATH_TUNNEL:
+            color = TUNNEL_COLORS.get(e.tunnel or "", TUNNEL_COLORS[VXLAN])
         g.edge(_id("node", e.a), _id("node", e.b), label=e.label(), color=color, fontcolor=color, style=style,
                penwidth=width, constraint="false")
     _legend(g, edges)
@@ -220,14 +233,14 @@ LINE_GLYPHS = {"solid": "──────", "dashed": "╌╌╌╌╌╌", "d
 
 def _legend(g: graphviz.Graph, edges: Sequence[PeerEdge]) -> None:
     """One box naming each path drawn, with a sample of its line (an HTML-like table)."""
-    used = sorted({(e.main, e.tunnel if e.main == "tunnel" else "") for e in edges})
+    used = sorted({(e.main, e.tunnel if e.main == PATH_TUNNEL else "") for e in edges})
     if not used:
         return
     rows = []
     for path, tunnel in used:
         color, style, _, text = PATH_STYLES[path]
-        if path == "tunnel":
-            color, text = TUNNEL_COLORS.get(tunnel, TUNNEL_COLORS["vxlan"]), f"{tunnel} tunnel"
+        if path == PATH_TUNNEL:
+            color, text = TUNNEL_COLORS.get(tunnel, TUNNEL_COLORS[VXLAN]), f"{tunnel} tunnel"
         rows.append(f'<TR><TD ALIGN="LEFT"><FONT COLOR="{color}">{LINE_GLYPHS[style]}</FONT></TD>'
                     f'<TD ALIGN="LEFT"><FONT COLOR="{color}">{html.escape(text)}</FONT></TD></TR>')
     g.node("legend", f'<<TABLE BORDER="0" CELLSPACING="2"><TR><TD COLSPAN="2" ALIGN="LEFT">paths between '

@@ -39,6 +39,21 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from cni.pipeline.modes import (
+    DATAPATHS,
+    ENCAP,
+    FAST_PATH_MODES,
+    GRE,
+    MODES,
+    NETDEV,
+    NETDEV_TUNNEL_TYPES,
+    NETWORK_POLICY_ONLY,
+    NO_ENCAP,
+    STT,
+    SYSTEM,
+    TUNNEL_TYPES,
+    VXLAN,
+)
 from lab.kube import spec as kube_spec
 from lab.kube.spec import KubeSpec
 
@@ -46,11 +61,6 @@ DEFAULT_TOPOLOGY = os.path.join(os.path.dirname(__file__), "topologies", "defaul
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 MAX_LAB_NAME = 12
 MAX_NODE_NAME = 15  # the Node's name is its veth name inside the segment namespace
-DATAPATHS = ("netdev", "system")
-ENCAP_MODES = ("encap", "noEncap", "hybrid", "networkPolicyOnly")
-TUNNEL_TYPES = ("vxlan", "geneve", "gre")  # what a netdev (userspace) datapath tunnels with (stt: system only)
-TUNNELLED_MODES = ("encap", "hybrid")
-FAST_PATH_MODES = ("noEncap", "hybrid")
 FAMILIES = (4, 6)
 DEFAULT_CLUSTER_CIDRS = {4: "10.244.0.0/16", 6: "fd00:10:244::/48"}
 DEFAULT_EXTERNAL = {4: "192.168.99.0/24", 6: "fd00:99::/64"}
@@ -91,8 +101,8 @@ class NodeSpec:
 class RouteSyncSpec:
     """The ``routeSync`` block; keys are passed on to route-sync's config file."""
 
-    trafficEncapMode: str = "encap"
-    tunnelType: str = "vxlan"
+    trafficEncapMode: str = ENCAP
+    tunnelType: str = VXLAN
     tunnelPort: int | None = None  # None: the tunnel type's default (vxlan 4789, geneve 6081; gre has none)
     noSNAT: bool = False
     fastPath: bool = False
@@ -132,7 +142,7 @@ class Topology:
     @property
     def chained(self) -> bool:
         """networkPolicyOnly: the Nodes' conflist is [ptp + host-local, ferry]."""
-        return self.route_sync is not None and self.route_sync.trafficEncapMode == "networkPolicyOnly"
+        return self.route_sync is not None and self.route_sync.trafficEncapMode == NETWORK_POLICY_ONLY
 
     @property
     def pod_families(self) -> tuple[int, ...]:
@@ -283,7 +293,7 @@ def parse(data: Any) -> Topology:
     unknown = set(d) - known
     if unknown:
         raise TopologyError(f"topology: unknown keys {sorted(unknown)}")
-    datapath = d.get("datapath", "netdev")
+    datapath = d.get("datapath", NETDEV)
     if datapath not in DATAPATHS:
         raise TopologyError(f"datapath {datapath!r}: one of {DATAPATHS}")
     cluster_in = d.get("clusterCIDRs", [DEFAULT_CLUSTER_CIDRS[f] for f in FAMILIES])
@@ -408,7 +418,7 @@ def _kubernetes(value: Any, route_sync: RouteSyncSpec | None, node_names: tuple[
         raise TopologyError(str(e)) from None
     if spec is not None and route_sync is None:
         raise TopologyError("kubernetes: needs a routeSync block (route-sync runs in Ferry's DaemonSet)")
-    if spec is not None and route_sync is not None and route_sync.trafficEncapMode == "networkPolicyOnly":
+    if spec is not None and route_sync is not None and route_sync.trafficEncapMode == NETWORK_POLICY_ONLY:
         raise TopologyError("kubernetes: networkPolicyOnly (chained after a primary CNI) is not deployed "
                             "by the lab's DaemonSet yet")
     unknown = [n for n in (spec.join_later if spec else ()) if n not in node_names]
@@ -424,19 +434,19 @@ def check_route_sync(rs: RouteSyncSpec, datapaths: set[str]) -> None:
     naming the key and the reason.  ``datapaths``: those of the Nodes."""
     mode = rs.trafficEncapMode
     problem = None
-    if mode not in ENCAP_MODES:
-        problem = "trafficEncapMode", f"{mode!r} is not one of {', '.join(ENCAP_MODES)}"
-    elif rs.tunnelType == "stt" and datapaths != {"system"}:
+    if mode not in MODES:
+        problem = "trafficEncapMode", f"{mode!r} is not one of {', '.join(MODES)}"
+    elif rs.tunnelType == STT and datapaths != {SYSTEM}:
         problem = "tunnelType", "stt needs datapath system on every Node (the netdev datapath has no STT)"
-    elif rs.tunnelType not in (*TUNNEL_TYPES, "stt"):
-        problem = "tunnelType", f"{rs.tunnelType!r} is not one of {', '.join(TUNNEL_TYPES)}"
+    elif rs.tunnelType not in TUNNEL_TYPES:
+        problem = "tunnelType", f"{rs.tunnelType!r} is not one of {', '.join(NETDEV_TUNNEL_TYPES)}"
     elif rs.fastPath and mode not in FAST_PATH_MODES:
-        why = "every peer is tunnelled" if mode == "encap" else "the primary CNI routes"
+        why = "every peer is tunnelled" if mode == ENCAP else "the primary CNI routes"
         problem = "fastPath", (f"only with trafficEncapMode {' or '.join(FAST_PATH_MODES)} (mode is {mode}: "
                                f"{why}, no routed peer to take a fast path)")
-    elif rs.noSNAT and mode != "noEncap":
+    elif rs.noSNAT and mode != NO_ENCAP:
         problem = "noSNAT", f"only with trafficEncapMode noEncap (mode is {mode})"
-    elif rs.tunnelPort is not None and rs.tunnelType == "gre":
+    elif rs.tunnelPort is not None and rs.tunnelType == GRE:
         problem = "tunnelPort", "gre has no UDP port"
     if problem:
         raise TopologyError(f"routeSync.{problem[0]}: {problem[1]}")

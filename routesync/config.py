@@ -11,17 +11,31 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cni.node.nodestate import DEFAULT_STATE_FILE
+from cni.pipeline.modes import (
+    DATAPATHS,
+    ENCAP,
+    FAST_PATH_MODES,
+    GENEVE,
+    GRE,
+    MODES,
+    NETDEV,
+    NO_ENCAP,
+    STT,
+    TUNNEL_TYPES,
+    TUNNELLED_MODES,
+    VXLAN,
+)
 from cni.pipeline.tables import DEFAULT_BRIDGE, MAX_IFNAME
+
+if TYPE_CHECKING:
+    from cni.pipeline.modes import Datapath, Mode, TunnelType
 
 DEFAULT_CONFIG_FILE = "/etc/ferry/route-sync.yaml"
 
-MODES = ("encap", "noEncap", "hybrid", "networkPolicyOnly")
-TUNNEL_TYPES = ("vxlan", "geneve", "gre", "stt")
-DEFAULT_TUNNEL_PORTS: dict[str, int | None] = {"vxlan": 4789, "geneve": 6081, "stt": 7471, "gre": None}
-DATAPATHS = ("netdev", "system")
+DEFAULT_TUNNEL_PORTS: dict[TunnelType, int | None] = {VXLAN: 4789, GENEVE: 6081, STT: 7471, GRE: None}
 MAC_SOURCES = ("annotation", "neighbor", "both")
 SOURCE_TYPES = ("registry", "kubernetes")
 DEFAULT_REGISTRY_DIR = "/var/lib/ferry/registry"
@@ -72,15 +86,15 @@ class BgpConfig:
 @dataclass(frozen=True)
 class Config:
     node_name: str
-    mode: str = "encap"
-    tunnel_type: str = "vxlan"
+    mode: Mode = ENCAP
+    tunnel_type: TunnelType = VXLAN
     tunnel_port: int | None = 4789
     transport_interface: str = "eth0"
     transport_interface_cidrs: tuple[str, ...] = ()
     no_snat: bool = False
     default_mtu: int = 0
     bridge: str = DEFAULT_BRIDGE
-    datapath_type: str = "netdev"
+    datapath_type: Datapath = NETDEV
     ovsdb: str = "unix:/var/run/openvswitch/db.sock"
     ovs_run_dir: str = "/var/run/openvswitch"
     state_file: str = DEFAULT_STATE_FILE
@@ -102,7 +116,7 @@ class Config:
 
     @property
     def tunnelled(self) -> bool:
-        return self.mode in ("encap", "hybrid")
+        return self.mode in TUNNELLED_MODES
 
 
 # --- value checkers: each takes (key, raw value) and returns the typed value or raises -------------
@@ -125,7 +139,10 @@ def _int(key: str, v: Any, lo: int, hi: int) -> int:
     return v
 
 
-def _choice(key: str, v: Any, choices: tuple[str, ...]) -> str:
+_Word = TypeVar("_Word", bound=str)
+
+
+def _choice(key: str, v: Any, choices: tuple[_Word, ...]) -> _Word:
     if isinstance(v, str):
         for c in choices:
             if c.lower() == v.lower():
@@ -283,24 +300,24 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         node_name = env.get("NODE_NAME") or socket.gethostname()
     if len(node_name) > 253 or "/" in node_name or node_name.startswith("."):
         raise ConfigError("nodeName", f"not a valid Node name: {node_name!r}")
-    mode = _choice("trafficEncapMode", g("trafficEncapMode", "encap"), MODES)
-    datapath = _choice("datapathType", g("datapathType", "netdev"), DATAPATHS)
-    tunnel_type = _choice("tunnelType", g("tunnelType", "vxlan"), TUNNEL_TYPES)
-    if tunnel_type == "stt" and datapath == "netdev":
+    mode = _choice("trafficEncapMode", g("trafficEncapMode", ENCAP), MODES)
+    datapath = _choice("datapathType", g("datapathType", NETDEV), DATAPATHS)
+    tunnel_type = _choice("tunnelType", g("tunnelType", VXLAN), TUNNEL_TYPES)
+    if tunnel_type == STT and datapath == NETDEV:
         raise ConfigError("tunnelType", "stt is not supported by the netdev (userspace) datapath; "
                           "use vxlan, geneve or gre, or datapathType system")
     default_port = DEFAULT_TUNNEL_PORTS[tunnel_type]
     if g("tunnelPort") is not None:
-        if tunnel_type == "gre":
+        if tunnel_type == GRE:
             raise ConfigError("tunnelPort", "gre has no UDP port")
         tunnel_port: int | None = _int("tunnelPort", g("tunnelPort"), 1, 65535)
     else:
         tunnel_port = default_port
     no_snat = _bool("noSNAT", g("noSNAT", False))
-    if no_snat and mode != "noEncap":
+    if no_snat and mode != NO_ENCAP:
         raise ConfigError("noSNAT", f"only valid with trafficEncapMode noEncap (mode is {mode})")
     fast_path = _bool("fastPath", g("fastPath", False))
-    if fast_path and mode not in ("noEncap", "hybrid"):
+    if fast_path and mode not in FAST_PATH_MODES:
         raise ConfigError("fastPath", f"only valid with trafficEncapMode noEncap or hybrid (mode is {mode})")
     default_mtu = g("defaultMTU", 0)
     if default_mtu != 0:

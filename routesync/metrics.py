@@ -40,10 +40,11 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from cni.pipeline.modes import PATHS
+
 if TYPE_CHECKING:
     from .health import Health
 
-PATHS = ("tunnel", "route", "underlay", "fast", "none")
 FAMILIES = ("4", "6")
 PREFIX = "ferry_route_sync"
 # A reconcile is a few ms (no change) to a few hundred (first pass, uplink move, many peers).
@@ -54,7 +55,7 @@ CHANGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 def peer_counts(peers: Iterable[Any]) -> dict[tuple[str, str], int]:
     """(path, family) -> count for every known pair (zeros included, so a vanished path drops to 0);
     ``peers`` are :class:`routesync.model.PeerPlan` (anything with ``path`` and ``family``)."""
-    counts = {(p, f): 0 for p in PATHS for f in FAMILIES}
+    counts: dict[tuple[str, str], int] = {(p, f): 0 for p in PATHS for f in FAMILIES}
     for peer in peers:
         key = (str(peer.path), str(peer.family))
         counts[key] = counts.get(key, 0) + 1

@@ -7,8 +7,13 @@ difference.  Nothing here touches the system."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from cni.pipeline.modes import via
 from cni.pipeline.tables import Flow
+
+if TYPE_CHECKING:
+    from cni.pipeline.modes import Path, TunnelType
 
 MAC_ANNOTATION = "ferry.io/mac-address"
 TRANSPORT_ANNOTATION = "ferry.io/transport-addresses"
@@ -37,21 +42,21 @@ class PeerPlan:
 
     peer: str
     family: int  # 4 | 6
-    path: str  # "tunnel" | "route" | "underlay" | "fast" | "none"
+    path: Path
     transport_address: str | None  # the peer's underlay address of this family
     pod_cidrs: tuple[str, ...]  # the peer's Pod CIDRs of this family
     peer_gateway: str | None = None  # first address of the peer's Pod CIDR (tunnel host routes)
     next_hop_mac: str | None = None  # fast path only
     mac_source: str | None = None  # "annotation" | "neighbor" | None
-    # fast path: the path this peer takes while its next-hop MAC is unknown ("route" | "underlay")
-    fallback: str | None = None
+    # fast path: the path this peer takes while its next-hop MAC is unknown (route | underlay)
+    fallback: Path | None = None
     next_hop: str | None = None  # fast path: the next hop's address (the peer, or the router)
 
     @property
     def via(self) -> str:
         """Which port a Pod's packet to this peer leaves by: fast (the uplink, from OVS) |
         gateway (ferry-gw0 and the Node's routing) | tunnel | none."""
-        return {"fast": "fast", "tunnel": "tunnel", "none": "none"}.get(self.path, "gateway")
+        return via(self.path)
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ class NftPlan:
 
 @dataclass(frozen=True)
 class TunnelSpec:
-    type: str  # vxlan | geneve | gre | stt
+    type: TunnelType
     port_name: str
     dst_port: int | None  # UDP port (vxlan/geneve/stt), None for gre
 

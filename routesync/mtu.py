@@ -18,13 +18,20 @@ An IPv6 underlay's header is 40 bytes instead of 20: +20.
 
 from __future__ import annotations
 
-TUNNEL_OVERHEAD = {"vxlan": 50, "geneve": 50, "gre": 42, "stt": 72}
+from typing import TYPE_CHECKING
+
+from cni.pipeline.modes import GENEVE, GRE, STT, TUNNELLED_MODES, VXLAN
+
+if TYPE_CHECKING:
+    from cni.pipeline.modes import Mode, TunnelType
+
+TUNNEL_OVERHEAD: dict[TunnelType, int] = {VXLAN: 50, GENEVE: 50, GRE: 42, STT: 72}
 IPV6_EXTRA = 20
 MAX_MTU = 65000
 MIN_MTU = 1280  # below this IPv6 cannot run; we refuse to derive less and fall back to it
 
 
-def pod_mtu(transport_mtu: int, mode: str, tunnel_type: str, ipv6_underlay: bool = False,
+def pod_mtu(transport_mtu: int, mode: Mode, tunnel_type: TunnelType, ipv6_underlay: bool = False,
             default_mtu: int = 0) -> int:
     """The MTU for Pod interfaces and the gateway port.
 
@@ -34,7 +41,7 @@ def pod_mtu(transport_mtu: int, mode: str, tunnel_type: str, ipv6_underlay: bool
     if default_mtu > 0:
         return default_mtu
     mtu = transport_mtu
-    if mode in ("encap", "hybrid"):
+    if mode in TUNNELLED_MODES:
         mtu -= TUNNEL_OVERHEAD[tunnel_type] + (IPV6_EXTRA if ipv6_underlay else 0)
     return max(min(mtu, MAX_MTU), 68)
 

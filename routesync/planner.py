@@ -24,12 +24,25 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cni.lean import addr
 from cni.node import nodestate
 from cni.pipeline.flows import GatewayPort, base_flows
 from cni.pipeline.flows import mac as mac_of
+from cni.pipeline.modes import (
+    ENCAP,
+    FAST_PATH_MODES,
+    HYBRID,
+    NETDEV,
+    NETWORK_POLICY_ONLY,
+    NO_ENCAP,
+    PATH_FAST,
+    PATH_NONE,
+    PATH_ROUTE,
+    PATH_TUNNEL,
+    PATH_UNDERLAY,
+)
 from cni.pipeline.tables import GATEWAY_PORT, TUNNEL_PORT, VIRTUAL_MAC, Flow
 
 from . import mtu as mtu_mod
@@ -50,6 +63,9 @@ from .model import (
 )
 from .peerflows import FastPort, node_flows, peer_flows
 
+if TYPE_CHECKING:
+    from cni.pipeline.modes import Mode, Path
+
 IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -57,25 +73,25 @@ class PlanError(Exception):
     """The local Node cannot be planned yet (e.g. it has no Pod CIDR)."""
 
 
-def decide(mode: str, local_transport_networks: Iterable[str | IPNet], peer_address: str | None) -> str:
+def decide(mode: Mode, local_transport_networks: Iterable[str | IPNet], peer_address: str | None) -> Path:
     """The path to one peer for one family: tunnel | route | underlay | none.
 
     ``peer_address`` is the peer's transport address of that family (None: it has none; then a
     direct route is impossible and hybrid tunnels over the other family, noEncap leaves it to the
     underlay)."""
-    if mode == "networkPolicyOnly":
-        return "none"
-    if mode == "encap":
-        return "tunnel"
+    if mode == NETWORK_POLICY_ONLY:
+        return PATH_NONE
+    if mode == ENCAP:
+        return PATH_TUNNEL
     same_subnet = False
     if peer_address is not None:
         ip = ipaddress.ip_address(peer_address)
         same_subnet = any(ip in ipaddress.ip_network(n, strict=False) for n in local_transport_networks
                           if ipaddress.ip_network(n, strict=False).version == ip.version)
-    if mode == "hybrid":
-        return "route" if same_subnet else "tunnel"
-    if mode == "noEncap":
-        return "route" if same_subnet else "underlay"
+    if mode == HYBRID:
+        return PATH_ROUTE if same_subnet else PATH_TUNNEL
+    if mode == NO_ENCAP:
+        return PATH_ROUTE if same_subnet else PATH_UNDERLAY
     raise ValueError(f"unknown mode {mode!r}")
 
 
@@ -159,7 +175,7 @@ def _valid_mac(value: str | None) -> str | None:
 
 
 def fast_path_ready(config: Config, facts: LocalFacts) -> bool:
-    return bool(config.fast_path and config.mode in ("noEncap", "hybrid") and facts.uplink_ofport
+    return bool(config.fast_path and config.mode in FAST_PATH_MODES and facts.uplink_ofport
                 and facts.uplink_mac)
 
 
@@ -174,7 +190,7 @@ def fast_candidates(config: Config, peers: Sequence[NodeRecord], facts: LocalFac
         if peer.name == config.node_name:
             continue
         for p in peer_plans(config, networks, peer):
-            wanted = p.path == "underlay" or (p.path == "route" and config.mac_source != "annotation")
+            wanted = p.path == PATH_UNDERLAY or (p.path == PATH_ROUTE and config.mac_source != "annotation")
             if wanted and p.transport_address:
                 out.add(p.transport_address)
     return tuple(sorted(out))
@@ -196,22 +212,22 @@ def peer_plans(config: Config, networks: Sequence[str], peer: NodeRecord,
         same = _by_family(peer_addrs, family)
         path = decide(config.mode, networks, same[0] if same else None)
         transport = same[0] if same else None
-        if path == "tunnel":
+        if path == PATH_TUNNEL:
             transport = _underlay_for(family, peer_addrs)
             if transport is None:  # a peer with no transport address cannot be tunnelled to
-                path = "none"
+                path = PATH_NONE
         plan = PeerPlan(
             peer=peer.name, family=family, path=path, transport_address=transport, pod_cidrs=cidrs,
-            peer_gateway=_host(first_address(cidrs[0])) if path == "tunnel" else None,
+            peer_gateway=_host(first_address(cidrs[0])) if path == PATH_TUNNEL else None,
         )
-        if fast and path in ("route", "underlay") and transport is not None:
+        if fast and path in (PATH_ROUTE, PATH_UNDERLAY) and transport is not None:
             hop = (next_hops or {}).get(transport)
-            mac, source, differs = choose_mac(config.mac_source, path == "route", annotation,
+            mac, source, differs = choose_mac(config.mac_source, path == PATH_ROUTE, annotation,
                                               _valid_mac(hop.mac) if hop else None)
             if differs and disagreements is not None and annotation and hop and hop.mac:
                 disagreements.append(MacDisagreement(peer.name, family, annotation, mac_of(hop.mac)))
             if mac is not None:
-                plan = replace(plan, path="fast", next_hop_mac=mac, mac_source=source, fallback=path,
+                plan = replace(plan, path=PATH_FAST, next_hop_mac=mac, mac_source=source, fallback=path,
                                next_hop=hop.ip if hop else transport)
         plans.append(plan)
     return plans
@@ -222,10 +238,10 @@ def host_routes(plan: PeerPlan, tunnel_mtu: int = 0) -> tuple[set[HostRoute], se
     gateway port has the full MTU: the Node's own packets must fit the tunnel)."""
     routes: set[HostRoute] = set()
     neighbors: set[Neighbor] = set()
-    if (plan.path == "route" or (plan.path == "fast" and plan.fallback == "route")) and plan.transport_address:
+    if (plan.path == PATH_ROUTE or (plan.path == PATH_FAST and plan.fallback == PATH_ROUTE)) and plan.transport_address:
         for c in plan.pod_cidrs:
             routes.add(HostRoute(dst=c, gw=plan.transport_address, dev=None))
-    elif plan.path == "tunnel" and plan.peer_gateway:
+    elif plan.path == PATH_TUNNEL and plan.peer_gateway:
         gw = plan.peer_gateway
         if plan.family == 4:
             for c in plan.pod_cidrs:
@@ -293,14 +309,14 @@ def tunnel_spec(config: Config) -> TunnelSpec | None:
 def uplink_spec(config: Config) -> UplinkSpec | None:
     """OVS userspace tunnels need the uplink on the bridge (netdev only); the fast path needs it
     on either datapath (Pods' packets are output to it from OVS)."""
-    if not ((config.datapath_type == "netdev" and config.tunnelled) or config.fast_path):
+    if not ((config.datapath_type == NETDEV and config.tunnelled) or config.fast_path):
         return None
     return UplinkSpec(name=config.transport_interface, renamed=uplink_renamed(config.transport_interface))
 
 
 def gateway_addresses(config: Config, local: NodeRecord) -> tuple[str, ...]:
     """The gateway's CIDRs.  networkPolicyOnly: none (the primary CNI owns addressing)."""
-    if config.mode == "networkPolicyOnly":
+    if config.mode == NETWORK_POLICY_ONLY:
         return ()
     return tuple(first_address(c) for c in local_pod_cidrs(config, local))
 
@@ -362,11 +378,11 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     if memo is not None:
         memo.results = seen  # peers gone are forgotten
     nft = NftPlan(
-        masquerade=not (config.no_snat or config.mode == "networkPolicyOnly"),
+        masquerade=not (config.no_snat or config.mode == NETWORK_POLICY_ONLY),
         local_pod_cidrs=pod_cidrs,
         cluster_pod_cidrs=tuple(sorted(cluster)),
         tunnel_udp_port=tunnel.dst_port if tunnel is not None else None,
-        uplink_ingress_drop=uplink.renamed if uplink is not None and config.datapath_type == "netdev" else None,
+        uplink_ingress_drop=uplink.renamed if uplink is not None and config.datapath_type == NETDEV else None,
     )
     return DesiredState(mtu=mtu, gateway_addresses=gw_addrs, tunnel=tunnel, uplink=uplink, peers=plans,
                         flows=flows, routes=routes, neighbors=neighbors, nft=nft,

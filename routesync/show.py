@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from cni.lean.record import as_dict as asdict
 from cni.node.nodestate import NodeState
+from cni.pipeline.modes import PATH_TUNNEL, via
 
 if TYPE_CHECKING:
     from .bgp.status import BgpStatus
@@ -15,16 +16,10 @@ if TYPE_CHECKING:
 COLUMNS = ("PEER", "TRANSPORT", "POD CIDRS", "PATH", "MTU", "NEXT-HOP MAC", "MAC SOURCE", "VIA")
 
 
-def via(path: str) -> str:
-    """Which way a Pod's packet to the peer leaves the bridge: fast (the uplink, straight from
-    OVS) | gateway (ferry-gw0, the Node's routing: route and underlay peers) | tunnel | none."""
-    return {"fast": "fast", "tunnel": "tunnel", "none": "none"}.get(path, "gateway")
-
-
 def path_mtu(state: NodeState, path: str) -> int:
     """The MTU a Pod's packets get on ``path``: the tunnel MTU through a tunnel, the full
     (transport) MTU on every unencapsulated path (``cni/pipeline/podnet.py``)."""
-    return state.mtu if path == "tunnel" else (state.transportMTU or state.mtu)
+    return state.mtu if path == PATH_TUNNEL else (state.transportMTU or state.mtu)
 
 
 def rows(state: NodeState) -> list[dict[str, Any]]:

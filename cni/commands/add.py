@@ -39,6 +39,7 @@ from cni.node import config as cfg
 from cni.node.locks import attachment_lock
 from cni.pipeline import tables as pl
 from cni.pipeline.flows import GatewayPort, PodPort, base_flows, pod_flows
+from cni.pipeline.modes import NETDEV, NETWORK_POLICY_ONLY
 from cni.spec.errors import INTERFACE_EXISTS, INVALID_CONFIG, NETLINK_FAILURE, CniError
 from cni.spec.request import Request
 from cni.spec.result import DNS, Interface, IPConfig, Result, Route
@@ -109,7 +110,7 @@ def add(req: Request) -> Result:
     conf = cfg.parse(req.config)
     state_id = _state_id(conf.state_file)  # before the read: a later replacement is noticed
     node = cfg.node_context(conf, need_state=True)
-    if node.mode == "networkPolicyOnly":
+    if node.mode == NETWORK_POLICY_ONLY:
         from cni.commands import chained  # Ferry chained after the primary CNI: take its interface, no IPAM
 
         result = chained.add(req, conf, node)
@@ -145,7 +146,7 @@ def add(req: Request) -> Result:
                 # nothing on it yet): two link notifications per ADD instead of four, and each one
                 # costs ovs-vswitchd a re-read of every link and route of the Node.
                 host_nl.create_veth(host, req.ifname, podfd, pod.mtu, peer_mac=mac, promisc=True, up=True)
-                if node.datapath == "netdev":
+                if node.datapath == NETDEV:
                     step(f"isolate {host} from the Node's stack")
                     isolate_host_end(host)  # before the carrier: no frame of the Pod's reaches the stack
                 step(f"OVS port {host}")
@@ -247,14 +248,14 @@ def _configure_pod_interface(pod_nl: Netlink, podfd: int, ifname: str, ips: list
     if lo is not None and not lo.up:
         pod_nl.link_set(lo.index, up=True)
     has_v6 = any(ip.family == 6 for ip in ips)
-    if has_v6 or node.datapath == "netdev":
+    if has_v6 or node.datapath == NETDEV:
         from cni.kernel.netns import entered
 
         with entered(podfd):
             if has_v6:  # no DAD for the link-local either: the interface is usable at once
                 with open(f"/proc/sys/net/ipv6/conf/{ifname}/accept_dad", "w") as f:
                     f.write("0")
-            if node.datapath == "netdev":  # the userspace datapath never fills in partial checksums
+            if node.datapath == NETDEV:  # the userspace datapath never fills in partial checksums
                 from cni.kernel.ethtool import set_tx_checksum
 
                 set_tx_checksum(ifname, False)

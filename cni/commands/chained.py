@@ -35,7 +35,16 @@ from cni.lean.typecheck import TYPE_CHECKING
 from cni.pipeline import tables as pl
 from cni.pipeline.chained import next_hop_flows
 from cni.pipeline.flows import mac, pod_flows
-from cni.pipeline.tables import Flow
+from cni.pipeline.modes import NETDEV
+from cni.pipeline.tables import (
+    EXT_CHAINED,
+    EXT_CHAINED_GATEWAYS,
+    EXT_CHAINED_ROUTES,
+    EXT_CHAINED_SYSCTLS,
+    EXT_CHAINED_TXCSUM,
+    EXT_CHAINED_V6ADDRS,
+    Flow,
+)
 from cni.spec.errors import CHECK_FAILED, INTERFACE_EXISTS, INVALID_CONFIG, NETLINK_FAILURE, CniError
 
 if TYPE_CHECKING:
@@ -45,14 +54,6 @@ if TYPE_CHECKING:
     from cni.ovs.ovsdb import Ovsdb, PortInfo
     from cni.spec.request import Request
     from cni.spec.result import IPConfig, Result
-
-# What chained ADD changed on the primary CNI's objects, kept on the Pod's OVS port for DEL.
-EXT_CHAINED = "ferry-chained"  # "1": this port belongs to a chained attachment
-EXT_CHAINED_GATEWAYS = "ferry-chained-gateways"  # the Pod's next hops OVS answers for: "10.244.1.1,fd00::1"
-EXT_CHAINED_ROUTES = "ferry-chained-routes"  # host routes moved to the gateway port: "dst|proto|metric;..."
-EXT_CHAINED_SYSCTLS = "ferry-chained-sysctls"  # the host end's values before: "arp_ignore=0,rp_filter=2,..."
-EXT_CHAINED_V6ADDRS = "ferry-chained-v6addrs"  # global IPv6 addresses disable_ipv6 removed from the host end
-EXT_CHAINED_TXCSUM = "ferry-chained-txcsum"  # the Pod interface's TX checksum offload before ("1"/"0")
 
 
 # ---------------------------------------------------------------------------- plan (pure)
@@ -271,7 +272,7 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
                     moved.append(MovedRoute(host_route_dst(ip.address), r.proto if r else 0, r.metric if r else None))
                 ids = _port_ids(req, att, pod_mac)
                 ids[EXT_CHAINED_ROUTES] = encode_routes(moved)
-                if node.datapath == "netdev":
+                if node.datapath == NETDEV:
                     step(f"TX checksum offload of {req.ifname}")
                     from cni.kernel.ethtool import get_tx_checksum, set_tx_checksum
                     from cni.kernel.netns import entered
@@ -284,7 +285,7 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
                     ids[EXT_CHAINED_V6ADDRS] = ",".join(a for a in host_nl.addrs(host_link.index, family=10))
                 step(f"OVS port {host}")
                 undo.push(f"OVS port {host}", lambda: ovsdb.del_port(node.bridge, host))
-                if node.datapath == "netdev":  # the sysctls' old values go in with the port
+                if node.datapath == NETDEV:  # the sysctls' old values go in with the port
                     ids[EXT_CHAINED_SYSCTLS] = encode_pairs(_isolation_values(host))
                 ofport = ovsdb.add_port(node.bridge, host, ids)
                 step("per-Pod flows")
@@ -295,7 +296,7 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
                 undo.push("host routes to the Pod", lambda: _routes_back(host_nl, moved, host_link.index, gw_index))
                 for m in moved:
                     host_nl.route_add(m.dst, None, gw_index, metric=m.metric, replace=True)
-                if node.datapath == "netdev":
+                if node.datapath == NETDEV:
                     step(f"isolate {host} from the Node's stack")
                     before = decode_pairs(ids[EXT_CHAINED_SYSCTLS])
                     v6 = [a for a in ids[EXT_CHAINED_V6ADDRS].split(",") if a]

@@ -20,6 +20,7 @@ from cni.lean import addr
 from cni.node import config as cfg
 from cni.pipeline import tables as pl
 from cni.pipeline.flows import PodPort, pod_flows
+from cni.pipeline.modes import NETWORK_POLICY_ONLY
 from cni.spec.errors import CHECK_FAILED, INVALID_CONFIG, CniError
 from cni.spec.request import Request
 from cni.spec.result import Result
@@ -28,7 +29,7 @@ from cni.spec.result import Result
 def check(req: Request) -> None:
     conf = cfg.parse(req.config)
     node = cfg.node_context(conf, need_state=False)
-    if node.mode == "networkPolicyOnly":
+    if node.mode == NETWORK_POLICY_ONLY:
         from cni.commands import chained
 
         return chained.check(req, conf, node)

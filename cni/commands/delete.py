@@ -15,6 +15,7 @@ from cni.commands.steps import Step, forget_neighbours, ovs_clients, reported
 from cni.node import config as cfg
 from cni.node.locks import attachment_lock
 from cni.pipeline import tables as pl
+from cni.pipeline.modes import NETWORK_POLICY_ONLY
 from cni.spec.request import Request
 
 
@@ -57,7 +58,7 @@ def _delete_links(names: list[str]) -> None:
 def delete(req: Request) -> None:
     conf = cfg.parse(req.config)
     node = cfg.node_context(conf, need_state=False)
-    if node.mode == "networkPolicyOnly":
+    if node.mode == NETWORK_POLICY_ONLY:
         from cni.commands import chained
 
         return chained.delete(req, conf, node)

@@ -54,7 +54,7 @@ def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb: Ovsdb, h
         port = ovsdb.port(pl.GATEWAY_PORT)
         if port is None or port.ofport is None or port.ofport < 0:
             gw_mac = random_mac()
-            ovsdb.add_port(node.bridge, pl.GATEWAY_PORT, {pl.EXT_OWNER: "node", pl.EXT_MAC: gw_mac},
+            ovsdb.add_port(node.bridge, pl.GATEWAY_PORT, {pl.EXT_OWNER: pl.OWNER_NODE, pl.EXT_MAC: gw_mac},
                            iface_type="internal", mac=gw_mac)
             port = ovsdb.port(pl.GATEWAY_PORT)
             created = True

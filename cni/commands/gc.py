@@ -26,11 +26,11 @@ def gc(req: Request) -> None:
     step = Step()
     step("GC of OVS ports")
     with reported(step), Netlink() as host_nl:
-        for port in ovsdb.find_ports({pl.EXT_OWNER: "pod"}):
+        for port in ovsdb.find_ports({pl.EXT_OWNER: pl.OWNER_POD}):
             cid, ifname = port.external_ids.get(pl.EXT_CONTAINER_ID, ""), port.external_ids.get(pl.EXT_IFNAME, "")
             if (cid, ifname) in valid:
                 continue
-            if port.external_ids.get("ferry-chained"):  # the veth is the primary CNI's: undo only ours
+            if port.external_ids.get(pl.EXT_CHAINED):  # the veth is the primary CNI's: undo only ours
                 from cni.commands import chained
 
                 chained.undo_port(host_nl, ovsdb, of, node, port)

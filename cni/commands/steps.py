@@ -126,7 +126,7 @@ class reported:
 
 def external_ids(req: Request, ips: list[IPConfig], mac: str) -> dict[str, str]:
     ids = {
-        pl.EXT_OWNER: "pod",
+        pl.EXT_OWNER: pl.OWNER_POD,
         pl.EXT_CONTAINER_ID: req.container_id,
         pl.EXT_IFNAME: req.ifname,
         pl.EXT_IPS: ",".join(i.address for i in ips),

@@ -10,14 +10,16 @@ from cni.lean.typecheck import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Any
 
+    from cni.pipeline.modes import Datapath, Mode
+
 from cni.lean import addr
 from cni.node import nodestate
+from cni.pipeline.modes import DATAPATHS, ENCAP, SYSTEM, is_datapath
 from cni.pipeline.tables import DEFAULT_BRIDGE, GATEWAY_PORT, MAX_IFNAME
 from cni.spec.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CniError
 
 DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
 DEFAULT_OVS_RUN_DIR = "/var/run/openvswitch"
-DATAPATHS = ("netdev", "system")
 
 
 @record(frozen=True)
@@ -29,7 +31,7 @@ class PluginConfig:
     bridge: str | None = None
     ovsdb: str | None = None
     ovs_run_dir: str | None = None
-    datapath: str | None = None
+    datapath: Datapath | None = None
     mtu: int = 0
     ipam: dict[str, Any] = Factory(dict)
     dns: dict[str, Any] = Factory(dict)
@@ -58,7 +60,7 @@ def parse(conf: dict[str, Any]) -> PluginConfig:
     if bridge is not None and (len(bridge.encode()) > MAX_IFNAME or not bridge.replace("-", "").replace("_", "").isalnum()):
         raise CniError(INVALID_CONFIG, f"config field 'bridge' {bridge!r} is not a valid bridge name")
     datapath = _opt_str(conf, "datapath")
-    if datapath is not None and datapath not in DATAPATHS:
+    if datapath is not None and not is_datapath(datapath):
         raise CniError(INVALID_CONFIG, f"config field 'datapath' must be one of {', '.join(DATAPATHS)}")
     mtu = conf.get("mtu", 0)
     if not isinstance(mtu, int) or isinstance(mtu, bool) or not (mtu == 0 or 68 <= mtu <= 65535):
@@ -97,7 +99,7 @@ class NodeContext:
     datapath: str
     mtu: int
     pod_cidrs: list[str]
-    mode: str
+    mode: Mode
     state: nodestate.NodeState | None  # None on a lone Node (no route-sync)
 
     @property
@@ -146,10 +148,10 @@ def node_context(conf: PluginConfig, need_state: bool) -> NodeContext:
         bridge=conf.bridge or DEFAULT_BRIDGE,
         ovsdb=conf.ovsdb or DEFAULT_OVSDB,
         ovs_run_dir=conf.ovs_run_dir or DEFAULT_OVS_RUN_DIR,
-        datapath=conf.datapath or "system",
+        datapath=conf.datapath or SYSTEM,
         mtu=conf.mtu or 1500,
         pod_cidrs=lone_pod_cidrs(conf) if conf.explicit_ranges else [],
-        mode="encap",
+        mode=ENCAP,
         state=None,
     )
 

@@ -7,7 +7,7 @@ import).  The schema is versioned: a reader refuses a file whose ``version`` it 
     {
       "version": 1,
       "node": "node-a",
-      "mode": "encap",                    # encap | noEncap | hybrid | networkPolicyOnly
+      "mode": "encap",                    # cni.pipeline.modes: encap | noEncap | hybrid | networkPolicyOnly
       "bridge": "br-int",
       "datapath": "netdev",               # netdev | system
       "ovsdb": "unix:/run/openvswitch/db.sock",
@@ -32,14 +32,15 @@ import os
 from cni.lean import fastjson
 from cni.lean.record import Factory, as_dict, record
 from cni.lean.typecheck import TYPE_CHECKING
+from cni.pipeline.modes import is_mode, is_path
 
 if TYPE_CHECKING:
     from typing import Any
 
+    from cni.pipeline.modes import Mode, Path
+
 SCHEMA_VERSION = 1
 DEFAULT_STATE_FILE = "/var/run/ferry/node-state.json"
-MODES = ("encap", "noEncap", "hybrid", "networkPolicyOnly")
-PATHS = ("tunnel", "route", "underlay", "fast", "none")
 
 
 class StateError(Exception):
@@ -66,7 +67,7 @@ class Peer:
     name: str
     addresses: list[str]
     podCIDRs: list[str]
-    path: str
+    path: Path
     mac: str | None = None
     macSource: str | None = None
 
@@ -74,7 +75,7 @@ class Peer:
 @record(frozen=True)
 class NodeState:
     node: str
-    mode: str
+    mode: Mode
     bridge: str
     datapath: str
     ovsdb: str
@@ -116,7 +117,7 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
     if version != SCHEMA_VERSION:
         raise StateError(f"{where}: schema version {version}, this Ferry reads {SCHEMA_VERSION}")
     mode = _require(d, "mode", str, where)
-    if mode not in MODES:
+    if not is_mode(mode):
         raise StateError(f"{where}: unknown mode {mode!r}")
     gw = _require(d, "gateway", dict, where)
     gateway = Gateway(
@@ -140,7 +141,7 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
         if not isinstance(p, dict):
             raise StateError(f"{w}: not an object")
         path = _require(p, "path", str, w)
-        if path not in PATHS:
+        if not is_path(path):
             raise StateError(f"{w}: unknown path {path!r}")
         peers.append(Peer(name=_require(p, "name", str, w),
                           addresses=[str(a) for a in _require(p, "addresses", list, w)],

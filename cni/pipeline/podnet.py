@@ -34,14 +34,14 @@ from __future__ import annotations
 from cni.lean import addr
 from cni.lean.record import record
 from cni.lean.typecheck import TYPE_CHECKING
+from cni.pipeline.modes import HYBRID, ROUTED_PATHS, TUNNELLED_MODES
 
 if TYPE_CHECKING:
     from cni.node.nodestate import NodeState
+    from cni.pipeline.modes import Mode
 
 CLUSTER_ROUTES_MAX = 8
 ROUTED_ROUTES_MAX = 32
-TUNNELLED_MODES = ("encap", "hybrid")
-ROUTED_PATHS = ("route", "fast")  # hybrid: never encapsulated (fast: routed straight from OVS)
 DEFAULT = {4: "0.0.0.0/0", 6: "::/0"}
 
 
@@ -83,7 +83,7 @@ def aggregate(cidrs: list[str], local: list[str]) -> list[str]:
     return sorted(f"{addr.format_ip(v, b)}/{p}" for b, v, p in kept)
 
 
-def plan(mode: str, tunnel_mtu: int, full_mtu: int, gateways: dict[int, str], cluster_cidrs: list[str],
+def plan(mode: Mode | None, tunnel_mtu: int, full_mtu: int, gateways: dict[int, str], cluster_cidrs: list[str],
          local_cidrs: list[str], routed_cidrs: list[str]) -> PodNet:
     """The Pod's interface MTU and routes.  ``gateways``: family -> the gateway address the Pod
     uses (only those families get routes); ``routed_cidrs``: the Pod CIDRs of peers whose path
@@ -97,7 +97,7 @@ def plan(mode: str, tunnel_mtu: int, full_mtu: int, gateways: dict[int, str], cl
         gw = gateways[family]
         mine = [c for c in local_cidrs if addr.family(c) == family]
         routed = sorted({addr.canonical_network(c) for c in routed_cidrs if addr.family(c) == family} if
-                        mode == "hybrid" else set(), key=_key)
+                        mode == HYBRID else set(), key=_key)
         routed = aggregate(routed, mine)
         if len(routed) > ROUTED_ROUTES_MAX:
             routed = sorted(routed, key=_key)[:ROUTED_ROUTES_MAX]
@@ -117,7 +117,7 @@ def for_state(state: NodeState | None, gateways: dict[int, str], conf_mtu: int =
     """:func:`plan` from the node state file (None: a lone Node).  ``conf_mtu`` > 0 (the conf's
     ``mtu``) forces a single MTU."""
     if state is None or conf_mtu:
-        return plan("", conf_mtu or fallback_mtu, 0, gateways, [], [], [])
+        return plan(None, conf_mtu or fallback_mtu, 0, gateways, [], [], [])
     full = state.transportMTU  # 0: a state file of a route-sync before per-path MTUs
     routed = [c for p in state.peers if p.path in ROUTED_PATHS for c in p.podCIDRs]
     return plan(state.mode, state.mtu, full, gateways, list(state.clusterCIDRs), list(state.podCIDRs), routed)

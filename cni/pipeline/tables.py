@@ -2,7 +2,8 @@
 
 Everything both processes must agree on lives here: table numbers and names, the cookie
 layout (who owns a flow, which Pod or peer it belongs to), register bits, the virtual MAC
-of the tunnel path, and the names of the ports Ferry creates.  Standard library only: the
+of the tunnel path, the names of the ports Ferry creates and the ``external_ids`` it writes on
+them (the traffic modes and peer paths: :mod:`cni.pipeline.modes`).  Standard library only: the
 plugin imports this on every ADD/DEL.
 
 Packet walk (IPv4 and IPv6 alike):
@@ -146,6 +147,7 @@ def peer_cookie(peer_name: str) -> Cookie:
 
 BASE_COOKIE = Cookie(Owner.BASE, 0)
 NODE_COOKIE = Cookie(Owner.NODE, 0)
+UPLINK_COOKIE = Cookie(Owner.NODE, 1)  # route-sync's uplink bridge <-> br-int flows (routesync/apply/uplink.py)
 
 # Destination MAC of packets that cross a tunnel; the receiving Node rewrites it to its own
 # gateway MAC in the Classifier, so L3Forwarding sees one "routed" MAC. Locally administered.
@@ -166,7 +168,19 @@ EXT_POD_NAMESPACE = "ferry-pod-namespace"
 EXT_IPS = "ferry-ips"  # comma-separated CIDRs
 EXT_MAC = "ferry-mac"
 EXT_NETNS = "ferry-netns"
-EXT_OWNER = "ferry-owner"  # "pod" on Pod ports, "node" on gateway/tunnel/uplink ports
+EXT_OWNER = "ferry-owner"  # OWNER_POD on Pod ports, OWNER_NODE on gateway/tunnel/uplink ports
+OWNER_POD = "pod"
+OWNER_NODE = "node"
+# On the gateway Interface (route-sync): the MAC it keeps across a recreation of the port.
+EXT_GATEWAY_MAC = "ferry-gateway-mac"
+# What a chained (networkPolicyOnly) ADD changed on the primary CNI's objects, kept on the Pod's
+# port for its DEL (cni/commands/chained.py); route-sync's replay and GC read the first two.
+EXT_CHAINED = "ferry-chained"  # "1": this port belongs to a chained attachment
+EXT_CHAINED_GATEWAYS = "ferry-chained-gateways"  # the Pod's next hops OVS answers for: "10.244.1.1,fd00::1"
+EXT_CHAINED_ROUTES = "ferry-chained-routes"  # host routes moved to the gateway port: "dst|proto|metric;..."
+EXT_CHAINED_SYSCTLS = "ferry-chained-sysctls"  # the host end's values before: "arp_ignore=0,rp_filter=2,..."
+EXT_CHAINED_V6ADDRS = "ferry-chained-v6addrs"  # global IPv6 addresses disable_ipv6 removed from the host end
+EXT_CHAINED_TXCSUM = "ferry-chained-txcsum"  # the Pod interface's TX checksum offload before ("1"/"0")
 
 
 # ofport_request values for Pod ports: above what vswitchd hands out by itself (it counts up from

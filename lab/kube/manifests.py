@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from cni.pipeline.modes import NETDEV
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = os.path.join(REPO, "deploy", "ferry.yaml")
 CONFIG_KEY = "route-sync.yaml"
@@ -60,7 +62,7 @@ def apply_overlay(docs: list[dict[str, Any]], overlay: Overlay) -> list[dict[str
     for d in out:
         if d.get("kind") == "ConfigMap" and CONFIG_KEY in (d.get("data") or {}):
             conf = yaml.safe_load(d["data"][CONFIG_KEY]) or {}
-            conf.update(datapathType="netdev", clusterCIDRs=list(overlay.cluster_cidrs))
+            conf.update(datapathType=NETDEV, clusterCIDRs=list(overlay.cluster_cidrs))
             conf.update(dict(overlay.route_sync))
             d["data"][CONFIG_KEY] = yaml.safe_dump(conf, sort_keys=False)
     pod = daemonset(out)["spec"]["template"]["spec"]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from cni.pipeline.tables import EXT_IPS, EXT_MAC, EXT_NETNS, EXT_POD_NAME, EXT_POD_NAMESPACE
 from lab.kube.plan import WORKLOAD_IMAGE
 from lab.sh import LabError, run
 
@@ -49,15 +50,15 @@ class Attachment:
 def find_attachment(ovs_exec: Callable[[list[str]], subprocess.CompletedProcess[str]], name: str,
                     namespace: str) -> Attachment | None:
     cp = ovs_exec(["ovs-vsctl", "--format=json", "--columns=name,external_ids", "find", "Interface",
-                   f"external_ids:ferry-pod-name={name}", f"external_ids:ferry-pod-namespace={namespace}"])
+                   f"external_ids:{EXT_POD_NAME}={name}", f"external_ids:{EXT_POD_NAMESPACE}={namespace}"])
     if cp.returncode != 0:
         return None
     rows = json.loads(cp.stdout).get("data") or []
     if not rows:
         return None
     port, ids = rows[0][0], dict(rows[0][1][1])
-    ips = tuple(a for a in ids.get("ferry-ips", "").split(",") if a)
-    return Attachment(port, ids.get("ferry-netns", ""), ips, ids.get("ferry-mac"))
+    ips = tuple(a for a in ids.get(EXT_IPS, "").split(",") if a)
+    return Attachment(port, ids.get(EXT_NETNS, ""), ips, ids.get(EXT_MAC))
 
 
 def netns_inode(mount_ns: str, path: str) -> int:

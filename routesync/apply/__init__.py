@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from cni.pipeline.modes import NETDEV, PATH_TUNNEL
 from cni.pipeline.tables import GATEWAY_PORT, TUNNEL_PORT
 from routesync.apply.nexthops import NextHops
 from routesync.apply.nft import NftApplier
@@ -151,7 +152,7 @@ class NodeAppliers:
         finally:
             if nft is not None:
                 nft.result()  # its failure is this pass's failure too
-        if after.tunnel is not None and self.config.datapath_type == "netdev":
+        if after.tunnel is not None and self.config.datapath_type == NETDEV:
             fresh = _endpoints(after.peers) - _endpoints(before.peers)
             if fresh:
                 self.tnl_neigh.sync(tunnel_endpoints(p for p in after.peers if p.transport_address in fresh))
@@ -195,7 +196,7 @@ class NodeAppliers:
             self.routes.set_mtu(GATEWAY_PORT, gateway_mtu(desired))
         self.routes.sync(desired.routes, desired.neighbors)
         self.routes.set_forwarding(desired.forwarding, desired.forwarding)
-        if desired.tunnel is not None and self.config.datapath_type == "netdev":
+        if desired.tunnel is not None and self.config.datapath_type == NETDEV:
             self.tnl_neigh.sync(tunnel_endpoints(desired.peers))
 
     def _replay_pod_flows(self) -> None:
@@ -265,7 +266,7 @@ def gateway_mtu(desired: DesiredState) -> int:
 
 
 def _endpoints(peers: list[PeerPlan]) -> set[str | None]:
-    return {p.transport_address for p in peers if p.path == "tunnel"}
+    return {p.transport_address for p in peers if p.path == PATH_TUNNEL}
 
 
 def make_appliers(config: Config, netns: str | None = None) -> NodeAppliers:

@@ -25,12 +25,28 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from cni.ovs.openflow.codec import OpenFlowError
-from cni.pipeline.tables import EXT_OWNER, FULL_MASK, GATEWAY_PORT, OWNER_SHIFT, Cookie, Flow, Owner
+from cni.pipeline.modes import GRE, NETDEV, TUNNEL_TYPES
+from cni.pipeline.tables import (
+    EXT_CHAINED_GATEWAYS,
+    EXT_GATEWAY_MAC,
+    EXT_OWNER,
+    FULL_MASK,
+    GATEWAY_PORT,
+    OWNER_NODE,
+    OWNER_POD,
+    OWNER_SHIFT,
+    Cookie,
+    Flow,
+    Owner,
+)
 from routesync.apply.ofsession import OpenFlowSession
 from routesync.model import TunnelSpec
+
+if TYPE_CHECKING:
+    from cni.pipeline.modes import Datapath
 
 LOG = logging.getLogger(__name__)
 
@@ -43,8 +59,6 @@ BRIDGE_PROTOCOLS = ["OpenFlow10", "OpenFlow13"]
 # (routes on the side thread), while encoding thousands here competes with them for the GIL
 # (5,000 peers: full pass ~4.2-6.0 s native vs ~3.9-4.1 s before, same load).
 NATIVE_MAX_FRESH = 256
-EXT_GATEWAY_MAC = "ferry-gateway-mac"
-TUNNEL_TYPES = ("vxlan", "geneve", "gre", "stt")
 
 
 class OvsError(RuntimeError):
@@ -203,7 +217,7 @@ def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str,
         addrs = tuple(a.strip() for a in ips.split(",") if a.strip())
         out[cookie.value] = pod_flows(PodPort(cookie, int(ofport), mac, addrs),  # type: ignore[call-arg]
                                       gateway_mac, gateway_ofport)
-        gateways = ids.get("ferry-chained-gateways")  # a chained (networkPolicyOnly) Pod's next hops
+        gateways = ids.get(EXT_CHAINED_GATEWAYS)  # a chained (networkPolicyOnly) Pod's next hops
         if gateways:
             from cni.pipeline.chained import next_hop_flows
 
@@ -241,7 +255,7 @@ def tunnel_options(spec: TunnelSpec, local_ip: str | None) -> dict[str, str]:
     if spec.type not in TUNNEL_TYPES:
         raise ValueError(f"tunnel type {spec.type!r} is not one of {TUNNEL_TYPES}")
     opts = {"remote_ip": "flow", "key": "flow"}
-    if spec.dst_port is not None and spec.type != "gre":
+    if spec.dst_port is not None and spec.type != GRE:
         opts["dst_port"] = str(spec.dst_port)
     if local_ip:
         opts["local_ip"] = local_ip
@@ -303,7 +317,7 @@ class OvsApplier:
         return self.api.db_get(table, record, column).execute(check_error=True)
 
     # -- bridge and ports
-    def ensure_bridge(self, datapath_type: str = "netdev") -> None:
+    def ensure_bridge(self, datapath_type: Datapath = NETDEV) -> None:
         """Bridge with fail_mode=secure (no NORMAL fallback) and the protocols ofctl needs."""
         api = self.api
         with api.transaction(check_error=True) as txn:
@@ -340,7 +354,7 @@ class OvsApplier:
             time.sleep(0.01)
 
     def ensure_internal_port(self, name: str, mac: str | None = None, mtu: int | None = None,
-                             owner: str = "node", extra_ids: dict[str, str] | None = None) -> int:
+                             owner: str = OWNER_NODE, extra_ids: dict[str, str] | None = None) -> int:
         api = self.api
         ids = {EXT_OWNER: owner, **(extra_ids or {})}
         with api.transaction(check_error=True) as txn:
@@ -390,7 +404,7 @@ class OvsApplier:
             with api.transaction(check_error=True) as txn:
                 txn.add(api.add_port(self.bridge, port, may_exist=True))
                 txn.add(api.db_set("Interface", port, ("type", spec.type), ("options", opts),
-                                   ("external_ids", {EXT_OWNER: "node"})))
+                                   ("external_ids", {EXT_OWNER: OWNER_NODE})))
         return self.ofport(port)
 
     def attach_port(self, name: str) -> int:
@@ -398,7 +412,7 @@ class OvsApplier:
         api = self.api
         with api.transaction(check_error=True) as txn:
             txn.add(api.add_port(self.bridge, name, may_exist=True))
-            txn.add(api.db_set("Interface", name, ("external_ids", {EXT_OWNER: "node"})))
+            txn.add(api.db_set("Interface", name, ("external_ids", {EXT_OWNER: OWNER_NODE})))
         return self.ofport(name)
 
     def delete_port(self, name: str) -> None:
@@ -429,7 +443,7 @@ class OvsApplier:
 
     def pod_ports(self) -> list[dict[str, Any]]:
         """Interfaces the plugin created (``ferry-owner=pod``): name, ofport, external_ids."""
-        rows = self.api.db_find("Interface", ("external_ids", "=", {EXT_OWNER: "pod"}),
+        rows = self.api.db_find("Interface", ("external_ids", "=", {EXT_OWNER: OWNER_POD}),
                                 columns=["name", "ofport", "external_ids"]).execute(check_error=True)
         out = []
         for r in rows:
@@ -446,7 +460,7 @@ class OvsApplier:
         if row is None:
             return None
         ids = dict(row.external_ids)
-        if ids.get(EXT_OWNER) != "pod":
+        if ids.get(EXT_OWNER) != OWNER_POD:
             return None
         return {"name": name, "ofport": -1, "external_ids": ids}
 

@@ -29,7 +29,8 @@ from cni.kernel.netlink import RT_TABLE_MAIN, Netlink
 from cni.node.locks import attachment_lock
 from cni.node.nodestate import NodeState
 from cni.pipeline import podnet
-from cni.pipeline.tables import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_NETNS
+from cni.pipeline.modes import NETWORK_POLICY_ONLY
+from cni.pipeline.tables import EXT_CHAINED, EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_NETNS
 
 LOG = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def pod_ports(rows: list[dict[str, Any]]) -> list[PodPort]:
     out = []
     for r in rows:
         ids = r.get("external_ids") or {}
-        if ids.get("ferry-chained"):
+        if ids.get(EXT_CHAINED):
             continue
         cid, ifname, netns = ids.get(EXT_CONTAINER_ID), ids.get(EXT_IFNAME), ids.get(EXT_NETNS)
         if not (cid and ifname and netns):
@@ -138,7 +139,7 @@ class PodMtuApplier:
 
     def sync(self, state: NodeState, full: bool = False) -> PodSyncReport:
         report = PodSyncReport()
-        if state.mode == "networkPolicyOnly":
+        if state.mode == NETWORK_POLICY_ONLY:
             return report  # chained: the primary CNI owns the Pods' interface and routes
         pods = pod_ports(self.list_ports())
         keys = {(p.container_id, p.ifname, p.netns) for p in pods}

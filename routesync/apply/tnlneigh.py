@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from cni.kernel.neighbours import NUD_FAILED, NUD_INCOMPLETE
+from cni.pipeline.modes import PATH_TUNNEL
 from routesync.model import PeerPlan
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def tunnel_endpoints(peers: Iterable[PeerPlan]) -> tuple[str, ...]:
     """Outer destinations of every tunnelled peer (sorted, unique)."""
     from cni.lean import addr  # integer arithmetic: 1,000 endpoints ~10x faster than ipaddress objects
 
-    parsed = {addr.parse_ip(p.transport_address) for p in peers if p.path == "tunnel" and p.transport_address}
+    parsed = {addr.parse_ip(p.transport_address) for p in peers if p.path == PATH_TUNNEL and p.transport_address}
     return tuple(addr.format_ip(v, bits) for v, bits in sorted(parsed, key=lambda x: (x[1], x[0])))
 
 

@@ -41,19 +41,22 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cni.kernel.netlink import RTNH_F_ONLINK, Link, Netlink, NetlinkError
 from cni.pipeline.actions import output
 from cni.pipeline.match import IN_PORT
-from cni.pipeline.tables import Cookie, Flow, Owner, Table
+from cni.pipeline.modes import NETDEV
+from cni.pipeline.tables import UPLINK_COOKIE, Flow, Table
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
 from routesync.model import UplinkSpec
 
+if TYPE_CHECKING:
+    from cni.pipeline.modes import Datapath
+
 LOG = logging.getLogger(__name__)
 
-UPLINK_COOKIE = Cookie(Owner.NODE, 1)
 UPLINK_PRIORITY = 10  # Classifier; the fast path's uplink flows go above this
 STATE_VERSION = 1
 RTPROT_KERNEL = 2
@@ -119,7 +122,7 @@ class UplinkMover:
     """Moves ``spec.name`` onto ``ovs``'s bridge and back; state in ``state_dir/uplink.json``."""
 
     def __init__(self, ovs: OvsApplier, spec: UplinkSpec, state_dir: str,
-                 datapath_type: str = "netdev", netns: str | None = None,
+                 datapath_type: Datapath = NETDEV, netns: str | None = None,
                  nft: NftApplier | None = None) -> None:
         self.ovs = ovs
         self.spec = spec
@@ -276,7 +279,7 @@ class UplinkMover:
         self.after_step("addressed")
         self._drop_addresses(idx, st.addresses)
         self.after_step("unaddressed")
-        if self.datapath_type == "netdev":
+        if self.datapath_type == NETDEV:
             self.nft.set_uplink_drop(st.renamed)
         st.phase = "moved"
         self._save(st)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cni.node import nodestate
+from cni.pipeline import modes
 
 VALID_STATE: dict[str, Any] = {
     "version": 1, "node": "node-a", "mode": "encap", "bridge": "br-int", "datapath": "netdev",
@@ -60,7 +61,7 @@ def test_state_file_mutations_give_a_state_or_a_state_error(path: list, value: A
         assert str(e).startswith("node state")
     else:
         assert s.version == 1 and isinstance(s.mtu, int) and 68 <= s.mtu <= 65535
-        assert s.mode in nodestate.MODES and isinstance(s.gateway.ofport, int)
+        assert s.mode in modes.MODES and isinstance(s.gateway.ofport, int)
 
 
 @settings(max_examples=300, deadline=None)

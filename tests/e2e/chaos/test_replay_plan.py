@@ -27,8 +27,8 @@ def test_replayed_chained_pod_flows_equal_the_plugins() -> None:
 
     cookie = pl.pod_cookie("fxchained", "eth0")
     ids = {pl.EXT_CONTAINER_ID: "fxchained", pl.EXT_IFNAME: "eth0", pl.EXT_MAC: "02:00:00:00:00:07",
-           pl.EXT_IPS: "10.244.1.7/32,fd00:10:244:1::7/128", pl.EXT_OWNER: "pod", "ferry-chained": "1",
-           "ferry-chained-gateways": "10.244.1.1,fd00:10:244:1::1"}
+           pl.EXT_IPS: "10.244.1.7/32,fd00:10:244:1::7/128", pl.EXT_OWNER: pl.OWNER_POD, pl.EXT_CHAINED: "1",
+           pl.EXT_CHAINED_GATEWAYS: "10.244.1.1,fd00:10:244:1::1"}
     gw_mac, gw_ofport = "02:00:00:00:00:01", 1
     from cni.spec.result import IPConfig
 

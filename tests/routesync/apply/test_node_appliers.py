@@ -9,10 +9,17 @@ import pytest
 
 from cni.pipeline import match as fm
 from cni.pipeline.actions import DROP, SetField, goto, output
-from cni.pipeline.tables import BASE_COOKIE, GATEWAY_PORT, NODE_COOKIE, Flow, Table, peer_cookie
+from cni.pipeline.tables import (
+    BASE_COOKIE,
+    GATEWAY_PORT,
+    NODE_COOKIE,
+    UPLINK_COOKIE,
+    Flow,
+    Table,
+    peer_cookie,
+)
 from routesync.apply import make_appliers
 from routesync.apply.ovs import group_installed
-from routesync.apply.uplink import UPLINK_COOKIE
 from routesync.config import Config
 from routesync.model import DesiredState, HostRoute, NftPlan, TunnelSpec, UplinkSpec
 from tests.routesync.apply.helpers import node, ns_sh, veth

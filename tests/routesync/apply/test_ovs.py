@@ -10,9 +10,16 @@ import pytest
 
 from cni.pipeline import match as m
 from cni.pipeline.actions import DROP, SetField, goto, output
-from cni.pipeline.tables import BASE_COOKIE, NODE_COOKIE, Flow, Table, peer_cookie, pod_cookie
-from routesync.apply.ovs import (
+from cni.pipeline.tables import (
+    BASE_COOKIE,
     EXT_GATEWAY_MAC,
+    NODE_COOKIE,
+    Flow,
+    Table,
+    peer_cookie,
+    pod_cookie,
+)
+from routesync.apply.ovs import (
     InstalledFlow,
     OvsApplier,
     group_installed,

@@ -10,8 +10,8 @@ import pytest
 
 from cni.pipeline import match as fm
 from cni.pipeline.actions import SetField, output
-from cni.pipeline.tables import Flow, Table, peer_cookie
-from routesync.apply.uplink import UPLINK_COOKIE, UplinkMover
+from cni.pipeline.tables import UPLINK_COOKIE, Flow, Table, peer_cookie
+from routesync.apply.uplink import UplinkMover
 from routesync.model import TunnelSpec, UplinkSpec
 from tests.routesync.apply.helpers import Node, Pinger, node, ns_sh, veth
 from tests.support.ovs_instance import netns
