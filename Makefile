@@ -5,15 +5,32 @@ DIST_VENV ?= $(CURDIR)/.venv-dist
 PY := $(VENV)/bin/python
 BIN := $(CURDIR)/build/cni-bin
 export PATH := $(VENV)/bin:$(PATH)
+# .ci/install.sh and .ci/test.sh read the venvs' paths from these.
+export FERRY_VENV := $(VENV)
+export FERRY_DIST_VENV := $(DIST_VENV)
+# A long step says what it does, then its seconds: $(call timed,step,what it does,command) (no commas).
+timed = @t0=$$(date +%s); echo "make: $(1): $(2) ..."; $(3); rc=$$?; \
+	echo "make: $(1): $$( [ $$rc = 0 ] && echo done || echo "failed ($$rc)") in $$(( $$(date +%s) - t0 )) s"; exit $$rc
 
-.PHONY: install bin test test-unit demo demo-k8s demo-down lab-pictures bench lint dist image clean chaos
+.PHONY: install install-demo bin bin-demo test test-unit demo demo-k8s demo-down lab-pictures bench lint dist \
+	image clean chaos
 
+# Everything the tests, the Kubernetes lab, the benchmarks and the bundle need (Debian packages,
+# Go builds: cnitool, etcd + Kubernetes + e2e + CoreDNS, the benchmarks' peers; the venvs).
 install:
 	bash .ci/install.sh
+
+# Only what the embedded-registry lab runs (`make demo`): no Kubernetes, no benchmark peers, no
+# dev/bench Python packages, no bundle venv, no container tooling (.ci/install.sh's switches).
+install-demo:
+	FERRY_KUBERNETES=0 FERRY_BENCH_PEERS=0 FERRY_DEV=0 FERRY_DIST=0 bash .ci/install.sh
 
 # Lean launchers for the per-Pod executables (ferry, ferry-ipam) plus the Go reference
 # plugins, in one CNI_PATH directory.
 bin: install
+	$(PY) -m cni.launcher $(BIN)
+
+bin-demo: install-demo
 	$(PY) -m cni.launcher $(BIN)
 
 # The frozen bundle and Ferry's image are built first: the Kubernetes e2e (tests/e2e/kube) deploys
@@ -26,8 +43,9 @@ test-unit: install
 
 # DEMO: more flags for ferry-lab demo, e.g. make demo DEMO="--mode hybrid --family 6".
 # The picture of the lab (Graphviz) goes to build/demo.svg; the demo prints its path.
+# It installs only what it runs (install-demo); DEMO=--kubernetes gets what demo-k8s gets.
 DEMO ?=
-demo: bin
+demo: $(if $(findstring --kubernetes,$(DEMO)),bin image,bin-demo)
 	$(VENV)/bin/ferry-lab demo --cni-bin $(BIN) --picture $(CURDIR)/build/demo.svg $(DEMO)
 
 # The same on a real Kubernetes cluster (kube-apiserver, etcd, controller-manager, scheduler; a
@@ -39,7 +57,7 @@ demo-down:
 	$(VENV)/bin/ferry-lab down
 
 # The pictures docs/ and README show, drawn by the command: the default demo and a hybrid demo.
-lab-pictures: bin
+lab-pictures: bin-demo
 	@set -e; for lab in "pic-default:" "pic-hybrid:--mode hybrid"; do name=$${lab%%:*}; \
 	  $(VENV)/bin/ferry-lab demo --name $$name --cni-bin $(BIN) --picture docs/lab-$${name#pic-}.svg $${lab#*:} \
 	    >/dev/null || { $(VENV)/bin/ferry-lab down --name $$name; exit 1; }; \
@@ -57,12 +75,13 @@ bench: bin dist
 
 # The frozen onedir bundle (dist/ferry: ferry, ferry-ipam, ferry-route-sync, one _internal); see build.spec.
 dist: install
-	$(DIST_VENV)/bin/pyinstaller --noconfirm --log-level WARN --distpath $(CURDIR)/dist --workpath $(CURDIR)/build/pyi build.spec
+	$(call timed,dist,the frozen bundle dist/ferry (PyInstaller on build.spec),$(DIST_VENV)/bin/pyinstaller \
+	  --noconfirm --log-level WARN --distpath $(CURDIR)/dist --workpath $(CURDIR)/build/pyi build.spec)
 
 # Ferry's container image (Containerfile) from the bundle, on a Debian root file system made with
 # mmdebstrap (cached); an OCI archive in build/image/ that `ctr images import` loads.
 image: dist
-	bash tools/build-image.sh
+	$(call timed,image,Ferry's image (tools/build-image.sh),bash tools/build-image.sh)
 
 lint:
 	$(VENV)/bin/ruff check cni ipam routesync lab bench tests

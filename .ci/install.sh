@@ -1,17 +1,50 @@
 #!/usr/bin/env bash
 # Installs everything Ferry's tests, lab and benchmarks need on Debian 12, as root. Idempotent.
+# Each step prints what it does and, when it is done, how long it took.
+#
+# By default everything (`make test`, `make bench`, `make demo-k8s`, `make dist`/`image`). Switches,
+# each 1 (the default) or 0; `make demo` sets all four to 0 (the embedded-registry demo runs none of it):
+#   FERRY_KUBERNETES   etcd, the Kubernetes components, e2e.test/agnhost/ginkgo, CoreDNS (Go, ~5 min
+#                      cold) and the Nodes' container runtime (containerd, runc, busybox-static)
+#   FERRY_BENCH_PEERS  the benchmarks' Go peers: ovs-cni, upstream's bridge + host-local (~40 s cold)
+#   FERRY_DEV          the venv's dev + bench extras (pytest, mypy, ruff, pyroute2, os-ken, ...), iperf3, tcpdump
+#   FERRY_DIST         the frozen bundle's venv (PyInstaller on the distribution's Python), libpython3.11,
+#                      and what `make image` builds with (podman, mmdebstrap)
+# Paths: FERRY_VENV (.venv), FERRY_DIST_VENV (.venv-dist), FERRY_DIST_PYTHON (/usr/bin/python3), and
+# tools/build-go-tools.sh's FERRY_TOOLS_CACHE (/var/cache/ferry/go-tools).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 export DEBIAN_FRONTEND=noninteractive
+kubernetes=${FERRY_KUBERNETES:-1} bench_peers=${FERRY_BENCH_PEERS:-1} dev=${FERRY_DEV:-1} dist=${FERRY_DIST:-1}
 
-apt_pkgs=(openvswitch-switch openvswitch-common iproute2 nftables iptables ethtool iperf3 tcpdump
-          iputils-ping arping containernetworking-plugins procps psmisc kmod conntrack python3-venv
-          containerd runc podman mmdebstrap util-linux busybox-static graphviz frr libpython3.11)
+t_all=$(date +%s)
+step_t0=0 step_name=""
+step() { step_name=$1; step_t0=$(date +%s); echo "install: $step_name: $2 ..." >&2; }
+step_done() { echo "install: $step_name: ${1:-done} in $(( $(date +%s) - step_t0 )) s" >&2; }
+# A command's output goes to a log that is shown only when it fails (pip's build backend warns at
+# length about things that are not this install's business).
+quiet() {
+  local log rc=0
+  log=$(mktemp)
+  "$@" >"$log" 2>&1 || rc=$?
+  [ "$rc" = 0 ] || { cat "$log" >&2; echo "install: failed ($rc): $*" >&2; }
+  rm -f "$log"
+  return "$rc"
+}
+
+# What the embedded-registry lab runs (make demo): OVS, the kernel's networking tools, Debian's
+# reference plugins (chaining), Graphviz for the picture, FRR for a topology's BGP router.
+apt_pkgs=(openvswitch-switch openvswitch-common iproute2 nftables iptables ethtool iputils-ping arping
+          containernetworking-plugins procps psmisc kmod conntrack python3-venv util-linux graphviz frr)
+[ "$dev" = 0 ] || apt_pkgs+=(iperf3 tcpdump)
+[ "$kubernetes" = 0 ] || apt_pkgs+=(containerd runc busybox-static)
+[ "$dist" = 0 ] || apt_pkgs+=(libpython3.11 podman mmdebstrap)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
+  step apt "installing ${#missing[@]} Debian packages (${missing[*]})"
   apt-get update -qq
   # frr: the lab's router runs bgpd/zebra itself, in its namespace; the package's own service
   # (all daemons in the host's namespace) must not start, so invoke-rc.d is told no meanwhile.
@@ -21,44 +54,65 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   [ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d
+  step_done "${#missing[@]} packages"
+else
+  echo "install: apt: the ${#apt_pkgs[@]} Debian packages are installed" >&2
 fi
 
-# Go programs from their pinned modules (cnitool; the benchmarks' peers ovs-cni and upstream's
-# bridge + host-local, ~40 s cold, unless FERRY_BENCH_PEERS=0; with FERRY_KUBERNETES=1 also etcd
-# and the Kubernetes components), cached outside the clone: tools/build-go-tools.sh.
+# Go programs from their pinned modules, cached outside the clone: tools/build-go-tools.sh (it
+# prints each module download and each component it builds, with its time).
 command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 go_sets=(cnitool)
-[ "${FERRY_BENCH_PEERS:-1}" = 0 ] || go_sets+=(ovs-cni cni-plugins)
+[ "$bench_peers" = 0 ] || go_sets+=(ovs-cni cni-plugins)
 # The Kubernetes lab's Services and `make conformance`: CoreDNS, e2e.test + agnhost + ginkgo.
-[ "${FERRY_KUBERNETES:-1}" = 0 ] || go_sets+=(kubernetes kube-e2e coredns)
+[ "$kubernetes" = 0 ] || go_sets+=(kubernetes kube-e2e coredns)
+step go "${go_sets[*]}"
 bash "$here/tools/build-go-tools.sh" "${go_sets[@]}"
+step_done
 
-# The project's virtualenv: runtime + dev + bench-only dependencies, Ferry installed editable.
+# The project's virtualenv: runtime dependencies, Ferry installed editable; unless FERRY_DEV=0
+# also the dev and bench-only ones. A stamp per pyproject.toml and extras: a full install also
+# satisfies a runtime-only one, not the other way round.
 venv=${FERRY_VENV:-$here/.venv}
-if ! [ -x "$venv/bin/python" ]; then
-  python3 -m venv "$venv"
+deps=$(sha1sum "$here/pyproject.toml" | cut -c1-12)
+stamp_full="$venv/.ferry-deps-$deps" stamp_runtime="$venv/.ferry-deps-$deps-runtime"
+if [ -f "$stamp_full" ] || { [ "$dev" = 0 ] && [ -f "$stamp_runtime" ]; }; then
+  echo "install: venv: $venv is up to date" >&2
+else
+  step venv "$venv: pip install ferry-cni$([ "$dev" = 0 ] || echo '[dev,bench]') (PyPI)"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  quiet "$venv/bin/pip" install -q --upgrade pip
+  if [ "$dev" = 0 ]; then
+    quiet "$venv/bin/pip" install -q -e "$here"
+    touch "$stamp_runtime"
+  else
+    quiet "$venv/bin/pip" install -q -e "$here[dev,bench]"
+    # bench_osken's os-ken, without its controller framework's dependencies (pyproject.toml: bench)
+    quiet "$venv/bin/pip" install -q --no-deps "os-ken==4.2.2"
+    touch "$stamp_full"
+  fi
+  step_done
 fi
-stamp="$venv/.ferry-deps-$(sha1sum "$here/pyproject.toml" | cut -c1-12)"
-if ! [ -f "$stamp" ]; then
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q -e "$here[dev,bench]"
-  # bench_osken's os-ken, without its controller framework's dependencies (pyproject.toml: bench)
-  "$venv/bin/pip" install -q --no-deps "os-ken==4.2.2"
-  touch "$stamp"
-fi
+
 # The frozen bundle's virtualenv (`make dist`): the distribution's own CPython, an optimised
 # (PGO + LTO) build whose libpython3.11 the bundle carries; a pyenv or self-built Python is
 # neither, and every per-Pod exec pays for it (bench_cni: frozen vs launcher). Runtime
 # dependencies (ferry-route-sync is in the bundle too) + PyInstaller.
 dist_venv=${FERRY_DIST_VENV:-$here/.venv-dist}
-dist_python=${FERRY_DIST_PYTHON:-/usr/bin/python3}
-if ! [ -x "$dist_venv/bin/python" ]; then
-  "$dist_python" -m venv "$dist_venv"
+if [ "$dist" = 0 ]; then
+  dist_venv="none (FERRY_DIST=0)"
+else
+  dist_python=${FERRY_DIST_PYTHON:-/usr/bin/python3}
+  dist_stamp="$dist_venv/.ferry-deps-$deps"
+  if [ -f "$dist_stamp" ]; then
+    echo "install: bundle venv: $dist_venv is up to date" >&2
+  else
+    step "bundle venv" "$dist_venv: pip install ferry-cni[dist] on $dist_python (PyPI)"
+    [ -x "$dist_venv/bin/python" ] || "$dist_python" -m venv "$dist_venv"
+    quiet "$dist_venv/bin/pip" install -q --upgrade pip
+    quiet "$dist_venv/bin/pip" install -q -e "$here[dist]"
+    touch "$dist_stamp"
+    step_done
+  fi
 fi
-dist_stamp="$dist_venv/.ferry-deps-$(sha1sum "$here/pyproject.toml" | cut -c1-12)"
-if ! [ -f "$dist_stamp" ]; then
-  "$dist_venv/bin/pip" install -q --upgrade pip
-  "$dist_venv/bin/pip" install -q -e "$here[dist]"
-  touch "$dist_stamp"
-fi
-echo "install: ok (venv $venv, bundle venv $dist_venv)"
+echo "install: ok in $(( $(date +%s) - t_all )) s (venv $venv, bundle venv $dist_venv)"

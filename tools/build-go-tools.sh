@@ -59,20 +59,27 @@ build_set() {
   key=$( (cat "$mod/go.mod" "$mod/go.sum" "$mod"/cmd/*/*.go 2>/dev/null; go version; ldflags_of "$set"; packages_of "$set") \
         | sha256sum | cut -c1-16)
   dest=$cache/$set-$key
-  if ! [ -f "$dest/.complete" ]; then
+  if [ -f "$dest/.complete" ]; then
+    echo "build-go-tools: $set: cached ($dest)" >&2
+  else
     tmp=$(mktemp -d "$cache/.$set-XXXXXX")
     t0=$(date +%s)
+    # The modules first, as a step of its own (Kubernetes': ~1 GB): a first build would otherwise
+    # fetch them silently inside its first component's build.
+    echo "build-go-tools: $set: downloading its modules (go.sum-verified, through the Go module proxy)" >&2
+    (cd "$mod" && go mod download)
+    echo "build-go-tools: $set: modules in $(( $(date +%s) - t0 )) s" >&2
     for spec in $(packages_of "$set"); do
       name=${spec%%=*}; pkg=${spec#*=}; cgo=$CGO_ENABLED
       case $pkg in static:*) pkg=${pkg#static:}; cgo=0 ;; esac
-      echo "build-go-tools: building $name (${pkg#test:})" >&2
+      echo "build-go-tools: $set: building $name (${pkg#test:}) ..." >&2
       mkdir -p "$(dirname "$tmp/$name")"
       t1=$(date +%s)
       case $pkg in
         test:*) (cd "$mod" && CGO_ENABLED=$cgo go test -c -ldflags="-s -w$(ldflags_of "$set")" -o "$tmp/$name" "${pkg#test:}") ;;
         *) (cd "$mod" && CGO_ENABLED=$cgo go build -ldflags="-s -w$(ldflags_of "$set")" -o "$tmp/$name" "$pkg") ;;
       esac
-      echo "build-go-tools: $name built in $(( $(date +%s) - t1 )) s" >&2
+      echo "build-go-tools: $set: $name built in $(( $(date +%s) - t1 )) s" >&2
     done
     echo "build-go-tools: $set built in $(( $(date +%s) - t0 )) s" >&2
     touch "$tmp/.complete"

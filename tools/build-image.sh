@@ -17,21 +17,30 @@ out=$here/build/image
 mkdir -p "$cache" "$out"
 [ -x "$here/dist/ferry/ferry-route-sync" ] || { echo "build-image: no dist/ferry (run make dist)" >&2; exit 1; }
 
+t0=$(date +%s)
+since() { echo "$(( $(date +%s) - $1 )) s"; }
 key=$(echo "bookworm essential $packages" | sha256sum | cut -c1-12)
 base=$cache/rootfs-$key.tar
 if ! [ -f "$base" ]; then
-  echo "build-image: making the base root file system ($packages)" >&2
+  echo "build-image: making the base root file system (mmdebstrap bookworm + $packages) ..." >&2
+  t1=$(date +%s)
   mmdebstrap --quiet --variant=essential --include="$packages" \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' bookworm "$cache/.partial-$key.tar"
   mv "$cache/.partial-$key.tar" "$base"
+  echo "build-image: base root file system in $(since "$t1")" >&2
+else
+  echo "build-image: base root file system cached ($base)" >&2
 fi
 ctx=$out/context
 rm -rf "$ctx"; mkdir -p "$ctx"
 ln "$base" "$ctx/rootfs.tar" 2>/dev/null || cp "$base" "$ctx/rootfs.tar"
 cp -a "$here/dist/ferry" "$ctx/ferry"
+echo "build-image: podman build $ref, then its OCI archive ..." >&2
+t1=$(date +%s)
 podman build --quiet -f "$here/Containerfile" -t "$ref" "$ctx" >/dev/null
 rm -f "$out/ferry-$tag.tar"
 podman save --quiet --format oci-archive -o "$out/ferry-$tag.tar" "$ref"
 rm -rf "$ctx"
+echo "build-image: image in $(since "$t1") (all of build-image: $(since "$t0"))" >&2
 echo "$out/ferry-$tag.tar"
