@@ -12,8 +12,8 @@ export FERRY_DIST_VENV := $(DIST_VENV)
 timed = @t0=$$(date +%s); echo "make: $(1): $(2) ..."; $(3); rc=$$?; \
 	echo "make: $(1): $$( [ $$rc = 0 ] && echo done || echo "failed ($$rc)") in $$(( $$(date +%s) - t0 )) s"; exit $$rc
 
-.PHONY: install install-demo bin bin-demo test test-unit demo demo-k8s demo-down lab-pictures bench lint dist \
-	image clean chaos
+.PHONY: install install-demo bin bin-demo test test-unit demo demo-k8s demo-down conformance lab-pictures bench \
+	lint dist image clean chaos
 
 # Everything the tests, the Kubernetes lab, the benchmarks and the bundle need (Debian packages,
 # Go builds: cnitool, etcd + Kubernetes + e2e + CoreDNS, the benchmarks' peers; the venvs).
@@ -55,6 +55,15 @@ demo-k8s: bin image
 
 demo-down:
 	$(VENV)/bin/ferry-lab down
+
+# Kubernetes' own `[sig-network] ... [Conformance]` specs (e2e.test, v1.34.4) on the lab's cluster, one lab
+# per traffic mode (every mode by default), kube-proxy in iptables mode; JUnit per mode and summary.md
+# in build/conformance; non-zero exit when a spec failed. e2e.test, agnhost, ginkgo and CoreDNS are
+# built once (cached). More flags: make conformance CONFORMANCE="--mode encap-vxlan --kube-proxy nftables".
+CONFORMANCE ?=
+conformance: bin image
+	bash tools/build-go-tools.sh kubernetes kube-e2e coredns
+	$(PY) -m lab.conformance $(CONFORMANCE)
 
 # The pictures docs/ and README show, drawn by the command: the default demo and a hybrid demo.
 lab-pictures: bin-demo

@@ -1,0 +1,123 @@
+"""``conformance``: Kubernetes' own e2e specs on the lab, per Ferry traffic mode (``make
+conformance``; ``python -m lab.conformance``).
+
+    conformance [--mode M ...] [--kube-proxy iptables|nftables ...] [--focus REGEX] [--procs N]
+                [--out DIR] [--family 4|6|dual] [--keep] [--list]
+
+Every mode by default, kube-proxy in iptables mode; prints the skip rules and the specs each skips
+first, then per mode the passed / failed / skipped specs (each skip with its reason), and writes
+JUnit per mode plus ``summary.md`` into ``--out``. Exits non-zero when a spec failed, a spec was
+skipped without a rule or reason, or a mode did not run."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from lab import overrides, tools
+from lab.conformance import junit, plan
+from lab.sh import LabError
+
+DEFAULT_OUT = os.path.join(tools.REPO, "build", "conformance")
+
+
+def _log(s: str) -> None:
+    click.echo(s, err=True)
+
+
+@click.command("conformance", help=__doc__)
+@click.option("--mode", "modes", multiple=True, type=click.Choice(plan.MODE_NAMES),
+              help="a Ferry traffic mode (repeatable; default: all of them)")
+@click.option("--kube-proxy", "kube_proxies", multiple=True, type=click.Choice(plan.KUBE_PROXY_MODES),
+              help="kube-proxy's mode (repeatable; default iptables)")
+@click.option("--focus", default=plan.DEFAULT_FOCUS, show_default=True, help="which e2e specs (ginkgo focus)")
+@click.option("--procs", default=3, show_default=True, type=click.IntRange(1, 16),
+              help="ginkgo's parallel processes")
+@click.option("--out", default=DEFAULT_OUT, show_default=True, type=click.Path(file_okay=False),
+              help="JUnit, logs and summary.md go here")
+@click.option("--family", type=click.Choice(tuple(overrides.FAMILY_CHOICES)), default=None,
+              help="address families of Pods and underlay (default: the topology's, dual-stack)")
+@click.option("--keep", is_flag=True, default=False, help="leave the lab up after its run (one mode only)")
+@click.option("--list", "list_only", is_flag=True, default=False,
+              help="print the modes, the skip rules and the specs they select; build nothing")
+def conformance(modes: tuple[str, ...], kube_proxies: tuple[str, ...], focus: str, procs: int, out: str,
+                family: str | None, keep: bool, list_only: bool) -> None:
+    chosen = [plan.mode(n) for n in modes] if modes else list(plan.MODES)
+    proxies = list(kube_proxies) or ["iptables"]
+    if keep and len(chosen) * len(proxies) > 1:
+        raise click.UsageError("--keep: with one --mode and one --kube-proxy")
+    rules = plan.skip_rules(sctp=plan.kernel_has_sctp())
+    try:
+        selection = plan.select(plan.list_tests(run_mod().list_specs()), focus, rules)
+    except (LabError, OSError) as e:
+        _fail(f"cannot list e2e's specs ({e}); build it: tools/build-go-tools.sh kube-e2e")
+    click.echo(plan.describe(selection, rules, focus))
+    if not selection.run:
+        _fail(f"focus {focus!r} selects no spec to run")
+    refused = {(m.name, kp): why for m in chosen for kp in proxies
+               if (why := run_mod().refusal(m, kp, family)) is not None}
+    click.echo("modes:")
+    for m in chosen:
+        for kp in proxies:
+            why = refused.get((m.name, kp))
+            click.echo(f"  {m.name} (kube-proxy {kp}): ferry-lab up --kubernetes --kube-proxy {kp} {m.flags()}"
+                       + (f"\n    NOT RUN: the lab refuses it: {why}" if why else ""))
+    if list_only:
+        return
+    run = run_mod()
+    missing = run.preflight()
+    if missing:
+        _fail("missing: " + "; ".join(missing))
+    os.makedirs(out, exist_ok=True)
+    try:
+        archive = run.images_archive(_log)
+    except LabError as e:
+        _fail(str(e))
+    opts = run.Options(focus=focus, rules=rules, out=os.path.abspath(out), procs=procs, family=family, keep=keep)
+    runs: list[junit.ModeRun] = []
+    t0 = time.monotonic()
+    for m in chosen:
+        for kp in proxies:
+            if (m.name, kp) in refused:
+                runs.append(junit.ModeRun(m.name, kp, error=f"the lab refuses it: {refused[(m.name, kp)]}"))
+                continue
+            r = run.run_mode(m, kp, opts, archive, _log)
+            runs.append(r)
+            click.echo("\n" + junit.mode_report(r) + "\n")
+    summary = _summary(runs, rules, selection, focus, time.monotonic() - t0)
+    with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
+        f.write(summary + "\n")
+    click.echo(junit.table(runs))
+    click.echo(f"\nsummary: {os.path.join(out, 'summary.md')}")
+    sys.exit(0 if all(r.ok for r in runs) else 1)
+
+
+def _summary(runs: list[junit.ModeRun], rules, selection: plan.Selection, focus: str,  # type: ignore[no-untyped-def]
+             seconds: float) -> str:
+    parts = [f"# e2e conformance on ferry-lab ({seconds / 60:.0f} min)", "", junit.table(runs), "",
+             "```", plan.describe(selection, rules, focus), "```", ""]
+    for r in runs:
+        parts += ["```", junit.mode_report(r), "```", ""]
+    return "\n".join(parts)
+
+
+def run_mod():  # type: ignore[no-untyped-def]
+    """lab.conformance.run, imported late: it loads lab.api (the lab's whole machinery), which
+    --help and the pure parts do not need."""
+    from lab.conformance import run
+
+    return run
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"conformance: {msg}", err=True)
+    sys.exit(2)
+
+
+main = conformance
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""What a conformance run runs, as plain data (no system access): the Ferry traffic modes, each as
+the topology document ``ferry-lab up --kubernetes`` would build; the skip rules, each naming why a
+spec cannot run on one machine; and which specs of ``e2e.test --list-tests`` the focus selects and
+each rule skips.
+
+A spec is skipped only by a rule printed with its reason, never silently: the rules go to ginkgo
+as ``--ginkgo.skip`` (one per rule), and the JUnit e2e writes is read back against the same rules
+(:mod:`lab.conformance.junit`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lab import overrides
+from lab.topology import DEFAULT_TOPOLOGY
+
+DEFAULT_FOCUS = r"\[sig-network\].*\[Conformance\]"
+KUBE_PROXY_MODES = ("iptables", "nftables")
+TOPOLOGIES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "topologies")
+
+
+# ---------------------------------------------------------------- traffic modes
+
+@dataclass(frozen=True)
+class Mode:
+    """A Ferry traffic mode as ``ferry-lab up`` flags: ``--mode``, ``--tunnel``, ``--fast-path``
+    over a topology file (default: lab/topologies/default.yaml)."""
+
+    name: str
+    mode: str | None = None
+    tunnel: str | None = None
+    fast_path: bool = False
+    topology: str | None = None  # a file name in lab/topologies
+
+    def flags(self) -> str:
+        """How ``ferry-lab up`` spells it."""
+        out = [f"-f lab/topologies/{self.topology}"] if self.topology else []
+        out += [f"--mode {self.mode}"] if self.mode else []
+        out += [f"--tunnel {self.tunnel}"] if self.tunnel else []
+        out += ["--fast-path"] if self.fast_path else []
+        return " ".join(out)
+
+
+MODES = (
+    Mode("encap-vxlan", "encap", "vxlan"),
+    Mode("encap-geneve", "encap", "geneve"),
+    Mode("encap-gre", "encap", "gre"),
+    Mode("noEncap", "noEncap"),
+    Mode("hybrid", "hybrid", "vxlan"),
+    Mode("noEncap-fastPath", "noEncap", fast_path=True),
+    Mode("noEncap-bgp", topology="bgp.yaml"),  # noEncap; the router learns Pod CIDRs over BGP
+    Mode("networkPolicyOnly", "networkPolicyOnly"),
+)
+MODE_NAMES = tuple(m.name for m in MODES)
+
+
+def mode(name: str) -> Mode:
+    for m in MODES:
+        if m.name == name:
+            return m
+    raise KeyError(f"no mode {name!r} (modes: {', '.join(MODE_NAMES)})")
+
+
+def topology_doc(m: Mode, kube_proxy: str, family: str | None = None) -> dict[str, Any]:
+    """The topology document of ``ferry-lab up --kubernetes --kube-proxy K <m's flags>``."""
+    path = os.path.join(TOPOLOGIES, m.topology) if m.topology else DEFAULT_TOPOLOGY
+    doc = overrides.load(path, overrides.Overrides(m.mode, m.tunnel, m.fast_path, family))
+    doc["kubernetes"] = {**(doc.get("kubernetes") or {}), "kubeProxy": kube_proxy}
+    return doc
+
+
+# ---------------------------------------------------------------- skip rules
+
+@dataclass(frozen=True)
+class SkipRule:
+    """Specs matching ``pattern`` (a regular expression, as ginkgo's ``--skip`` takes it) are not
+    run here, because of ``reason``."""
+
+    name: str
+    pattern: str
+    reason: str
+
+    def matches(self, spec: str) -> bool:
+        return re.search(self.pattern, spec) is not None
+
+
+DISRUPTIVE = SkipRule(
+    "disruptive", r"\[Disruptive\]",
+    "restarts or breaks what every spec of the run shares (Nodes, kubelets, the control plane), "
+    "while other specs run in parallel on the same one-machine cluster")
+LOAD_BALANCER = SkipRule(
+    "load-balancer", r"LoadBalancer",
+    "needs a cloud's load balancer: no cloud controller or load-balancer implementation runs here")
+SCTP = SkipRule(
+    "sctp", r"SCTP",
+    "this kernel has no SCTP sockets (socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) fails with "
+    "EPROTONOSUPPORT)")
+
+
+def kernel_has_sctp() -> bool:
+    """Whether this kernel opens SCTP sockets (the lab's Nodes share it)."""
+    import socket
+
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_SCTP).close()
+    except OSError:
+        return False
+    return True
+
+
+def skip_rules(sctp: bool) -> tuple[SkipRule, ...]:
+    """The rules that hold on this machine: ``sctp`` is whether the kernel has SCTP sockets."""
+    return (DISRUPTIVE, LOAD_BALANCER) + (() if sctp else (SCTP,))
+
+
+def ginkgo_args(focus: str, rules: Sequence[SkipRule]) -> list[str]:
+    """e2e.test's ginkgo flags for ``focus`` and ``rules``."""
+    return [f"--ginkgo.focus={focus}", *(f"--ginkgo.skip={r.pattern}" for r in rules)]
+
+
+# ---------------------------------------------------------------- which specs
+
+def list_tests(output: str) -> list[str]:
+    """Spec names from ``e2e.test --list-tests`` (lines ``    <file>:<line>: <name>``)."""
+    out = []
+    for line in output.splitlines():
+        m = re.match(r"^\s+\S+:\d+: (.+)$", line)
+        if m:
+            out.append(m.group(1).strip())
+    return out
+
+
+def focused(specs: Iterable[str], focus: str) -> list[str]:
+    """The specs the focus selects (ginkgo matches it anywhere in the spec's full name)."""
+    r = re.compile(focus)
+    return [s for s in specs if r.search(s)]
+
+
+def rule_of(spec: str, rules: Sequence[SkipRule]) -> SkipRule | None:
+    """The first rule that skips ``spec``, if any."""
+    return next((r for r in rules if r.matches(spec)), None)
+
+
+@dataclass(frozen=True)
+class Selection:
+    run: tuple[str, ...]  # selected and run
+    skipped: dict[str, tuple[str, ...]]  # rule name -> the selected specs it skips (every rule listed)
+
+
+def select(specs: Iterable[str], focus: str, rules: Sequence[SkipRule]) -> Selection:
+    run: list[str] = []
+    skipped: dict[str, list[str]] = {r.name: [] for r in rules}
+    for s in focused(specs, focus):
+        r = rule_of(s, rules)
+        (skipped[r.name] if r else run).append(s)
+    return Selection(tuple(run), {k: tuple(v) for k, v in skipped.items()})
+
+
+def describe(selection: Selection, rules: Sequence[SkipRule], focus: str) -> str:
+    """The skip rules, each with its reason and the specs it skips; then the count that runs."""
+    total = len(selection.run) + sum(map(len, selection.skipped.values()))
+    lines = [f"focus {focus}: {total} specs; skip rules:"]
+    for r in rules:
+        hit = selection.skipped.get(r.name, ())
+        lines.append(f"  {r.name} /{r.pattern}/: {r.reason}")
+        lines.append(f"    skips {len(hit)}" + (":" if hit else " of the selected specs"))
+        lines += [f"      {s}" for s in hit]
+    lines.append(f"{len(selection.run)} specs run per mode")
+    return "\n".join(lines)

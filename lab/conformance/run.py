@@ -1,0 +1,189 @@
+"""Running e2e.test on a lab, one traffic mode after another (needs root, like ``ferry-lab up``).
+
+Per mode and kube-proxy mode: the lab comes up with ``kubernetes: {kubeProxy: ...}`` (kube-proxy
+and CoreDNS included) under the name ``cf<i|n>-<mode>``; the e2e images (:mod:`lab.kube.e2eimages`)
+are imported into every Node's containerd; ``ginkgo -p`` runs ``e2e.test`` in the external host's
+network namespace, where the API server listens (as ``ferry-lab kubectl`` does); the JUnit it
+writes is read back against the focus and the skip rules; the lab goes down (``keep``: stays up).
+A mode the lab refuses (the topology parser names why) is reported as not run, before any lab is
+built."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from lab import build, tools
+from lab import topology as topology_mod
+from lab.api import Lab, default_cni_bin
+from lab.conformance import junit
+from lab.conformance.plan import Mode, SkipRule, ginkgo_args, topology_doc
+from lab.kube import cluster as kube_cluster
+from lab.kube import e2eimages
+from lab.sh import LabError
+from lab.topology import TopologyError
+
+Log = Callable[[str], None]
+SHORT = {"encap-vxlan": "vxlan", "encap-geneve": "geneve", "encap-gre": "gre", "noEncap": "noencap",
+         "hybrid": "hybrid", "noEncap-fastPath": "fastpath", "noEncap-bgp": "bgp", "networkPolicyOnly": "npo"}
+IMPORT_TIMEOUT = 900.0  # seconds for one Node to import the e2e images (a few hundred MB, on busy cores)
+
+
+@dataclass(frozen=True)
+class Options:
+    focus: str
+    rules: Sequence[SkipRule]
+    out: str  # results: <out>/<mode>-<kube-proxy>/{junit_01.xml,e2e.log}
+    procs: int = 3
+    family: str | None = None
+    keep: bool = False  # leave the lab up (debugging one mode)
+    timeout: str = "3h"  # ginkgo's suite timeout
+    extra: Sequence[str] = field(default_factory=tuple)  # more e2e.test flags
+
+
+def lab_name(m: Mode, kube_proxy: str) -> str:
+    return f"cf{kube_proxy[0]}-{SHORT.get(m.name, m.name.lower())}"[:12]
+
+
+def refusal(m: Mode, kube_proxy: str, family: str | None) -> str | None:
+    """Why the lab cannot build this mode (the topology parser's words), or None."""
+    try:
+        topology_mod.parse(topology_doc(m, kube_proxy, family))
+    except (TopologyError, OSError) as e:
+        return str(e)
+    return None
+
+
+def e2e_argv(lab: Lab, opts: Options, report_dir: str) -> list[str]:
+    """ginkgo running e2e.test in parallel against ``lab``'s API server, from the external host's
+    network namespace (e2e.test, its kubectl calls and its port-forwards all dial from there)."""
+    plan = lab.kube().plan
+    return ["nsenter", f"--net=/run/netns/{lab.external.netns}", "--",
+            tools.tool("ginkgo"), "-p", f"--procs={opts.procs}", f"--timeout={opts.timeout}", "--no-color",
+            "--silence-skips", tools.tool("e2e.test"), "--",
+            f"--kubeconfig={plan.admin_kubeconfig}", f"--kubectl-path={tools.tool('kubectl')}",
+            # skeleton, not local: "local" claims SSH to every Node, which this lab has not; with
+            # skeleton, specs that need SSH skip themselves and say so
+            "--provider=skeleton", "--disable-log-dump", f"--report-dir={report_dir}",
+            f"--e2e-output-dir={report_dir}", *ginkgo_args(opts.focus, opts.rules), *opts.extra]
+
+
+def import_images(lab: Lab, archive: str, log: Log) -> None:
+    """The e2e images into every Node's containerd (k8s.io namespace, where the CRI looks)."""
+    t0 = time.monotonic()
+    nodes = lab.kube().plan.nodes
+
+    def one(node):  # type: ignore[no-untyped-def]
+        kube_cluster.in_node(node, ["ctr", "-a", "/run/containerd/containerd.sock", "-n", "k8s.io", "images",
+                                    "import", archive], timeout=IMPORT_TIMEOUT)
+
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        list(pool.map(one, nodes))
+    log(f"e2e images imported on {len(nodes)} Nodes in {time.monotonic() - t0:.0f}s")
+
+
+def pod_ips_reachable(lab: Lab) -> tuple[list[str], list[str]]:
+    """From the API server's host (the external one), which Pod IPs answer ping: CoreDNS's Pods,
+    one per Node at most. The Proxy specs have the API server dial Pod IPs."""
+    cp = lab.kube().kubectl("get", "pods", "-A", "-o", "json", check=False)
+    pods = json.loads(cp.stdout)["items"] if cp.returncode == 0 else []
+    ips = [p["status"]["podIP"] for p in pods
+           if not p["spec"].get("hostNetwork") and p.get("status", {}).get("podIP")][:3]
+    ok: list[str] = []
+    bad: list[str] = []
+    for ip in ips:
+        p = lab.external.exec(["ping", "-c", "1", "-W", "2", ip])
+        (ok if p.returncode == 0 else bad).append(ip)
+    return ok, bad
+
+
+def run_ginkgo(argv: list[str], log_path: str, echo: bool) -> int:
+    """ginkgo's output into ``log_path`` (and to stdout with ``echo``); returns its exit code."""
+    with open(log_path, "w", encoding="utf-8") as logf:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, errors="replace")
+        assert p.stdout is not None
+        for line in p.stdout:
+            logf.write(line)
+            if echo:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+        return p.wait()
+
+
+def run_mode(m: Mode, kube_proxy: str, opts: Options, archive: str, log: Log,
+             echo: bool = True) -> junit.ModeRun:
+    name = lab_name(m, kube_proxy)
+    out = os.path.join(opts.out, f"{m.name}-{kube_proxy}")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    t0 = time.monotonic()
+    if build.down(name):
+        log(f"removed a lab {name} left by an earlier run")
+    log(f"[{m.name}, kube-proxy {kube_proxy}] lab {name} up (ferry-lab up --kubernetes --kube-proxy {kube_proxy}"
+        f" {m.flags()})")
+    try:
+        lab = Lab.up(topology_doc(m, kube_proxy, opts.family), name=name, cni_bin=default_cni_bin(),
+                     log=lambda s: log(f"  {s}"))
+    except (LabError, TopologyError, OSError) as e:
+        return junit.ModeRun(m.name, kube_proxy, error=f"lab up failed: {e}", seconds=time.monotonic() - t0)
+    try:
+        import_images(lab, archive, log)
+        ok, bad = pod_ips_reachable(lab)
+        if bad:
+            log(f"  note: the API server's host does not reach Pod IPs {', '.join(bad)} (reaches: "
+                f"{', '.join(ok) or 'none'}); the Proxy specs need it")
+        argv = e2e_argv(lab, opts, out)
+        log_path = os.path.join(out, "e2e.log")
+        log(f"  e2e: {' '.join(argv)}")
+        log(f"  output: {log_path}")
+        rc = run_ginkgo(argv, log_path, echo)
+        report = os.path.join(out, "junit_01.xml")
+        if not os.path.exists(report):
+            return junit.ModeRun(m.name, kube_proxy, error=f"e2e wrote no JUnit (ginkgo exit {rc}); see {log_path}",
+                                 seconds=time.monotonic() - t0)
+        result = junit.read(report, opts.focus, opts.rules)
+        error = "" if rc == 0 or result.failed else f"ginkgo exited {rc} with no failed spec: see {log_path}"
+        return junit.ModeRun(m.name, kube_proxy, result, error, time.monotonic() - t0, report)
+    except (LabError, OSError, subprocess.SubprocessError) as e:
+        return junit.ModeRun(m.name, kube_proxy, error=str(e), seconds=time.monotonic() - t0)
+    finally:
+        if opts.keep:
+            log(f"  lab {name} stays up: ferry-lab kubectl --name {name} -- get pods -A; "
+                f"ferry-lab down --name {name}")
+        else:
+            lab.down()
+
+
+def preflight() -> list[str]:
+    """What is missing before any lab is built."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (the lab makes namespaces, OVS, containerd and kubelets)")
+    for name in ("e2e.test", "ginkgo", "agnhost", "coredns", "kube-proxy", "kubectl", "kubelet"):
+        if not os.access(tools.tool(name), os.X_OK):
+            missing.append(f"{tools.tool(name)} (tools/build-go-tools.sh kubernetes kube-e2e coredns)")
+    return missing
+
+
+def list_specs() -> str:
+    """``e2e.test --list-tests`` (no cluster needed)."""
+    cp = subprocess.run([tools.tool("e2e.test"), "--list-tests"], capture_output=True, text=True, check=False,
+                        timeout=300)
+    if cp.returncode != 0:
+        raise LabError(f"e2e.test --list-tests failed: {cp.stderr.strip()[-400:]}")
+    return cp.stdout
+
+
+def images_archive(log: Log) -> str:
+    try:
+        return e2eimages.build(log)
+    except e2eimages.ImageBuildError as e:
+        raise LabError(str(e)) from None

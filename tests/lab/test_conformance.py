@@ -1,0 +1,265 @@
+"""``make conformance``'s pure parts, without root: the modes and their topology documents, the
+skip rules and what they select, reading e2e's JUnit, the tables; the e2e images' names (against
+e2e's own image manifest when the Go module cache has it) and their OCI archive."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from lab import topology as topo_mod
+from lab.conformance import junit, plan
+from lab.conformance.run import lab_name, refusal
+from lab.kube import e2eimages, ociimage
+
+SPECS = [
+    "[sig-network] DNS should provide DNS for the cluster [Conformance]",
+    "[sig-network] Services should serve a basic endpoint from pods [Conformance]",
+    "[sig-network] Services should be able to create a functioning LoadBalancer service [Conformance]",
+    ("[sig-network] Networking Granular Checks: Pods should function for node-pod communication: udp [LinuxOnly] "
+     "[NodeConformance] [Conformance]"),
+    "[sig-network] SCTP [LinuxOnly] should create a Pod with SCTP HostPort [Conformance]",
+    "[sig-network] Services should work after restarting kube-proxy [Disruptive]",
+    "[sig-node] Pods should be submitted and removed [NodeConformance] [Conformance]",
+]
+
+
+# ---------------------------------------------------------------- modes
+
+def test_every_mode_of_the_issue_is_there() -> None:
+    assert plan.MODE_NAMES == ("encap-vxlan", "encap-geneve", "encap-gre", "noEncap", "hybrid", "noEncap-fastPath",
+                               "noEncap-bgp", "networkPolicyOnly")
+    assert plan.mode("hybrid").flags() == "--mode hybrid --tunnel vxlan"
+    assert plan.mode("noEncap-fastPath").flags() == "--mode noEncap --fast-path"
+    assert plan.mode("noEncap-bgp").flags() == "-f lab/topologies/bgp.yaml"
+    with pytest.raises(KeyError, match="modes: encap-vxlan"):
+        plan.mode("vxlan")
+
+
+def test_lab_names_are_valid_and_distinct() -> None:
+    names = {lab_name(m, kp) for m in plan.MODES for kp in plan.KUBE_PROXY_MODES}
+    assert len(names) == len(plan.MODES) * len(plan.KUBE_PROXY_MODES)
+    for n in names:
+        assert topo_mod.NAME_RE.match(n) and len(n) <= topo_mod.MAX_LAB_NAME, n
+
+
+@pytest.mark.parametrize("m", plan.MODES, ids=plan.MODE_NAMES)
+@pytest.mark.parametrize("kube_proxy", plan.KUBE_PROXY_MODES)
+def test_topology_doc_is_what_ferry_lab_up_builds(m: plan.Mode, kube_proxy: str) -> None:
+    doc = plan.topology_doc(m, kube_proxy)
+    assert doc["kubernetes"] == {"kubeProxy": kube_proxy}
+    why = refusal(m, kube_proxy, None)
+    if why is not None:  # the lab says why it cannot build this mode yet; the runner reports it so
+        assert "not deployed by the lab's DaemonSet yet" in why, why
+        return
+    t = topo_mod.parse(doc)
+    assert t.kubernetes is not None and t.kubernetes.kube_proxy == kube_proxy
+    rs = t.route_sync
+    assert rs is not None
+    assert rs.trafficEncapMode == (m.mode or "noEncap")
+    if m.tunnel:
+        assert rs.tunnelType == m.tunnel
+    assert rs.fastPath is m.fast_path
+
+
+def test_family_passes_through() -> None:
+    t = topo_mod.parse(plan.topology_doc(plan.mode("encap-vxlan"), "iptables", "4"))
+    assert t.cluster_cidrs == ("10.244.0.0/16",)
+
+
+# ---------------------------------------------------------------- skip rules and selection
+
+def test_skip_rules_name_their_reason_and_sctp_follows_the_kernel() -> None:
+    with_sctp, without = plan.skip_rules(sctp=True), plan.skip_rules(sctp=False)
+    assert [r.name for r in with_sctp] == ["disruptive", "load-balancer"]
+    assert [r.name for r in without] == ["disruptive", "load-balancer", "sctp"]
+    assert all(r.reason and re.compile(r.pattern) for r in without)
+    assert plan.ginkgo_args(plan.DEFAULT_FOCUS, without) == [
+        r"--ginkgo.focus=\[sig-network\].*\[Conformance\]", r"--ginkgo.skip=\[Disruptive\]",
+        "--ginkgo.skip=LoadBalancer", "--ginkgo.skip=SCTP"]
+
+
+def test_list_tests_output_is_parsed() -> None:
+    out = ("The following spec names can be used with 'ginkgo run --focus/skip':\n"
+           "    k8s.io/kubernetes@v1.34.4/test/e2e/network/dns.go:54: [sig-network] DNS should provide DNS for the "
+           "cluster [Conformance]\n"
+           "    k8s.io/kubernetes@v1.34.4/test/e2e/network/service.go:740: [sig-network] Services should serve a "
+           "basic endpoint from pods [Conformance]\n\n")
+    assert plan.list_tests(out) == SPECS[:2]
+
+
+def test_select_and_describe_every_rule_with_what_it_skips() -> None:
+    rules = plan.skip_rules(sctp=False)
+    sel = plan.select(SPECS, plan.DEFAULT_FOCUS, rules)
+    assert sel.run == (SPECS[0], SPECS[1], SPECS[3])
+    assert sel.skipped == {"disruptive": (), "load-balancer": (SPECS[2],), "sctp": (SPECS[4],)}
+    text = plan.describe(sel, rules, plan.DEFAULT_FOCUS)
+    assert "5 specs; skip rules:" in text and "3 specs run per mode" in text
+    assert "load-balancer /LoadBalancer/: needs a cloud's load balancer" in text
+    assert f"      {SPECS[2]}" in text and "skips 0 of the selected specs" in text
+
+
+# ---------------------------------------------------------------- JUnit
+
+JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="9" disabled="5" errors="0" failures="1" time="300">
+  <testsuite name="Kubernetes e2e suite" package="/" tests="9" disabled="0" skipped="5" errors="0" failures="1"
+             time="300" timestamp="2026-12-01T15:00:00">
+    <properties><property name="SuiteSucceeded" value="false"></property></properties>
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="3.1">
+    </testcase>
+    <testcase name="[It] {s0}" classname="Kubernetes e2e suite" status="passed" time="12.5"></testcase>
+    <testcase name="[It] {s1}" classname="Kubernetes e2e suite" status="failed" time="125.0">
+      <failure message="" type="failed">[FAILED] service is not reachable within 2m0s timeout on endpoint 10.96.3.4:80 over TCP protocol
+In [It] at: k8s.io/kubernetes@v1.34.4/test/e2e/network/service.go:790 @ 12/01/26 15:03:00.1
+</failure>
+      <system-err>long timeline</system-err>
+    </testcase>
+    <testcase name="[It] {s2}" classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] {s3}" classname="Kubernetes e2e suite" status="skipped" time="0.4">
+      <skipped message="skipped - Requires at least 2 nodes (not 1)"></skipped></testcase>
+    <testcase name="[It] {s4}" classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] {s5}" classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] {s6}" classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] [sig-network] Services should be silent [Conformance]" classname="Kubernetes e2e suite"
+              status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[ReportAfterSuite] Kubernetes e2e suite report" classname="Kubernetes e2e suite"
+              status="passed" time="0.01"></testcase>
+  </testsuite>
+</testsuites>
+""".replace("{s0}", SPECS[0]).replace("{s1}", SPECS[1]).replace("{s2}", SPECS[2]).replace("{s3}", SPECS[3]) \
+    .replace("{s4}", SPECS[4]).replace("{s5}", SPECS[5]).replace("{s6}", SPECS[6])
+
+
+def test_junit_cases_are_classified_against_focus_and_rules() -> None:
+    r = junit.parse(JUNIT, plan.DEFAULT_FOCUS, plan.skip_rules(sctp=False))
+    by = {c.name: c for c in r.cases}
+    assert by[SPECS[0]].outcome == "passed" and by[SPECS[0]].seconds == 12.5
+    assert by[SPECS[1]].outcome == "failed"
+    assert by[SPECS[1]].reason.startswith("[FAILED] service is not reachable within 2m0s")
+    assert by[SPECS[2]].outcome == "skipped" and by[SPECS[2]].rule == "load-balancer"
+    assert by[SPECS[3]].reason == "e2e: Requires at least 2 nodes (not 1)"
+    assert by[SPECS[4]].rule == "sctp"
+    assert SPECS[5] not in by and SPECS[6] not in by  # not selected: [Disruptive] lacks [Conformance]; sig-node
+    silent = by["[sig-network] Services should be silent [Conformance]"]
+    assert silent.outcome == "silent"  # selected, skipped, no rule, no message: a failure
+    assert not any(c.node != "It" for c in r.cases)  # setup nodes that passed are not results
+    assert (r.passed, r.failed, r.skipped, r.ok) == (1, 2, 3, False)
+
+
+def test_junit_failed_setup_counts() -> None:
+    xml = JUNIT.replace('<testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" '
+                        'status="passed" time="3.1">\n    </testcase>',
+                        '<testcase name="[SynchronizedBeforeSuite]" status="failed"><failure type="failed">'
+                        '[FAILED] there are not ready nodes</failure></testcase>')
+    r = junit.parse(xml, plan.DEFAULT_FOCUS, ())
+    setup = [c for c in r.cases if c.node == "SynchronizedBeforeSuite"]
+    assert setup and setup[0].outcome == "failed" and "not ready nodes" in setup[0].reason
+
+
+def test_reports_and_table() -> None:
+    r = junit.parse(JUNIT, plan.DEFAULT_FOCUS, plan.skip_rules(sctp=False))
+    ran = junit.ModeRun("encap-vxlan", "iptables", r, seconds=240, junit="/x/junit_01.xml")
+    refused = junit.ModeRun("networkPolicyOnly", "iptables", error="the lab refuses it: not deployed yet")
+    text = junit.mode_report(ran)
+    assert text.splitlines()[0] == "mode encap-vxlan, kube-proxy iptables: 1 passed, 2 failed, 3 skipped (4.0 min)"
+    assert f"  FAILED  {SPECS[1]}" in text and f"  SKIPPED {SPECS[2]}" in text
+    assert "          load-balancer: needs a cloud's load balancer" in text
+    assert junit.mode_report(refused) == ("mode networkPolicyOnly, kube-proxy iptables: NOT RUN: the lab refuses "
+                                          "it: not deployed yet")
+    assert junit.table([ran, refused]).splitlines()[2:] == [
+        "| encap-vxlan | iptables | 1 | 2 | 3 | 4.0 |",
+        "| networkPolicyOnly | iptables | not run: the lab refuses it: not deployed yet | | | |"]
+    assert not ran.ok and not refused.ok
+
+
+# ---------------------------------------------------------------- the e2e images
+
+def _gomodcache() -> str | None:
+    try:
+        cp = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=False, timeout=30)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    return cp.stdout.strip() or None
+
+
+def _manifest_go() -> str | None:
+    cache = _gomodcache()
+    with open(os.path.join(e2eimages.tools.REPO, "tools", "kubernetes", "go.mod")) as f:
+        version = re.search(r"^\s*k8s\.io/kubernetes (v[0-9.]+)$", f.read(), re.MULTILINE)
+    if not cache or not version:
+        return None
+    path = os.path.join(cache, f"k8s.io/kubernetes@{version.group(1)}", "test/utils/image/manifest.go")
+    return path if os.path.exists(path) else None
+
+
+def test_image_names_are_the_ones_e2e_asks_for() -> None:
+    path = _manifest_go()
+    if path is None:
+        pytest.skip("k8s.io/kubernetes is not in the Go module cache (tools/build-go-tools.sh kubernetes)")
+    with open(path) as f:
+        src = f.read()
+    registries = dict(re.findall(r"^\s*(\w+Registry):\s*\"([^\"]+)\"", src, re.MULTILINE))
+    names = {f"{registries[reg]}/{name}:{tag}"
+             for reg, name, tag in re.findall(r'Config\{list\.(\w+), "([^"]+)", "([^"]+)"\}', src)}
+    assert set(e2eimages.NAMES) <= names, set(e2eimages.NAMES) - names
+    assert [i.name for i in e2eimages.images("r", "a", "b")] == list(e2eimages.NAMES)
+
+
+def test_rootfs_key_is_build_image_sh_s() -> None:
+    pkgs = ("openvswitch-common", "libnftables1", "iproute2")  # tools/build-image.sh's own list
+    shell = subprocess.run(["bash", "-c", f'echo "bookworm essential {",".join(pkgs)}" | sha256sum | cut -c1-12'],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert e2eimages.rootfs_key(pkgs) == shell
+
+
+def _members(path: Path) -> dict[str, bytes]:
+    with tarfile.open(path) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+def test_layered_archive_shares_layers_and_names_every_image(tmp_path: Path) -> None:
+    (tmp_path / "agnhost").write_bytes(b"\x7fELF agnhost")
+    (tmp_path / "crt").write_bytes(b"cert")
+    spec = ociimage.ImageSpec(name="", files={"agnhost": str(tmp_path / "agnhost"), "etc/x/crt": str(tmp_path / "crt")},
+                              symlinks={"agnhost-2": "agnhost"})
+    a = ociimage.write_layer(spec, str(tmp_path / "a.tar"), dirs=("uploads",))
+    again = ociimage.write_layer(spec, str(tmp_path / "a2.tar"), dirs=("uploads",))
+    assert Path(a).read_bytes() == Path(again).read_bytes()  # deterministic
+    with tarfile.open(a) as tar:
+        kinds = {m.name: (m.type, m.mtime, m.linkname) for m in tar.getmembers()}
+    assert kinds["uploads"][0] == tarfile.DIRTYPE and kinds["etc"][0] == kinds["etc/x"][0] == tarfile.DIRTYPE
+    assert kinds["agnhost-2"] == (tarfile.SYMTYPE, 0, "agnhost")
+    base = tmp_path / "rootfs.tar"
+    with tarfile.open(base, "w") as tar:
+        info = tarfile.TarInfo("./etc/os-release")
+        info.size = 6
+        tar.addfile(info, io.BytesIO(b"debian"))
+    images = [ociimage.LayeredImage("registry.k8s.io/e2e-test-images/agnhost:2.56", (str(base), a),
+                                    entrypoint=("/agnhost",), cmd=("pause",)),
+              ociimage.LayeredImage("registry.k8s.io/pause:3.10.1", (a,), entrypoint=("/agnhost", "pause"))]
+    out = ociimage.write_layered_archive(images, str(tmp_path / "out.tar"))
+    files = _members(Path(out))
+    index = json.loads(files["index.json"])
+    assert [m["annotations"]["io.containerd.image.name"] for m in index["manifests"]] == [i.name for i in images]
+    blobs = {k.removeprefix("blobs/sha256/"): v for k, v in files.items() if k.startswith("blobs/")}
+    for k, v in blobs.items():
+        assert hashlib.sha256(v).hexdigest() == k
+    assert len(blobs) == 2 + 2 * 2  # two layers stored once, a config and a manifest per image
+    m0 = json.loads(blobs[index["manifests"][0]["digest"].split(":")[1]])
+    config = json.loads(blobs[m0["config"]["digest"].split(":")[1]])
+    assert config["config"]["Entrypoint"] == ["/agnhost"] and config["config"]["Cmd"] == ["pause"]
+    assert config["rootfs"]["diff_ids"] == [d["digest"] for d in m0["layers"]]
+    assert config["rootfs"]["diff_ids"][0] == ociimage.file_digest(str(base))
