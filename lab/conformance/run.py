@@ -105,16 +105,17 @@ def pod_ips_reachable(lab: Lab) -> tuple[list[str], list[str]]:
 
 
 def run_ginkgo(argv: list[str], log_path: str, echo: bool) -> int:
-    """ginkgo's output into ``log_path`` (and to stdout with ``echo``); returns its exit code."""
-    with open(log_path, "w", encoding="utf-8") as logf:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, errors="replace")
+    """ginkgo's output into ``log_path`` (and to stdout with ``echo``) as it comes: a passing spec
+    is one character, not a line; returns ginkgo's exit code."""
+    with open(log_path, "wb") as logf:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert p.stdout is not None
-        for line in p.stdout:
-            logf.write(line)
+        while chunk := os.read(p.stdout.fileno(), 65536):
+            logf.write(chunk)
+            logf.flush()
             if echo:
-                sys.stdout.write(line)
-                sys.stdout.flush()
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.flush()
         return p.wait()
 
 
