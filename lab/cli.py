@@ -27,6 +27,7 @@ import click
 from cni.pipeline.modes import MODES, NETDEV_TUNNEL_TYPES, PATH_TUNNEL
 from lab import build, check, frr, overrides, picture, tools
 from lab.api import Lab, Node, default_cni_bin, ensure_cni_bin
+from lab.conformance.cli import conformance as conformance_cmd
 from lab.kube.spec import KUBE_PROXY_MODES
 from lab.sh import LabError
 from lab.topology import CATEGORIES, TopologyError, node_netns, router_routes
@@ -337,6 +338,9 @@ def demo(topology: str | None, name: str, cni_bin: str | None, mode: str | None,
     if lab.kubernetes:
         click.echo(kube_hint(lab))
     sys.exit(0 if all(r.ok for r in rows) and not rows_failed else 1)
+
+
+main.add_command(conformance_cmd)
 
 
 if __name__ == "__main__":

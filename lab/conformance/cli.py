@@ -31,7 +31,7 @@ def _log(s: str) -> None:
 @click.command("conformance", help=__doc__)
 @click.option("--mode", "modes", multiple=True, type=click.Choice(plan.MODE_NAMES),
               help="a Ferry traffic mode (repeatable; default: all of them)")
-@click.option("--kube-proxy", "kube_proxies", multiple=True, type=click.Choice(plan.KUBE_PROXY_MODES),
+@click.option("--kube-proxy", "kube_proxies", multiple=True, type=click.Choice(plan.PROXY_MODES),
               help="kube-proxy's mode (repeatable; default iptables)")
 @click.option("--focus", default=plan.DEFAULT_FOCUS, show_default=True, help="which e2e specs (ginkgo focus)")
 @click.option("--procs", default=3, show_default=True, type=click.IntRange(1, 16),
@@ -45,7 +45,7 @@ def _log(s: str) -> None:
               help="print the modes, the skip rules and the specs they select; build nothing")
 def conformance(modes: tuple[str, ...], kube_proxies: tuple[str, ...], focus: str, procs: int, out: str,
                 family: str | None, keep: bool, list_only: bool) -> None:
-    chosen = [plan.mode(n) for n in modes] if modes else list(plan.MODES)
+    chosen = [plan.mode(n) for n in modes] if modes else list(plan.CONFORMANCE_MODES)
     proxies = list(kube_proxies) or ["iptables"]
     if keep and len(chosen) * len(proxies) > 1:
         raise click.UsageError("--keep: with one --mode and one --kube-proxy")

@@ -15,11 +15,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cni.pipeline import modes as m_
 from lab import overrides
+from lab.kube.spec import KUBE_PROXY_MODES as _ALL_PROXY_MODES
 from lab.topology import DEFAULT_TOPOLOGY
 
 DEFAULT_FOCUS = r"\[sig-network\].*\[Conformance\]"
-KUBE_PROXY_MODES = ("iptables", "nftables")
+PROXY_MODES = _ALL_PROXY_MODES[:-1]  # all but "no kube-proxy": e2e needs a Service proxy
 TOPOLOGIES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "topologies")
 
 
@@ -45,21 +47,21 @@ class Mode:
         return " ".join(out)
 
 
-MODES = (
-    Mode("encap-vxlan", "encap", "vxlan"),
-    Mode("encap-geneve", "encap", "geneve"),
-    Mode("encap-gre", "encap", "gre"),
-    Mode("noEncap", "noEncap"),
-    Mode("hybrid", "hybrid", "vxlan"),
-    Mode("noEncap-fastPath", "noEncap", fast_path=True),
-    Mode("noEncap-bgp", topology="bgp.yaml"),  # noEncap; the router learns Pod CIDRs over BGP
-    Mode("networkPolicyOnly", "networkPolicyOnly"),
+CONFORMANCE_MODES = (
+    Mode(f"{m_.ENCAP}-{m_.VXLAN}", m_.ENCAP, m_.VXLAN),
+    Mode(f"{m_.ENCAP}-{m_.GENEVE}", m_.ENCAP, m_.GENEVE),
+    Mode(f"{m_.ENCAP}-{m_.GRE}", m_.ENCAP, m_.GRE),
+    Mode(m_.NO_ENCAP, m_.NO_ENCAP),
+    Mode(m_.HYBRID, m_.HYBRID, m_.VXLAN),
+    Mode(f"{m_.NO_ENCAP}-fastPath", m_.NO_ENCAP, fast_path=True),
+    Mode(f"{m_.NO_ENCAP}-bgp", topology="bgp.yaml"),  # noEncap; the router learns Pod CIDRs over BGP
+    Mode(m_.NETWORK_POLICY_ONLY, m_.NETWORK_POLICY_ONLY),
 )
-MODE_NAMES = tuple(m.name for m in MODES)
+MODE_NAMES = tuple(m.name for m in CONFORMANCE_MODES)
 
 
 def mode(name: str) -> Mode:
-    for m in MODES:
+    for m in CONFORMANCE_MODES:
         if m.name == name:
             return m
     raise KeyError(f"no mode {name!r} (modes: {', '.join(MODE_NAMES)})")

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lab import build, tools
@@ -25,14 +24,11 @@ from lab import topology as topology_mod
 from lab.api import Lab, default_cni_bin
 from lab.conformance import junit
 from lab.conformance.plan import Mode, SkipRule, ginkgo_args, topology_doc
-from lab.kube import cluster as kube_cluster
 from lab.kube import e2eimages
 from lab.sh import LabError
 from lab.topology import TopologyError
 
 Log = Callable[[str], None]
-SHORT = {"encap-vxlan": "vxlan", "encap-geneve": "geneve", "encap-gre": "gre", "noEncap": "noencap",
-         "hybrid": "hybrid", "noEncap-fastPath": "fastpath", "noEncap-bgp": "bgp", "networkPolicyOnly": "npo"}
 IMPORT_TIMEOUT = 900.0  # seconds for one Node to import the e2e images (a few hundred MB, on busy cores)
 
 
@@ -49,7 +45,10 @@ class Options:
 
 
 def lab_name(m: Mode, kube_proxy: str) -> str:
-    return f"cf{kube_proxy[0]}-{SHORT.get(m.name, m.name.lower())}"[:12]
+    """``cf<i|n>-<mode>``, at most 12 characters: the part of the mode's name after the traffic
+    mode when there is one (``encap-vxlan`` -> ``vxlan``), else the mode's initials."""
+    rest = m.name.partition("-")[2] or "".join(c for c in m.name if c.isupper() or c == m.name[0])
+    return f"cf{kube_proxy[0]}-{rest.lower()}"[:12]
 
 
 def refusal(m: Mode, kube_proxy: str, family: str | None) -> str | None:
@@ -78,15 +77,8 @@ def e2e_argv(lab: Lab, opts: Options, report_dir: str) -> list[str]:
 def import_images(lab: Lab, archive: str, log: Log) -> None:
     """The e2e images into every Node's containerd (k8s.io namespace, where the CRI looks)."""
     t0 = time.monotonic()
-    nodes = lab.kube().plan.nodes
-
-    def one(node):  # type: ignore[no-untyped-def]
-        kube_cluster.in_node(node, ["ctr", "-a", "/run/containerd/containerd.sock", "-n", "k8s.io", "images",
-                                    "import", archive], timeout=IMPORT_TIMEOUT)
-
-    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        list(pool.map(one, nodes))
-    log(f"e2e images imported on {len(nodes)} Nodes in {time.monotonic() - t0:.0f}s")
+    lab.kube().import_image(archive, timeout=IMPORT_TIMEOUT)
+    log(f"e2e images imported on {len(lab.kube().plan.nodes)} Nodes in {time.monotonic() - t0:.0f}s")
 
 
 def pod_ips_reachable(lab: Lab) -> tuple[list[str], list[str]]:
@@ -140,7 +132,7 @@ def run_mode(m: Mode, kube_proxy: str, opts: Options, archive: str, log: Log,
         ok, bad = pod_ips_reachable(lab)
         if bad:
             log(f"  note: the API server's host does not reach Pod IPs {', '.join(bad)} (reaches: "
-                f"{', '.join(ok) or 'none'}); the Proxy specs need it")
+                f"{', '.join(ok) or 'no Pod'}); the Proxy specs need it")
         argv = e2e_argv(lab, opts, out)
         log_path = os.path.join(out, "e2e.log")
         log(f"  e2e: {' '.join(argv)}")

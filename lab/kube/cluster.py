@@ -92,8 +92,9 @@ def in_node(node: NodePlan, argv: list[str], check: bool = True, timeout: float 
     return cp
 
 
-def ctr(node: NodePlan, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    return in_node(node, ["ctr", "-a", "/run/containerd/containerd.sock", "-n", "k8s.io", *args], check=check)
+def ctr(node: NodePlan, *args: str, check: bool = True, timeout: float = 120.0) -> subprocess.CompletedProcess[bytes]:
+    return in_node(node, ["ctr", "-a", "/run/containerd/containerd.sock", "-n", "k8s.io", *args], check=check,
+                   timeout=timeout)
 
 
 # ---------------------------------------------------------------- Node set-up
@@ -364,9 +365,10 @@ class Cluster:
         for p in proxy:  # kube-proxy: hostNetwork, needs no CNI; Ferry's route-sync reaches the API through it
             start(p, self.manifest)
 
-    def import_image(self, image: str) -> None:
+    def import_image(self, image: str, timeout: float = 120.0) -> None:
+        """``image`` (an archive) into every Node's containerd; ``timeout`` per Node bounds a hang."""
         with ThreadPoolExecutor(max_workers=len(self.plan.nodes)) as pool:
-            list(pool.map(lambda n: ctr(n, "images", "import", image), self.plan.nodes))
+            list(pool.map(lambda n: ctr(n, "images", "import", image, timeout=timeout), self.plan.nodes))
 
     def nodes(self) -> dict[str, dict]:
         cp = self.kubectl("get", "nodes", "-o", "json", check=False)
@@ -519,7 +521,10 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"):
         if not os.access(tools.tool(name), os.X_OK):
             raise LabError(f"{tools.tool(name)} missing: run `tools/build-go-tools.sh kubernetes` (make install)")
-    cluster = Cluster(plan, manifest, log, router_netns if route_pod_cidrs else None)
+    # The router follows the Nodes' Pod CIDRs on every cluster running Ferry, not only in noEncap:
+    # the API server dials Pod IPs (pods/proxy, webhooks, aggregated APIs), as it does from a
+    # control-plane Node on the Pod network; here it runs on the external host, behind the router.
+    cluster = Cluster(plan, manifest, log, router_netns if route_pod_cidrs or cni == "ferry" else None)
     os.makedirs(plan.directory, exist_ok=True)
     cluster.credentials(topo_server_names)
     services = plan.kube_proxy != "none"
@@ -545,8 +550,7 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
     cluster.deploy_ferry(manifests.Overlay(plan.api_host, plan.api_port, plan.cluster_cidrs, route_sync, image,
                                            api_override=not services))
     cluster.wait_converged()
-    if route_pod_cidrs:
-        cluster.route_pod_cidrs(router_netns)
+    cluster.route_pod_cidrs(router_netns)
     log(f"Ferry deployed, Nodes Ready: {time.monotonic() - t0:.1f}s")
     if services and not join_later:
         cluster.deploy_dns()

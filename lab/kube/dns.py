@@ -6,7 +6,7 @@ the lab makes for it and for the Service tests' servers (agnhost), since no regi
 What differs from kubeadm's, and why: the Corefile has no ``forward`` (no upstream resolver exists
 here: names outside the cluster domain get SERVFAIL quickly instead of a timeout), and the images
 are busybox-static plus the statically linked binary (tools/build-go-tools.sh ``coredns`` and
-``kube-e2e``), named as upstream names them so manifests and e2e's Pods use them unchanged."""
+``kube-e2e``); CoreDNS's is named as upstream names it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ from lab.kube.ociimage import APPLETS, BUSYBOX, ImageSpec
 
 COREDNS_VERSION = "1.12.1"  # tools/coredns/go.mod
 COREDNS_IMAGE = f"registry.k8s.io/coredns/coredns:v{COREDNS_VERSION}"
-AGNHOST_IMAGE = "registry.k8s.io/e2e-test-images/agnhost:2.56"  # e2e v1.34's test/utils/image/manifest.go
+# The lab's own agnhost (busybox-static + the binary): a name of its own, so that e2e's agnhost
+# (lab.kube.e2eimages: a Debian root file system with dig, curl, nc), imported by `make
+# conformance` under upstream's name, never replaces it or is replaced by it.
+AGNHOST_IMAGE = "ferry.local/agnhost:2.56"
 NAMESPACE = "kube-system"
 LABELS = {"k8s-app": "kube-dns"}
 

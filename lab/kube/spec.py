@@ -24,7 +24,7 @@ from typing import Any
 
 KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni", "kubeProxy")
 CNIS = ("ferry", "bridge")
-KUBE_PROXY_MODES = ("iptables", "nftables", "none")
+KUBE_PROXY_MODES = ("iptables", "nftables", "none")  # "none" last: lab.conformance takes the others
 
 
 class KubeSpecError(ValueError):

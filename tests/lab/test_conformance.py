@@ -45,14 +45,14 @@ def test_every_mode_of_the_issue_is_there() -> None:
 
 
 def test_lab_names_are_valid_and_distinct() -> None:
-    names = {lab_name(m, kp) for m in plan.MODES for kp in plan.KUBE_PROXY_MODES}
-    assert len(names) == len(plan.MODES) * len(plan.KUBE_PROXY_MODES)
+    names = {lab_name(m, kp) for m in plan.CONFORMANCE_MODES for kp in plan.PROXY_MODES}
+    assert len(names) == len(plan.CONFORMANCE_MODES) * len(plan.PROXY_MODES)
     for n in names:
         assert topo_mod.NAME_RE.match(n) and len(n) <= topo_mod.MAX_LAB_NAME, n
 
 
-@pytest.mark.parametrize("m", plan.MODES, ids=plan.MODE_NAMES)
-@pytest.mark.parametrize("kube_proxy", plan.KUBE_PROXY_MODES)
+@pytest.mark.parametrize("m", plan.CONFORMANCE_MODES, ids=plan.MODE_NAMES)
+@pytest.mark.parametrize("kube_proxy", plan.PROXY_MODES)
 def test_topology_doc_is_what_ferry_lab_up_builds(m: plan.Mode, kube_proxy: str) -> None:
     doc = plan.topology_doc(m, kube_proxy)
     assert doc["kubernetes"] == {"kubeProxy": kube_proxy}
