@@ -72,7 +72,32 @@ def api_client(kubeconfig: str | None) -> Any:
             config.load_incluster_config(client_configuration=cfg)
         except config.ConfigException:
             config.load_kube_config(client_configuration=cfg)
+    cfg.socket_options = keepalive_socket_options()
     return client.ApiClient(cfg)
+
+
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 15, 5, 3  # seconds, seconds, probes
+
+
+def keepalive_socket_options() -> list[tuple[int, int, int]]:
+    """urllib3's default socket options plus TCP keepalive: a connection the network dropped
+    without a word is closed after ~30 s, and the watch resumes on a new one.
+
+    Why: route-sync reaches the API server through the ``kubernetes`` Service, which kube-proxy
+    DNATs and (the source being outside the cluster CIDRs) masquerades. When route-sync moves the
+    uplink onto the bridge, the kernel flushes the conntrack entries masqueraded through the
+    address that moved; the API server's next packet meets no NAT, the host resets it, and the
+    watch socket, which only reads, would wait for the read timeout (5.5 min) seeing no events.
+    A keepalive probe gets the server's reset instead."""
+    import socket
+
+    import urllib3
+
+    return [*urllib3.connection.HTTPConnection.default_socket_options,
+            (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+            (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE),
+            (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL),
+            (socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)]
 
 
 def read_node(kubeconfig: str | None, name: str, timeout: float = 10.0) -> dict[str, Any]:

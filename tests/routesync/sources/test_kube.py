@@ -106,3 +106,33 @@ def test_server_errors_back_off_then_recover(server: KubeServer, tmp_path) -> No
         assert gaps[0] >= 0.18 and gaps[1] >= 0.38 and gaps[2] >= 0.78  # 0.2, 0.4, 0.8 s
     finally:
         src.close()
+
+
+def test_the_api_connection_keeps_alive(server: KubeServer, source: KubeSource) -> None:
+    """route-sync's connections to the API server probe with TCP keepalive (a watch whose
+    conntrack entry a NAT flush removed is reset within ~30 s instead of going silent for the
+    5.5 min read timeout): every socket of this process connected to the API server, the watch's
+    among them, has SO_KEEPALIVE and route-sync's timings."""
+    import gc
+    import socket
+
+    port = server.httpd.server_address[1]
+    source.start()
+    assert until(lambda: "node-b" in names(source), "the first list")
+
+    def api_sockets() -> list[socket.socket]:
+        out = []
+        for o in gc.get_objects():
+            if isinstance(o, socket.socket) and o.fileno() >= 0 and o.type == socket.SOCK_STREAM:
+                try:
+                    if o.getpeername()[1] == port:
+                        out.append(o)
+                except OSError:
+                    pass
+        return out
+    live = until(api_sockets, "a connection to the API server")
+    for s in live:
+        assert s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 15
+        assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 5
+        assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
