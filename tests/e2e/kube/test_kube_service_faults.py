@@ -49,7 +49,9 @@ def _restart(lab: Lab, event: str) -> None:
         raise ValueError(event)
 
 
-@pytest.mark.parametrize("proxy", ("iptables", "nftables"))
+# kube-proxy's iptables mode here; its nftables mode gave the same (issue 26's note): one cluster
+# less for CI, whose time the matrix of test_kube_services needs more.
+@pytest.mark.parametrize("proxy", ("iptables",))
 def test_service_connections_across_restarts(kube_lab_of, proxy: str) -> None:  # type: ignore[no-untyped-def]
     topo = topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"})
     topo["kubernetes"]["kubeProxy"] = proxy
