@@ -586,13 +586,7 @@ class Lab:
     def tcp(self, src: Pod | Host | Node, dst: str, size: int = 65536, timeout: float = 3.0) -> Probe:
         """Send ``size`` bytes to an echo server in ``dst``'s namespace and check they come back."""
         self.ensure_echo(self._where(dst))
-        cp = src.exec([sys.executable, "-I", "-S", ECHO, "connect", dst, str(ECHO_PORT), str(size), str(timeout)],
-                      timeout=timeout + 10)
-        try:
-            r = json.loads(cp.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return Probe(False, f"client failed: {cp.stderr.strip()[-200:]}")
-        return Probe(bool(r["ok"]), r.get("error") or "", r.get("ms"), r.get("peer"), r.get("server"))
+        return self.connect(src, dst, ECHO_PORT, size=size, timeout=timeout)
 
     def connect(self, src: Pod | Host | Node, addr: str, port: int, udp: bool = False, size: int = 1000,
                 timeout: float = 3.0) -> Probe:

@@ -393,24 +393,26 @@ class Cluster:
                  lambda: self.kubectl("-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o", "wide",
                                       check=False).stdout)
 
-    def dns_ready(self) -> bool:
-        cp = self.kubectl("-n", "kube-system", "get", "deployment", "coredns", "-o", "json", check=False)
+    def _observed(self, kind: str, name: str) -> tuple[dict, dict] | None:
+        """(object, status) of ``kube-system/<kind>/<name>`` once its controller has seen its
+        latest spec (observedGeneration), else None."""
+        cp = self.kubectl("-n", "kube-system", "get", kind, name, "-o", "json", check=False)
         if cp.returncode != 0:
-            return False
+            return None
         doc = json.loads(cp.stdout)
         st = doc.get("status", {})
-        return (st.get("observedGeneration") == doc["metadata"]["generation"]
-                and st.get("readyReplicas", 0) == doc["spec"]["replicas"] == st.get("updatedReplicas", 0))
+        return (doc, st) if st.get("observedGeneration") == doc["metadata"]["generation"] else None
+
+    def dns_ready(self) -> bool:
+        got = self._observed("deployment", "coredns")
+        return got is not None and got[1].get("readyReplicas", 0) == got[0]["spec"]["replicas"] == \
+            got[1].get("updatedReplicas", 0)
 
     def daemonset_ready(self, want: int) -> bool:
         """Ferry's DaemonSet runs ready and up to date on ``want`` Nodes."""
-        cp = self.kubectl("-n", "kube-system", "get", "daemonset", "ferry", "-o", "json", check=False)
-        if cp.returncode != 0:
-            return False
-        doc = json.loads(cp.stdout)
-        st = doc.get("status", {})
-        return (st.get("observedGeneration") == doc["metadata"]["generation"]
-                and st.get("desiredNumberScheduled") == want and st.get("numberReady") == want
+        got = self._observed("daemonset", "ferry")
+        st = got[1] if got else {}
+        return (got is not None and st.get("desiredNumberScheduled") == want and st.get("numberReady") == want
                 and st.get("updatedNumberScheduled") == want and st.get("numberAvailable") == want)
 
     def started_nodes(self) -> list[NodePlan]:

@@ -12,7 +12,7 @@ import io
 import json
 import os
 import tarfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 MEDIA_LAYER = "application/vnd.oci.image.layer.v1.tar"
@@ -69,6 +69,18 @@ def _blob(data: bytes) -> tuple[str, bytes]:
     return "sha256:" + hashlib.sha256(data).hexdigest(), data
 
 
+def _start_layout(tar: tarfile.TarFile, index: dict) -> Callable[[str, bytes], None]:
+    """Write an OCI layout's ``oci-layout`` and ``index.json`` into ``tar``; returns the function
+    that adds a file (fixed mode and mtime) for the blobs."""
+    def add(name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = len(data), 0o644, 0
+        tar.addfile(info, io.BytesIO(data))
+    add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
+    add("index.json", json.dumps(index, sort_keys=True).encode())
+    return add
+
+
 def archive(spec: ImageSpec) -> bytes:
     """The OCI image layout of ``spec`` as one tar (what ``ctr images import`` reads)."""
     layer_digest, layer = _blob(_layer(spec))
@@ -90,12 +102,7 @@ def archive(spec: ImageSpec) -> bytes:
                                             "org.opencontainers.image.ref.name": spec.name}}]}
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
-        def add(path: str, data: bytes) -> None:
-            info = tarfile.TarInfo(path)
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
-        add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
-        add("index.json", json.dumps(index, sort_keys=True).encode())
+        add = _start_layout(tar, index)
         for digest, data in ((layer_digest, layer), (config_digest, config_bytes),
                              (manifest_digest, manifest_bytes)):
             add("blobs/sha256/" + digest.split(":", 1)[1], data)
@@ -206,12 +213,7 @@ def write_layered_archive(images: Sequence[LayeredImage], path: str,
     index, blobs, layer_files = layered_index(images, known)
     tmp = f"{path}.tmp"
     with tarfile.open(tmp, mode="w") as tar:
-        def add(name: str, data: bytes) -> None:
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
-        add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
-        add("index.json", json.dumps(index, sort_keys=True).encode())
+        add = _start_layout(tar, index)
         for digest in sorted(layer_files):
             info = tarfile.TarInfo("blobs/sha256/" + digest.split(":", 1)[1])
             info.size, info.mode, info.mtime = os.path.getsize(layer_files[digest]), 0o644, 0
