@@ -1,7 +1,8 @@
 """Match fields as typed values: which header field (:class:`FieldSpec`, named as in ovs-fields(7)),
 an integer value, and for addresses an optional prefix length.  A flow's match is a tuple of
-these and of the protocol shorthands (:data:`IP`, :data:`IPV6`, :data:`ARP`, :data:`ICMP6`),
-which carry the prerequisites (``eth_type``, ``ip_proto``) the other fields need.
+these and of the protocol shorthands (:data:`IP`, :data:`IPV6`, :data:`ARP`, :data:`ICMP6`,
+:data:`TCP`, :data:`UDP6`, ...), which carry the prerequisites (``eth_type``, ``ip_proto``) the
+other fields need.
 
 ``text()`` renders ovs-ofctl syntax (logs, dumps, tests); :mod:`cni.ovs.openflow.codec` encodes
 the same values to OpenFlow bytes without reading that text.  Standard library only, imported on
@@ -43,7 +44,10 @@ class FieldSpec:
             return Field(self, mac_value(str(value)))
         if self.kind == KIND_IP:
             return address(self, str(value))
-        return Field(self, int(value))
+        v = int(value)
+        if not 0 <= v < 1 << (8 * self.length):
+            raise ValueError(f"{self.name}={value}: does not fit in {8 * self.length} bits")
+        return Field(self, v)
 
     def format(self, value: int) -> str:
         if self.kind == KIND_MAC:
@@ -77,6 +81,11 @@ ETH_TYPE = FieldSpec("eth_type", _oxm(5), 2, KIND_HEX, "dl_type")
 IP_PROTO = FieldSpec("ip_proto", _oxm(10), 1, KIND_INT, "nw_proto")
 IPV4_SRC = FieldSpec("ipv4_src", _oxm(11), 4, KIND_IP, "nw_src")
 IPV4_DST = FieldSpec("ipv4_dst", _oxm(12), 4, KIND_IP, "nw_dst")
+# Transport destination ports: ovs-ofctl reads and prints all three as tp_dst (the protocol
+# shorthand, tcp/udp/sctp and their 6 twins, says which); ip_proto is their prerequisite.
+TCP_DST = FieldSpec("tcp_dst", _oxm(14), 2, KIND_INT, "tp_dst")
+UDP_DST = FieldSpec("udp_dst", _oxm(16), 2, KIND_INT, "tp_dst")
+SCTP_DST = FieldSpec("sctp_dst", _oxm(18), 2, KIND_INT, "tp_dst")
 ICMPV4_TYPE = FieldSpec("icmpv4_type", _oxm(19), 1, KIND_INT, "icmp_type")
 ARP_OP = FieldSpec("arp_op", _oxm(21), 2, KIND_INT, "arp_op", "NXM_OF_ARP_OP", 0x00001E02)
 ARP_SPA = FieldSpec("arp_spa", _oxm(22), 4, KIND_IP, "arp_spa", "NXM_OF_ARP_SPA", 0x00002004)
@@ -93,6 +102,14 @@ ND_TLL = FieldSpec("nd_tll", _oxm(33), 6, KIND_MAC)
 # connection's 32-bit mark (set inside ct(commit, exec(...))).
 CT_STATE = FieldSpec("ct_state", _nxm(0x0001, 105), 4, KIND_CT_STATE)
 CT_MARK = FieldSpec("ct_mark", _nxm(0x0001, 107), 4, KIND_HEX, "ct_mark", "NXM_NX_CT_MARK", _nxm(0x0001, 107) | 4)
+# The conjunction a packet matched (NXM_NX_CONJ_ID, field 37: meta-flow.h; 84 is tun_metadata44):
+# match only, what the conjunction() flows of a conjunctive match lead to.
+CONJ_ID = FieldSpec("conj_id", _nxm(0x0001, 37), 4, KIND_INT)
+# Scratch registers (NXM_NX_REG0..3), 32 bits each: matched (reg0=0x1/0x1) and written by load:.
+REG0 = FieldSpec("reg0", _nxm(0x0001, 0), 4, KIND_HEX, "reg0", "NXM_NX_REG0", _nxm(0x0001, 0) | 4)
+REG1 = FieldSpec("reg1", _nxm(0x0001, 1), 4, KIND_HEX, "reg1", "NXM_NX_REG1", _nxm(0x0001, 1) | 4)
+REG2 = FieldSpec("reg2", _nxm(0x0001, 2), 4, KIND_HEX, "reg2", "NXM_NX_REG2", _nxm(0x0001, 2) | 4)
+REG3 = FieldSpec("reg3", _nxm(0x0001, 3), 4, KIND_HEX, "reg3", "NXM_NX_REG3", _nxm(0x0001, 3) | 4)
 # Set only (actions): NXM_NX_IP_TTL, the ERICOXM_OF ND fields (class 0x1000), the tunnel metadata.
 NW_TTL = FieldSpec("nw_ttl", _nxm(0x0001, 29), 1, KIND_INT)
 ND_RESERVED = FieldSpec("nd_reserved", _nxm(0x1000, 1), 4, KIND_HEX)
@@ -101,7 +118,8 @@ TUN_DST = FieldSpec("tun_dst", _nxm(0x0001, 32), 4, KIND_IP)
 TUN_IPV6_DST = FieldSpec("tun_ipv6_dst", _nxm(0x0001, 110), 16, KIND_IP)
 
 MASKABLE = frozenset({IPV4_SRC, IPV4_DST, IPV6_SRC, IPV6_DST})  # by prefix
-BIT_MASKABLE = frozenset({CT_STATE, CT_MARK})  # by an arbitrary bit mask
+# By an arbitrary bit mask (a port range as tp_dst=0x1000/0xf000, a register bit as reg0=0x1/0x1).
+BIT_MASKABLE = frozenset({CT_STATE, CT_MARK, TCP_DST, UDP_DST, SCTP_DST, REG0, REG1, REG2, REG3})
 
 # ct_state bits (ovs-fields(7)), named as ovs-ofctl writes them.
 CT_NEW, CT_EST, CT_REL, CT_RPL, CT_INV, CT_TRK = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
@@ -144,16 +162,16 @@ class Field(Rendered):
     spec: FieldSpec
     value: int
     prefix: int | None = None
-    mask: int | None = None  # bits that must equal ``value`` (ct_state, ct_mark); None: all
+    mask: int | None = None  # bits that must equal ``value`` (BIT_MASKABLE fields); None: all
 
     def render(self) -> str:
         if self.spec.kind == KIND_CT_STATE:
             care = self.mask if self.mask is not None else 0xFFFFFFFF
             flags = "".join(("+" if self.value & bit else "-") + name for bit, name in CT_FLAG_NAMES if care & bit)
             return f"{self.spec.match_name}={flags}"
+        if self.mask is not None:  # in hex whatever the field's kind, as ovs-ofctl prints masks
+            return f"{self.spec.match_name}=0x{self.value:x}/0x{self.mask:x}"
         t = f"{self.spec.match_name}={self.spec.format(self.value)}"
-        if self.mask is not None:
-            return f"{t}/{self.spec.format(self.mask)}"
         return t if self.prefix is None else f"{t}/{self.prefix}"
 
 
@@ -173,6 +191,12 @@ IPV6 = Proto("ipv6", (Field(ETH_TYPE, 0x86DD),))
 ARP = Proto("arp", (Field(ETH_TYPE, 0x0806),))
 ICMP6 = Proto("icmp6", (Field(ETH_TYPE, 0x86DD), Field(IP_PROTO, 58)))
 ICMP = Proto("icmp", (Field(ETH_TYPE, 0x0800), Field(IP_PROTO, 1)))
+TCP = Proto("tcp", (Field(ETH_TYPE, 0x0800), Field(IP_PROTO, 6)))
+UDP = Proto("udp", (Field(ETH_TYPE, 0x0800), Field(IP_PROTO, 17)))
+SCTP = Proto("sctp", (Field(ETH_TYPE, 0x0800), Field(IP_PROTO, 132)))
+TCP6 = Proto("tcp6", (Field(ETH_TYPE, 0x86DD), Field(IP_PROTO, 6)))
+UDP6 = Proto("udp6", (Field(ETH_TYPE, 0x86DD), Field(IP_PROTO, 17)))
+SCTP6 = Proto("sctp6", (Field(ETH_TYPE, 0x86DD), Field(IP_PROTO, 132)))
 
 from cni.lean.typecheck import TYPE_CHECKING
 

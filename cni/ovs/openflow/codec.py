@@ -93,6 +93,7 @@ _PREREQ: dict[str, tuple[tuple[int, ...], int | None]] = {
     "ipv6_src": ((0x86DD,), None), "ipv6_dst": ((0x86DD,), None),
     "icmpv6_type": ((0x86DD,), 58), "icmpv6_code": ((0x86DD,), 58), "nd_target": ((0x86DD,), 58),
     "nd_tll": ((0x86DD,), 58),
+    "tcp_dst": ((0x0800, 0x86DD), 6), "udp_dst": ((0x0800, 0x86DD), 17), "sctp_dst": ((0x0800, 0x86DD), 132),
 }
 
 
