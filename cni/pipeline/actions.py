@@ -6,7 +6,7 @@ encodes the values themselves.  Standard library only, imported on every ADD/DEL
 from __future__ import annotations
 
 from cni.lean.record import record
-from cni.pipeline.match import ETH_DST, ETH_SRC, KIND_INT, FieldSpec, Rendered
+from cni.pipeline.match import ETH_DST, ETH_SRC, KIND_IP, KIND_MAC, FieldSpec, Rendered
 
 OFPP_IN_PORT = 0xFFFFFFF8  # "the port the packet came in on"
 
@@ -63,18 +63,38 @@ class Move:
 
 @record(frozen=True)
 class Load(Rendered):
-    """Write a constant into a whole field (NXAST_REG_LOAD, as ovs-ofctl sends ``load:``)."""
+    """Write a constant into a field (NXAST_REG_LOAD, as ovs-ofctl sends ``load:``): the whole field,
+    or with ``width`` its bits ``offset`` .. ``offset + width - 1`` (``load:0x1->NXM_NX_REG0[0]``),
+    the others left as they are."""
 
     value: int
     dst: FieldSpec
+    offset: int = 0
+    width: int | None = None  # None: the whole field (from bit 0)
 
     def __post_init__(self) -> None:
-        if not self.dst.nxm or not 0 <= self.value < 1 << min(64, 8 * self.dst.length):
-            raise ValueError(f"load {self.value:#x} -> {self.dst.name}: does not fit, or no NXM name")
+        if not self.dst.nxm:
+            raise ValueError(f"load {self.value:#x} -> {self.dst.name}: no NXM name")
+        if self.width is None:
+            if self.offset or not 0 <= self.value < 1 << min(64, 8 * self.dst.length):
+                raise ValueError(f"load {self.value:#x} -> {self.dst.name}: does not fit, or an offset without a width")
+        elif not (0 <= self.offset and 1 <= self.width <= 64 and self.offset + self.width <= 8 * self.dst.length
+                  and 0 <= self.value < 1 << self.width):
+            raise ValueError(f"load {self.value:#x} -> {self.dst.name}[{self.offset}, {self.width} bits]: "
+                             "bits outside the field, or a value wider than them")
+
+    def bits(self) -> tuple[int, int]:
+        """(offset, width) of the bits written."""
+        return (self.offset, 8 * self.dst.length if self.width is None else self.width)
 
     def render(self) -> str:
-        v = f"{self.value:#x}" if self.dst.kind == KIND_INT else f"0x{self.value:0{2 * self.dst.length}x}"
-        return f"load:{v}->{self.dst.nxm}[]"
+        offset, width = self.bits()
+        if self.width is None and self.dst.kind in (KIND_MAC, KIND_IP):  # an address, every digit
+            return f"load:0x{self.value:0{2 * self.dst.length}x}->{self.dst.nxm}[]"
+        if offset == 0 and width == 8 * self.dst.length:
+            return f"load:{self.value:#x}->{self.dst.nxm}[]"
+        bits = f"{offset}" if width == 1 else f"{offset}..{offset + width - 1}"
+        return f"load:{self.value:#x}->{self.dst.nxm}[{bits}]"
 
 
 @record(frozen=True)

@@ -149,10 +149,12 @@ def _move(a: Move) -> bytes:
 
 
 def _load(a: Load) -> bytes:
-    bits = 8 * a.dst.length
-    if not a.dst.nxm_header or bits > 64 or not 0 <= a.value < 1 << bits:
+    """NXAST_REG_LOAD: ofs_nbits is the first bit written << 6 | the number of bits - 1."""
+    offset, bits = a.bits()
+    if (not a.dst.nxm_header or bits > 64 or offset + bits > 8 * a.dst.length
+            or not 0 <= a.value < 1 << bits):
         raise OpenFlowError(f"{a.text()}: not expressed by this encoder")
-    return struct.pack("!HHIHHIQ", OFPAT_EXPERIMENTER, 24, NX_VENDOR_ID, NXAST_REG_LOAD, bits - 1,
+    return struct.pack("!HHIHHIQ", OFPAT_EXPERIMENTER, 24, NX_VENDOR_ID, NXAST_REG_LOAD, offset << 6 | bits - 1,
                        a.dst.nxm_header, a.value)
 
 
