@@ -143,10 +143,30 @@ class Ct:
         return f"ct({','.join(parts)})"
 
 
+@record(frozen=True)
+class Conjunction:
+    """Clause ``clause`` (1-based, as ovs-ofctl writes it) of ``n_clauses`` of conjunctive match
+    ``id`` (NXAST_CONJUNCTION): a packet this flow matches satisfies that clause; one that satisfies
+    every clause of ``id`` is then matched by the flow on ``conj_id=id``.  A flow carrying it
+    carries only Conjunction actions (a clause shared by several conjunctions: one each)."""
+
+    id: int
+    clause: int
+    n_clauses: int
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.id <= 0xFFFFFFFF and 2 <= self.n_clauses <= 64 and 1 <= self.clause <= self.n_clauses):
+            raise ValueError(f"conjunction({self.id},{self.clause}/{self.n_clauses}): id is 32 bits, "
+                             "2 to 64 clauses, the clause 1-based")
+
+    def text(self) -> str:
+        return f"conjunction({self.id},{self.clause}/{self.n_clauses})"
+
+
 from cni.lean.typecheck import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    Action = Output | Goto | SetField | Move | Load | DecTtl | Resubmit | Ct
+    Action = Output | Goto | SetField | Move | Load | DecTtl | Resubmit | Ct | Conjunction
 
 TO_IN_PORT = Output(OFPP_IN_PORT)  # back out of the port the packet came in on
 DEC_TTL = DecTtl()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 
 from cni.lean.typecheck import TYPE_CHECKING
-from cni.pipeline.actions import Ct, DecTtl, Goto, Load, Move, Output, Resubmit, SetField
+from cni.pipeline.actions import Conjunction, Ct, DecTtl, Goto, Load, Move, Output, Resubmit, SetField
 from cni.pipeline.match import BIT_MASKABLE, ETH_TYPE, IP_PROTO, MASKABLE, Field, Proto
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ OFPIT_GOTO_TABLE, OFPIT_APPLY_ACTIONS = 1, 4
 OFPAT_OUTPUT, OFPAT_DEC_NW_TTL, OFPAT_SET_FIELD, OFPAT_EXPERIMENTER = 0, 24, 25, 0xFFFF
 NX_VENDOR_ID, NXAST_RESUBMIT_TABLE, NXAST_REG_MOVE, NXAST_REG_LOAD = 0x00002320, 14, 6, 7
 NXAST_CT, NX_CT_F_COMMIT, NX_CT_RECIRC_NONE = 35, 1, 0xFF
+NXAST_CONJUNCTION = 34
 OFPP_IN_PORT_10 = 0xFFF8  # OpenFlow 1.0 port numbers in Nicira actions
 ONF_EXPERIMENTER_ID = 0x4F4E4600
 ONFT_BUNDLE_CONTROL, ONFT_BUNDLE_ADD_MESSAGE = 2300, 2301
@@ -175,14 +176,24 @@ def _ct(a: Ct) -> bytes:
                        NX_CT_F_COMMIT if a.commit else 0, 0, a.zone, table, 0) + nested
 
 
+def _conjunction(a: Conjunction) -> bytes:
+    """NXAST_CONJUNCTION: the clause 0-based on the wire (ovs-ofctl writes it 1-based), the number of
+    clauses, the conjunction's id."""
+    return struct.pack("!HHIHBBI", OFPAT_EXPERIMENTER, 16, NX_VENDOR_ID, NXAST_CONJUNCTION, a.clause - 1,
+                       a.n_clauses, a.id)
+
+
 _ACTIONS: dict[type, Callable[[Any], bytes]] = {
     Output: _output, SetField: _set_field, Move: _move, Load: _load, DecTtl: _dec_ttl, Resubmit: _resubmit,
-    Ct: _ct,
+    Ct: _ct, Conjunction: _conjunction,
 }
 
 
 def encode_instructions(actions: tuple[Action, ...]) -> bytes:
-    """APPLY_ACTIONS with every action but a final :class:`Goto`, then GOTO_TABLE for it."""
+    """APPLY_ACTIONS with every action but a final :class:`Goto`, then GOTO_TABLE for it.  A flow
+    with :class:`Conjunction` actions has no others (OVS refuses the mix)."""
+    if any(isinstance(a, Conjunction) for a in actions) and not all(isinstance(a, Conjunction) for a in actions):
+        raise OpenFlowError(f"conjunction() with other actions in {','.join(x.text() for x in actions)!r}")
     encoded: list[bytes] = []
     goto = b""
     for a in actions:
