@@ -14,7 +14,7 @@ from cni.ovs.openflow import codec
 from cni.ovs.openflow.codec import OpenFlowError
 from cni.pipeline import match as m
 from cni.pipeline import tables as pl
-from cni.pipeline.actions import DEC_TTL, Goto, Load, Move, Output, SetField, goto, output
+from cni.pipeline.actions import DEC_TTL, Conjunction, Goto, Load, Move, Output, SetField, goto, output
 from cni.pipeline.chained import next_hop_flows
 from cni.pipeline.flows import GatewayPort, PodPort, base_flows, pod_flows
 
@@ -117,3 +117,132 @@ def test_text_renders_ovs_ofctl_syntax() -> None:
     assert f.actions_text() == "mod_dl_dst:02:00:00:00:00:09,dec_ttl,set_field:172.16.0.7->tun_dst,output:3"
     assert pl.Flow(pl.Table.CLASSIFIER, 0, (), ()).text() == "table=0,priority=0,cookie=0x100000000000000,actions=drop"
     assert Goto(40).text() == "goto_table:40"
+
+
+# ------------------------------------------------------------------ NetworkPolicy's conjunctive flows
+
+POLICY_COOKIE = pl.peer_cookie("fs-policy")
+
+
+def policy_flows() -> list[pl.Flow]:
+    """One of each thing NetworkPolicy's flows use: conjunction() clause flows (one clause shared by
+    three conjunctions), masked port ranges for TCP/UDP/SCTP in both families, exact ports,
+    conj_id flows, register matches (exact and masked) and register loads (one bit, a range, the
+    whole register)."""
+    t, c = pl.Table.SPOOF_GUARD, POLICY_COOKIE
+    return [
+        pl.Flow(t, 200, (m.IP, m.IPV4_SRC("10.244.1.0/24")),
+                (Conjunction(7, 1, 3), Conjunction(8, 1, 2), Conjunction(0xFFFFFFFF, 1, 64)), c),
+        pl.Flow(t, 200, (m.TCP, m.masked(m.TCP_DST, 0x1000, 0xF000)), (Conjunction(7, 2, 3),), c),
+        pl.Flow(t, 200, (m.UDP, m.UDP_DST(53)), (Conjunction(7, 3, 3), Conjunction(8, 2, 2)), c),
+        pl.Flow(t, 200, (m.SCTP, m.masked(m.SCTP_DST, 0x20, 0xFFF0)), (Conjunction(0xFFFFFFFF, 64, 64),), c),
+        pl.Flow(t, 200, (m.TCP6, m.masked(m.TCP_DST, 0x8000, 0x8000)), (Conjunction(9, 1, 2),), c),
+        pl.Flow(t, 200, (m.UDP6, m.masked(m.UDP_DST, 0x100, 0xFF00)), (Conjunction(9, 2, 2),), c),
+        pl.Flow(t, 200, (m.SCTP6, m.SCTP_DST(9899)), (Conjunction(10, 2, 2),), c),
+        pl.Flow(t, 200, (m.TCP, m.TCP_DST(80)), (Conjunction(10, 1, 2),), c),
+        pl.Flow(t, 200, (m.CONJ_ID(7), m.IP), (Load(1, m.REG0, 0, 1), goto(pl.Table.CONNTRACK)), c),
+        pl.Flow(t, 200, (m.CONJ_ID(8),), (Load(0xAB, m.REG1, 8, 8), Load(5, m.REG2), Load(3, m.REG3, 30, 2),
+                                          goto(pl.Table.CONNTRACK)), c),
+        pl.Flow(t, 200, (m.CONJ_ID(0xFFFFFFFF),), (), c),
+        pl.Flow(pl.Table.CONNTRACK, 100, (m.masked(m.REG0, 1, 1), m.REG3(0xC0000000)),
+                (Move(m.REG1, m.REG2), goto(pl.Table.L3_FORWARDING)), c),
+        pl.Flow(pl.Table.CONNTRACK, 90, (m.IPV6, m.masked(m.REG1, 0xAB00, 0xFF00), m.REG2(5)), (output(3),), c),
+    ]
+
+
+def _print(flows: list[pl.Flow]) -> tuple[list[str], list[str]]:
+    """(ovs-ofctl parse-flows of the texts, ovs-ofctl ofp-print of the codec's bytes), one line each."""
+    ref = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "parse-flows", "-"], check=True, capture_output=True,
+                         text=True, input="".join(f.text() + "\n" for f in flows)).stdout
+    expected = [line.split("): ", 1)[1] for line in ref.splitlines() if "OFPT_FLOW_MOD" in line]
+    ours = [subprocess.run(["ovs-ofctl", "ofp-print", codec.flow_mod_add(f, 0).hex()], check=True,
+                           capture_output=True, text=True).stdout.strip().split("): ", 1)[1] for f in flows]
+    return expected, ours
+
+
+def test_policy_sample_covers_every_new_field_and_action() -> None:
+    flows = policy_flows()
+    fields = {i.spec for f in flows for i in f.match if isinstance(i, m.Field)}
+    protos = {i for f in flows for i in f.match if isinstance(i, m.Proto)}
+    assert {m.CONJ_ID, m.TCP_DST, m.UDP_DST, m.SCTP_DST, m.REG0, m.REG1, m.REG2, m.REG3} <= fields
+    assert {m.TCP, m.UDP, m.SCTP, m.TCP6, m.UDP6, m.SCTP6} <= protos
+    assert any(sum(isinstance(a, Conjunction) for a in f.actions) == 3 for f in flows)
+    assert {a.dst for f in flows for a in f.actions if isinstance(a, Load)} == {m.REG0, m.REG1, m.REG2, m.REG3}
+
+
+@pytest.mark.skipif(shutil.which("ovs-ofctl") is None, reason="needs ovs-ofctl")
+def test_policy_flows_encoded_bytes_mean_what_the_text_says() -> None:
+    """ovs-ofctl accepts every policy flow's text, and decodes the codec's bytes to the same flow."""
+    flows = policy_flows()
+    expected, ours = _print(flows)
+    assert len(expected) == len(flows)
+    assert ours == expected
+
+
+@pytest.mark.skipif(shutil.which("ovs-ofctl") is None, reason="needs ovs-ofctl")
+def test_policy_texts_are_what_ovs_prints() -> None:
+    """Each new match field and action is written as ovs-ofctl's canonical text writes it (what
+    dump-flows prints; only the order of match fields differs), and route-sync's reader of
+    parse-flows (``parse_flow_mods``, behind its canonical cache) takes every one."""
+    from routesync.apply.ovs import parse_flow_mods
+
+    flows = policy_flows()
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "parse-flows", "-"], check=True, capture_output=True,
+                         text=True, input="".join(f.text() + "\n" for f in flows)).stdout
+    parsed = parse_flow_mods(out)
+    assert len(parsed) == len(flows)
+    for f, (cookie, table, priority, match, actions) in zip(flows, parsed, strict=True):
+        assert (cookie, table, priority) == (f.cookie.value, int(f.table), f.priority), f.text()
+        assert actions == f.actions_text(), f.text()
+        assert sorted(match.split(",")) == sorted(f.match_text().split(",")), f.text()
+    assert parsed[8][3] == "conj_id=7,ip" and parsed[1][3] == "tcp,tp_dst=0x1000/0xf000"
+
+
+def test_policy_texts_and_wire_layout() -> None:
+    flows = policy_flows()
+    assert flows[0].text() == (f"table=10,priority=200,cookie={POLICY_COOKIE.value:#x},ip,nw_src=10.244.1.0/24,"
+                               "actions=conjunction(7,1/3),conjunction(8,1/2),conjunction(4294967295,1/64)")
+    assert flows[1].match_text() == "tcp,tp_dst=0x1000/0xf000"
+    assert flows[6].match_text() == "sctp6,tp_dst=9899"
+    assert flows[11].match_text() == "reg0=0x1/0x1,reg3=0xc0000000"
+    assert Load(1, m.REG0, 0, 1).text() == "load:0x1->NXM_NX_REG0[0]"
+    assert Load(1, m.REG0, 0, 32).text() == Load(1, m.REG0).text() == "load:0x1->NXM_NX_REG0[]"
+    # NXAST_CONJUNCTION: experimenter action, 16 bytes, Nicira, subtype 34, clause 0-based, n, id
+    assert codec.encode_instructions((Conjunction(0x01020304, 2, 3),))[8:] == bytes.fromhex(
+        "ffff0010" "00002320" "0022" "01" "03" "01020304")
+    # NXAST_REG_LOAD of reg1[8..15]: ofs_nbits = 8 << 6 | 7, NXM_NX_REG1, the value
+    assert codec.encode_instructions((Load(0xAB, m.REG1, 8, 8),))[8:] == bytes.fromhex(
+        "ffff0018" "00002320" "0007" "0207" "00010204" "00000000000000ab")
+    # tp_dst=0x1000/0xf000: OXM_OF_TCP_DST with the mask bit, value then mask
+    match = codec.encode_match((m.TCP, m.masked(m.TCP_DST, 0x1000, 0xF000)))
+    assert bytes.fromhex("80001d04" "1000" "f000") in match
+    assert bytes.fromhex("00014a04" "00000007") in codec.encode_match((m.CONJ_ID(7),))  # NXM_NX_CONJ_ID (37)
+
+
+@pytest.mark.parametrize(("match", "actions"), [
+    ((m.IP, m.TCP_DST(80)), ()),  # tcp_dst without ip_proto 6
+    ((m.masked(m.UDP_DST, 0x100, 0xFF00),), ()),  # udp_dst without udp
+    ((m.TCP, m.UDP_DST(53)), ()),  # udp_dst on tcp
+    ((m.UDP6, m.SCTP_DST(1)), ()),  # sctp_dst on udp6
+    ((m.IP,), (Conjunction(1, 1, 2), output(1))),  # conjunction() with another action
+    ((m.IP,), (Conjunction(1, 1, 2), goto(30))),  # or with goto_table
+    ((m.IP,), (output(1), Conjunction(1, 2, 2))),
+    ((m.Field(m.CONJ_ID, 7, None, 0xFF),), ()),  # conj_id is matched exactly
+])
+def test_what_the_codec_cannot_express_in_policy_flows_raises(match: tuple, actions: tuple) -> None:
+    with pytest.raises(OpenFlowError):
+        codec.flow_mod_add(pl.Flow(pl.Table.CLASSIFIER, 1, match, actions), 1)
+
+
+@pytest.mark.parametrize("bad", [
+    lambda: Conjunction(1, 0, 2), lambda: Conjunction(1, 3, 2), lambda: Conjunction(1, 1, 1),
+    lambda: Conjunction(1, 1, 65), lambda: Conjunction(1 << 32, 1, 2), lambda: Conjunction(-1, 1, 2),
+    lambda: Load(2, m.REG0, 0, 1), lambda: Load(1, m.REG0, 31, 2), lambda: Load(1, m.REG0, -1, 1),
+    lambda: Load(1, m.REG0, 0, 0), lambda: Load(1, m.REG0, 4), lambda: Load(1 << 32, m.REG0),
+    lambda: Load(1, m.CONJ_ID), lambda: m.TCP_DST(65536), lambda: m.CONJ_ID(1 << 32), lambda: m.REG0(-1),
+    lambda: m.masked(m.TCP_DST, 0x1001, 0xF000), lambda: m.masked(m.UDP_DST, 0, 0x10000),
+    lambda: m.masked(m.CONJ_ID, 1, 1),
+])
+def test_policy_values_are_validated_when_built(bad) -> None:
+    with pytest.raises(ValueError):
+        bad()

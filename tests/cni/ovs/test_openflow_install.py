@@ -14,7 +14,7 @@ from cni.pipeline.actions import SetField, goto, output
 from cni.pipeline.chained import next_hop_flows
 from cni.pipeline.flows import GatewayPort, PodPort, base_flows, pod_flows
 from cni.pipeline.match import IN_PORT
-from tests.cni.ovs.test_codec import every_planned_flow
+from tests.cni.ovs.test_codec import every_planned_flow, policy_flows
 from tests.support.ovs_instance import OvsInstance, netns
 
 pytestmark = pytest.mark.root
@@ -165,3 +165,76 @@ def test_bundle_refused_by_the_switch_changes_nothing(rs_ovs):
     assert _dump13(rs_ovs, "brn") == before  # the delete in the same bundle did not happen
     session.bundle(session.encode([], flows[:1]))  # and the session works again
     session.close()
+
+
+# ------------------------------------------------------------------ NetworkPolicy's conjunctive flows
+
+def _canonical(flows: list[pl.Flow]) -> list[tuple[int, int, int, str, str]]:
+    """(table, priority, match, actions, cookie) of ``ovs-ofctl parse-flows`` of the flows' texts."""
+    import subprocess
+
+    from routesync.apply.ovs import parse_flow_mods
+
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "parse-flows", "-"], capture_output=True, text=True,
+                         check=True, input="".join(f.text() + "\n" for f in flows)).stdout
+    return sorted((t, p, match, actions, c) for c, t, p, match, actions in parse_flow_mods(out))
+
+
+def test_policy_flows_install_as_ofctl_installs_them_and_dump_back_as_their_text(rs_ovs):
+    """Conjunction clause flows, conj_id flows, port ranges, registers: the codec (one-shot, and
+    route-sync's bundle) installs what ovs-ofctl installs from the text, and the dump reads back
+    as the text's canonical form (what route-sync compares)."""
+    from routesync.apply.ofsession import OpenFlowSession
+    from routesync.apply.ovs import parse_dump
+
+    flows = policy_flows()
+    OpenFlow("brn", rs_ovs.run_dir).add_flows(flows)
+    _ofctl13(rs_ovs, "add-flows", "bro", "-", input="".join(f.text() + "\n" for f in flows))
+    native, reference = _dump13(rs_ovs, "brn"), _dump13(rs_ovs, "bro")
+    assert len(native) == len(flows)
+    assert native == reference
+    dumped = parse_dump(_ofctl13(rs_ovs, "dump-flows", "brn", "--no-names"))
+    assert sorted((*f.canon(), f.cookie) for f in dumped) == _canonical(flows)
+
+    _ofctl13(rs_ovs, "del-flows", "brn")
+    session = OpenFlowSession("brn", rs_ovs.run_dir)
+    session.bundle(session.encode([], flows))
+    assert _dump13(rs_ovs, "brn") == reference
+    session.close()
+
+
+def test_conjunctive_match_on_the_switch(ovs):
+    """The switch runs the codec's conjunction: a packet from the source range to a port in the
+    range reaches the conj_id flow (which sets a register bit the next table matches); one that
+    satisfies a single clause falls to the table's miss."""
+    c = pl.peer_cookie("fs-conj")
+    t, nxt = pl.Table.CLASSIFIER, pl.Table.L3_FORWARDING
+    from cni.pipeline.actions import Conjunction, Load
+
+    flows = [
+        pl.Flow(t, 100, (m.IP, m.IPV4_SRC("10.9.0.0/16")), (Conjunction(5, 1, 2), Conjunction(6, 1, 2)), c),
+        pl.Flow(t, 100, (m.TCP, m.masked(m.TCP_DST, 0x1000, 0xF000)), (Conjunction(5, 2, 2),), c),
+        pl.Flow(t, 100, (m.UDP, m.UDP_DST(53)), (Conjunction(6, 2, 2),), c),
+        pl.Flow(t, 100, (m.CONJ_ID(5), m.IP), (Load(1, m.REG0, 3, 1), goto(nxt)), c),
+        pl.Flow(t, 100, (m.CONJ_ID(6), m.IP), (Load(1, m.REG0, 4, 1), goto(nxt)), c),
+        pl.Flow(t, 0, (), (), c),
+        pl.Flow(nxt, 10, (m.masked(m.REG0, 0x8, 0x8),), (output(1),), c),
+        pl.Flow(nxt, 10, (m.masked(m.REG0, 0x10, 0x10),), (output(2),), c),
+    ]
+    OpenFlow("brn", ovs.run_dir).add_flows(flows)
+
+    def trace(packet: str) -> str:
+        # (a packet is named by ovs-fields names: tp_dst there is tcp_dst only; in flows it is any port)
+        return ovs.appctl("ofproto/trace", "brn", f"in_port=LOCAL,{packet}")
+
+    ovs.vsctl("add-port", "brn", "p1", "--", "set", "interface", "p1", "type=internal", "ofport_request=1",
+              "--", "add-port", "brn", "p2", "--", "set", "interface", "p2", "type=internal", "ofport_request=2")
+    tcp = trace("tcp,nw_src=10.9.1.2,nw_dst=10.1.1.1,tcp_dst=0x1234")
+    assert "conj_id=5,ip" in tcp and "output:1" in tcp and "output:2" not in tcp
+    udp = trace("udp,nw_src=10.9.1.2,nw_dst=10.1.1.1,udp_dst=53")
+    assert "conj_id=6,ip" in udp and "output:2" in udp and "output:1" not in udp
+    for miss in ("tcp,nw_src=10.9.1.2,nw_dst=10.1.1.1,tcp_dst=0x2234",  # port outside the range
+                 "tcp,nw_src=10.8.1.2,nw_dst=10.1.1.1,tcp_dst=0x1234",  # source outside
+                 "udp,nw_src=10.9.1.2,nw_dst=10.1.1.1,udp_dst=0x1234"):  # the other conjunction's port
+        out = trace(miss)
+        assert "conj_id" not in out and out.rstrip().endswith("Datapath actions: drop"), out
