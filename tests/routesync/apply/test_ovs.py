@@ -327,3 +327,28 @@ def test_a_large_first_bundle_goes_through_ovs_ofctl_and_changes_natively(monkey
         assert app.sync_flow_delta(desired, moved).replaced == [peer_cookie("p3").value]
         assert (app.native_bundles, app.ofctl_bundles) == (1, 1)
         assert not app.sync_flows(moved).changed
+
+
+@pytest.mark.root
+def test_policy_flows_sync_and_read_back_unchanged() -> None:
+    """NetworkPolicy's flows (conjunction() clauses, conj_id, port ranges, registers) go through
+    route-sync's sync: ovs-ofctl parse-flows of their texts (its canonical cache) equals OVS's dump,
+    so a second sync changes nothing, and a changed clause replaces only its cookie group."""
+    from cni.pipeline.actions import Conjunction
+    from tests.cni.ovs.test_codec import POLICY_COOKIE, policy_flows
+
+    desired = base_flows() + policy_flows()
+    with node("fb-ofp") as n:
+        app = n.applier
+        d1 = app.sync_flows(desired)
+        assert POLICY_COOKIE.value in d1.added and d1.flows_sent == len(desired)
+        d2 = app.sync_flows(desired)
+        assert not d2.changed and d2.flows_sent == 0
+        assert len(installed(app)[POLICY_COOKIE.value]) == len(policy_flows())
+        dns = [Flow(f.table, f.priority, (m.UDP, m.UDP_DST(5353)), (Conjunction(7, 3, 3),), f.cookie)
+               if f.match_text() == "udp,tp_dst=53" else f for f in policy_flows()]
+        moved = base_flows() + dns
+        d3 = app.sync_flows(moved)
+        assert d3.replaced == [POLICY_COOKIE.value] and not d3.added and not d3.deleted
+        assert not app.sync_flows(moved).changed
+        assert any("tp_dst=5353" in f.match for f in installed(app)[POLICY_COOKIE.value])
