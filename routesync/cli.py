@@ -63,7 +63,13 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
         from .bgp.speaker import Speaker
 
         speaker = Speaker(cfg, observer).start()
-    daemon = Daemon(cfg, source, appliers, observer=observer, bgp=speaker)
+    policy = None
+    if cfg.network_policy and cfg.node_source.type == "kubernetes":
+        from .policy.watch import PolicySource
+        from .sources.kube import api_client
+
+        policy = PolicySource(api_client(cfg.node_source.kubeconfig), on_change=source.wake)
+    daemon = Daemon(cfg, source, appliers, observer=observer, bgp=speaker, policy=policy)
 
     def _stop(signum: int, _frame: Any) -> None:
         logging.getLogger(__name__).info("signal %d: stopping", signum)
@@ -79,6 +85,8 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
         if speaker is not None:  # first: withdraw while the Node still forwards
             speaker.stop()
         source.close()
+        if policy is not None:
+            policy.close()
         appliers.close()
         if server is not None:
             server.close()

@@ -106,6 +106,10 @@ class Config:
     resync_seconds: float = 60.0
     log_file: str | None = None
     bgp: BgpConfig | None = None
+    # NetworkPolicy (routesync/policy): on by default with the Kubernetes source; the Service
+    # CIDRs' egress is judged after kube-proxy's DNAT (empty: judged on the ClusterIP)
+    network_policy: bool = True
+    service_cidrs: tuple[str, ...] = ()
 
     @property
     def bgp_run_dir(self) -> str:
@@ -276,7 +280,7 @@ _KEYS = {
     "nodeName", "trafficEncapMode", "tunnelType", "tunnelPort", "transportInterface",
     "transportInterfaceCIDRs", "noSNAT", "defaultMTU", "bridge", "datapathType", "ovsdb", "ovsRunDir",
     "stateFile", "podCIDRs", "clusterCIDRs", "nodeSource", "fastPath", "macSource", "resyncSeconds",
-    "logFile", "bgp",
+    "logFile", "bgp", "serviceCIDRs", "networkPolicy",
 }
 
 
@@ -347,6 +351,8 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         resync_seconds=float(resync),
         log_file=_str("logFile", g("logFile")) if g("logFile") is not None else None,
         bgp=_bgp("bgp", g("bgp")) if g("bgp") is not None else None,
+        network_policy=_bool("networkPolicy", g("networkPolicy", True)),
+        service_cidrs=_cidrs("serviceCIDRs", g("serviceCIDRs", []), False),
     )
 
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 from cni.node import nodestate
 
 from . import planner
+from .policy import plan as policy_plan
 from .model import (
     DesiredState,
     LocalFacts,
@@ -65,6 +66,14 @@ class NextHopSource(Protocol):
     changed: threading.Event
 
     def resolve(self, destinations: Iterable[str]) -> dict[str, NextHop]: ...
+
+
+class PolicyInputs(Protocol):
+    """``routesync.policy.watch.PolicySource``: the cluster's Pods, Namespaces and policies."""
+
+    def generation(self) -> tuple[int, int, int]: ...
+
+    def inputs(self) -> tuple[tuple[int, int, int], policy_plan.Inputs]: ...
 
 
 class BgpSpeaker(Protocol):
@@ -100,8 +109,13 @@ class ReconcileResult:
 class Daemon:
     def __init__(self, config: Config, source: NodeSource, appliers: Appliers,
                  clock: Callable[[], float] = time.monotonic, observer: Observer | None = None,
-                 bgp: BgpSpeaker | None = None) -> None:
+                 bgp: BgpSpeaker | None = None, policy: PolicyInputs | None = None) -> None:
         self.config = config
+        # NetworkPolicy: the cluster's Pods/Namespaces/policies (routesync.policy.watch); None: off
+        self.policy = policy
+        self._policy_key: tuple | None = None
+        self.policy_plan: policy_plan.Plan | None = None
+        self._conj_ids = policy_plan.ConjIds()
         self.bgp = bgp  # the BGP speaker (bgp section); None: no BGP
         self.observer = observer  # metrics + health (routesync.metrics.Observer); None: off
         self.source = source
@@ -160,9 +174,15 @@ class Daemon:
                 hops = self.next_hops.resolve(planner.fast_candidates(cfg, peers, facts))
             desired = planner.plan(cfg, me, peers, facts, hops, memo=self._memo)
             desired.full = full
+            policies = self._plan_policy(desired)
+            if policies is not None:
+                desired.flows = desired.flows + policies.flows
             self._count_disagreements(desired)
             self.appliers.apply(desired)
-            state = planner.node_state(cfg, me, desired, facts, self._state_rows)
+            if policies is not None:
+                self.appliers.release_pending(policies.local_pods, full)  # type: ignore[attr-defined]
+            state = planner.node_state(cfg, me, desired, facts, self._state_rows,
+                                       policies.policy_namespaces if policies is not None else [])
             written = self._write_state(state, full)
             self._sync_pods(state, full)
             if self.bgp is not None:  # advertise this Node's Pod CIDRs (a no-op when they are the same)
@@ -177,6 +197,29 @@ class Daemon:
             log.log(level, "reconcile failed (%s: %s); will retry", type(e).__name__, e,
                     exc_info=level == logging.ERROR)
             return ReconcileResult(False, self.clock() - t0, error=f"{type(e).__name__}: {e}")
+
+    def _plan_policy(self, desired: DesiredState) -> policy_plan.Plan | None:
+        """This Node's NetworkPolicy flows, planned again only when the cluster's Pods,
+        Namespaces or policies moved, or this Node's addresses (``routesync.policy.plan``)."""
+        if self.policy is None:
+            return None
+        facts = policy_plan.NodeFacts(self.config.node_name,
+                                      tuple(a.split("/")[0] for a in desired.gateway_addresses),
+                                      self.config.service_cidrs)
+        if self.policy_plan is not None and self._policy_key == (self.policy.generation(), facts):
+            return self.policy_plan
+        gen, inputs = self.policy.inputs()
+        t0 = self.clock()
+        plan = policy_plan.plan(inputs, facts, self._conj_ids)
+        took = self.clock() - t0
+        before = self.policy_plan
+        if before is None or set(plan.errors) != set(before.errors):
+            for e in sorted(set(plan.errors) - set(before.errors if before else [])):
+                log.warning("NetworkPolicy %s", e)
+        log.info("policy planned in %.1f ms: %d policies, %d rules here, %d flows", took * 1e3,
+                 len(inputs.policies), len(plan.rules), len(plan.flows))
+        self.policy_plan, self._policy_key = plan, (gen, facts)
+        return plan
 
     def _sync_pods(self, state: nodestate.NodeState, full: bool) -> None:
         """Running Pods to the state's per-path MTUs (``appliers.sync_pods``), when what decides

@@ -12,13 +12,22 @@ from dataclasses import dataclass
 
 from cni.lean import addr
 from cni.pipeline import match as m
-from cni.pipeline.actions import DEC_TTL, Ct, DecTtl, SetField, goto, output
-from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, host_return_flow, mac, routed_to
+from cni.pipeline.actions import DEC_TTL, DecTtl, SetField, goto, output
+from cni.pipeline.flows import (
+    PRIO_COMMIT_VIA,
+    PRIO_MATCH,
+    arp_responder_actions,
+    commit_flows,
+    host_return_flow,
+    mac,
+    routed_to,
+    via_flag,
+)
 from cni.pipeline.match import ARP, IN_PORT, IP, IPV6, Field
 from cni.pipeline.modes import PATH_FAST, PATH_TUNNEL
 from cni.pipeline.tables import (
+    CT_MARK_VIA_MASK,
     CT_MARK_VIA_UPLINK,
-    CT_ZONE,
     NODE_COOKIE,
     VIRTUAL_MAC,
     Flow,
@@ -83,19 +92,28 @@ def fast_flows(peer: PeerPlan, gateway_mac: str, port: FastPort) -> list[Flow]:
 def host_uplink_flows(port: FastPort) -> list[Flow]:
     """The fast path's half of Conntrack (see :mod:`cni.pipeline.tables`): a local Pod's packet
     that the host routes out of its uplink port (kube-proxy DNATed it to a fast peer's Pod) is
-    committed with :data:`CT_MARK_VIA_UPLINK`; the reply, which the peer sends on its own fast
-    path and which enters from the uplink, goes back to the host's port, not to the Pod."""
+    flagged :data:`CT_MARK_VIA_UPLINK` and goes through Conntrack and policy like any other;
+    ConntrackCommit commits it with that mark and outputs it to the physical uplink (the host
+    already addressed it to the next hop).  The reply, which the peer sends on its own fast path
+    and which enters from the uplink, goes back to the host's port, not to the Pod."""
     if port.host_ofport is None:
         return []
     host, ofport = int(port.host_ofport), int(port.ofport)
-    commit = Ct(CT_ZONE, commit=True, exec=(SetField(m.CT_MARK, CT_MARK_VIA_UPLINK),))
+    to_uplink = (output(ofport),)
     flows: list[Flow] = []
     families = set()
     for cidr in port.local_pod_cidrs:
         net = ipaddress.ip_network(cidr, strict=False)
         families.add(net.version)
         flows.append(Flow(Table.CLASSIFIER, PRIO_HOST_OUT, (IN_PORT(host), IP if net.version == 4 else IPV6,
-                                                             _prefix(net, True)), (commit, output(ofport)), NODE_COOKIE))
+                                                             _prefix(net, True)),
+                          (via_flag(CT_MARK_VIA_UPLINK), goto(Table.CONNTRACK)), NODE_COOKIE))
+    if not flows:
+        return flows
+    flows += commit_flows(CT_MARK_VIA_UPLINK, to_uplink, NODE_COOKIE)
+    # a known connection's later packets: out the same way, nothing to commit
+    flows.append(Flow(Table.CONNTRACK_COMMIT, PRIO_COMMIT_VIA - 1,
+                      (m.masked(m.REG0, CT_MARK_VIA_UPLINK, CT_MARK_VIA_MASK),), to_uplink, NODE_COOKIE))
     flows += [host_return_flow(f, CT_MARK_VIA_UPLINK, port.mac, host, NODE_COOKIE) for f in sorted(families)]
     return flows
 

@@ -390,7 +390,8 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
 
 
 def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: LocalFacts,
-               rows: dict[int, tuple[PeerPlan, nodestate.Peer]] | None = None) -> nodestate.NodeState:
+               rows: dict[int, tuple[PeerPlan, nodestate.Peer]] | None = None,
+               policy_namespaces: Sequence[str] = ()) -> nodestate.NodeState:
     """What the plugin reads: written by the daemon when it differs from the last one written.
     ``rows`` (the caller's, kept across calls): each PeerPlan object's row, reused while the
     plan is the same object (the planner's memo), so an unchanged peer costs no new record and
@@ -414,6 +415,7 @@ def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: 
         tunnel=tunnel,
         peers=_peer_rows(desired.peers, rows),
         transportMTU=desired.transport_mtu or desired.mtu,
+        policyNamespaces=list(policy_namespaces),
     )
 
 

@@ -21,7 +21,10 @@ import).  The schema is versioned: a reader refuses a file whose ``version`` it 
                   "addresses": ["10.244.1.1/24", "fd00:10:244:1::1/64"]},
       "tunnel": {"type": "vxlan", "port": "ferry-tun0", "ofport": 3} | null,
       "peers": [{"name": "node-b", "addresses": ["192.168.77.2"],
-                 "podCIDRs": ["10.244.2.0/24"], "path": "tunnel", "mac": null}]
+                 "podCIDRs": ["10.244.2.0/24"], "path": "tunnel", "mac": null}],
+      "policyNamespaces": ["prod"]        # namespaces that have a NetworkPolicy: a Pod ADDed
+                                          # there starts pending (no new connection) until
+                                          # route-sync has its policy in force; absent: none
     }
 """
 
@@ -87,6 +90,7 @@ class NodeState:
     tunnel: Tunnel | None = None
     peers: list[Peer] = Factory(list)
     transportMTU: int = 0  # 0: not given (a route-sync before per-path MTUs): "mtu" everywhere
+    policyNamespaces: list[str] = Factory(list)
     version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -154,6 +158,9 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
     if not isinstance(transport_mtu, int) or isinstance(transport_mtu, bool) or \
             not (transport_mtu == 0 or 68 <= transport_mtu <= 65535):
         raise StateError(f"{where}: transportMTU {transport_mtu!r} out of range")
+    policy_namespaces = d.get("policyNamespaces") or []
+    if not isinstance(policy_namespaces, list) or not all(isinstance(n, str) for n in policy_namespaces):
+        raise StateError(f"{where}: key 'policyNamespaces' is not a list of names")
     return NodeState(
         node=_require(d, "node", str, where),
         mode=mode,
@@ -168,6 +175,7 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
         tunnel=tunnel,
         peers=peers,
         transportMTU=transport_mtu,
+        policyNamespaces=list(policy_namespaces),
     )
 
 

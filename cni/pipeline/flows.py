@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
     from cni.pipeline.actions import Action
 
-__all__ = ["GatewayPort", "PodPort", "arp_responder_actions", "base_flows", "host_return_flow", "link_local", "mac",
-           "pod_flows"]
+__all__ = ["GatewayPort", "PodPort", "arp_responder_actions", "base_flows", "commit_flows", "host_return_flow",
+           "link_local", "mac", "pending_flows", "pod_flows", "via_flag"]
 
 # Priorities, so that related flows read in one place.
 PRIO_MISS = 0
@@ -40,11 +40,16 @@ PRIO_GUARD_DROP_NA = 204
 PRIO_GUARD_ALLOW_NA = 205
 PRIO_GUARD_DROP_RA = 210
 PRIO_GRATUITOUS = 210
-# Conntrack: commit what a local Pod sends through the host, pass the host's other traffic
-# untracked, look up everything else that is for a local Pod.
-PRIO_CT_COMMIT = 210
-PRIO_CT_HOST = 205
+# Conntrack: flag what a local Pod sends through the host, look every IP packet up.
+PRIO_CT_VIA = 210
 PRIO_CT_LOOKUP = 200
+# ConntrackState: a Pod's pending drop, then host returns, then known connections past policy.
+PRIO_PENDING = 230
+PRIO_HOST_RETURN = 210
+PRIO_CT_KNOWN = 200
+# ConntrackCommit: a flagged new connection with its mark, any other new one without.
+PRIO_COMMIT_VIA = 210
+PRIO_COMMIT = 200
 
 ICMP6_NS, ICMP6_NA, ICMP6_RA, ICMP6_REDIRECT = 135, 136, 134, 137
 ICMP_REDIRECT = 5
@@ -98,38 +103,83 @@ def _net_field(family: int, cidr: str, source: bool) -> m.Field:
 
 
 def host_return_flow(family: int, mark: int, gateway_mac: str, ofport: int, cookie: Cookie) -> Flow:
-    """HostReturn: a reply of a connection whose first packets came from the host through
+    """ConntrackState: a reply of a connection whose first packets came from the host through
     ``ofport`` (``mark``) goes back there, addressed to that port's MAC."""
-    return Flow(Table.HOST_RETURN, PRIO_MATCH,
+    return Flow(Table.CONNTRACK_STATE, PRIO_HOST_RETURN,
                 (IP if family == 4 else IPV6, m.ct_state(m.CT_TRK | m.CT_RPL),
                  m.masked(m.CT_MARK, mark, CT_MARK_VIA_MASK)),
                 (SetField(m.ETH_DST, m.mac_value(gateway_mac)), output(ofport)), cookie)
 
 
+def via_flag(mark: int) -> Action:
+    """Conntrack: note in reg0 which host port a local Pod's packet came through (``mark``)."""
+    return Load(mark, m.REG0)
+
+
+def commit_flows(mark: int, then: tuple[Action, ...], cookie: Cookie) -> list[Flow]:
+    """ConntrackCommit: a new connection flagged ``mark`` in reg0 is committed with that mark
+    (ct() needs the packet's family in the match: one flow each)."""
+    commit = Ct(CT_ZONE, commit=True, exec=(SetField(m.CT_MARK, mark),))
+    return [Flow(Table.CONNTRACK_COMMIT, PRIO_COMMIT_VIA,
+                 (proto, m.ct_state(m.CT_NEW | m.CT_TRK), m.masked(m.REG0, mark, CT_MARK_VIA_MASK)),
+                 (commit, *then), cookie) for proto in (IP, IPV6)]
+
+
 def conntrack_flows(gw: GatewayPort, local_cidrs: Sequence[tuple[int, str]]) -> list[Flow]:
-    """Conntrack and HostReturn for the gateway port (see :mod:`cni.pipeline.tables`): a local Pod's
-    packets the host forwards back into OVS (kube-proxy's DNAT: to a local Pod, a tunnel, the
-    fast path) are committed with :data:`CT_MARK_VIA_GATEWAY`; what comes for a local Pod from
-    anywhere but the host is looked up, and a reply of such a connection goes to the host, which
-    undoes its NAT, instead of straight to the Pod (that would see the backend's address)."""
+    """Conntrack, ConntrackState, ConntrackCommit and the NetworkPolicy tables' misses (see
+    :mod:`cni.pipeline.tables`).  Every IP packet is looked up in :data:`CT_ZONE`; one of a known
+    connection skips policy; a new one is committed after it.  A local Pod's packets the host
+    forwards back into OVS through the gateway (kube-proxy's DNAT: to a local Pod, a tunnel, the
+    fast path) are committed with :data:`CT_MARK_VIA_GATEWAY`, and a reply of such a connection
+    goes to the host, which undoes its NAT, instead of straight to the Pod (that would see the
+    backend's address)."""
     port = int(gw.ofport)
     c = BASE_COOKIE
-    to_l3 = (goto(Table.L3_FORWARDING),)
-    commit = Ct(CT_ZONE, commit=True, exec=(SetField(m.CT_MARK, CT_MARK_VIA_GATEWAY),))
-    flows = [Flow(Table.CONNTRACK, PRIO_MISS, (), to_l3, c), Flow(Table.HOST_RETURN, PRIO_MISS, (), to_l3, c)]
+    lookup = Ct(CT_ZONE, table=Table.CONNTRACK_STATE)
+    to_commit, to_l3 = (goto(Table.CONNTRACK_COMMIT),), (goto(Table.L3_FORWARDING),)
+    flows = [
+        Flow(Table.CONNTRACK, PRIO_MISS, (), to_l3, c),
+        Flow(Table.CONNTRACK, PRIO_CT_LOOKUP, (IP,), (lookup,), c),
+        Flow(Table.CONNTRACK, PRIO_CT_LOOKUP, (IPV6,), (lookup,), c),
+        Flow(Table.CONNTRACK_STATE, PRIO_MISS, (), (goto(Table.EGRESS_RULE),), c),
+        Flow(Table.CONNTRACK_STATE, PRIO_CT_KNOWN, (m.ct_state(m.CT_TRK | m.CT_EST),), to_commit, c),
+        Flow(Table.CONNTRACK_STATE, PRIO_CT_KNOWN, (m.ct_state(m.CT_TRK | m.CT_REL),), to_commit, c),
+        Flow(Table.EGRESS_RULE, PRIO_MISS, (), (goto(Table.EGRESS_DEFAULT),), c),
+        Flow(Table.EGRESS_DEFAULT, PRIO_MISS, (), (goto(Table.INGRESS_RULE),), c),
+        Flow(Table.INGRESS_RULE, PRIO_MISS, (), (goto(Table.INGRESS_DEFAULT),), c),
+        Flow(Table.INGRESS_DEFAULT, PRIO_MISS, (), to_commit, c),
+        Flow(Table.CONNTRACK_COMMIT, PRIO_MISS, (), to_l3, c),
+        Flow(Table.CONNTRACK_COMMIT, PRIO_COMMIT, (IP, m.ct_state(m.CT_NEW | m.CT_TRK)),
+             (Ct(CT_ZONE, commit=True), *to_l3), c),
+        Flow(Table.CONNTRACK_COMMIT, PRIO_COMMIT, (IPV6, m.ct_state(m.CT_NEW | m.CT_TRK)),
+             (Ct(CT_ZONE, commit=True), *to_l3), c),
+    ]
     if not local_cidrs:
         return flows
-    flows.append(Flow(Table.CONNTRACK, PRIO_CT_HOST, (IN_PORT(port),), to_l3, c))
     for family, cidr in local_cidrs:
         proto = IP if family == 4 else IPV6
-        flows += [
-            Flow(Table.CONNTRACK, PRIO_CT_COMMIT, (IN_PORT(port), proto, _net_field(family, cidr, True)),
-                 (commit, goto(Table.L3_FORWARDING)), c),
-            Flow(Table.CONNTRACK, PRIO_CT_LOOKUP, (proto, _net_field(family, cidr, False)),
-                 (Ct(CT_ZONE, table=Table.HOST_RETURN),), c),
-        ]
+        flows.append(Flow(Table.CONNTRACK, PRIO_CT_VIA, (IN_PORT(port), proto, _net_field(family, cidr, True)),
+                          (via_flag(CT_MARK_VIA_GATEWAY), lookup), c))
+    flows += commit_flows(CT_MARK_VIA_GATEWAY, to_l3, c)
     for family in sorted({f for f, _c in local_cidrs}):
         flows.append(host_return_flow(family, CT_MARK_VIA_GATEWAY, gw.mac, port, c))
+    return flows
+
+
+def pending_flows(cookie: Cookie, addresses: Sequence[str]) -> list[Flow]:
+    """A Pod whose policy is not in force yet (its namespace has NetworkPolicies and route-sync
+    has not seen the Pod): no new connection from or to it.  ConntrackState, under the Pod's
+    cookie; route-sync deletes them (that cookie, that table) once the Pod's policy is in force,
+    the Pod's DEL with its other flows."""
+    v4, v6 = _split(addresses)
+    new = m.ct_state(m.CT_NEW | m.CT_TRK)
+    flows = []
+    for ip in v4:
+        flows += [Flow(Table.CONNTRACK_STATE, PRIO_PENDING, (new, IP, m.IPV4_SRC(ip)), DROP, cookie),
+                  Flow(Table.CONNTRACK_STATE, PRIO_PENDING, (new, IP, m.IPV4_DST(ip)), DROP, cookie)]
+    for ip in v6:
+        flows += [Flow(Table.CONNTRACK_STATE, PRIO_PENDING, (new, IPV6, m.IPV6_SRC(ip)), DROP, cookie),
+                  Flow(Table.CONNTRACK_STATE, PRIO_PENDING, (new, IPV6, m.IPV6_DST(ip)), DROP, cookie)]
     return flows
 
 

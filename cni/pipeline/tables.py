@@ -9,22 +9,33 @@ plugin imports this on every ADD/DEL.
 Packet walk (IPv4 and IPv6 alike):
 
     Classifier ──pod port──► SpoofGuard ──ARP / NS──► NeighborResponder
-         │                      └─IP──► Conntrack ──► L3Forwarding ──► L2Forwarding ──► port
-         │                                  └─to a local Pod─► HostReturn ──► L3Forwarding
-         ├─gateway port: ARP/NS ► NeighborResponder, IP ► Conntrack
-         ├─tunnel port: dst MAC := gateway MAC ───────► Conntrack
-         └─uplink (fast path): local Pod CIDR ────────► Conntrack
+         │                      └─IP──► Conntrack ─ct()─► ConntrackState ─+est/+rel─► ConntrackCommit
+         ├─gateway port: ARP/NS ► NeighborResponder,        │ reply of a host-forwarded connection ► its port
+         │               IP ► Conntrack                     └─+new─► EgressRule ─miss─► EgressDefault
+         ├─tunnel port: dst MAC := gateway MAC ► Conntrack                │ allowed            │ not isolated
+         └─uplink (fast path): local Pod CIDR ─► Conntrack                ▼                    ▼
+                                                   IngressRule ─miss─► IngressDefault ─not isolated─►
+                                                   ConntrackCommit ──► L3Forwarding ──► L2Forwarding ──► port
 
 * SpoofGuard admits a Pod's packet only with the Pod's own MAC and addresses (IP, ARP sender,
   NA target), and drops router advertisements from Pods.
 * NeighborResponder answers ARP for the gateway and each local Pod (so nothing floods), and
   steers IPv6 neighbour solicitations to the port that owns the target.
-* Conntrack and HostReturn keep the Node's own conntrack in both directions of every connection
+* Conntrack looks every IP packet up in zone :data:`CT_ZONE`; ConntrackState passes a packet
+  of a known connection (``+est``/``+rel``) on to ConntrackCommit, which outputs it without a
+  policy lookup; a ``+new`` one goes through NetworkPolicy (below) and is committed there.
+* NetworkPolicy (route-sync, ``routesync/policy``): EgressRule and IngressRule hold each rule
+  as an OVS conjunction (the Pods it applies to, its peers, its ports: one flow per element of
+  each, plus one ``conj_id`` flow that counts the rule's connections); EgressDefault and
+  IngressDefault drop a new connection of a Pod a policy isolates that no rule allowed.  A Pod
+  the plugin plugs in a namespace that has policies gets a *pending* drop in ConntrackState
+  (:func:`cni.pipeline.flows.pending_flows`) until route-sync has its policy in force.
+* Conntrack and ConntrackState keep the Node's own conntrack in both directions of every connection
   the host forwarded for a local Pod (kube-proxy's Service DNAT): what a local Pod sends that
   enters OVS from the host (the gateway port; on the fast path also the host's uplink port) is
-  committed in zone :data:`CT_ZONE` with a mark saying which port; a packet for a local Pod that
-  arrives any other way is looked up there, and a reply of a marked connection goes back to the
-  host through that port (the host undoes its NAT and routes it on) instead of to the Pod.
+  flagged in reg0 and committed (ConntrackCommit) with a mark saying which port; a
+  reply of a marked connection goes back to the host through that port (the host undoes its
+  NAT and routes it on) instead of to the Pod.
 * L3Forwarding rewrites routed packets (dst MAC = gateway MAC): to a local Pod, to a tunnel,
   or (fast path) to the uplink.  What it does not match falls through unchanged.
 * L2Forwarding outputs by destination MAC: each Pod's MAC to its port, the gateway MAC to the
@@ -58,7 +69,12 @@ class Table(int):
     SPOOF_GUARD: Table
     NEIGHBOR_RESPONDER: Table
     CONNTRACK: Table
-    HOST_RETURN: Table
+    CONNTRACK_STATE: Table
+    EGRESS_RULE: Table
+    EGRESS_DEFAULT: Table
+    INGRESS_RULE: Table
+    INGRESS_DEFAULT: Table
+    CONNTRACK_COMMIT: Table
     L3_FORWARDING: Table
     L2_FORWARDING: Table
 
@@ -67,9 +83,14 @@ Table.CLASSIFIER = Table(0)
 Table.SPOOF_GUARD = Table(10)
 Table.NEIGHBOR_RESPONDER = Table(20)
 Table.CONNTRACK = Table(25)
-Table.HOST_RETURN = Table(26)
-Table.L3_FORWARDING = Table(30)
-Table.L2_FORWARDING = Table(40)
+Table.CONNTRACK_STATE = Table(26)
+Table.EGRESS_RULE = Table(40)
+Table.EGRESS_DEFAULT = Table(41)
+Table.INGRESS_RULE = Table(50)
+Table.INGRESS_DEFAULT = Table(51)
+Table.CONNTRACK_COMMIT = Table(60)
+Table.L3_FORWARDING = Table(70)
+Table.L2_FORWARDING = Table(80)
 
 # Ferry's conntrack zone in OVS (apart from the host's zone 0 on the kernel datapath, where both
 # share one table), and the ct_mark bits of a connection the host forwarded: which port of the
@@ -78,6 +99,8 @@ CT_ZONE = 0xFE00
 CT_MARK_VIA_GATEWAY = 0x1
 CT_MARK_VIA_UPLINK = 0x2
 CT_MARK_VIA_MASK = 0x3
+# reg0 (``cni.pipeline.match.REG0``) carries the same bits from Conntrack, where the port is
+# known, to ConntrackCommit, which writes them into the connection's mark.
 
 
 class Owner(int):
@@ -87,12 +110,14 @@ class Owner(int):
     POD: Owner  # per-Pod flows; the plugin
     PEER: Owner  # per-peer flows (tunnel, fast path); route-sync
     NODE: Owner  # per-Node flows that depend on mode (tunnel/uplink classifier); route-sync
+    POLICY: Owner  # NetworkPolicy flows (one cookie per flow: its match's hash); route-sync
 
 
 Owner.BASE = Owner(0x01)
 Owner.POD = Owner(0x02)
 Owner.PEER = Owner(0x03)
 Owner.NODE = Owner(0x04)
+Owner.POLICY = Owner(0x05)
 
 
 OWNER_SHIFT = 56
@@ -143,6 +168,11 @@ def pod_cookie(container_id: str, ifname: str) -> Cookie:
 
 def peer_cookie(peer_name: str) -> Cookie:
     return Cookie(Owner.PEER, _hash56(peer_name))
+
+
+def policy_cookie(key: str) -> Cookie:
+    """Cookie of one NetworkPolicy flow, from its identity (table, priority, match)."""
+    return Cookie(Owner.POLICY, _hash56("policy", key))
 
 
 BASE_COOKIE = Cookie(Owner.BASE, 0)

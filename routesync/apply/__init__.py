@@ -16,7 +16,18 @@ import os
 from typing import TYPE_CHECKING
 
 from cni.pipeline.modes import NETDEV, PATH_TUNNEL
-from cni.pipeline.tables import GATEWAY_PORT, TUNNEL_PORT
+from cni.pipeline.tables import (
+    EXT_CONTAINER_ID,
+    EXT_IFNAME,
+    EXT_IPS,
+    EXT_POD_NAME,
+    EXT_POD_NAMESPACE,
+    GATEWAY_PORT,
+    TUNNEL_PORT,
+    Cookie,
+    Table,
+    pod_cookie,
+)
 from routesync.apply.nexthops import NextHops
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
@@ -27,7 +38,10 @@ from routesync.apply.uplink import UplinkMover
 from routesync.model import DesiredState, HostRoute, LocalFacts, PeerPlan, TunnelSpec, UplinkSpec
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from cni.node.nodestate import NodeState
+    from routesync.policy.model import Pod
     from routesync.config import Config
 
 __all__ = [
@@ -72,6 +86,7 @@ class NodeAppliers:
         self._applied: DesiredState | None = None
         # the last delta's routes and their normalized set (the next delta's "before")
         self._normalized: tuple[set[HostRoute], set[HostRoute]] | None = None
+        self._released: set[int] = set()  # cookies of the Pods whose pending block was lifted
         self.pods = PodMtuApplier(self.ovs.pod_ports, self.ovs.pod_port, self._set_host_mtu,
                                   lock_dir=os.path.join(self.state_dir, "locks"))
 
@@ -84,6 +99,30 @@ class NodeAppliers:
     def sync_pods(self, state: NodeState, full: bool = False) -> PodSyncReport:
         """Running Pods to the per-path MTUs of ``state`` (:mod:`.pods`)."""
         return self.pods.sync(state, full)
+
+    def release_pending(self, pods: Sequence[Pod], full: bool = False) -> int:
+        """Lift the pending block (``cni.pipeline.flows.pending_flows``) of every local Pod the
+        policy planner has seen with the addresses its OVS port holds: its policy is in force
+        now (the daemon calls this after the apply).  A Pod is released once; a full pass
+        releases all again (a delete of nothing is harmless).  The number of Pods released."""
+        want = {(p.namespace, p.name): frozenset(p.ips) for p in pods}
+        cookies: list[Cookie] = []
+        for row in self.ovs.pod_ports():
+            ids = row["external_ids"]
+            key = (ids.get(EXT_POD_NAMESPACE), ids.get(EXT_POD_NAME))
+            cid, ifname = ids.get(EXT_CONTAINER_ID), ids.get(EXT_IFNAME)
+            ips = want.get(key)  # type: ignore[arg-type]
+            if ips is None or not cid or not ifname:
+                continue
+            have = frozenset(a.split("/")[0] for a in (ids.get(EXT_IPS) or "").split(",") if a)
+            if not have or not have <= ips:
+                continue  # the API's record of another sandbox of this Pod, or not updated yet
+            cookie = pod_cookie(cid, ifname)
+            if full or cookie.value not in self._released:
+                cookies.append(cookie)
+        self.ovs.delete_flows_in(Table.CONNTRACK_STATE, cookies)
+        self._released = (set() if full else self._released) | {c.value for c in cookies}
+        return len(cookies)
 
     def _mover_for(self, spec: UplinkSpec) -> UplinkMover:
         if self._mover is None or self._mover.spec != spec:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
-SYNCED_OWNERS = frozenset({Owner.BASE, Owner.NODE, Owner.PEER})
+SYNCED_OWNERS = frozenset({Owner.BASE, Owner.NODE, Owner.PEER, Owner.POLICY})
 OF_VERSION = "OpenFlow13"
 # The plugin's ofctl speaks OpenFlow13; OpenFlow10 stays enabled for plain `ovs-ofctl` users.
 BRIDGE_PROTOCOLS = ["OpenFlow10", "OpenFlow13"]
@@ -656,6 +656,18 @@ class OvsApplier:
         t = threading.Thread(target=run, name="ferry-canon", daemon=True)
         t.start()
         self._canon_warm = t
+
+    def delete_flows_in(self, table: int, cookies: Iterable[Cookie]) -> None:
+        """Delete the flows of each of ``cookies`` in ``table`` only, in one bundle."""
+        from cni.ovs.openflow import codec
+
+        messages = [codec.flow_mod_delete(c, table=table) for c in cookies]
+        if not messages:
+            return
+        try:
+            self.session.bundle(messages)
+        except OpenFlowError as e:
+            raise OvsError(f"flow bundle on {self.bridge}: {e}") from None
 
     def delete_flows(self, cookie: Cookie) -> None:
         self._send_bundle([], [], [cookie.value], {})

@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from lab.tools import cnitool
 from tests.support.ovs_instance import OvsInstance, netns
 
 ROOT = Path(__file__).resolve().parents[2]
+ECHO = str(ROOT / "lab" / "echo.py")
 
 CNITOOL = cnitool()
 NETWORK = "ferrynet"
@@ -57,6 +59,19 @@ class Pod:
     @property
     def host_veth(self) -> str:
         return next(i["name"] for i in self.result["interfaces"] if not i.get("sandbox"))
+
+    def connect(self, addr: str, port: int, timeout: float, payload: int = 3000) -> dict:
+        """lab/echo.py's ``connect`` from this Pod: its JSON verdict (``ok``, ``peer``, ``server``)."""
+        cp = self.exec(sys.executable, "-I", "-S", ECHO, "connect", addr, str(port), str(payload), str(timeout),
+                       check=False, timeout=timeout + 10)
+        return dict(json.loads(cp.stdout.strip().splitlines()[-1]))
+
+    def serve(self, port: int) -> subprocess.Popen:
+        """lab/echo.py's echo server on ``port`` in this Pod, ready when this returns (kill it)."""
+        srv = subprocess.Popen(["ip", "netns", "exec", self.netns, sys.executable, "-I", "-S", ECHO, "serve",
+                                str(port)], stdout=subprocess.PIPE, text=True)
+        assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
+        return srv
 
     def exec(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
         return run(["ip", "netns", "exec", self.netns, *argv], check=check, timeout=timeout)

@@ -232,9 +232,9 @@ def flow_mod_add(flow: Flow, xid: int = 0) -> bytes:
                     encode_instructions(flow.actions), xid)
 
 
-def flow_mod_delete(cookie: Cookie, xid: int = 0) -> bytes:
-    """Delete every flow of exactly ``cookie``, in every table."""
-    return flow_mod(cookie.value, FULL_COOKIE_MASK, OFPTT_ALL, OFPFC_DELETE, 0, _EMPTY_MATCH, b"", xid)
+def flow_mod_delete(cookie: Cookie, xid: int = 0, table: int = OFPTT_ALL) -> bytes:
+    """Delete every flow of exactly ``cookie``, in every table or in ``table``."""
+    return flow_mod(cookie.value, FULL_COOKIE_MASK, int(table), OFPFC_DELETE, 0, _EMPTY_MATCH, b"", xid)
 
 
 def hello() -> bytes:

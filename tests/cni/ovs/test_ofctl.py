@@ -65,13 +65,14 @@ def test_add_dump_delete_by_cookie(ovs: OvsInstance, of: OpenFlow) -> None:
     assert text.count(f"cookie={a.value:#x}") == 3 and text.count(f"cookie={b.value:#x}") == 3
     # Added over OpenFlow 1.0+NXM, where goto_table travels as resubmit(,T) (the same walk, as the
     # last action of a flow).
-    assert re.search(r"set_field:02:00:00:00:00:03->eth_dst,dec_ttl,goto_table:40", text)
+    assert re.search(rf"set_field:02:00:00:00:00:03->eth_dst,dec_ttl,goto_table:{int(Table.L2_FORWARDING)}", text)
     dumped = of.dump_flows()
     assert len(dumped) == 7
     assert {(f.table, f.priority, f.match) for f in of.dump_flows(a)} == {
         (0, 100, "in_port=3"), (10, 200, "ip,in_port=3,dl_src=02:00:00:00:00:03,nw_src=10.9.0.3"),
-        (30, 200, "ip,nw_dst=10.9.0.3")}
-    assert [f.match for f in of.dump_flows(table=30)] and all(f.table == 30 for f in of.dump_flows(table=30))
+        (int(Table.L3_FORWARDING), 200, "ip,nw_dst=10.9.0.3")}
+    l3 = int(Table.L3_FORWARDING)
+    assert [f.match for f in of.dump_flows(table=l3)] and all(f.table == l3 for f in of.dump_flows(table=l3))
     assert [f.cookie for f in of.dump_flows(b, table=0)] == [b.value]
     of.del_flows(a)
     after = of.dump_flows()

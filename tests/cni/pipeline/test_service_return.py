@@ -13,11 +13,6 @@ rule is what kube-proxy writes, minus the API server it would need. Then:
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from cni.pipeline.tables import Table
@@ -25,7 +20,6 @@ from tests.support.podnode import Node, Pod, run
 
 pytestmark = pytest.mark.root
 
-ECHO = str(Path(__file__).resolve().parents[3] / "lab" / "echo.py")
 SERVICE = {4: "10.96.0.5", 6: "fd00:10:96::5"}
 PORT, TARGET = 80, 7000
 
@@ -47,9 +41,7 @@ def _dnat(node: Node, a: Pod, b: Pod) -> None:
 
 
 def _connect(pod: Pod, addr: str, timeout: float) -> dict:
-    cp = pod.exec(sys.executable, "-I", "-S", ECHO, "connect", addr, str(PORT), "3000", str(timeout),
-                  check=False, timeout=timeout + 10)
-    return dict(json.loads(cp.stdout.strip().splitlines()[-1]))
+    return pod.connect(addr, PORT, timeout)
 
 
 def _flows(node: Node, table: int) -> list[str]:
@@ -60,17 +52,15 @@ def _flows(node: Node, table: int) -> list[str]:
 def test_a_dnated_connection_returns_through_the_host(node: Node, family: int) -> None:
     a, b = node.add_pod("svc-a"), node.add_pod("svc-b")
     _dnat(node, a, b)
-    srv = subprocess.Popen(["ip", "netns", "exec", b.netns, sys.executable, "-I", "-S", ECHO, "serve", str(TARGET)],
-                           stdout=subprocess.PIPE, text=True)
+    srv = b.serve(TARGET)
     try:
-        assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
         r = _connect(a, SERVICE[family], 10)
         assert r["ok"], r
         assert r["peer"] == a.ip(family) and r["server"] == b.ip(family), r
         # Without HostReturn's flow the reply skips the host: the connection cannot complete.
-        saved = [f for f in _flows(node, Table.HOST_RETURN) if "ct_state" in f]
+        saved = [f for f in _flows(node, Table.CONNTRACK_STATE) if "ct_state" in f]
         assert saved, node.flows()
-        node.ovs.ofctl("del-flows", node.bridge, f"table={int(Table.HOST_RETURN)},ct_state=+trk+rpl")
+        node.ovs.ofctl("del-flows", node.bridge, f"table={int(Table.CONNTRACK_STATE)},ct_state=+trk+rpl")
         broken = _connect(a, SERVICE[family], 2)
         assert not broken["ok"], broken
         # Back: it works again (the flows, not anything else, made the difference).

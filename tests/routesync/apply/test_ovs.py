@@ -59,13 +59,13 @@ def peer_flows(name: str, tun_dst: str, cidr: str) -> list[Flow]:
                   SetField(m.TUN_DST, m.IPV4_DST(tun_dst).value), output(3)), c),
             # written in a non-canonical way on purpose: OVS prints it as "udp,..."
             Flow(Table.CLASSIFIER, 100, (m.Field(m.ETH_TYPE, 0x0800), m.Field(m.IP_PROTO, 17), m.IPV4_SRC(tun_dst)),
-                 (goto(30),), c)]
+                 (goto(Table.L3_FORWARDING),), c)]
 
 
 def base_flows() -> list[Flow]:
     return [Flow(Table.CLASSIFIER, 0, (), DROP, BASE_COOKIE),
-            Flow(Table.L3_FORWARDING, 0, (), (goto(40),), BASE_COOKIE),
-            Flow(Table.CLASSIFIER, 50, (m.IN_PORT(3),), (SetField(m.ETH_DST, m.mac_value("02:00:00:00:00:01")), goto(30)),
+            Flow(Table.L3_FORWARDING, 0, (), (goto(Table.L2_FORWARDING),), BASE_COOKIE),
+            Flow(Table.CLASSIFIER, 50, (m.IN_PORT(3),), (SetField(m.ETH_DST, m.mac_value("02:00:00:00:00:01")), goto(Table.L3_FORWARDING)),
                  NODE_COOKIE)]
 
 
@@ -100,8 +100,9 @@ def test_flow_sync_exact_idempotent_replace_stale_and_pod_survive() -> None:
         pod = pod_cookie("c0ffee", "eth0")
         n.ovs.ofctl("add-flows", "br-int", "-", input=(
             f"table=0,priority=100,cookie=0x{pod.value:x},in_port=9,actions=goto_table:10\n"
-            f"table=40,priority=200,cookie=0x{pod.value:x},dl_dst=02:00:00:00:00:09,actions=output:9\n"
-            f"table=30,priority=200,cookie=0x{peer_cookie('gone').value:x},ip,nw_dst=10.9.0.0/24,"
+            f"table={int(Table.L2_FORWARDING)},priority=200,cookie=0x{pod.value:x},dl_dst=02:00:00:00:00:09,"
+            "actions=output:9\n"
+            f"table={int(Table.L3_FORWARDING)},priority=200,cookie=0x{peer_cookie('gone').value:x},ip,nw_dst=10.9.0.0/24,"
             "actions=output:3\n"))
         desired = base_flows() + peer_flows("b", "192.168.7.2", "10.244.2.0/24") + \
             peer_flows("c", "192.168.7.3", "10.244.3.0/24")
@@ -139,7 +140,7 @@ def test_flow_sync_exact_idempotent_replace_stale_and_pod_survive() -> None:
         assert len([f for f in app.dump_flows() if f.cookie == pod.value]) == 2
 
         # a flow deleted by hand (drift) is restored by the next sync
-        n.ovs.ofctl("del-flows", "br-int", f"cookie={peer_cookie('b').match()},table=30")
+        n.ovs.ofctl("del-flows", "br-int", f"cookie={peer_cookie('b').match()},table={int(Table.L3_FORWARDING)}")
         d5 = app.sync_flows(base_flows() + peer_flows("b", "192.168.7.22", "10.244.2.0/24"))
         assert d5.replaced == [peer_cookie("b").value]
         assert len(installed(app)[peer_cookie("b").value]) == 2
@@ -229,7 +230,7 @@ def test_sync_1000_peers_timing() -> None:
         d2 = app.sync_flows(desired)
         t2 = time.perf_counter()
         desired[-1] = Flow(desired[-1].table, desired[-1].priority, desired[-1].match,
-                           (goto(40),), desired[-1].cookie)
+                           (goto(Table.L2_FORWARDING),), desired[-1].cookie)
         d3 = app.sync_flows(desired)
         t3 = time.perf_counter()
         print(f"1000 peers ({len(desired)} flows): first sync {1000 * (t1 - t0):.0f} ms, "

@@ -1,0 +1,344 @@
+"""One Node's NetworkPolicy flows, from the cluster's Pods, Namespaces and policies: pure.
+
+Per direction (ingress: IngressRule/IngressDefault; egress: EgressRule/EgressDefault, see
+:mod:`cni.pipeline.tables`), every rule of every policy that selects a Pod *of this Node* is
+one OVS conjunction ``conj_id=N`` of 2 or 3 clauses:
+
+    1. the Pods it applies to:  ``nw_dst=<Pod IP>`` (ingress) / ``nw_src=<Pod IP>`` (egress)
+    2. its peers:               ``nw_src=<peer IP or block>`` / ``nw_dst=...``; a rule
+                                without from/to has one ``ip`` and one ``ipv6`` flow here
+    3. its ports, if it has any: ``tcp,tp_dst=80``, ``udp,tp_dst=0x1000/0xf000`` (a range), ...
+
+plus the flow ``conj_id=N`` that allows (egress: on to IngressRule; ingress: on to
+ConntrackCommit) and whose counters are the rule's.  So a rule costs the *sum* of its sizes in
+flows, not their product.  A flow that serves several rules (a Pod in two rules, the ``ip``
+flow of every rule without peers) is one flow with one ``conjunction()`` action per rule.
+Named ports resolve per Pod: on the Pods the rule applies to (ingress) or on the peer Pods
+(egress), each group of Pods that gives the name one number becoming a conjunction of its own;
+a named port never matches an ``ipBlock`` peer.
+
+A Pod that some policy isolates in a direction gets a drop in that direction's Default table
+(what no rule allowed); the Node's own addresses may always reach its Pods (kubelet probes);
+egress to the Service CIDRs is judged after the host's DNAT, when the packet comes back into
+OVS with the backend's address.  Cookies are per flow (:func:`cni.pipeline.tables.policy_cookie`
+of its identity), so a change replaces exactly the flows whose actions or existence change."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cni.pipeline import match as m
+from cni.pipeline.actions import DROP, Conjunction, goto
+from cni.pipeline.match import IP, IPV6
+from cni.pipeline.tables import Flow, Table, policy_cookie
+
+from . import ranges
+from . import selector as sel
+from .model import Peer, Pod, Policy, PortMatch, Rule
+
+INGRESS, EGRESS = "ingress", "egress"
+PRIO_HOST = 220  # IngressRule: from the Node's own addresses
+PRIO_SERVICE = 220  # EgressRule: to a Service CIDR (judged after the DNAT)
+PRIO_CONJ = 200
+PRIO_ISOLATED = 200  # the Default tables
+
+_PROTOS = {("TCP", 4): m.TCP, ("UDP", 4): m.UDP, ("SCTP", 4): m.SCTP,
+           ("TCP", 6): m.TCP6, ("UDP", 6): m.UDP6, ("SCTP", 6): m.SCTP6}
+_PORT_FIELD = {"TCP": m.TCP_DST, "UDP": m.UDP_DST, "SCTP": m.SCTP_DST}
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """The cluster as policy sees it: Pods with addresses, Namespace labels, policies."""
+
+    pods: tuple[Pod, ...]
+    namespaces: Mapping[str, tuple[tuple[str, str], ...]]
+    policies: tuple[Policy, ...]
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    node: str
+    host_addresses: tuple[str, ...] = ()  # the gateway's addresses: what the Node's own traffic comes from
+    service_cidrs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """One conjunction as installed: which rule of which policy, on which Pods of this Node."""
+
+    conj_id: int
+    policy: str  # namespace/name
+    direction: str
+    index: int  # the rule's position in the policy's ingress/egress list
+    pods: tuple[str, ...]  # namespace/name of the local Pods it applies to
+    port: str = ""  # a named port's resolution, "http=8080/TCP" ("" for the rest)
+
+
+@dataclass
+class Plan:
+    flows: list[Flow] = field(default_factory=list)
+    rules: list[RuleInfo] = field(default_factory=list)
+    isolated: dict[str, tuple[bool, bool]] = field(default_factory=dict)  # local Pod -> (ingress, egress)
+    policies_of: dict[str, list[str]] = field(default_factory=dict)  # local Pod -> policies selecting it
+    local_pods: list[Pod] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # policies Ferry could not read whole
+    policy_namespaces: list[str] = field(default_factory=list)  # every namespace with a policy
+
+
+class ConjIds:
+    """Conjunction ids, stable for a rule across plans (a changed rule elsewhere renumbers
+    nothing), reused once freed.  The caller keeps one per Node."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+        self._free: list[int] = []
+        self._next = 1
+        self._used: set[str] = set()
+
+    def get(self, key: str) -> int:
+        self._used.add(key)
+        n = self._ids.get(key)
+        if n is None:
+            n = self._free.pop() if self._free else self._next
+            if n == self._next:
+                self._next += 1
+            self._ids[key] = n
+        return n
+
+    def sweep(self) -> None:
+        """Free every id not asked for since the last sweep."""
+        for key in [k for k in self._ids if k not in self._used]:
+            self._free.append(self._ids.pop(key))
+        self._free.sort(reverse=True)
+        self._used = set()
+
+
+class PodIndex:
+    """Pods by namespace and by (namespace, label, value): a selector's candidates without a
+    pass over every Pod, and each selector's answer computed once per plan."""
+
+    def __init__(self, pods: Iterable[Pod], namespaces: Mapping[str, tuple[tuple[str, str], ...]]) -> None:
+        self.by_ns: dict[str, list[Pod]] = defaultdict(list)
+        self.by_label: dict[tuple[str, str, str], list[Pod]] = defaultdict(list)
+        for p in pods:
+            self.by_ns[p.namespace].append(p)
+            for k, v in p.labels:
+                self.by_label[(p.namespace, k, v)].append(p)
+        self.ns_labels = {n: dict(labels) for n, labels in namespaces.items()}
+        self._cache: dict[tuple[str, sel.Selector], tuple[Pod, ...]] = {}
+        self._ns_cache: dict[sel.Selector, tuple[str, ...]] = {}
+
+    def in_namespace(self, ns: str, selector: sel.Selector) -> tuple[Pod, ...]:
+        key = (ns, selector)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        candidates: Sequence[Pod] = self.by_ns.get(ns, ())
+        for r in selector.requirements:  # narrow by the smallest single-value In
+            if r.operator == "In" and len(r.values) == 1:
+                (value,) = r.values
+                narrowed = self.by_label.get((ns, r.key, value), ())
+                if len(narrowed) < len(candidates):
+                    candidates = narrowed
+        out = tuple(p for p in candidates if selector.matches(dict(p.labels)))
+        self._cache[key] = out
+        return out
+
+    def namespaces(self, selector: sel.Selector) -> tuple[str, ...]:
+        hit = self._ns_cache.get(selector)
+        if hit is None:
+            names = set(self.ns_labels) | set(self.by_ns)
+            hit = tuple(sorted(n for n in names if selector.matches(self.ns_labels.get(n, {}))))
+            self._ns_cache[selector] = hit
+        return hit
+
+    def peers(self, policy_ns: str, peer: Peer) -> tuple[Pod, ...]:
+        namespaces = (policy_ns,) if peer.namespace_selector is None else self.namespaces(peer.namespace_selector)
+        pod_sel = peer.pod_selector or sel.EVERYTHING
+        out: list[Pod] = []
+        for ns in namespaces:
+            out.extend(self.in_namespace(ns, pod_sel))
+        return tuple(out)
+
+
+def _host_net(ip: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    return ipaddress.ip_network(ip)
+
+
+def _addr_field(net: ipaddress.IPv4Network | ipaddress.IPv6Network, source: bool) -> tuple[m.Proto, m.Field]:
+    """``ip,nw_src=...`` (or dst, or IPv6): a single address matched exactly, a block by prefix."""
+    text = str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
+    if net.version == 4:
+        return IP, m.address(m.IPV4_SRC if source else m.IPV4_DST, text)
+    return IPV6, m.address(m.IPV6_SRC if source else m.IPV6_DST, text)
+
+
+def _port_matches(ports: Iterable[tuple[str, int | None, int | None]]) -> list[tuple[m.MatchItem, ...]]:
+    """(protocol, first, last) → the matches of clause 3, both families."""
+    out: list[tuple[m.MatchItem, ...]] = []
+    for proto, first, last in sorted(set(ports), key=lambda p: (p[0], p[1] or 0, p[2] or 0)):
+        for family in (4, 6):
+            shorthand = _PROTOS[(proto, family)]
+            if first is None:
+                out.append((shorthand,))
+            elif last is None or last == first:
+                out.append((shorthand, _PORT_FIELD[proto](first)))
+            else:
+                out += [(shorthand, m.masked(_PORT_FIELD[proto], v, mask)) for v, mask in ranges.port_masks(first, last)]
+    return out
+
+
+@dataclass(frozen=True)
+class _Part:
+    """A rule, or one named-port group of it: whom it applies to, its peers, its ports."""
+
+    applied: tuple[Pod, ...]
+    peers: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] | None  # None: any
+    ports: tuple[tuple[str, int | None, int | None], ...] | None  # None: any
+    tag: str = ""
+
+
+def _parts(direction: str, policy: Policy, rule: Rule, applied: tuple[Pod, ...], index: PodIndex) -> list[_Part]:
+    peer_pods: list[Pod] = []
+    blocks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    if rule.peers is not None:
+        for peer in rule.peers:
+            if peer.ip_block is not None:
+                blocks += ranges.block_minus(peer.ip_block.cidr, list(peer.ip_block.excepts))
+            else:
+                peer_pods += index.peers(policy.namespace, peer)
+    numeric = [(p.protocol, p.port if isinstance(p.port, int) else None, p.end_port)
+               for p in rule.ports if not isinstance(p.port, str)]
+    named = [p for p in rule.ports if isinstance(p.port, str)]
+
+    def nets(pods: Iterable[Pod]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        return [_host_net(ip) for p in pods for ip in p.ips]
+
+    all_peers = None if rule.peers is None else tuple(dict.fromkeys(nets(peer_pods) + blocks))
+    out: list[_Part] = []
+    if not rule.ports or numeric:
+        out.append(_Part(applied, all_peers, tuple(numeric) if rule.ports else None))
+    for pm in named:
+        assert isinstance(pm.port, str)
+        # ingress: the name is the applied-to Pod's port; egress: the peer Pod's
+        groups: dict[int, list[Pod]] = defaultdict(list)
+        for pod in (applied if direction == INGRESS else (peer_pods if rule.peers is not None else index_all(index))):
+            number = pod.port_number(pm.port, pm.protocol)
+            if number is not None:
+                groups[number].append(pod)
+        for number, pods in sorted(groups.items()):
+            tag = f"{pm.port}={number}/{pm.protocol}"
+            if direction == INGRESS:
+                out.append(_Part(tuple(pods), all_peers, ((pm.protocol, number, None),), tag))
+            else:
+                out.append(_Part(applied, tuple(dict.fromkeys(nets(pods))), ((pm.protocol, number, None),), tag))
+    return out
+
+
+def index_all(index: PodIndex) -> list[Pod]:
+    return [p for pods in index.by_ns.values() for p in pods]
+
+
+class _Flows:
+    """Flows being built, merged by identity: a clause flow several rules share is one flow
+    with each rule's ``conjunction()`` action."""
+
+    def __init__(self) -> None:
+        self.actions: dict[tuple[int, int, tuple[m.MatchItem, ...]], list] = {}
+
+    def add(self, table: Table, priority: int, match: tuple[m.MatchItem, ...], actions: Sequence) -> None:
+        key = (int(table), priority, match)
+        have = self.actions.get(key)
+        if have is None:
+            self.actions[key] = list(actions)
+        elif actions and isinstance(actions[0], Conjunction) and (not have or isinstance(have[0], Conjunction)):
+            have.extend(a for a in actions if a not in have)
+        # otherwise the first writer's terminal action stands (the same allow or drop)
+
+    def flows(self) -> list[Flow]:
+        out = []
+        for (table, priority, match), actions in self.actions.items():
+            if actions and isinstance(actions[0], Conjunction):
+                actions = sorted(actions, key=lambda a: (a.id, a.clause))
+            text = f"{table}|{priority}|{m.match_text(match)}"
+            out.append(Flow(Table(table), priority, match, tuple(actions), policy_cookie(text)))
+        out.sort(key=lambda f: (int(f.table), -f.priority, f.match_text()))
+        return out
+
+
+def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
+    ids = ids if ids is not None else ConjIds()
+    index = PodIndex(inputs.pods, inputs.namespaces)
+    local = [p for p in inputs.pods if p.node == facts.node]
+    out = Plan(local_pods=local, policy_namespaces=policy_namespaces(inputs.policies))
+    fl = _Flows()
+    local_keys = {p.key for p in local}
+    iso: dict[str, list[bool]] = {p.key: [False, False] for p in local}
+    for policy in sorted(inputs.policies, key=lambda p: p.key):
+        if policy.errors:
+            out.errors += [f"{policy.key}: {e}" for e in policy.errors]
+        applied = tuple(p for p in index.in_namespace(policy.namespace, policy.pod_selector) if p.key in local_keys)
+        if not applied:
+            continue
+        for p in applied:
+            out.policies_of.setdefault(p.key, []).append(policy.key)
+            iso[p.key][0] |= policy.isolates_ingress
+            iso[p.key][1] |= policy.isolates_egress
+        for direction, rules, isolating in ((INGRESS, policy.ingress, policy.isolates_ingress),
+                                            (EGRESS, policy.egress, policy.isolates_egress)):
+            if not isolating:
+                continue  # rules of a direction the policy does not isolate mean nothing
+            for i, rule in enumerate(rules):
+                for part in _parts(direction, policy, rule, applied, index):
+                    _add_rule(fl, out, ids, direction, policy, i, part)
+    ids.sweep()
+    for pod in local:
+        ingress, egress = iso[pod.key]
+        out.isolated[pod.key] = (ingress, egress)
+        for ip in pod.ips:
+            net = _host_net(ip)
+            if ingress:
+                fl.add(Table.INGRESS_DEFAULT, PRIO_ISOLATED, _addr_field(net, False), DROP)
+            if egress:
+                fl.add(Table.EGRESS_DEFAULT, PRIO_ISOLATED, _addr_field(net, True), DROP)
+    for a in facts.host_addresses:
+        fl.add(Table.INGRESS_RULE, PRIO_HOST, _addr_field(_host_net(a.split("/")[0]), True),
+               (goto(Table.CONNTRACK_COMMIT),))
+    for cidr in facts.service_cidrs:
+        fl.add(Table.EGRESS_RULE, PRIO_SERVICE, _addr_field(ipaddress.ip_network(cidr, strict=False), False),
+               (goto(Table.CONNTRACK_COMMIT),))
+    out.flows = fl.flows()
+    return out
+
+
+def _add_rule(fl: _Flows, out: Plan, ids: ConjIds, direction: str, policy: Policy, index: int, part: _Part) -> None:
+    if part.peers is not None and not part.peers or part.ports is not None and not part.ports or not part.applied:
+        return  # it allows nothing
+    table = Table.INGRESS_RULE if direction == INGRESS else Table.EGRESS_RULE
+    then = goto(Table.CONNTRACK_COMMIT) if direction == INGRESS else goto(Table.INGRESS_RULE)
+    n = ids.get(f"{policy.key}|{direction}|{index}|{part.tag}")
+    clauses = 3 if part.ports is not None else 2
+    out.rules.append(RuleInfo(n, policy.key, direction, index, tuple(p.key for p in part.applied), part.tag))
+    applied_is_src = direction == EGRESS
+    for pod in part.applied:
+        for ip in pod.ips:
+            fl.add(table, PRIO_CONJ, _addr_field(_host_net(ip), applied_is_src), (Conjunction(n, 1, clauses),))
+    if part.peers is None:
+        for proto in (IP, IPV6):
+            fl.add(table, PRIO_CONJ, (proto,), (Conjunction(n, 2, clauses),))
+    else:
+        for net in part.peers:
+            fl.add(table, PRIO_CONJ, _addr_field(net, not applied_is_src), (Conjunction(n, 2, clauses),))
+    if part.ports is not None:
+        for match in _port_matches(part.ports):
+            fl.add(table, PRIO_CONJ, match, (Conjunction(n, 3, clauses),))
+    fl.add(table, PRIO_CONJ, (m.CONJ_ID(n),), (then,))
+
+
+def policy_namespaces(policies: Iterable[Policy]) -> list[str]:
+    """Namespaces with at least one policy: where a new Pod starts pending (the state file)."""
+    return sorted({p.namespace for p in policies})

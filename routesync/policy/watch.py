@@ -1,0 +1,66 @@
+"""The cluster's Pods, Namespaces and NetworkPolicies, watched for route-sync's policy planner.
+
+Three :class:`routesync.sources.reflector.Reflector` caches (``pods``, ``namespaces``,
+``networkpolicies``, cluster-wide: a rule's peers may be any Pod).  ``changed`` is set on every
+change; :meth:`inputs` hands the planner one consistent-enough snapshot and the generations it
+was taken at, so the daemon re-plans policy only when one of them moved.  Until all three have
+listed once, :meth:`inputs` raises :class:`SourceError`: route-sync must not plan "no policies"
+from an empty cache (that would open every isolated Pod while it starts)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..sources.base import SourceError
+from ..sources.reflector import Reflector
+from .model import Pod, Policy, namespace_from, pod_from, policy_from
+from .plan import Inputs
+
+SYNC_TIMEOUT = 10.0  # seconds a pass waits for the first lists
+
+
+class PolicySource:
+    def __init__(self, api_client: Any, on_change: Callable[[], None] | None = None) -> None:
+        from kubernetes import client
+
+        self.changed = threading.Event()
+        self._on_change = on_change
+        core, net = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
+        self._api_client = api_client
+        self.pods: Reflector[Pod] = Reflector("Pod", core.list_pod_for_all_namespaces, pod_from, self._changed)
+        self.namespaces: Reflector[tuple[str, tuple[tuple[str, str], ...]]] = Reflector(
+            "Namespace", core.list_namespace, namespace_from, self._changed)
+        self.policies: Reflector[Policy] = Reflector(
+            "NetworkPolicy", net.list_network_policy_for_all_namespaces, policy_from, self._changed)
+        self._all = (self.pods, self.namespaces, self.policies)
+
+    def _changed(self) -> None:
+        self.changed.set()
+        if self._on_change is not None:
+            self._on_change()
+
+    def start(self) -> None:
+        for r in self._all:
+            r.start()
+
+    def close(self) -> None:
+        for r in self._all:
+            r.stop()
+        self._api_client.close()
+
+    def generation(self) -> tuple[int, int, int]:
+        return (self.pods.generation, self.namespaces.generation, self.policies.generation)
+
+    def inputs(self) -> tuple[tuple[int, int, int], Inputs]:
+        self.start()
+        for r in self._all:
+            if not r.synced.wait(timeout=SYNC_TIMEOUT):
+                raise SourceError(f"Kubernetes {r.kind}s not listed yet: policy not planned")
+        self.changed.clear()
+        gp, pods = self.pods.snapshot()
+        gn, namespaces = self.namespaces.snapshot()
+        gpol, policies = self.policies.snapshot()
+        return (gp, gn, gpol), Inputs(tuple(sorted(pods, key=lambda p: p.key)), dict(namespaces),
+                                      tuple(sorted(policies, key=lambda p: p.key)))

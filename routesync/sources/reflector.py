@@ -1,0 +1,177 @@
+"""List + watch of one Kubernetes resource into a cache, the way client-go's reflector does it.
+
+* list, remember ``metadata.resourceVersion``, replace the cache;
+* watch from that version with bookmarks; ADDED/MODIFIED/DELETED update the cache, BOOKMARK
+  only advances the version;
+* a watch that ends or breaks is opened again from the last version seen, after exponential
+  backoff (0.2 s doubling to 30 s) when it failed; 410 Gone forces a re-list at once; a failed
+  list or a refused watch waits with the same backoff and re-lists.
+
+Objects are kept as what ``parse`` makes of their JSON (``return_type=object``: the client's
+model classes cost far more than the few fields Ferry reads); ``parse`` returning None drops an
+object, raising ``ValueError`` skips it with a warning.  ``on_change`` runs (on the watch
+thread) after every change to the cache."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+BACKOFF_MIN, BACKOFF_MAX = 0.2, 30.0
+WATCH_TIMEOUT = 300  # seconds; the server closes the watch, we resume from the last version
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+class Reflector(Generic[T]):
+    def __init__(self, kind: str, list_fn: Callable[..., Any], parse: Callable[[dict[str, Any]], T | None],
+                 on_change: Callable[[], None] | None = None) -> None:
+        self.kind = kind
+        self.list_fn = list_fn
+        self.parse = parse
+        self.on_change = on_change
+        self.lock = threading.Lock()
+        self.synced = threading.Event()
+        self._stop = threading.Event()
+        self.items: dict[str, T] = {}
+        self.generation = 0  # counts changes to ``items``
+        self.resource_version: str | None = None
+        self._thread: threading.Thread | None = None
+        self._watch: Any = None
+        self.relists = 0
+        self.errors = 0  # failed lists and watches (a 410 is not one)
+        self.expired = 0  # watches answered 410 Gone
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"kube-{self.kind}", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        w = self._watch
+        if w is not None:
+            w.stop()
+            resp = getattr(w, "_resp", None)
+            if resp is not None and hasattr(resp, "shutdown"):  # urllib3 >= 2.3: unblock the read
+                try:
+                    resp.shutdown()
+                except Exception:  # noqa: BLE001, S110
+                    pass
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+    def snapshot(self) -> tuple[int, list[T]]:
+        with self.lock:
+            return self.generation, list(self.items.values())
+
+    def _store(self, obj: dict[str, Any], into: dict[str, T]) -> None:
+        key = object_key(obj)
+        try:
+            value = self.parse(obj)
+        except (ValueError, TypeError) as e:
+            log.warning("kube: skipping %s %s: %s", self.kind, key, e)
+            value = None
+        if value is None:
+            into.pop(key, None)
+        else:
+            into[key] = value
+
+    def _changed(self) -> None:
+        self.generation += 1
+        if self.on_change is not None:
+            self.on_change()
+
+    def _relist(self) -> None:
+        resp: Any = self.list_fn(_preload_content=False, _request_timeout=30)
+        body = json.loads(resp.data)
+        items: dict[str, T] = {}
+        for item in body.get("items") or []:
+            self._store(item, items)
+        with self.lock:
+            self.items = items
+            self._changed()
+        self.resource_version = body["metadata"]["resourceVersion"]
+        self.relists += 1
+        self.synced.set()
+
+    def _watch_once(self) -> int:
+        """One watch until the server ends it; the number of events it carried."""
+        from kubernetes import watch
+
+        self._watch = w = watch.Watch(return_type=object)
+        events = 0
+        if self._stop.is_set():
+            return events
+        for ev in w.stream(self.list_fn, resource_version=self.resource_version, allow_watch_bookmarks=True,
+                           timeout_seconds=WATCH_TIMEOUT, _request_timeout=WATCH_TIMEOUT + 30):
+            if self._stop.is_set():
+                break
+            events += 1
+            kind, obj = ev.get("type"), ev.get("raw_object") or {}
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if kind == "BOOKMARK":
+                self.resource_version = rv or self.resource_version
+                continue
+            if kind not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            with self.lock:
+                if kind == "DELETED":
+                    self.items.pop(object_key(obj), None)
+                else:
+                    self._store(obj, self.items)
+                self._changed()
+            if rv:
+                self.resource_version = rv
+        return events
+
+    def _run(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        need_list = True
+        backoff = BACKOFF_MIN
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self._relist()
+                    need_list = False
+                started = time.monotonic()
+                if self._watch_once() == 0 and time.monotonic() - started < 1.0:
+                    # closed at once with nothing in it (a proxy, a server shutting down): not a
+                    # loop that hammers the server, the same backoff as a failure
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+                else:
+                    backoff = BACKOFF_MIN
+            except ApiException as e:
+                if e.status == 410:
+                    self.expired += 1
+                    log.info("kube: %s watch version %s expired (410 Gone), re-listing", self.kind,
+                             self.resource_version)
+                    need_list = True
+                    continue
+                self._fail(e, "re-listing")
+                need_list = True
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+            except Exception as e:  # noqa: BLE001
+                if self._stop.is_set():
+                    break
+                self._fail(e, "re-listing" if need_list else f"watching again from version {self.resource_version}")
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+
+    def _fail(self, e: BaseException, then: str) -> None:
+        self.errors += 1
+        log.warning("kube: %s list/watch failed (%s: %s); %s", self.kind, type(e).__name__, e, then)

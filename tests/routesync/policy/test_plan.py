@@ -1,0 +1,189 @@
+"""The NetworkPolicy planner without a switch: which flows a Node gets, how many, and that OVS
+takes them (``ovs-ofctl parse-flows``).  The datapath itself: tests/cni/pipeline/test_policy_datapath.py."""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+import subprocess
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cni.pipeline.actions import Conjunction
+from cni.pipeline.tables import Table
+from routesync.policy import plan as pp
+from routesync.policy import ranges
+from routesync.policy import selector as sel
+from routesync.policy.model import NamedPort, Pod, policy_from
+
+NODE = "n1"
+
+
+def pod(ns: str, name: str, ip: str, node: str = NODE, ports: tuple[NamedPort, ...] = (), **labels: str) -> Pod:
+    return Pod(ns, name, node, tuple(sorted(labels.items())), (ip,), ports)
+
+
+def policy(ns: str, name: str, selector: dict, ingress: list | None = None, egress: list | None = None,
+           types: tuple[str, ...] = ("Ingress",)) -> dict:
+    spec: dict = {"podSelector": selector, "policyTypes": list(types)}
+    if ingress is not None:
+        spec["ingress"] = ingress
+    if egress is not None:
+        spec["egress"] = egress
+    return {"metadata": {"namespace": ns, "name": name}, "spec": spec}
+
+
+def plan(pods: list[Pod], policies: list[dict], namespaces: dict | None = None, **facts) -> pp.Plan:
+    ns = namespaces if namespaces is not None else {p.namespace: () for p in pods}
+    return pp.plan(pp.Inputs(tuple(pods), ns, tuple(policy_from(d) for d in policies)), pp.NodeFacts(NODE, **facts))
+
+
+def in_table(p: pp.Plan, table: Table) -> list[str]:
+    return [f.text().split(",", 3)[3] for f in p.flows if f.table == table]
+
+
+def test_a_200_by_200_rule_costs_the_sum_of_its_sizes() -> None:
+    servers = [pod("s", f"srv{i}", f"10.1.{i // 250}.{i % 250 + 1}", app="srv") for i in range(200)]
+    clients = [pod("c", f"cli{i}", f"10.2.{i // 250}.{i % 250 + 1}", node="n2", app="cli") for i in range(200)]
+    rule = {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "cli"}}}],
+            "ports": [{"port": 80}]}
+    p = plan(servers + clients, [policy("s", "web", {"matchLabels": {"app": "srv"}}, [rule])])
+    rules = [f for f in p.flows if f.table == Table.INGRESS_RULE]
+    # 200 applied-to + 200 peers + 2 port flows (tcp, tcp6) + 1 conj_id; + 1 isolation drop per Pod
+    assert len(rules) == 200 + 200 + 2 + 1
+    assert len([f for f in p.flows if f.table == Table.INGRESS_DEFAULT]) == 200
+    assert len(p.rules) == 1 and len(p.rules[0].pods) == 200
+
+
+def test_no_local_pod_selected_means_no_flows_here() -> None:
+    pods = [pod("a", "x", "10.0.0.1", node="elsewhere", app="x")]
+    p = plan(pods, [policy("a", "deny", {})])
+    assert not [f for f in p.flows if f.table in (Table.INGRESS_RULE, Table.INGRESS_DEFAULT)]
+    assert p.policy_namespaces == ["a"]
+
+
+def test_default_deny_isolates_without_rules_and_egress_only_when_typed() -> None:
+    pods = [pod("a", "x", "10.0.0.1", app="x"), pod("a", "y", "fd00::2", app="y")]
+    p = plan(pods, [policy("a", "deny-in", {}), policy("a", "deny-out", {"matchLabels": {"app": "y"}}, egress=[],
+                                                          types=("Egress",))])
+    assert p.isolated == {"a/x": (True, False), "a/y": (True, True)}
+    assert in_table(p, Table.INGRESS_DEFAULT) == ["ip,nw_dst=10.0.0.1,actions=drop",
+                                                   "ipv6,ipv6_dst=fd00::2,actions=drop"]
+    assert in_table(p, Table.EGRESS_DEFAULT) == ["ipv6,ipv6_src=fd00::2,actions=drop"]
+
+
+def test_a_pod_in_two_rules_is_one_flow_with_both_conjunctions() -> None:
+    pods = [pod("a", "x", "10.0.0.1", app="x"), pod("a", "y", "10.0.0.2", app="y")]
+    r1 = [{"from": [{"podSelector": {"matchLabels": {"app": "y"}}}]}]
+    r2 = [{"ports": [{"port": 53, "protocol": "UDP"}]}]
+    p = plan(pods, [policy("a", "p1", {"matchLabels": {"app": "x"}}, r1),
+                    policy("a", "p2", {"matchLabels": {"app": "x"}}, r2)])
+    applied = [f for f in p.flows if f.table == Table.INGRESS_RULE and "nw_dst=10.0.0.1" in f.match_text()]
+    assert len(applied) == 1
+    conj = [a for a in applied[0].actions if isinstance(a, Conjunction)]
+    assert sorted((c.clause, c.n_clauses) for c in conj) == [(1, 2), (1, 3)]
+    assert len({c.id for c in conj}) == 2
+    # keys are unique: OpenFlow would let a second flow with the same key replace the first
+    keys = [f.key() for f in p.flows]
+    assert len(keys) == len(set(keys))
+
+
+def test_named_ports_resolve_per_pod_into_a_conjunction_each() -> None:
+    pods = [pod("a", "x", "10.0.0.1", ports=(NamedPort("http", "TCP", 8080),), app="web"),
+            pod("a", "y", "10.0.0.2", ports=(NamedPort("http", "TCP", 9090),), app="web"),
+            pod("a", "z", "10.0.0.3", app="web")]
+    p = plan(pods, [policy("a", "http", {"matchLabels": {"app": "web"}}, [{"ports": [{"port": "http"}]}])])
+    assert sorted((r.port, r.pods) for r in p.rules) == [("http=8080/TCP", ("a/x",)), ("http=9090/TCP", ("a/y",))]
+    assert "tcp,tp_dst=8080" in " ".join(in_table(p, Table.INGRESS_RULE))
+    assert p.isolated["a/z"] == (True, False)  # selected, no port of that name: nothing allowed
+
+
+def test_egress_named_port_resolves_on_the_peer() -> None:
+    pods = [pod("a", "cli", "10.0.0.1", app="cli"),
+            pod("b", "srv", "10.0.1.1", node="n2", ports=(NamedPort("dns", "UDP", 5353),), app="srv")]
+    rule = [{"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "srv"}}}],
+             "ports": [{"port": "dns", "protocol": "UDP"}]}]
+    p = plan(pods, [policy("a", "out", {"matchLabels": {"app": "cli"}}, egress=rule, types=("Egress",))])
+    flows = " ".join(in_table(p, Table.EGRESS_RULE))
+    assert "nw_src=10.0.0.1" in flows and "nw_dst=10.0.1.1" in flows and "udp,tp_dst=5353" in flows
+
+
+def test_ip_block_except_and_port_ranges_become_prefixes_and_masks() -> None:
+    pods = [pod("a", "x", "10.0.0.1", app="x")]
+    rule = [{"from": [{"ipBlock": {"cidr": "192.168.0.0/16", "except": ["192.168.1.0/24"]}}],
+             "ports": [{"port": 1000, "endPort": 1003, "protocol": "SCTP"}]}]
+    p = plan(pods, [policy("a", "blk", {}, rule)])
+    text = " ".join(in_table(p, Table.INGRESS_RULE))
+    assert "nw_src=192.168.0.0/24" in text and "nw_src=192.168.1.0/24" not in text and "nw_src=192.168.128.0/17" in text
+    assert "sctp,tp_dst=0x3e8/0xfffc" in text or "sctp,tp_dst=1000/0xfffc" in text
+
+
+def test_host_and_service_flows() -> None:
+    p = plan([pod("a", "x", "10.0.0.1")], [], host_addresses=("10.0.0.254",), service_cidrs=("10.96.0.0/12",))
+    assert in_table(p, Table.INGRESS_RULE) == ["ip,nw_src=10.0.0.254,actions=goto_table:60"]
+    assert in_table(p, Table.EGRESS_RULE) == ["ip,nw_dst=10.96.0.0/12,actions=goto_table:60"]
+
+
+def test_unreadable_rules_deny_and_are_named() -> None:
+    bad = policy("a", "bad", {}, [{"from": [{"ipBlock": {"cidr": "not-a-cidr"}}]}])
+    p = plan([pod("a", "x", "10.0.0.1")], [bad])
+    assert p.isolated["a/x"] == (True, False)
+    assert not [r for r in p.rules] and p.errors and "ingress[0]" in p.errors[0] and "a/bad" in p.errors[0]
+
+
+def test_conj_ids_are_stable_and_reused() -> None:
+    ids = pp.ConjIds()
+    a, b = ids.get("a"), ids.get("b")
+    ids.sweep()
+    assert ids.get("b") == b
+    ids.sweep()  # "a" freed
+    assert ids.get("c") == a
+
+
+def test_selector_operators() -> None:
+    s = sel.parse({"matchLabels": {"k": "v"}, "matchExpressions": [
+        {"key": "t", "operator": "In", "values": ["1", "2"]}, {"key": "x", "operator": "DoesNotExist"},
+        {"key": "e", "operator": "Exists"}, {"key": "n", "operator": "NotIn", "values": ["no"]}]}, "sel")
+    assert s.matches({"k": "v", "t": "2", "e": ""}) and not s.matches({"k": "v", "t": "3", "e": ""})
+    assert not s.matches({"k": "v", "t": "1", "e": "", "x": "1"}) and not s.matches({"k": "v", "t": "1", "e": "", "n": "no"})
+    with pytest.raises(sel.SelectorError, match=r"sel.matchExpressions\[0\].operator"):
+        sel.parse({"matchExpressions": [{"key": "a", "operator": "Near"}]}, "sel")
+
+
+@given(st.integers(0, 65535), st.integers(0, 65535))
+def test_port_masks_cover_exactly_the_range(a: int, b: int) -> None:
+    lo, hi = min(a, b), max(a, b)
+    masks = ranges.port_masks(lo, hi)
+    assert len(masks) <= 30
+    covered = 0
+    for value, mask in masks:
+        size = (~mask & 0xFFFF) + 1
+        assert value & ~mask & 0xFFFF == 0 and lo <= value and value + size - 1 <= hi
+        covered += size
+    assert covered == hi - lo + 1
+
+
+@given(st.integers(8, 30), st.lists(st.integers(0, 255), max_size=4))
+def test_block_minus_is_the_set_difference(plen: int, octets: list[int]) -> None:
+    block = ipaddress.ip_network(f"10.0.0.0/{plen}")
+    excepts = [f"10.0.{o}.0/24" for o in octets]
+    parts = ranges.block_minus(str(block), excepts)
+    excluded = [ipaddress.ip_network(e) for e in excepts]
+    for probe in (ipaddress.ip_address(f"10.0.{o}.7") for o in range(0, 256, 17)):
+        want = probe in block and not any(probe in e for e in excluded)
+        assert any(probe in p for p in parts) == want
+
+
+@pytest.mark.skipif(shutil.which("ovs-ofctl") is None, reason="ovs-ofctl not installed")
+def test_ovs_takes_every_planned_flow() -> None:
+    pods = [pod("a", "x", "10.0.0.1", ports=(NamedPort("h", "TCP", 80),), app="x"), pod("a", "y", "fd00::2", app="y")]
+    rules = [{"from": [{"podSelector": {}}, {"ipBlock": {"cidr": "10.8.0.0/16", "except": ["10.8.1.0/24"]}}],
+              "ports": [{"port": "h"}, {"port": 1000, "endPort": 2000, "protocol": "UDP"}, {"protocol": "SCTP"}]},
+             {}]
+    p = plan(pods, [policy("a", "all", {}, rules, egress=rules[:1], types=("Ingress", "Egress"))],
+             host_addresses=("10.0.0.254", "fd00::fe"), service_cidrs=("10.96.0.0/12", "fd00:96::/112"))
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "parse-flows", "-"], input="\n".join(f.text() for f in p.flows),
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
