@@ -96,11 +96,19 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
 @CONFIG_OPT
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 @click.option("--state-file", default=None, help="read this state file instead of the config's")
-def show(config_path: str, as_json: bool, state_file: str | None) -> None:
-    """Per-peer decisions from the node state file."""
+@click.argument("what", nargs=-1)
+def show(config_path: str, as_json: bool, state_file: str | None, what: tuple[str, ...]) -> None:
+    """Per-peer decisions from the node state file; ``show policy NAMESPACE/POD``: the
+    NetworkPolicy rules in force for a Pod of this Node, with their counters."""
     from cni.node import nodestate
 
     from . import show as show_mod
+
+    if what:
+        if what[0] != "policy" or len(what) != 2 or "/" not in what[1]:
+            raise click.UsageError("show [policy NAMESPACE/POD]")
+        _show_policy(_load(config_path), what[1], state_file, as_json)
+        return
 
     cfg: Config | None = None
     if state_file is None:
@@ -121,6 +129,32 @@ def show(config_path: str, as_json: bool, state_file: str | None) -> None:
 
         bgp = bgp_status.read(cfg.bgp_run_dir) or bgp_status.BgpStatus(cfg.bgp.local_asn, speaker="not running")
     click.echo(show_mod.as_json(state, bgp) if as_json else show_mod.as_table(state, bgp), nl=as_json)
+
+
+def _show_policy(cfg: Config, pod: str, state_file: str | None, as_json: bool) -> None:
+    import json
+
+    from cni.ovs.openflow.ofctl import Ofctl, OfctlError
+
+    from .policy import stats
+
+    try:
+        doc = stats.read_report(state_file or cfg.state_file)
+    except (OSError, ValueError) as e:
+        raise click.ClickException(f"no policy report ({e}): is route-sync running with networkPolicy?") from None
+    try:
+        flows = Ofctl(cfg.bridge, cfg.ovs_run_dir).dump_flows(f"cookie={stats.POLICY_COOKIE}")
+    except OfctlError as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        rules = [stats.rule_from(r) for r in doc.get("rules", []) if pod in r.get("pods", [])]
+        click.echo(json.dumps({"pod": pod, "isolated": doc.get("isolated", {}).get(pod),
+                               "policies": doc.get("policiesOf", {}).get(pod, []),
+                               "rules": [{"policy": c.rule.policy, "direction": c.rule.direction, "index": c.rule.index,
+                                          "port": c.rule.port, "conjId": c.rule.conj_id, "packets": c.packets,
+                                          "bytes": c.bytes} for c in stats.rule_counts(rules, flows)]}, indent=2))
+    else:
+        click.echo(stats.pod_table(pod, doc, flows), nl=False)
 
 
 @main.command()

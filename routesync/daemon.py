@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Protocol
 from cni.node import nodestate
 
 from . import planner
-from .policy import plan as policy_plan
 from .model import (
     DesiredState,
     LocalFacts,
@@ -44,6 +43,8 @@ from .model import (
     TunnelSpec,
     UplinkSpec,
 )
+from .policy import plan as policy_plan
+from .policy.stats import DeniedLog
 from .sources import NodeSource, SourceError
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ DEBOUNCE = 0.005  # seconds: collect a burst of changes into one reconcile
 OVS_CHECK_INTERVAL = 1.0
 STATE_CHEAP, STATE_IDLE, STATE_MAX_DELAY = 0.01, 0.1, 1.0  # seconds: an incremental pass's state file write (see _write_state)
 BACKOFF_MIN, BACKOFF_MAX = 0.2, 30.0
+DENIED_LOG_INTERVAL = 10.0  # seconds between looks at what NetworkPolicy dropped
 NEIGH_POLL = 0.05  # fast path: how often the wait looks at the neighbour watcher's flag
 
 
@@ -116,6 +118,8 @@ class Daemon:
         self._policy_key: tuple | None = None
         self.policy_plan: policy_plan.Plan | None = None
         self._conj_ids = policy_plan.ConjIds()
+        self._denied_log = None if policy is None else DeniedLog()
+        self._next_denied_log = 0.0
         self.bgp = bgp  # the BGP speaker (bgp section); None: no BGP
         self.observer = observer  # metrics + health (routesync.metrics.Observer); None: off
         self.source = source
@@ -219,7 +223,32 @@ class Daemon:
         log.info("policy planned in %.1f ms: %d policies, %d rules here, %d flows", took * 1e3,
                  len(inputs.policies), len(plan.rules), len(plan.flows))
         self.policy_plan, self._policy_key = plan, (gen, facts)
+        try:
+            from .policy import stats
+
+            stats.write_report(plan, self.config.state_file)
+        except OSError as e:
+            log.warning("policy report not written: %s", e)
+        if self.observer is not None and hasattr(self.observer, "policy_planned"):
+            self.observer.policy_planned(plan)
         return plan
+
+    def _log_denied(self) -> None:
+        """Every ``DENIED_LOG_INTERVAL`` s: what isolation dropped since the last look, per Pod
+        (``routesync.policy.stats.DeniedLog``: bounded per Node)."""
+        plan, dl = self.policy_plan, self._denied_log
+        if plan is None or dl is None or self.clock() < self._next_denied_log:
+            return
+        self._next_denied_log = self.clock() + DENIED_LOG_INTERVAL
+        try:
+            flows = self.appliers.policy_flows()  # type: ignore[attr-defined]
+        except Exception as e:  # noqa: BLE001 - a log that cannot be read is not a reconcile failure
+            log.debug("policy counters not read: %s", e)
+            return
+        for line in dl.lines({p.key: list(p.ips) for p in plan.local_pods}, plan.policies_of, flows):
+            log.info("%s", line)
+        if self.observer is not None and hasattr(self.observer, "policy_counters"):
+            self.observer.policy_counters(plan, flows)
 
     def _sync_pods(self, state: nodestate.NodeState, full: bool) -> None:
         """Running Pods to the state's per-path MTUs (``appliers.sync_pods``), when what decides
@@ -371,6 +400,7 @@ class Daemon:
                         change_seen = self.clock()
                     self.stop.wait(DEBOUNCE)
                     dirty = True  # a pending retry keeps its backoff: a change does not cut it short
+                self._log_denied()
                 if self.clock() >= next_ovs_check:
                     next_ovs_check = self.clock() + OVS_CHECK_INTERVAL
                     try:

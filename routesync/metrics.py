@@ -30,7 +30,14 @@ Names (exposition format; counters get ``_total``, histograms ``_bucket/_sum/_co
                                                                  (bad-peer-as, connect-failed, hold-timer-
                                                                  expired, connection-closed, ...)
 ``ferry_route_sync_bgp_speaker_restarts_total``                  ExaBGP exited and was started again
-==============================================================  =========================================="""
+``ferry_route_sync_policy_rule_packets_total{policy,direction,   packets (bytes) of the new connections
+rule}`` and ``..._bytes_total``                                  a NetworkPolicy rule allowed on this Node
+``ferry_route_sync_policy_denied_packets_total{pod,direction}``  packets of new connections a local Pod's
+                                                                 isolation dropped (no rule allowed them)
+``ferry_route_sync_policy_flows``                                NetworkPolicy flows installed
+==============================================================  ==========================================
+
+The policy figures are the switch's own counters, read every 10 s (``routesync.daemon``)."""
 
 from __future__ import annotations
 
@@ -110,8 +117,42 @@ class RouteSyncMetrics:
         for res in ("ok", "error"):
             self.reconciles.labels(res)
 
+        self.policy = PolicyCounters()
+        r.register(self.policy)
+
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class PolicyCounters:
+    """A collector of the latest NetworkPolicy counters (``policy_counters`` sets them)."""
+
+    def __init__(self) -> None:
+        self.rules: list[tuple[str, str, str, int, int]] = []  # policy, direction, rule, packets, bytes
+        self.denied: dict[tuple[str, str], int] = {}
+        self.flows = 0
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        labels = ["policy", "direction", "rule"]
+        packets = CounterMetricFamily(f"{PREFIX}_policy_rule_packets", "Packets of new connections a rule allowed",
+                                      labels=labels)
+        octets = CounterMetricFamily(f"{PREFIX}_policy_rule_bytes", "Bytes of new connections a rule allowed",
+                                     labels=labels)
+        for policy, direction, rule, n, b in self.rules:
+            packets.add_metric([policy, direction, rule], n)
+            octets.add_metric([policy, direction, rule], b)
+        denied = CounterMetricFamily(f"{PREFIX}_policy_denied_packets",
+                                     "Packets of new connections a Pod's isolation dropped", labels=["pod", "direction"])
+        for (pod, direction), n in sorted(self.denied.items()):
+            denied.add_metric([pod, direction], n)
+        flows = GaugeMetricFamily(f"{PREFIX}_policy_flows", "NetworkPolicy flows installed")
+        flows.add_metric([], self.flows)
+        return [packets, octets, denied, flows]
 
 
 class Observer:
@@ -168,6 +209,20 @@ class Observer:
 
     def bgp_error(self, peer: str, reason: str) -> None:
         self.metrics.bgp_errors.labels(peer, reason).inc()
+
+    def policy_counters(self, plan: Any, flows: Any) -> None:
+        """``plan``: :class:`routesync.policy.plan.Plan`; ``flows``: its flows as dumped."""
+        from .policy import stats
+
+        pc = self.metrics.policy
+        totals: dict[tuple[str, str, str], list[int]] = {}
+        for c in stats.rule_counts(plan.rules, flows):
+            t = totals.setdefault((c.rule.policy, c.rule.direction, str(c.rule.index)), [0, 0])
+            t[0] += c.packets
+            t[1] += c.bytes
+        pc.rules = [(*k, v[0], v[1]) for k, v in sorted(totals.items())]
+        pc.denied = stats.denied({p.key: list(p.ips) for p in plan.local_pods}, flows)
+        pc.flows = len(plan.flows)
 
     def bgp_speaker_restart(self) -> None:
         self.metrics.bgp_restarts.inc()

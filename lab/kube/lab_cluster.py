@@ -20,6 +20,8 @@ def route_sync_keys(topo: Topology) -> dict[str, Any]:
                             "resyncSeconds": rs.resyncSeconds, "bridge": topo.bridge}
     if rs.tunnelPort is not None:
         keys["tunnelPort"] = rs.tunnelPort
+    if topo.kubernetes is not None and topo.kubernetes.services:
+        keys["serviceCIDRs"] = list(plan.service_cidrs(topo, topo.kubernetes))
     return keys
 
 

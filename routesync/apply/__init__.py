@@ -25,6 +25,7 @@ from cni.pipeline.tables import (
     GATEWAY_PORT,
     TUNNEL_PORT,
     Cookie,
+    Owner,
     Table,
     pod_cookie,
 )
@@ -41,8 +42,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from cni.node.nodestate import NodeState
-    from routesync.policy.model import Pod
+    from cni.ovs.openflow.ofctl import DumpedFlow
     from routesync.config import Config
+    from routesync.policy.model import Pod
 
 __all__ = [
     "NextHops",
@@ -123,6 +125,13 @@ class NodeAppliers:
         self.ovs.delete_flows_in(Table.CONNTRACK_STATE, cookies)
         self._released = (set() if full else self._released) | {c.value for c in cookies}
         return len(cookies)
+
+    def policy_flows(self) -> list[DumpedFlow]:
+        """The NetworkPolicy flows with their counters (``ovs-ofctl dump-flows``)."""
+        from cni.ovs.openflow.ofctl import Ofctl
+
+        return Ofctl(self.config.bridge, self.config.ovs_run_dir).dump_flows(
+            f"cookie={Cookie.owner_match(Owner.POLICY)}")
 
     def _mover_for(self, spec: UplinkSpec) -> UplinkMover:
         if self._mover is None or self._mover.spec != spec:

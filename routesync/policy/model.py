@@ -124,7 +124,7 @@ def pod_from(obj: Mapping[str, Any]) -> Pod | None:
     addrs = []
     for ip in ips:
         try:
-            addrs.append(str(ipaddress.ip_address(ip)))
+            addrs.append(str(ipaddress.ip_address(str(ip))))
         except (ValueError, TypeError):
             continue
     if not addrs:

@@ -37,7 +37,7 @@ from cni.pipeline.tables import Flow, Table, policy_cookie
 
 from . import ranges
 from . import selector as sel
-from .model import Peer, Pod, Policy, PortMatch, Rule
+from .model import Peer, Pod, Policy, Rule
 
 INGRESS, EGRESS = "ingress", "egress"
 PRIO_HOST = 220  # IngressRule: from the Node's own addresses

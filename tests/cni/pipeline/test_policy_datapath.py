@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import pytest
 
+from cni.ovs.openflow import codec
 from cni.ovs.openflow.bridge import OpenFlow
 from cni.ovs.openflow.session import Session
-from cni.ovs.openflow import codec
 from cni.pipeline.flows import pending_flows
 from cni.pipeline.tables import Cookie, Owner, Table, policy_cookie
 from routesync.policy import plan as pp

@@ -1,0 +1,140 @@
+"""What NetworkPolicy did, from the switch's own counters: per rule (its ``conj_id`` flow counts
+every new connection the rule allowed) and per isolated Pod (its Default-table drop counts the
+packets of new connections no rule allowed).
+
+The daemon writes the plan's summary beside the state file (:func:`write_report`:
+``policy.json``), so ``ferry-route-sync show policy NS/POD`` (another process) can name the
+rules in force for a Pod and read their counters from one ``ovs-ofctl dump-flows``; the
+Prometheus collector and the denied-connection log read the same counters."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from cni.ovs.openflow.ofctl import DumpedFlow
+from cni.pipeline.tables import Cookie, Owner, Table
+
+from .plan import EGRESS, INGRESS, Plan, RuleInfo
+
+REPORT_NAME = "policy.json"
+POLICY_COOKIE = Cookie.owner_match(Owner.POLICY)
+
+
+@dataclass(frozen=True)
+class RuleCount:
+    rule: RuleInfo
+    packets: int
+    bytes: int
+
+
+def report_path(state_file: str) -> str:
+    return os.path.join(os.path.dirname(state_file) or ".", REPORT_NAME)
+
+
+def report(plan: Plan) -> dict[str, Any]:
+    return {"rules": [asdict(r) for r in plan.rules],
+            "isolated": {k: {"ingress": i, "egress": e} for k, (i, e) in sorted(plan.isolated.items())},
+            "policiesOf": dict(sorted(plan.policies_of.items())),
+            "pods": {p.key: list(p.ips) for p in plan.local_pods},
+            "errors": plan.errors}
+
+
+def write_report(plan: Plan, state_file: str) -> None:
+    from cni.node.atomicfile import write_atomic
+
+    write_atomic(report_path(state_file), json.dumps(report(plan), sort_keys=True).encode())
+
+
+def read_report(state_file: str) -> dict[str, Any]:
+    with open(report_path(state_file), encoding="utf-8") as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{report_path(state_file)}: not an object")  # noqa: TRY004 - a bad file, as json's own
+    return doc
+
+
+def rule_counts(rules: Iterable[RuleInfo], flows: Iterable[DumpedFlow]) -> list[RuleCount]:
+    """Each rule with its ``conj_id`` flow's counters (0 when the flow is not installed)."""
+    by_id: dict[int, DumpedFlow] = {}
+    for f in flows:
+        if f.table in (Table.INGRESS_RULE, Table.EGRESS_RULE) and f.match.startswith("conj_id="):
+            by_id[int(f.match.split("=", 1)[1].split(",")[0])] = f
+    out = []
+    for r in rules:
+        hit = by_id.get(r.conj_id)
+        out.append(RuleCount(r, hit.n_packets if hit else 0, hit.n_bytes if hit else 0))
+    return out
+
+
+def denied(pods: dict[str, list[str]], flows: Iterable[DumpedFlow]) -> dict[tuple[str, str], int]:
+    """(Pod, direction) -> packets dropped by its isolation (the Default tables)."""
+    owner: dict[str, str] = {}
+    for key, ips in pods.items():
+        for ip in ips:
+            owner[str(ipaddress.ip_address(ip))] = key
+    out: dict[tuple[str, str], int] = {}
+    for f in flows:
+        if f.table not in (Table.INGRESS_DEFAULT, Table.EGRESS_DEFAULT):
+            continue
+        for part in f.match.split(","):
+            k, _, v = part.partition("=")
+            if k in ("nw_dst", "ipv6_dst", "nw_src", "ipv6_src") and v in owner:
+                where = (owner[v], INGRESS if f.table == Table.INGRESS_DEFAULT else EGRESS)
+                out[where] = out.get(where, 0) + f.n_packets
+    return out
+
+
+def rule_from(d: dict[str, Any]) -> RuleInfo:
+    return RuleInfo(int(d["conj_id"]), str(d["policy"]), str(d["direction"]), int(d["index"]),
+                    tuple(d.get("pods") or ()), str(d.get("port") or ""))
+
+
+def pod_table(pod: str, doc: dict[str, Any], flows: list[DumpedFlow]) -> str:
+    """``show policy NS/POD``: the policies selecting the Pod, its isolation, each rule in force
+    for it with its counters, and what its isolation dropped."""
+    if pod not in doc.get("pods", {}):
+        return f"{pod}: not a Pod of this Node with an address (or route-sync has not seen it)\n"
+    iso = doc.get("isolated", {}).get(pod, {})
+    lines = [f"pod {pod}  addresses {', '.join(doc['pods'][pod])}",
+             f"policies {', '.join(doc.get('policiesOf', {}).get(pod, [])) or '(none: not isolated)'}",
+             f"isolated: ingress {'yes' if iso.get('ingress') else 'no'}, egress {'yes' if iso.get('egress') else 'no'}"]
+    rules = [rule_from(r) for r in doc.get("rules", []) if pod in r.get("pods", [])]
+    cells = [("POLICY", "DIRECTION", "RULE", "PORT", "CONJ_ID", "PACKETS", "BYTES")]
+    for c in rule_counts(rules, flows):
+        cells.append((c.rule.policy, c.rule.direction, str(c.rule.index), c.rule.port or "-", str(c.rule.conj_id),
+                      str(c.packets), str(c.bytes)))
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    if len(cells) == 1:
+        lines.append("(no rule allows anything for this Pod)")
+    for (p, direction), n in sorted(denied({pod: doc["pods"][pod]}, flows).items()):
+        lines.append(f"denied {direction}: {n} packets of new connections")
+    return "\n".join(lines) + "\n"
+
+
+class DeniedLog:
+    """A bounded, rate-limited log of what isolation dropped: fed the counters every interval,
+    it gives one line per Pod and direction whose drops grew (at most ``limit`` lines, the
+    largest first, then a line saying how many more), naming the policies that isolate it."""
+
+    def __init__(self, limit: int = 20) -> None:
+        self.limit = limit
+        self._last: dict[tuple[str, str], int] = {}
+
+    def lines(self, pods: dict[str, list[str]], policies_of: dict[str, list[str]],
+              flows: Iterable[DumpedFlow]) -> list[str]:
+        now = denied(pods, flows)
+        grown = sorted(((n - self._last.get(k, 0), k) for k, n in now.items() if n > self._last.get(k, 0)),
+                       reverse=True)
+        self._last = now
+        out = [f"NetworkPolicy denied {d} packets of new {direction} connections of {pod} "
+               f"(isolated by {', '.join(policies_of.get(pod, [])) or '?'})"
+               for d, (pod, direction) in grown[:self.limit]]
+        if len(grown) > self.limit:
+            out.append(f"NetworkPolicy denied new connections of {len(grown) - self.limit} more Pods")
+        return out
