@@ -1,0 +1,164 @@
+"""NetworkPolicy on a real Kubernetes cluster (issue 27): route-sync from Ferry's DaemonSet watches
+the policies, Pods and Namespaces under its ClusterRole and enforces them in OVS, with stock
+kube-proxy (iptables mode) in front of the Services the probes go through.  Kubernetes' own
+``[sig-network] Netpol`` specs: ``make conformance CONFORMANCE="--suite netpol"``.
+
+Pods: ``client`` on node-1, ``other`` on node-2 (same subnet), ``srv`` on node-3 (behind the
+router), each with the lab's echo server; a ClusterIP Service in front of ``srv``.  Checks, each
+by a connection that completes or not:
+
+* ingress: srv isolated, allowed from Pods labelled ``role=client``: the client reaches srv by
+  its Pod IP and through the ClusterIP (the policy holds after kube-proxy's DNAT), ``other``
+  reaches it neither way; node-3's own host still does (kubelet probes);
+* the same with an ``ipBlock`` naming the client's address;
+* egress: the client isolated, allowed to srv's port only: srv by IP and ClusterIP, not other;
+* a Pod created into a namespace with a policy that selects it is never reachable, not for one
+  packet: from the moment the API shows its address, every probe to a closed port of it times
+  out (a reachable Pod would answer with a reset).  A policy deleted: the Pod opens."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from lab.api import ECHO_PORT, Lab, Pod
+from lab.kube import pods as kube_pods
+from lab.kube import services as svc
+from lab.kube.pods import api_name
+from tests.e2e.kube.helpers import topology
+from tests.e2e.kube.servicecheck import pod_ip, v4
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+NS = svc.NAMESPACE
+
+
+def _policy(name: str, selector: dict, ingress: list | None = None, egress: list | None = None) -> dict:
+    types = (["Ingress"] if ingress is not None else []) + (["Egress"] if egress is not None else [])
+    spec: dict = {"podSelector": {"matchLabels": selector}, "policyTypes": types}
+    if ingress is not None:
+        spec["ingress"] = ingress
+    if egress is not None:
+        spec["egress"] = egress
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+
+class Policies:
+    def __init__(self, lab: Lab) -> None:
+        self.cluster = lab.kube()
+
+    def apply(self, doc: dict) -> None:
+        self.cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+
+    def delete(self, name: str) -> None:
+        self.cluster.kubectl("delete", "networkpolicy", "-n", NS, name, "--wait=true")
+
+
+def _reached(lab: Lab, src: Pod, addr: str, port: int = 80) -> bool:
+    return lab.connect(src, addr, port, timeout=2.0).ok
+
+
+def _settles(lab: Lab, src: Pod, addr: str, want: bool, port: int = 80, timeout: float = 20.0) -> bool:
+    """Whether probes from ``src`` settle on ``want`` (a policy is realized on its own schedule
+    after the API has it: the deadline only bounds a hang); then three more in a row agree."""
+    deadline = time.monotonic() + timeout
+    while _reached(lab, src, addr, port) != want:
+        if time.monotonic() > deadline:
+            return False
+    return all(_reached(lab, src, addr, port) == want for _ in range(3))
+
+
+@pytest.fixture(scope="module")
+def lab(kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
+    yield kube_module_lab_of(topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}))
+
+
+def test_ingress_and_egress_rules_hold_through_services(lab: Lab) -> None:
+    cluster = lab.kube()
+    client, other, srv = lab.add_pod("node-1", "client"), lab.add_pod("node-2", "other"), lab.add_pod("node-3", "srv")
+    for p in (client, other):
+        lab.ensure_echo(p.netns)
+    svc.backend(lab, srv, "srv")
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-1", "client"), "role=client", "--overwrite")
+    ep = svc.create(cluster, svc.service("srv", ECHO_PORT), 1)
+    cip, sip, oip = v4(ep.cluster_ips), pod_ip(srv), pod_ip(other)
+    pol = Policies(lab)
+    failures: list[str] = []
+
+    def expect(what: str, src: Pod, addr: str, want: bool, port: int = 80) -> None:
+        if not _settles(lab, src, addr, want, port):
+            failures.append(f"{what}: {'not reached' if want else 'reached'}")
+
+    expect("no policy: other -> srv", other, sip, True, ECHO_PORT)
+    srv_sel = {svc.LABEL: "srv"}
+    from_client = [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": ECHO_PORT}]}]
+    pol.apply(_policy("srv-from-client", srv_sel, ingress=from_client))
+    expect("ingress podSelector: client -> srv Pod IP", client, sip, True, ECHO_PORT)
+    expect("ingress podSelector: client -> srv ClusterIP", client, cip, True)
+    expect("ingress podSelector: other -> srv Pod IP", other, sip, False, ECHO_PORT)
+    expect("ingress podSelector: other -> srv ClusterIP", other, cip, False)
+    expect("ingress: node-3's host -> srv (the Node's own traffic)", lab.node("node-3"), sip, True, ECHO_PORT)  # type: ignore[arg-type]
+    by_block = [{"from": [{"ipBlock": {"cidr": f"{pod_ip(client)}/32"}}]}]
+    pol.apply(_policy("srv-from-client", srv_sel, ingress=by_block))
+    expect("ingress ipBlock of the client: client -> srv ClusterIP", client, cip, True)
+    expect("ingress ipBlock of the client: other -> srv ClusterIP", other, cip, False)
+    pol.delete("srv-from-client")
+    expect("policy deleted: other -> srv ClusterIP", other, cip, True)
+    to_srv = [{"to": [{"podSelector": {"matchLabels": srv_sel}}], "ports": [{"port": ECHO_PORT}]}]
+    pol.apply(_policy("client-to-srv", {"role": "client"}, egress=to_srv))
+    expect("egress: client -> srv Pod IP", client, sip, True, ECHO_PORT)
+    expect("egress: client -> srv ClusterIP (judged on the backend)", client, cip, True)
+    expect("egress: client -> other", client, oip, False, ECHO_PORT)
+    expect("egress: other -> client (its ingress is open)", other, pod_ip(client), True, ECHO_PORT)
+    pol.delete("client-to-srv")
+    expect("policy deleted: client -> other", client, oip, True, ECHO_PORT)
+    assert not failures, "\n".join(failures)
+
+
+def test_a_selected_pod_is_never_reachable_before_its_policy(lab: Lab) -> None:
+    cluster = lab.kube()
+    client = lab.add_pod("node-1", "prober")
+    pol = Policies(lab)
+    pol.apply(_policy("window", {"window": "yes"}, ingress=[]))
+    name = "window-pod"
+    doc = kube_pods.pod_spec(name, "node-2")
+    doc["metadata"]["labels"]["window"] = "yes"
+    # the policy is in the state file of node-2 before the Pod is: route-sync wrote it
+    deadline = time.monotonic() + 30
+    while NS not in _policy_namespaces(lab, "node-2"):
+        assert time.monotonic() < deadline, "node-2's state file never listed the namespace"
+        time.sleep(0.2)
+    cluster.kubectl("create", "-f", "-", input=json.dumps(doc))
+    try:
+        ip = None
+        deadline = time.monotonic() + 120
+        while ip is None:
+            assert time.monotonic() < deadline, "the Pod never got an address"
+            out = cluster.kubectl("get", "pod", "-n", NS, name, "-o", "jsonpath={.status.podIP}", check=False).stdout
+            ip = out.strip() or None
+        answers = [lab.connect(client, ip, 81, timeout=0.5).detail for _ in range(10)]
+        reached = [a for a in answers if "Refused" in a or "reset" in a.lower()]
+        assert not reached, f"{len(reached)} of {len(answers)} probes reached the isolated Pod: {answers}"
+        assert all("timed out" in a or "timeout" in a.lower() for a in answers), answers
+        pol.delete("window")
+        deadline = time.monotonic() + 20
+        while "Refused" not in lab.connect(client, ip, 81, timeout=0.5).detail:
+            assert time.monotonic() < deadline, "the Pod never opened after its policy went"
+    finally:
+        cluster.kubectl("delete", "pod", "-n", NS, name, "--wait=false", check=False)
+
+
+def _policy_namespaces(lab: Lab, node: str) -> list[str]:
+    """The namespaces with policies in ``node``'s state file (route-sync writes it through the
+    DaemonSet's mount of the Node's run directory)."""
+    from lab import layout
+
+    try:
+        with open(layout.node_paths(lab.dir, node).state_file, encoding="utf-8") as f:
+            return list(json.load(f).get("policyNamespaces") or [])
+    except (OSError, ValueError):
+        return []
