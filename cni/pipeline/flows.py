@@ -142,7 +142,10 @@ def conntrack_flows(gw: GatewayPort, local_cidrs: Sequence[tuple[int, str]]) -> 
         Flow(Table.CONNTRACK, PRIO_CT_LOOKUP, (IP,), (lookup,), c),
         Flow(Table.CONNTRACK, PRIO_CT_LOOKUP, (IPV6,), (lookup,), c),
         Flow(Table.CONNTRACK_STATE, PRIO_MISS, (), (goto(Table.EGRESS_RULE),), c),
-        Flow(Table.CONNTRACK_STATE, PRIO_CT_KNOWN, (m.ct_state(m.CT_TRK | m.CT_EST),), to_commit, c),
+        # replies of a known connection skip policy; its original direction crosses policy on
+        # every packet (the switch caches the verdict per megaflow), so a policy that starts to
+        # deny a connection stops it, not only new ones
+        Flow(Table.CONNTRACK_STATE, PRIO_CT_KNOWN, (m.ct_state(m.CT_TRK | m.CT_EST | m.CT_RPL),), to_commit, c),
         Flow(Table.CONNTRACK_STATE, PRIO_CT_KNOWN, (m.ct_state(m.CT_TRK | m.CT_REL),), to_commit, c),
         Flow(Table.EGRESS_RULE, PRIO_MISS, (), (goto(Table.EGRESS_DEFAULT),), c),
         Flow(Table.EGRESS_DEFAULT, PRIO_MISS, (), (goto(Table.INGRESS_RULE),), c),

@@ -21,9 +21,10 @@ Packet walk (IPv4 and IPv6 alike):
   NA target), and drops router advertisements from Pods.
 * NeighborResponder answers ARP for the gateway and each local Pod (so nothing floods), and
   steers IPv6 neighbour solicitations to the port that owns the target.
-* Conntrack looks every IP packet up in zone :data:`CT_ZONE`; ConntrackState passes a packet
-  of a known connection (``+est``/``+rel``) on to ConntrackCommit, which outputs it without a
-  policy lookup; a ``+new`` one goes through NetworkPolicy (below) and is committed there.
+* Conntrack looks every IP packet up in zone :data:`CT_ZONE`; ConntrackState passes a reply of
+  a known connection (``+est+rpl``, ``+rel``) on to ConntrackCommit without a policy lookup; a
+  packet in a connection's original direction goes through NetworkPolicy (below: a policy that
+  starts to deny a connection stops it), and a ``+new`` one is committed after it.
 * NetworkPolicy (route-sync, ``routesync/policy``): EgressRule and IngressRule hold each rule
   as an OVS conjunction (the Pods it applies to, its peers, its ports: one flow per element of
   each, plus one ``conj_id`` flow that counts the rule's connections); EgressDefault and

@@ -11,6 +11,8 @@ Pods a, b, c; an echo server on b.  What the Pods see, for each of:
 * a named port (``http`` = 7000 on b) in the rule: the same;
 * a isolated for egress with no rule: a reaches nobody, while c still reaches a's own server
   (a's ingress is not isolated, and the replies of an allowed connection pass);
+* an established connection (a stream kept open across the change) stops when a policy starts
+  to deny it: its next exchange fails; a reply direction alone never is judged;
 * a Pod's pending block (``cni.pipeline.flows.pending_flows``): nothing new in or out until its
   flows in ConntrackState are deleted by cookie, as route-sync's release does."""
 
@@ -99,6 +101,64 @@ def test_ingress_rules_isolate_and_allow_statefully(node: Node) -> None:
         for s in servers:
             s.kill()
             s.wait()
+
+
+STREAM_SERVER = """
+import socket, sys, threading
+s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("::", int(sys.argv[1]))); s.listen(8); print("ready", flush=True)
+def echo(c):
+    while True:
+        b = c.recv(100)
+        if not b: return
+        c.sendall(b)
+while True:
+    c, _ = s.accept(); threading.Thread(target=echo, args=(c,), daemon=True).start()
+"""
+STREAM_CLIENT = """
+import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); c.settimeout(2)
+for line in sys.stdin:
+    try:
+        c.sendall(b"x"); ok = c.recv(1) == b"x"
+    except OSError:
+        ok = False
+    print("ok" if ok else "lost", flush=True)
+"""
+
+
+def test_an_established_connection_stops_when_a_policy_denies_it(node: Node) -> None:
+    import subprocess
+    import sys
+
+    a, b = node.add_pod("ea"), node.add_pod("eb")
+    of = OpenFlow(node.bridge, node.ovs.dir)
+    pods = [_pod(a, {"app": "a"}), _pod(b, {"app": "b"})]
+    srv = subprocess.Popen(["ip", "netns", "exec", b.netns, sys.executable, "-c", STREAM_SERVER, str(PORT)],
+                           stdout=subprocess.PIPE, text=True)
+    cli = None
+    try:
+        assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
+        cli = subprocess.Popen(["ip", "netns", "exec", a.netns, sys.executable, "-c", STREAM_CLIENT, b.ip(4), str(PORT)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert cli.stdin is not None and cli.stdout is not None
+
+        def exchange() -> str:
+            cli.stdin.write("go\n")
+            cli.stdin.flush()
+            return cli.stdout.readline().strip()
+
+        assert exchange() == "ok"
+        allow_a = [{"from": [{"podSelector": {"matchLabels": {"app": "a"}}}]}]
+        _install(node, pods, [_policy("b-from-a", {"app": "b"}, allow_a)], of)
+        assert exchange() == "ok"  # still allowed: the stream goes on
+        _install(node, pods, [_policy("b-from-a", {"app": "b"}, [])], of)  # now b admits nobody
+        assert exchange() == "lost"
+    finally:
+        for p in (cli, srv):
+            if p is not None:
+                p.kill()
+                p.wait()
 
 
 def policy_cookie_of(plan: pp.Plan) -> str:
