@@ -47,6 +47,7 @@ def _install(node: Node, pods: list[Pod], policies: list[dict], of: OpenFlow) ->
     plan = pp.plan(inputs, pp.NodeFacts(NODE, gw))
     of.del_flows(Cookie.owner_match(Owner.POLICY))
     of.add_flows(plan.flows)
+    node.ovs.appctl("revalidator/wait")  # the cached megaflows of earlier probes re-checked: the new verdicts hold
     return plan
 
 
@@ -153,7 +154,7 @@ def test_an_established_connection_stops_when_a_policy_denies_it(node: Node) -> 
         _install(node, pods, [_policy("b-from-a", {"app": "b"}, allow_a)], of)
         assert exchange() == "ok"  # still allowed: the stream goes on
         _install(node, pods, [_policy("b-from-a", {"app": "b"}, [])], of)  # now b admits nobody
-        assert exchange() == "lost"
+        assert exchange() == "lost"  # _install waited for the switch to re-check its cached megaflows
     finally:
         for p in (cli, srv):
             if p is not None:
