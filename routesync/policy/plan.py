@@ -29,6 +29,7 @@ import ipaddress
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from cni.pipeline import match as m
 from cni.pipeline.actions import DROP, Conjunction, goto
@@ -131,6 +132,8 @@ class PodIndex:
         self.ns_labels = {n: dict(labels) for n, labels in namespaces.items()}
         self._cache: dict[tuple[str, sel.Selector], tuple[Pod, ...]] = {}
         self._ns_cache: dict[sel.Selector, tuple[str, ...]] = {}
+        self._addr_cache: dict[tuple[str, Peer], tuple[str, ...]] = {}
+        self._block_cache: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
 
     def in_namespace(self, ns: str, selector: sel.Selector) -> tuple[Pod, ...]:
         key = (ns, selector)
@@ -156,6 +159,21 @@ class PodIndex:
             self._ns_cache[selector] = hit
         return hit
 
+    def block(self, cidr: str, excepts: tuple[str, ...]) -> tuple[str, ...]:
+        """An ``ipBlock`` as prefixes (:func:`ranges.block_minus`), once per plan."""
+        hit = self._block_cache.get((cidr, excepts))
+        if hit is None:
+            hit = self._block_cache[(cidr, excepts)] = tuple(map(_block_text, ranges.block_minus(cidr, list(excepts))))
+        return hit
+
+    def peer_addresses(self, policy_ns: str, peer: Peer) -> tuple[str, ...]:
+        """The addresses of :meth:`peers`, once per (namespace, peer) in a plan."""
+        key = (policy_ns, peer)
+        hit = self._addr_cache.get(key)
+        if hit is None:
+            hit = self._addr_cache[key] = tuple(ip for p in self.peers(policy_ns, peer) for ip in p.ips)
+        return hit
+
     def peers(self, policy_ns: str, peer: Peer) -> tuple[Pod, ...]:
         namespaces = (policy_ns,) if peer.namespace_selector is None else self.namespaces(peer.namespace_selector)
         pod_sel = peer.pod_selector or sel.EVERYTHING
@@ -165,16 +183,27 @@ class PodIndex:
         return tuple(out)
 
 
-def _host_net(ip: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
-    return ipaddress.ip_network(ip)
+class _Addresses:
+    """``ip,nw_src=...`` (or dst, or IPv6) for an address (matched exactly) or a block (by
+    prefix), each built once per plan with its text: a Pod's address is in many rules."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[str, bool], tuple[tuple[m.MatchItem, ...], str]] = {}
+
+    def match(self, addr: str, source: bool) -> tuple[tuple[m.MatchItem, ...], str]:
+        hit = self.cache.get((addr, source))
+        if hit is None:
+            six = ":" in addr
+            spec = (m.IPV6_SRC if source else m.IPV6_DST) if six else (m.IPV4_SRC if source else m.IPV4_DST)
+            proto = IPV6 if six else IP
+            match: tuple[m.MatchItem, ...] = (proto, m.address(spec, addr))
+            # the text m.match_text would render, without rendering (a key and a cookie only)
+            hit = self.cache[(addr, source)] = (match, f"{proto.name},{spec.match_name}={addr}")
+        return hit
 
 
-def _addr_field(net: ipaddress.IPv4Network | ipaddress.IPv6Network, source: bool) -> tuple[m.Proto, m.Field]:
-    """``ip,nw_src=...`` (or dst, or IPv6): a single address matched exactly, a block by prefix."""
-    text = str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
-    if net.version == 4:
-        return IP, m.address(m.IPV4_SRC if source else m.IPV4_DST, text)
-    return IPV6, m.address(m.IPV6_SRC if source else m.IPV6_DST, text)
+def _block_text(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str:
+    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
 
 
 def _port_matches(ports: Iterable[tuple[str, int | None, int | None]]) -> list[tuple[m.MatchItem, ...]]:
@@ -197,36 +226,40 @@ class _Part:
     """A rule, or one named-port group of it: whom it applies to, its peers, its ports."""
 
     applied: tuple[Pod, ...]
-    peers: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] | None  # None: any
+    peers: tuple[str, ...] | None  # addresses and blocks; None: any
     ports: tuple[tuple[str, int | None, int | None], ...] | None  # None: any
     tag: str = ""
 
 
 def _parts(direction: str, policy: Policy, rule: Rule, applied: tuple[Pod, ...], index: PodIndex) -> list[_Part]:
-    peer_pods: list[Pod] = []
-    blocks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
-    if rule.peers is not None:
-        for peer in rule.peers:
-            if peer.ip_block is not None:
-                blocks += ranges.block_minus(peer.ip_block.cidr, list(peer.ip_block.excepts))
-            else:
-                peer_pods += index.peers(policy.namespace, peer)
     numeric = [(p.protocol, p.port if isinstance(p.port, int) else None, p.end_port)
                for p in rule.ports if not isinstance(p.port, str)]
     named = [p for p in rule.ports if isinstance(p.port, str)]
-
-    def nets(pods: Iterable[Pod]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-        return [_host_net(ip) for p in pods for ip in p.ips]
-
-    all_peers = None if rule.peers is None else tuple(dict.fromkeys(nets(peer_pods) + blocks))
+    all_peers: tuple[str, ...] | None = None
+    if rule.peers is not None:
+        addrs: list[str] = []
+        for peer in rule.peers:
+            if peer.ip_block is not None:
+                addrs += index.block(peer.ip_block.cidr, peer.ip_block.excepts)
+            else:
+                addrs += index.peer_addresses(policy.namespace, peer)
+        all_peers = tuple(dict.fromkeys(addrs))
     out: list[_Part] = []
     if not rule.ports or numeric:
         out.append(_Part(applied, all_peers, tuple(numeric) if rule.ports else None))
+    if not named:
+        return out
+    if direction == INGRESS:  # the name is the applied-to Pod's port
+        candidates: Iterable[Pod] = applied
+    elif rule.peers is not None:  # egress: the peer Pod's (an ipBlock has no named ports)
+        candidates = dict.fromkeys(p for peer in rule.peers if peer.ip_block is None
+                                   for p in index.peers(policy.namespace, peer))
+    else:
+        candidates = index_all(index)
     for pm in named:
         assert isinstance(pm.port, str)
-        # ingress: the name is the applied-to Pod's port; egress: the peer Pod's
         groups: dict[int, list[Pod]] = defaultdict(list)
-        for pod in (applied if direction == INGRESS else (peer_pods if rule.peers is not None else index_all(index))):
+        for pod in candidates:
             number = pod.port_number(pm.port, pm.protocol)
             if number is not None:
                 groups[number].append(pod)
@@ -235,7 +268,8 @@ def _parts(direction: str, policy: Policy, rule: Rule, applied: tuple[Pod, ...],
             if direction == INGRESS:
                 out.append(_Part(tuple(pods), all_peers, ((pm.protocol, number, None),), tag))
             else:
-                out.append(_Part(applied, tuple(dict.fromkeys(nets(pods))), ((pm.protocol, number, None),), tag))
+                out.append(_Part(applied, tuple(dict.fromkeys(ip for p in pods for ip in p.ips)),
+                                 ((pm.protocol, number, None),), tag))
     return out
 
 
@@ -245,29 +279,60 @@ def index_all(index: PodIndex) -> list[Pod]:
 
 class _Flows:
     """Flows being built, merged by identity: a clause flow several rules share is one flow
-    with each rule's ``conjunction()`` action."""
+    with each rule's ``conjunction()`` action.  Keyed by (table, priority, match text)."""
 
     def __init__(self) -> None:
-        self.actions: dict[tuple[int, int, tuple[m.MatchItem, ...]], list] = {}
+        self.addresses = _Addresses()
+        self._match: dict[tuple[int, int, str], tuple[m.MatchItem, ...]] = {}
+        self._actions: dict[tuple[int, int, str], list[Any]] = {}
 
-    def add(self, table: Table, priority: int, match: tuple[m.MatchItem, ...], actions: Sequence) -> None:
-        key = (int(table), priority, match)
-        have = self.actions.get(key)
+    def add(self, table: Table, priority: int, match: tuple[m.MatchItem, ...], actions: Sequence[Any],
+            text: str | None = None) -> None:
+        """A flow with ``actions``; at a key that has one already, a ``conjunction()`` joins
+        the others (each rule adds each of its clause flows once), a terminal action leaves
+        the first writer's (the same allow or drop)."""
+        key = (int(table), priority, text if text is not None else m.match_text(match))
+        have = self._actions.get(key)
         if have is None:
-            self.actions[key] = list(actions)
-        elif actions and isinstance(actions[0], Conjunction) and (not have or isinstance(have[0], Conjunction)):
-            have.extend(a for a in actions if a not in have)
-        # otherwise the first writer's terminal action stands (the same allow or drop)
+            self._match[key] = match
+            self._actions[key] = list(actions)
+        elif have and actions and isinstance(actions[0], Conjunction) and isinstance(have[0], Conjunction):
+            have.extend(actions)
+
+    def conjunction(self, table: Table, priority: int, addrs: Iterable[str], source: bool, conj: Conjunction) -> None:
+        """:meth:`add` of ``conj`` on the address flow of each of ``addrs`` (distinct): the
+        planner's inner loop, one dict lookup per address."""
+        t = int(table)
+        cache, build = self.addresses.cache, self.addresses.match
+        actions, matches = self._actions, self._match
+        for addr in addrs:
+            hit = cache.get((addr, source)) or build(addr, source)
+            key = (t, priority, hit[1])
+            have = actions.get(key)
+            if have is None:
+                matches[key] = hit[0]
+                actions[key] = [conj]
+            elif have and isinstance(have[0], Conjunction):
+                have.append(conj)
+
+    def address(self, table: Table, priority: int, addr: str, source: bool, actions: Sequence[Any]) -> None:
+        match, text = self.addresses.match(addr, source)
+        self.add(table, priority, match, actions, text)
 
     def flows(self) -> list[Flow]:
         out = []
-        for (table, priority, match), actions in self.actions.items():
+        for key in sorted(self._actions, key=lambda k: (k[0], -k[1], k[2])):
+            table, priority, text = key
+            actions = self._actions[key]
             if actions and isinstance(actions[0], Conjunction):
-                actions = sorted(actions, key=lambda a: (a.id, a.clause))
-            text = f"{table}|{priority}|{m.match_text(match)}"
-            out.append(Flow(Table(table), priority, match, tuple(actions), policy_cookie(text)))
-        out.sort(key=lambda f: (int(f.table), -f.priority, f.match_text()))
+                actions = sorted(actions, key=_conj_order)
+            out.append(Flow(Table(table), priority, self._match[key], tuple(actions),
+                            policy_cookie(f"{table}|{priority}|{text}")))
         return out
+
+
+def _conj_order(a: Conjunction) -> tuple[int, int]:
+    return (a.id, a.clause)
 
 
 def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
@@ -300,17 +365,16 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
         ingress, egress = iso[pod.key]
         out.isolated[pod.key] = (ingress, egress)
         for ip in pod.ips:
-            net = _host_net(ip)
             if ingress:
-                fl.add(Table.INGRESS_DEFAULT, PRIO_ISOLATED, _addr_field(net, False), DROP)
+                fl.address(Table.INGRESS_DEFAULT, PRIO_ISOLATED, ip, False, DROP)
             if egress:
-                fl.add(Table.EGRESS_DEFAULT, PRIO_ISOLATED, _addr_field(net, True), DROP)
+                fl.address(Table.EGRESS_DEFAULT, PRIO_ISOLATED, ip, True, DROP)
     for a in facts.host_addresses:
-        fl.add(Table.INGRESS_RULE, PRIO_HOST, _addr_field(_host_net(a.split("/")[0]), True),
-               (goto(Table.CONNTRACK_COMMIT),))
+        fl.address(Table.INGRESS_RULE, PRIO_HOST, str(ipaddress.ip_interface(a).ip), True,
+                   (goto(Table.CONNTRACK_COMMIT),))
     for cidr in facts.service_cidrs:
-        fl.add(Table.EGRESS_RULE, PRIO_SERVICE, _addr_field(ipaddress.ip_network(cidr, strict=False), False),
-               (goto(Table.CONNTRACK_COMMIT),))
+        fl.address(Table.EGRESS_RULE, PRIO_SERVICE, _block_text(ipaddress.ip_network(cidr, strict=False)), False,
+                   (goto(Table.CONNTRACK_COMMIT),))
     out.flows = fl.flows()
     return out
 
@@ -324,15 +388,13 @@ def _add_rule(fl: _Flows, out: Plan, ids: ConjIds, direction: str, policy: Polic
     clauses = 3 if part.ports is not None else 2
     out.rules.append(RuleInfo(n, policy.key, direction, index, tuple(p.key for p in part.applied), part.tag))
     applied_is_src = direction == EGRESS
-    for pod in part.applied:
-        for ip in pod.ips:
-            fl.add(table, PRIO_CONJ, _addr_field(_host_net(ip), applied_is_src), (Conjunction(n, 1, clauses),))
+    fl.conjunction(table, PRIO_CONJ, [ip for pod in part.applied for ip in pod.ips], applied_is_src,
+                   Conjunction(n, 1, clauses))
     if part.peers is None:
         for proto in (IP, IPV6):
             fl.add(table, PRIO_CONJ, (proto,), (Conjunction(n, 2, clauses),))
     else:
-        for net in part.peers:
-            fl.add(table, PRIO_CONJ, _addr_field(net, not applied_is_src), (Conjunction(n, 2, clauses),))
+        fl.conjunction(table, PRIO_CONJ, part.peers, not applied_is_src, Conjunction(n, 2, clauses))
     if part.ports is not None:
         for match in _port_matches(part.ports):
             fl.add(table, PRIO_CONJ, match, (Conjunction(n, 3, clauses),))
