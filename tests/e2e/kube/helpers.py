@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,8 @@ import pytest
 
 from lab import tools
 from lab.api import Lab
-from lab.kube.cluster import Cluster, cgroup_pids
+from lab.kube.cluster import Cluster, cgroup_pids, wait_for
+from tests.support.waiting import HANG
 
 _counter = itertools.count()
 
@@ -87,6 +89,42 @@ def route_sync_pid(cluster: Cluster, node: str) -> int:
         if argv[0].endswith(b"ferry-route-sync") and b"run" in argv:
             return pid
     raise AssertionError(f"no route-sync process on {node}")
+
+
+def restart(lab: Lab, event: str, node: str) -> None:
+    """Restart one part on ``node`` and return once it runs again: ``kube-proxy``,
+    ``ovs-vswitchd`` (its flows and userspace conntrack die with it), ``route-sync`` (SIGKILL;
+    the kubelet restarts its container), or the cluster's ``kube-apiserver`` (away until the
+    caller's ``then`` ran: see :func:`api_server_away`)."""
+    cluster = lab.kube()
+    if event == "kube-proxy":
+        cluster.stop(f"{node}/kube-proxy")
+        cluster.start(f"{node}/kube-proxy")
+    elif event == "ovs-vswitchd":
+        lab.restart_vswitchd(node)
+    elif event == "route-sync":
+        old = route_sync_pid(cluster, node)
+        os.kill(old, signal.SIGKILL)
+
+        def restarted() -> bool:
+            try:
+                return route_sync_pid(cluster, node) != old
+            except AssertionError:
+                return False
+        wait_for(f"route-sync to run again on {node} (the kubelet restarts its container)", restarted, HANG)
+    else:
+        raise ValueError(event)
+
+
+def api_server_away(lab: Lab, then: Callable[[], None]) -> None:
+    """Stop the API server, run ``then`` while it is away, start it again and wait until ready."""
+    cluster = lab.kube()
+    cluster.stop("kube-apiserver")
+    try:
+        then()
+    finally:
+        cluster.start("kube-apiserver")
+        wait_for("kube-apiserver /readyz again", cluster.api_ready, HANG)
 
 
 # The traffic modes the Kubernetes suites run (the lab's cluster has no BGP router config or

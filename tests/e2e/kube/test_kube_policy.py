@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Self
 
 import pytest
 
@@ -162,3 +163,62 @@ def _policy_namespaces(lab: Lab, node: str) -> list[str]:
             return list(json.load(f).get("policyNamespaces") or [])
     except (OSError, ValueError):
         return []
+
+
+class DeniedProbe:
+    """Connections from ``src`` to ``addr`` in a loop on a thread, until stopped: how many got
+    through (a policy that holds: none) and how many were tried."""
+
+    def __init__(self, lab: Lab, src: Pod, addr: str, port: int) -> None:
+        import threading
+
+        self.lab, self.src, self.addr, self.port = lab, src, addr, port
+        self.tried = self.through = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            p = self.lab.connect(self.src, self.addr, self.port, timeout=0.5)
+            self.tried += 1
+            self.through += p.ok
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def test_policies_stay_in_force_across_restarts_and_the_api_server_away(lab: Lab) -> None:
+    """srv (node-3) admits the client only; ``other`` probes it without pause across a restart
+    of route-sync and of ovs-vswitchd on node-3 and while the API server is away: not one of its
+    connections gets through, and the client's get through again after each event."""
+    from tests.e2e.kube.helpers import api_server_away, restart
+
+    cluster = lab.kube()
+    client, other, srv = lab.add_pod("node-1", "fclient"), lab.add_pod("node-2", "fother"), lab.add_pod("node-3", "fsrv")
+    lab.ensure_echo(srv.netns)
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-3", "fsrv"), "fault=srv", "--overwrite")
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-1", "fclient"), "fault=client", "--overwrite")
+    allow = [{"from": [{"podSelector": {"matchLabels": {"fault": "client"}}}]}]
+    Policies(lab).apply(_policy("fault-srv", {"fault": "srv"}, ingress=allow))
+    sip = pod_ip(srv)
+    assert _settles(lab, client, sip, True, ECHO_PORT) and _settles(lab, other, sip, False, ECHO_PORT)
+    def while_away() -> None:  # the probe runs meanwhile; and the client still gets through
+        assert _settles(lab, client, sip, True, ECHO_PORT), "the client lost srv while the API server was away"
+
+    events: list[tuple[str, Callable[[], None]]] = [
+        ("route-sync", lambda: restart(lab, "route-sync", "node-3")),
+        ("ovs-vswitchd", lambda: restart(lab, "ovs-vswitchd", "node-3")),
+        ("kube-apiserver away", lambda: api_server_away(lab, while_away)),
+    ]
+    for name, event in events:
+        with DeniedProbe(lab, other, sip, ECHO_PORT) as probe:
+            event()
+            back = _settles(lab, client, sip, True, ECHO_PORT, timeout=60)
+        print(f"{name}: {probe.through} of {probe.tried} denied connections got through; client back: {back}")
+        assert probe.through == 0, f"{name}: {probe.through} of {probe.tried} connections from other reached srv"
+        assert back, f"{name}: the client never reached srv again"

@@ -9,16 +9,13 @@ event: the stream's longest stall and how long after the event the first new con
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import pytest
 
 from lab.api import ECHO_PORT, Lab
 from lab.kube import services as svc
-from lab.kube.cluster import wait_for
-from tests.e2e.kube.helpers import route_sync_pid, topology
+from tests.e2e.kube.helpers import restart, topology
 from tests.support.liveping import LiveTcp
 from tests.support.waiting import HANG
 
@@ -26,27 +23,6 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 STREAM_PORT = 7800
 CHUNK = 1 << 20  # bytes the stream must carry before and after each event
-
-
-def _restart(lab: Lab, event: str) -> None:
-    cluster = lab.kube()
-    if event == "kube-proxy":
-        cluster.stop("node-1/kube-proxy")
-        cluster.start("node-1/kube-proxy")
-    elif event == "ovs-vswitchd":
-        lab.restart_vswitchd("node-1")
-    elif event == "route-sync":
-        old = route_sync_pid(cluster, "node-1")
-        os.kill(old, signal.SIGKILL)
-
-        def restarted() -> bool:
-            try:
-                return route_sync_pid(cluster, "node-1") != old
-            except AssertionError:
-                return False
-        wait_for("route-sync to run again on node-1 (the kubelet restarts its container)", restarted, HANG)
-    else:
-        raise ValueError(event)
 
 
 # kube-proxy's iptables mode here; its nftables mode gave the same (issue 26's note): one cluster
@@ -69,7 +45,7 @@ def test_service_connections_across_restarts(kube_lab_of, proxy: str) -> None:  
         with LiveTcp(server.netns, server_ip, client.netns, STREAM_PORT, via=(stream_ip, 80)) as stream:
             stream.more_bytes(CHUNK, f"before the {event} restart")
             t0 = time.monotonic()
-            _restart(lab, event)
+            restart(lab, event, "node-1")
             first = svc.until(lambda: lab.connect(client, echo_ip, 80, timeout=1.0), timeout=HANG)
             new_after = time.monotonic() - t0
             assert first.ok, f"after the {event} restart, no new connection through the Service: {first.detail}"
