@@ -54,7 +54,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
                       "--change-peers", "1000"],
         "dataplane": ["bench.bench_dataplane", "--seconds", "10", "--reps", "3", *cb],
         "services": ["bench.bench_services", "--seconds", "10", "--reps", "3", *cb],
-        "policy": ["bench.bench_policy", "--runs", "5", "--seconds", "10", "--reps", "3", *cb],
+        "policy": ["bench.bench_policy", "--runs", "3", "--seconds", "10", "--reps", "3", *cb],
     }
 
 
