@@ -75,7 +75,7 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     # the quick run measures these goals, so they carry a verdict (not "not run")
     rows = {r.figure: r for r in report.goal_rows(results)}
     for fig in ("ADD p50", "DEL p50", "VERSION p50", "peak RSS (largest size)", "one Node change → applied, p99",
-                "policy plan() for one Node, CPU", "Pod → Pod throughput, 1,000 policies / none"):
+                "policy plan() for one Node, CPU", "Pod → Pod throughput, the generated policies in force / none"):
         assert rows[fig].verdict != "not run" and rows[fig].ratio is not None, rows[fig]
     for png in report.PLOTS:
         assert f"({png})" in md
