@@ -314,7 +314,7 @@ def profile_plan(inputs: Any, top: int = 15) -> list[dict[str, Any]]:
     """One plan under cProfile: the ``top`` functions by own time."""
     from routesync.policy import plan as pp
 
-    prof = cProfile.Profile()
+    prof = cProfile.Profile(time.process_time)  # CPU, not wall: a busy machine inflates wall time
     prof.enable()
     pp.plan(inputs, pp.NodeFacts(LOCAL))
     prof.disable()
