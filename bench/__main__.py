@@ -4,12 +4,13 @@
 
 Runs, each as its own process with ``--json``: ``startup`` (bench_startup), ``cni`` (bench_cni),
 ``ipam`` (bench_ipam), ``routesync`` (bench_routesync), ``dataplane`` (bench_dataplane), ``services``
-(bench_services: on Kubernetes clusters with kube-proxy).  Their
+(bench_services: on Kubernetes clusters with kube-proxy), ``policy`` (bench_policy: NetworkPolicy's
+planner on a simulated 10,000-Pod cluster, and 1,000 policies' flows on a real bridge).  Their
 outputs are collected into ``OUT/results.json`` (``meta`` + ``benchmarks``: status, seconds,
 error, data), then ``bench.report`` writes ``OUT/report.md`` and the PNG plots.  A failing
 benchmark is marked failed in the report and the others still run; the exit status is non-zero
 when any failed.  ``--quick`` (or ``BENCH_QUICK=1``): 10 Pods, 100 peers, 2 s iperf and small
-sample counts, IPAM on a /22 instead of the /16.  Each benchmark's own output goes to ``OUT/<name>.log``."""
+sample counts, IPAM on a /22 instead of the /16, 1,000 Pods and 100 policies.  Each benchmark's own output goes to ``OUT/<name>.log``."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ from collections.abc import Sequence
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services")
-TIMEOUT_S = {"startup": 600, "cni": 1800, "ipam": 1800, "routesync": 3600, "dataplane": 1800, "services": 1800}
+ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy")
+TIMEOUT_S = {"startup": 600, "cni": 1800, "ipam": 1800, "routesync": 3600, "dataplane": 1800, "services": 1800,
+             "policy": 3600}
 
 
 def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
@@ -42,6 +44,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
             "dataplane": ["bench.bench_dataplane", "--quick", *cb],
             "services": ["bench.bench_services", "--seconds", "2", "--reps", "1", "--rtt", "10", "--modes", "encap",
                          *cb],
+            "policy": ["bench.bench_policy", "--quick", *cb],
         }
     return {
         "startup": ["bench.bench_startup", "--runs", "100", *cb],
@@ -51,6 +54,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
                       "--change-peers", "1000"],
         "dataplane": ["bench.bench_dataplane", "--seconds", "10", "--reps", "3", *cb],
         "services": ["bench.bench_services", "--seconds", "10", "--reps", "3", *cb],
+        "policy": ["bench.bench_policy", "--runs", "3", "--seconds", "10", "--reps", "3", *cb],
     }
 
 

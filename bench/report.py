@@ -25,6 +25,7 @@ import collections
 import json
 import os
 import shutil
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -168,6 +169,35 @@ def _service(mode: str, what: str) -> Callable[[dict[str, Any]], tuple[float, fl
     return get
 
 
+def _policy_plan(key: str, ref: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    """bench_policy's planning: ``key`` against ``ref`` (a figure of the same run) or a budget."""
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        p = d.get("planning") or {}
+        if key not in p:
+            return None
+        reference = (d.get("budgets") or {}).get("plan_s") if ref == "budget" else p.get(ref)
+        return (p[key], reference) if reference else None
+    return get
+
+
+def _policy_rss(d: dict[str, Any]) -> tuple[float, float] | None:
+    rss = (d.get("planning") or {}).get("rss")
+    budget = (d.get("budgets") or {}).get("rss_mb")
+    return (rss["peak_rss_mb"], budget) if rss and budget else None
+
+
+def _policy_dataplane(what: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    """bench_policy's data plane, with 1,000 policies' flows against none: ``gbps`` or ``cpu``."""
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        dp = d.get("dataplane") or {}
+        if "policy" not in dp or "none" not in dp:
+            return None
+        key = "gbps_median" if what == "gbps" else "cpu_s_per_gbit_median"
+        ours, ref = dp["policy"].get(key), dp["none"].get(key)
+        return (ours, ref) if ours is not None and ref else None
+    return get
+
+
 GOALS: tuple[Goal, ...] = (
     Goal(2, "startup", "VERSION p50", None, None, _startup("VERSION"), reference="Go bridge"),
     Goal(2, "startup", "error path (malformed config) p50", None, None, _startup("malformed config (ADD)"),
@@ -220,6 +250,20 @@ GOALS: tuple[Goal, ...] = (
          _service("encap", "rtt"), unit="ms", reference="the same pair by Pod IP"),
     Goal(26, "services", "Pod → ClusterIP / Pod → Pod IP echo time, fast path", None, None,
          _service("fast", "rtt"), unit="ms", reference="the same pair by Pod IP"),
+    Goal(27, "policy", "policy plan() for one Node, CPU", "<=", 1.0, _policy_plan("plan_cpu_s", "budget"), unit="s",
+         reference="budget 2 s"),
+    Goal(27, "policy", "policy plan() for one Node, wall", None, None, _policy_plan("plan_s", "budget"), unit="s",
+         reference="budget 2 s"),
+    Goal(27, "policy", "policy plan() / parsing the API objects, CPU", None, None,
+         _policy_plan("plan_cpu_s", "parse_cpu_s"), unit="s", reference="model.*_from on every object"),
+    Goal(27, "policy", "policy re-plan, one policy changed / parsing, CPU", None, None,
+         _policy_plan("replan_cpu_s", "parse_cpu_s"), unit="s", reference="model.*_from on every object"),
+    Goal(27, "policy", "policy peak RSS (inputs + one plan)", "<=", 1.0, _policy_rss, unit="MB",
+         reference="budget 300 MB"),
+    Goal(27, "policy", "Pod → Pod throughput, the generated policies in force / none", ">=", 0.9, _policy_dataplane("gbps"),
+         unit="Gbit/s", reference="no policy, same pair, interleaved"),
+    Goal(27, "policy", "CPU s per Gbit, the generated policies in force / none", None, None, _policy_dataplane("cpu"), unit="s",
+         reference="no policy, same pair, interleaved"),
 )
 
 
@@ -404,6 +448,63 @@ def _section_services(d: dict[str, Any]) -> str:
             + _md_table(["mode", "target", "median Gbit/s", "min", "max", "echo median ms", "echo n"], rows))
 
 
+def _section_policy(d: dict[str, Any]) -> str:
+    p = d.get("planning") or {}
+    return ((_section_policy_planning(p) if p else "Planning: not run.") + _section_policy_dataplane(d.get("dataplane")))
+
+
+def _section_policy_planning(p: dict[str, Any]) -> str:
+    rss = p.get("rss") or {}
+    rows = [["parse the API objects (reference)", _f(p.get("parse_s"), 3), _f(p.get("parse_cpu_s"), 3), ""],
+            ["plan() for node-1", _f(p.get("plan_s"), 3), _f(p.get("plan_cpu_s"), 3),
+             f"{p.get('flows', 0):,} flows, {p.get('conjunctions', 0):,} conjunctions"],
+            [f"re-plan, {p.get('replan_policy')} changed", _f(p.get("replan_s"), 3), _f(p.get("replan_cpu_s"), 3),
+             f"+{p.get('replan_flows_added')} / -{p.get('replan_flows_removed')} flows"]]
+    shapes = ", ".join(f"{k} {v}" for k, v in (p.get("shapes") or {}).items())
+    text = (f"{p.get('objects', 0):,} API objects generated (seed {p.get('seed')}): {p.get('pods', 0):,} dual-stack "
+            f"Pods on {p.get('nodes')} Nodes ({p.get('local_pods', 0):,} on node-1), {p.get('namespaces')} "
+            f"namespaces, {p.get('policies', 0):,} policies ({shapes}).  Medians of {p.get('runs')} runs, wall and "
+            f"this process's CPU (load average {_loadavg(p.get('loadavg'))}).\n\n"
+            + _md_table(["step", "wall s", "CPU s", ""], rows)
+            + f"\n\nFlows per table: {p.get('flows_by_table')}.  Peak RSS of a fresh process: "
+            f"{_f(rss.get('inputs_rss_mb'), 0)} MB after building the inputs, {_f(rss.get('peak_rss_mb'), 0)} MB "
+            f"after one plan (the plan's own: {_f(rss.get('plan_rss_mb'), 0)} MB); held (VmRSS): "
+            f"{_f(rss.get('vmrss_inputs_mb'), 0)} MB with the inputs, {_f(rss.get('vmrss_with_plan_mb'), 0)} MB with "
+            "the plan too.")
+    prof = p.get("profile") or []
+    if prof:
+        text += ("\n\nWhere one plan's time goes (cProfile, by own time; profiling inflates the total):\n\n"
+                 + _md_table(["function", "calls", "own s", "share", "cumulative s"],
+                             [[f"`{r['function']}`", f"{r['ncalls']:,}", _f(r["tottime_s"], 3),
+                               f"{100 * r['share']:.1f} %", _f(r["cumtime_s"], 3)] for r in prof]))
+    return text
+
+
+def _section_policy_dataplane(dp: dict[str, Any] | None) -> str:
+    text = ""
+    if not dp:
+        text += "\n\nData plane: not run."
+    elif dp.get("error"):
+        text += f"\n\nData plane: FAILED: {dp['error']}"
+    elif "policy" in dp:
+        rows = [[label, _f(c["gbps_median"]), _f(c["gbps_min"]), _f(c["gbps_max"]), _f(c.get("cpu_s_per_gbit_median")),
+                 f"{c['bridge_flows']:,.0f}", ", ".join(str(m) for m in c.get("megaflows") or []) or "—",
+                 _f(statistics.median(c["install_s"]), 2) if c.get("install_s") else "—"]
+                for label, c in (("no policy", dp["none"]), (f"{dp.get('policies'):,} policies", dp["policy"]))]
+        text += (f"\n\nData plane: one Node, netdev bridge, client → server (iperf3, one TCP stream, "
+                 f"{dp.get('reps')} interleaved repetitions x {dp.get('seconds'):g} s); the server isolated, the "
+                 f"client allowed by the last of {dp.get('conjunctions', 0):,} conjunctions ({dp.get('last_rule')}); "
+                 f"verdicts checked first: {dp.get('verdicts')}.  Per repetition, policy / none: "
+                 f"{dp.get('ratio_per_repetition')}.\n\n"
+                 + _md_table(["case", "median Gbit/s", "min", "max", "CPU s / Gbit", "flows on the bridge",
+                              "megaflows after each run", "install s"], rows))
+    return text
+
+
+def _loadavg(x: Any) -> str:
+    return " / ".join(f"{v:.1f}" for v in x) if x else "?"
+
+
 SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "startup": ("Start-up: VERSION and error path vs Go bridge (issue 2)", _section_startup),
     "cni": ("CNI ADD/DEL: Ferry (launcher, frozen) vs ovs-cni and bridge + host-local (issues 3, 18)", _section_cni),
@@ -412,6 +513,8 @@ SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "dataplane": ("Data plane: iperf3 Pod↔Pod across Nodes (issues 6, 7)", _section_dataplane),
     "services": ("Services: Pod → ClusterIP against Pod → Pod IP, kube-proxy on a real cluster (issue 26)",
                  _section_services),
+    "policy": ("NetworkPolicy: the planner at 10,000 Pods / 1,000 policies, and the data plane under them (issue 27)",
+               _section_policy),
 }
 
 

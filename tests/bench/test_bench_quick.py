@@ -19,7 +19,7 @@ import pytest
 from bench import report
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane", "services")
+SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -64,13 +64,18 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     encap = data["services"]["modes"]["encap"]  # a Kubernetes cluster with kube-proxy: both targets measured
     assert encap["pod"]["gbps_median"] > 0 and encap["service"]["gbps_median"] > 0, encap
     assert encap["ratios"]["throughput_service_over_pod"] > 0
+    policy = data["policy"]  # the quick cluster: 1,000 Pods, 100 policies; both cases of the pair measured
+    assert policy["planning"]["pods"] == 1000 and policy["planning"]["flows"] > 0
+    assert policy["dataplane"]["verdicts"]["policy"] == {"client": True, "other": False}
+    assert policy["dataplane"]["policy"]["bridge_flows"] > policy["dataplane"]["none"]["bridge_flows"]
 
     md = (out / "report.md").read_text()
     for g in report.GOALS:
         assert f"| {g.issue} | {g.figure} |" in md, f"goal row missing: {g.figure}"
     # the quick run measures these goals, so they carry a verdict (not "not run")
     rows = {r.figure: r for r in report.goal_rows(results)}
-    for fig in ("ADD p50", "DEL p50", "VERSION p50", "peak RSS (largest size)", "one Node change → applied, p99"):
+    for fig in ("ADD p50", "DEL p50", "VERSION p50", "peak RSS (largest size)", "one Node change → applied, p99",
+                "policy plan() for one Node, CPU", "Pod → Pod throughput, the generated policies in force / none"):
         assert rows[fig].verdict != "not run" and rows[fig].ratio is not None, rows[fig]
     for png in report.PLOTS:
         assert f"({png})" in md
