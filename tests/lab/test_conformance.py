@@ -123,10 +123,10 @@ ALL_SPECS = [CONFORMANCE_SPEC, NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_
 
 
 def test_suites_and_their_focus() -> None:
-    assert plan.SUITE_NAMES == ("conformance", "netpol", "all")
+    assert plan.SUITE_NAMES == ("conformance", "netpol", "netpol-ci", "all")
     assert plan.DEFAULT_SUITE.name == "conformance" and plan.DEFAULT_SUITE.focus == plan.DEFAULT_FOCUS
     assert plan.suite("netpol").focus == r"\[sig-network\] Netpol\b"
-    with pytest.raises(KeyError, match="suites: conformance, netpol, all"):
+    with pytest.raises(KeyError, match="suites: conformance, netpol, netpol-ci, all"):
         plan.suite("Netpol")
     netpol = (NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP, *NETPOL_SCTP)
     assert tuple(plan.focused(ALL_SPECS, plan.suite("netpol").focus)) == netpol
@@ -146,6 +146,34 @@ def test_sctp_rule_skips_what_needs_sctp_sockets_and_no_more() -> None:
         NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP, *NETPOL_SCTP)
     text = plan.describe(sel, rules, plan.suite("netpol").focus)
     assert "8 specs; skip rules:" in text and "5 specs run per mode" in text
+
+
+def test_netpol_ci_names_one_spec_per_part_and_not_its_twins() -> None:
+    ci = plan.suite("netpol-ci").focus
+    assert plan.literal("a 'b' (c) [d] e.f") == r"a 'b' \(c\) \[d\] e\.f"
+    assert plan.focused(ALL_SPECS, ci) == [NETPOL_TCP, NETPOL_API]  # not the UDP or SCTP default-deny
+    assert len(plan.NETPOL_CI_SPECS) == 7
+    for s in plan.NETPOL_CI_SPECS:
+        assert re.search(ci, f"[sig-network] Netpol {s}"), s
+    assert not re.search(ci, "[sig-network] Netpol NetworkPolicy between server and client should allow ingress "
+                             "access from namespace on one named port [Feature:NetworkPolicy]")
+
+
+def test_netpol_ci_against_e2e_itself() -> None:
+    """Each spec of netpol-ci is one e2e.test has (when it is built): a renamed spec must not drop out."""
+    from lab import tools
+
+    if not os.access(tools.tool("e2e.test"), os.X_OK):
+        pytest.skip("e2e.test not built (tools/build-go-tools.sh kube-e2e)")
+    cp = subprocess.run([tools.tool("e2e.test"), "--list-tests"], capture_output=True, text=True, check=True,
+                        timeout=300)
+    specs = plan.list_tests(cp.stdout)
+    assert len(plan.focused(specs, plan.suite("netpol").focus)) == 50
+    for s in plan.NETPOL_CI_SPECS:
+        assert len(plan.focused(specs, plan.literal(f"[sig-network] Netpol {s}"))) == 1, s
+    assert len(plan.focused(specs, plan.suite("netpol-ci").focus)) == 7
+    sctp = [s for s in plan.focused(specs, plan.suite("netpol").focus) if plan.SCTP.matches(s)]
+    assert len(sctp) == 3 and all("[Feature:SCTPConnectivity]" in s for s in sctp)
 
 
 def test_ginkgo_takes_the_suites_focus_and_every_rule() -> None:
@@ -351,6 +379,7 @@ class _FakeRun:
     ([], plan.DEFAULT_FOCUS, 1),
     (["--suite", "netpol"], plan.NETPOL_FOCUS, 5),
     (["--suite", "all"], f"{plan.DEFAULT_FOCUS}|{plan.NETPOL_FOCUS}", 6),
+    (["--suite", "netpol-ci"], plan.NETPOL_CI_FOCUS, 2),
     (["--suite", "netpol", "--focus", "default-deny"], "default-deny", 1),
 ])
 def test_list_prints_the_suites_selection(monkeypatch: pytest.MonkeyPatch, argv: list[str], focus: str,
