@@ -59,7 +59,8 @@ demo-down:
 # Kubernetes' own `[sig-network] ... [Conformance]` specs (e2e.test, v1.34.4) on the lab's cluster, one lab
 # per traffic mode (every mode by default), kube-proxy in iptables mode; JUnit per mode and summary.md
 # in build/conformance; non-zero exit when a spec failed. e2e.test, agnhost, ginkgo and CoreDNS are
-# built once (cached). More flags: make conformance CONFORMANCE="--mode encap-vxlan --kube-proxy nftables".
+# built once (cached). More flags: make conformance CONFORMANCE="--mode encap-vxlan --kube-proxy nftables";
+# --suite netpol runs the NetworkPolicy specs ([sig-network] Netpol) instead, --suite all both.
 CONFORMANCE ?=
 conformance: bin image
 	bash tools/build-go-tools.sh kubernetes kube-e2e coredns

@@ -1,11 +1,13 @@
 """``conformance``: Kubernetes' own e2e specs on the lab, per Ferry traffic mode (``make
 conformance``; ``python -m lab.conformance``).
 
-    conformance [--mode M ...] [--kube-proxy iptables|nftables ...] [--focus REGEX] [--procs N]
-                [--out DIR] [--family 4|6|dual] [--keep] [--list]
+    conformance [--suite conformance|netpol|all] [--mode M ...] [--kube-proxy iptables|nftables ...]
+                [--focus REGEX] [--procs N] [--out DIR] [--family 4|6|dual] [--keep] [--list]
 
-Every mode by default, kube-proxy in iptables mode; prints the skip rules and the specs each skips
-first, then per mode the passed / failed / skipped specs (each skip with its reason), and writes
+The suite names the specs: ``conformance`` (the default) sig-network's ``[Conformance]`` specs,
+``netpol`` the NetworkPolicy specs (``[sig-network] Netpol``), ``all`` both; ``--focus`` replaces
+the suite's focus. Every mode by default, kube-proxy in iptables mode; prints the skip rules and
+the specs each skips first, then per mode the passed / failed / skipped specs (each skip with its reason), and writes
 JUnit per mode plus ``summary.md`` into ``--out``. Exits non-zero when a spec failed, a spec was
 skipped without a rule or reason, or a mode did not run."""
 
@@ -29,22 +31,29 @@ def _log(s: str) -> None:
 
 
 @click.command("conformance", help=__doc__)
+@click.option("--suite", "suite_name", default=plan.DEFAULT_SUITE.name, show_default=True,
+              type=click.Choice(plan.SUITE_NAMES), help="which e2e specs: " + "; ".join(
+                  f"{s.name}: {s.about} ({s.focus})" for s in plan.SUITES))
 @click.option("--mode", "modes", multiple=True, type=click.Choice(plan.MODE_NAMES),
               help="a Ferry traffic mode (repeatable; default: all of them)")
 @click.option("--kube-proxy", "kube_proxies", multiple=True, type=click.Choice(plan.PROXY_MODES),
               help="kube-proxy's mode (repeatable; default iptables)")
-@click.option("--focus", default=plan.DEFAULT_FOCUS, show_default=True, help="which e2e specs (ginkgo focus)")
+@click.option("--focus", default=None, help="which e2e specs (ginkgo focus), instead of the suite's")
 @click.option("--procs", default=3, show_default=True, type=click.IntRange(1, 16),
               help="ginkgo's parallel processes")
-@click.option("--out", default=DEFAULT_OUT, show_default=True, type=click.Path(file_okay=False),
-              help="JUnit, logs and summary.md go here")
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help=f"JUnit, logs and summary.md go here (default: {DEFAULT_OUT}, or {DEFAULT_OUT}-SUITE for "
+                   "another suite than conformance)")
 @click.option("--family", type=click.Choice(tuple(overrides.FAMILY_CHOICES)), default=None,
               help="address families of Pods and underlay (default: the topology's, dual-stack)")
 @click.option("--keep", is_flag=True, default=False, help="leave the lab up after its run (one mode only)")
 @click.option("--list", "list_only", is_flag=True, default=False,
               help="print the modes, the skip rules and the specs they select; build nothing")
-def conformance(modes: tuple[str, ...], kube_proxies: tuple[str, ...], focus: str, procs: int, out: str,
-                family: str | None, keep: bool, list_only: bool) -> None:
+def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str, ...], focus: str | None,
+                procs: int, out: str | None, family: str | None, keep: bool, list_only: bool) -> None:
+    suite = plan.suite(suite_name)
+    focus = focus or suite.focus
+    out = out or default_out(suite)
     chosen = [plan.mode(n) for n in modes] if modes else list(plan.CONFORMANCE_MODES)
     proxies = list(kube_proxies) or ["iptables"]
     if keep and len(chosen) * len(proxies) > 1:
@@ -87,7 +96,7 @@ def conformance(modes: tuple[str, ...], kube_proxies: tuple[str, ...], focus: st
             r = run.run_mode(m, kp, opts, archive, _log)
             runs.append(r)
             click.echo("\n" + junit.mode_report(r) + "\n")
-    summary = _summary(runs, rules, selection, focus, time.monotonic() - t0)
+    summary = _summary(runs, rules, selection, suite, focus, time.monotonic() - t0)
     with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
         f.write(summary + "\n")
     click.echo(junit.table(runs))
@@ -95,9 +104,16 @@ def conformance(modes: tuple[str, ...], kube_proxies: tuple[str, ...], focus: st
     sys.exit(0 if all(r.ok for r in runs) else 1)
 
 
-def _summary(runs: list[junit.ModeRun], rules, selection: plan.Selection, focus: str,  # type: ignore[no-untyped-def]
-             seconds: float) -> str:
-    parts = [f"# e2e conformance on ferry-lab ({seconds / 60:.0f} min)", "", junit.table(runs), "",
+def default_out(suite: plan.Suite) -> str:
+    """Where a suite's results go unless ``--out`` says: each suite its own directory, so that a
+    netpol run leaves the conformance run's results in place."""
+    return DEFAULT_OUT if suite is plan.DEFAULT_SUITE else f"{DEFAULT_OUT}-{suite.name}"
+
+
+def _summary(runs: list[junit.ModeRun], rules, selection: plan.Selection,  # type: ignore[no-untyped-def]
+             suite: plan.Suite, focus: str, seconds: float) -> str:
+    title = f"suite {suite.name}" + ("" if focus == suite.focus else " (focus replaced)")
+    parts = [f"# e2e on ferry-lab: {title} ({seconds / 60:.0f} min)", "", junit.table(runs), "",
              "```", plan.describe(selection, rules, focus), "```", ""]
     for r in runs:
         parts += ["```", junit.mode_report(r), "```", ""]

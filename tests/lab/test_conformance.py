@@ -84,7 +84,103 @@ def test_skip_rules_name_their_reason_and_sctp_follows_the_kernel() -> None:
     assert all(r.reason and re.compile(r.pattern) for r in without)
     assert plan.ginkgo_args(plan.DEFAULT_FOCUS, without) == [
         r"--ginkgo.focus=\[sig-network\].*\[Conformance\]", r"--ginkgo.skip=\[Disruptive\]",
-        "--ginkgo.skip=LoadBalancer", "--ginkgo.skip=SCTP"]
+        "--ginkgo.skip=LoadBalancer", r"--ginkgo.skip=\[Feature:SCTPConnectivity\]|SCTP HostPort|SCTP service"]
+
+
+# ---------------------------------------------------------------- suites
+
+# Names as e2e.test v1.34.4 --list-tests prints them: a few of test/e2e/network/netpol's 50, every one
+# that names SCTP, and sig-network specs of the other suite or of none.
+NETPOL_TCP = ("[sig-network] Netpol NetworkPolicy between server and client should support a "
+              "'default-deny-ingress' policy [Feature:NetworkPolicy]")
+NETPOL_UDP = ("[sig-network] Netpol [LinuxOnly] NetworkPolicy between server and client using UDP should "
+              "enforce policy based on Ports [Feature:NetworkPolicy]")
+NETPOL_API = "[sig-network] Netpol API should support creating NetworkPolicy API with endport field"
+NETPOL_SCTP_BY_TCP = (
+    ("[sig-network] Netpol NetworkPolicy between server and client should not mistakenly treat 'protocol: SCTP' "
+     "as 'protocol: TCP', even if the plugin doesn't support SCTP [Feature:NetworkPolicy]"),
+    ("[sig-network] Netpol NetworkPolicy between server and client should properly isolate pods that are "
+     "selected by a policy allowing SCTP, even if the plugin doesn't support SCTP [Feature:NetworkPolicy]"),
+)
+NETPOL_SCTP = tuple(
+    f"[sig-network] Netpol [Feature:SCTPConnectivity] [LinuxOnly] NetworkPolicy between server and client using "
+    f"SCTP {it} [Feature:NetworkPolicy]"
+    for it in ("should support a 'default-deny-ingress' policy", "should enforce policy based on Ports",
+               ("should enforce policy to allow traffic only from a pod in a different namespace based on "
+               "PodSelector and NamespaceSelector")))
+OTHER_SCTP = (
+    ("[sig-network] Networking Granular Checks: Pods should function for node-pod communication: sctp [LinuxOnly] "
+    "[Feature:SCTPConnectivity]"),
+    "[sig-network] Networking should allow creating a Pod with an SCTP HostPort [LinuxOnly] [Serial]",
+    "[sig-network] Services should allow creating a basic SCTP service with pod and endpoints [LinuxOnly] [Serial]",
+)
+CONFORMANCE_SPEC = SPECS[1]
+NEITHER = ("[sig-network] Services should work after restarting kube-proxy [Disruptive]",
+           ("[sig-api-machinery] ValidatingAdmissionPolicy [Privileged:ClusterAdmin] should support "
+           "ValidatingAdmissionPolicy API operations [Conformance]"))
+ALL_SPECS = [CONFORMANCE_SPEC, NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP, *NETPOL_SCTP, *OTHER_SCTP,
+             *NEITHER]
+
+
+def test_suites_and_their_focus() -> None:
+    assert plan.SUITE_NAMES == ("conformance", "netpol", "netpol-ci", "all")
+    assert plan.DEFAULT_SUITE.name == "conformance" and plan.DEFAULT_SUITE.focus == plan.DEFAULT_FOCUS
+    assert plan.suite("netpol").focus == r"\[sig-network\] Netpol\b"
+    with pytest.raises(KeyError, match="suites: conformance, netpol, netpol-ci, all"):
+        plan.suite("Netpol")
+    netpol = (NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP, *NETPOL_SCTP)
+    assert tuple(plan.focused(ALL_SPECS, plan.suite("netpol").focus)) == netpol
+    assert plan.focused(ALL_SPECS, plan.suite("conformance").focus) == [CONFORMANCE_SPEC]
+    assert tuple(plan.focused(ALL_SPECS, plan.suite("all").focus)) == (CONFORMANCE_SPEC, *netpol)
+
+
+def test_sctp_rule_skips_what_needs_sctp_sockets_and_no_more() -> None:
+    rules = plan.skip_rules(sctp=False)
+    sel = plan.select(ALL_SPECS, plan.suite("netpol").focus, rules)
+    assert sel.skipped["sctp"] == NETPOL_SCTP
+    # a policy allowing SCTP, probed over TCP: a security test any plugin must pass, SCTP or not
+    assert set(NETPOL_SCTP_BY_TCP) <= set(sel.run)
+    assert sel.run == (NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP)
+    assert all(plan.rule_of(s, rules) == plan.SCTP for s in OTHER_SCTP)
+    assert plan.select(ALL_SPECS, plan.suite("netpol").focus, plan.skip_rules(sctp=True)).run == (
+        NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP, *NETPOL_SCTP)
+    text = plan.describe(sel, rules, plan.suite("netpol").focus)
+    assert "8 specs; skip rules:" in text and "5 specs run per mode" in text
+
+
+def test_netpol_ci_names_one_spec_per_part_and_not_its_twins() -> None:
+    ci = plan.suite("netpol-ci").focus
+    assert plan.literal("a 'b' (c) [d] e.f") == r"a 'b' \(c\) \[d\] e\.f"
+    assert plan.focused(ALL_SPECS, ci) == [NETPOL_TCP, NETPOL_API]  # not the UDP or SCTP default-deny
+    assert len(plan.NETPOL_CI_SPECS) == 7
+    for s in plan.NETPOL_CI_SPECS:
+        assert re.search(ci, f"[sig-network] Netpol {s}"), s
+    assert not re.search(ci, "[sig-network] Netpol NetworkPolicy between server and client should allow ingress "
+                             "access from namespace on one named port [Feature:NetworkPolicy]")
+
+
+def test_netpol_ci_against_e2e_itself() -> None:
+    """Each spec of netpol-ci is one e2e.test has (when it is built): a renamed spec must not drop out."""
+    from lab import tools
+
+    if not os.access(tools.tool("e2e.test"), os.X_OK):
+        pytest.skip("e2e.test not built (tools/build-go-tools.sh kube-e2e)")
+    cp = subprocess.run([tools.tool("e2e.test"), "--list-tests"], capture_output=True, text=True, check=True,
+                        timeout=300)
+    specs = plan.list_tests(cp.stdout)
+    assert len(plan.focused(specs, plan.suite("netpol").focus)) == 50
+    for s in plan.NETPOL_CI_SPECS:
+        assert len(plan.focused(specs, plan.literal(f"[sig-network] Netpol {s}"))) == 1, s
+    assert len(plan.focused(specs, plan.suite("netpol-ci").focus)) == 7
+    sctp = [s for s in plan.focused(specs, plan.suite("netpol").focus) if plan.SCTP.matches(s)]
+    assert len(sctp) == 3 and all("[Feature:SCTPConnectivity]" in s for s in sctp)
+
+
+def test_ginkgo_takes_the_suites_focus_and_every_rule() -> None:
+    rules = plan.skip_rules(sctp=False)
+    args = plan.ginkgo_args(plan.suite("all").focus, rules)
+    assert args[0] == r"--ginkgo.focus=\[sig-network\].*\[Conformance\]|\[sig-network\] Netpol\b"
+    assert args[1:] == [f"--ginkgo.skip={r.pattern}" for r in rules]
 
 
 def test_list_tests_output_is_parsed() -> None:
@@ -263,3 +359,46 @@ def test_layered_archive_shares_layers_and_names_every_image(tmp_path: Path) -> 
     assert config["config"]["Entrypoint"] == ["/agnhost"] and config["config"]["Cmd"] == ["pause"]
     assert config["rootfs"]["diff_ids"] == [d["digest"] for d in m0["layers"]]
     assert config["rootfs"]["diff_ids"][0] == ociimage.file_digest(str(base))
+
+
+# ---------------------------------------------------------------- the command (--list: nothing built)
+
+class _FakeRun:
+    """What cli takes from lab.conformance.run for --list: the spec list and the lab's refusals."""
+
+    @staticmethod
+    def list_specs() -> str:
+        return "".join(f"    k8s.io/kubernetes@v1.34.4/test/e2e/network/x.go:{i}: {s}\n" for i, s in enumerate(ALL_SPECS))
+
+    @staticmethod
+    def refusal(m: plan.Mode, kube_proxy: str, family: str | None) -> str | None:
+        return None
+
+
+@pytest.mark.parametrize(("argv", "focus", "runs"), [
+    ([], plan.DEFAULT_FOCUS, 1),
+    (["--suite", "netpol"], plan.NETPOL_FOCUS, 5),
+    (["--suite", "all"], f"{plan.DEFAULT_FOCUS}|{plan.NETPOL_FOCUS}", 6),
+    (["--suite", "netpol-ci"], plan.NETPOL_CI_FOCUS, 2),
+    (["--suite", "netpol", "--focus", "default-deny"], "default-deny", 1),
+])
+def test_list_prints_the_suites_selection(monkeypatch: pytest.MonkeyPatch, argv: list[str], focus: str,
+                                          runs: int) -> None:
+    from click.testing import CliRunner
+
+    from lab.conformance import cli
+
+    monkeypatch.setattr(cli, "run_mod", lambda: _FakeRun)
+    monkeypatch.setattr(plan, "kernel_has_sctp", lambda: False)
+    r = CliRunner().invoke(cli.conformance, [*argv, "--mode", "encap-vxlan", "--list"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith(f"focus {focus}: ")
+    assert f"\n{runs} specs run per mode\n" in r.output
+    assert "encap-vxlan (kube-proxy iptables): ferry-lab up --kubernetes --kube-proxy iptables" in r.output
+
+
+def test_each_suite_has_its_own_results_directory() -> None:
+    from lab.conformance import cli
+
+    assert cli.default_out(plan.suite("conformance")) == cli.DEFAULT_OUT
+    assert cli.default_out(plan.suite("netpol")) == cli.DEFAULT_OUT + "-netpol"
