@@ -119,6 +119,7 @@ class Daemon:
         self.policy_plan: policy_plan.Plan | None = None
         self._conj_ids = policy_plan.ConjIds()
         self._denied_log = None if policy is None else DeniedLog()
+        self._host_path_for: int | None = None  # ovs-vswitchd instance the uplink flows were put back for
         self._next_denied_log = 0.0
         self.bgp = bgp  # the BGP speaker (bgp section); None: no BGP
         self.observer = observer  # metrics + health (routesync.metrics.Observer); None: off
@@ -158,7 +159,11 @@ class Daemon:
         t0 = self.clock()
         cfg = self.config
         try:
-            nodes = self.source.list()
+            try:
+                nodes = self.source.list()
+            except SourceError:
+                self._restore_host_path()
+                raise
             local = next((n for n in nodes if n.name == cfg.node_name), None)
             prepared = self._prepared
             self._prepared = None
@@ -201,6 +206,26 @@ class Daemon:
             log.log(level, "reconcile failed (%s: %s); will retry", type(e).__name__, e,
                     exc_info=level == logging.ERROR)
             return ReconcileResult(False, self.clock() - t0, error=f"{type(e).__name__}: {e}")
+
+    def _restore_host_path(self) -> None:
+        """The Node's own way out when it runs through the bridge (the uplink moved onto it),
+        without a pass: when the source cannot list (the API server not reached) after
+        ovs-vswitchd lost its flows, the Node would otherwise never reach the API server that
+        a pass needs.  Once per ovs-vswitchd instance."""
+        restore = getattr(self.appliers, "restore_host_path", None)
+        spec = planner.uplink_spec(self.config)
+        if restore is None or spec is None:
+            return
+        try:
+            gen = self.appliers.ovs_generation()
+            if gen == self._host_path_for:
+                return
+            if restore(spec):
+                log.warning("source not listed yet: the uplink's pass-through flows put back so the Node "
+                            "reaches its API server")
+            self._host_path_for = gen
+        except Exception as e:  # noqa: BLE001 - the pass reports the source's error; this one is logged
+            log.warning("cannot restore the uplink's pass-through flows: %s", e)
 
     def _plan_policy(self, desired: DesiredState) -> policy_plan.Plan | None:
         """This Node's NetworkPolicy flows, planned again only when the cluster's Pods,

@@ -24,6 +24,7 @@ from cni.pipeline.tables import (
     EXT_POD_NAMESPACE,
     GATEWAY_PORT,
     TUNNEL_PORT,
+    UPLINK_COOKIE,
     Cookie,
     Owner,
     Table,
@@ -125,6 +126,18 @@ class NodeAppliers:
         self.ovs.delete_flows_in(Table.CONNTRACK_STATE, cookies)
         self._released = (set() if full else self._released) | {c.value for c in cookies}
         return len(cookies)
+
+    def restore_host_path(self, uplink: UplinkSpec) -> bool:
+        """The uplink's pass-through flows (``routesync.apply.uplink``) alone, when the uplink
+        is moved onto the bridge: what the Node's own traffic needs, without a pass (the daemon,
+        when it cannot list its source).  Whether any were installed."""
+        self.ovs.ensure_bridge(self.config.datapath_type)
+        mover = self._mover_for(uplink)
+        mover.ensure()
+        flows = mover.flows()
+        if flows:
+            self.ovs.replace_group(UPLINK_COOKIE, flows)
+        return bool(flows)
 
     def policy_flows(self) -> list[DumpedFlow]:
         """The NetworkPolicy flows with their counters (``ovs-ofctl dump-flows``)."""

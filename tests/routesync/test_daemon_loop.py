@@ -130,3 +130,31 @@ def test_no_pod_cidr_waits_instead_of_crashing(tmp_path) -> None:  # type: ignor
     (tmp_path / "reg" / "node-a.yaml").write_text("name: node-a\npodCIDRs: [10.244.7.0/24]\n")
     assert d.reconcile().ok
     assert nodestate.read(str(tmp_path / "s.json")).podCIDRs == ["10.244.7.0/24"]
+
+
+class UnlistedSource(RegistrySource):
+    """A source whose API server is out of reach (the Node's own path to it is down)."""
+
+    def list(self):  # type: ignore[no-untyped-def]
+        from routesync.sources import SourceError
+
+        raise SourceError("Kubernetes Nodes not listed yet")
+
+
+def test_an_unlistable_source_still_gets_the_uplink_path_back_once_per_vswitchd(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """ovs-vswitchd restarted while route-sync had no Node cache: the uplink (moved onto the
+    bridge, encap on netdev) carries the Node's own traffic only with its pass-through flows, and
+    the API server is reached only through them: the daemon puts them back before it can plan."""
+    cfg = from_dict({"nodeName": "node-a", "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "s.json"),
+                     "trafficEncapMode": "encap", "datapathType": "netdev",
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
+    apl = RecordingAppliers()
+    restored: list[tuple[int, str]] = []
+    apl.restore_host_path = lambda spec: restored.append((apl.generation, spec.name)) or True  # type: ignore[attr-defined]
+    d = Daemon(cfg, UnlistedSource(str(tmp_path / "reg"), "node-a"), apl)
+    assert not d.reconcile().ok and not d.reconcile().ok
+    assert restored == [(1, "eth0")]  # once for this ovs-vswitchd
+    apl.generation = 2  # it restarted: its flows are gone again
+    assert not d.reconcile().ok
+    assert restored == [(1, "eth0"), (2, "eth0")]
+    assert not apl.applied
