@@ -66,8 +66,9 @@ NETPOL_CI_FOCUS = r"\[sig-network\] Netpol (" + "|".join(literal(s) for s in NET
 SUITES = (
     Suite("conformance", DEFAULT_FOCUS, "sig-network's Conformance specs"),
     Suite("netpol", NETPOL_FOCUS, "sig-network's NetworkPolicy specs"),
-    Suite("netpol-ci", NETPOL_CI_FOCUS, "7 of them, one per part of the API (what CI runs)"),
+    Suite("netpol-ci", NETPOL_CI_FOCUS, "7 of them, one per part of the API"),
     Suite("all", f"{DEFAULT_FOCUS}|{NETPOL_FOCUS}", "conformance and netpol"),
+    Suite("ci", f"{DEFAULT_FOCUS}|{NETPOL_CI_FOCUS}", "conformance and netpol-ci, on one cluster (what CI runs)"),
 )
 SUITE_NAMES = tuple(s.name for s in SUITES)
 DEFAULT_SUITE = SUITES[0]

@@ -123,15 +123,17 @@ ALL_SPECS = [CONFORMANCE_SPEC, NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_
 
 
 def test_suites_and_their_focus() -> None:
-    assert plan.SUITE_NAMES == ("conformance", "netpol", "netpol-ci", "all")
+    assert plan.SUITE_NAMES == ("conformance", "netpol", "netpol-ci", "all", "ci")
     assert plan.DEFAULT_SUITE.name == "conformance" and plan.DEFAULT_SUITE.focus == plan.DEFAULT_FOCUS
     assert plan.suite("netpol").focus == r"\[sig-network\] Netpol\b"
-    with pytest.raises(KeyError, match="suites: conformance, netpol, netpol-ci, all"):
+    with pytest.raises(KeyError, match="suites: conformance, netpol, netpol-ci, all, ci"):
         plan.suite("Netpol")
     netpol = (NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP, *NETPOL_SCTP)
     assert tuple(plan.focused(ALL_SPECS, plan.suite("netpol").focus)) == netpol
     assert plan.focused(ALL_SPECS, plan.suite("conformance").focus) == [CONFORMANCE_SPEC]
     assert tuple(plan.focused(ALL_SPECS, plan.suite("all").focus)) == (CONFORMANCE_SPEC, *netpol)
+    ci = plan.focused(ALL_SPECS, plan.suite("ci").focus)  # Conformance, and of Netpol only the CI subset
+    assert CONFORMANCE_SPEC in ci and set(ci) - {CONFORMANCE_SPEC} == set(plan.focused(ALL_SPECS, plan.suite("netpol-ci").focus))
 
 
 def test_sctp_rule_skips_what_needs_sctp_sockets_and_no_more() -> None:
