@@ -34,7 +34,7 @@ from typing import Any
 from cni.pipeline import match as m
 from cni.pipeline.actions import DROP, Conjunction, goto
 from cni.pipeline.match import IP, IPV6
-from cni.pipeline.tables import Flow, Table, policy_cookie
+from cni.pipeline.tables import Cookie, Flow, Table, policy_cookie
 
 from . import ranges
 from . import selector as sel
@@ -99,6 +99,7 @@ class ConjIds:
         self._free: list[int] = []
         self._next = 1
         self._used: set[str] = set()
+        self.cookies: dict[str, Cookie] = {}  # flow identity -> its cookie, across plans
 
     def get(self, key: str) -> int:
         self._used.add(key)
@@ -111,7 +112,10 @@ class ConjIds:
         return n
 
     def sweep(self) -> None:
-        """Free every id not asked for since the last sweep."""
+        """Free every id not asked for since the last sweep (and forget cookies when the
+        memo grew well past what one plan uses)."""
+        if len(self.cookies) > 4 * max(1, len(self._used)) + 100_000:
+            self.cookies.clear()
         for key in [k for k in self._ids if k not in self._used]:
             self._free.append(self._ids.pop(key))
         self._free.sort(reverse=True)
@@ -188,17 +192,18 @@ class _Addresses:
     prefix), each built once per plan with its text: a Pod's address is in many rules."""
 
     def __init__(self) -> None:
-        self.cache: dict[tuple[str, bool], tuple[tuple[m.MatchItem, ...], str]] = {}
+        self.by_side: dict[bool, dict[str, tuple[tuple[m.MatchItem, ...], str]]] = {True: {}, False: {}}
 
     def match(self, addr: str, source: bool) -> tuple[tuple[m.MatchItem, ...], str]:
-        hit = self.cache.get((addr, source))
+        side = self.by_side[source]
+        hit = side.get(addr)
         if hit is None:
             six = ":" in addr
             spec = (m.IPV6_SRC if source else m.IPV6_DST) if six else (m.IPV4_SRC if source else m.IPV4_DST)
             proto = IPV6 if six else IP
             match: tuple[m.MatchItem, ...] = (proto, m.address(spec, addr))
             # the text m.match_text would render, without rendering (a key and a cookie only)
-            hit = self.cache[(addr, source)] = (match, f"{proto.name},{spec.match_name}={addr}")
+            hit = side[addr] = (match, f"{proto.name},{spec.match_name}={addr}")
         return hit
 
 
@@ -279,41 +284,48 @@ def index_all(index: PodIndex) -> list[Pod]:
 
 class _Flows:
     """Flows being built, merged by identity: a clause flow several rules share is one flow
-    with each rule's ``conjunction()`` action.  Keyed by (table, priority, match text)."""
+    with each rule's ``conjunction()`` action.  One bucket per (table, priority), keyed by the
+    match's text: ``[match, actions]``."""
 
-    def __init__(self) -> None:
+    def __init__(self, cookies: dict[str, Cookie]) -> None:
         self.addresses = _Addresses()
-        self._match: dict[tuple[int, int, str], tuple[m.MatchItem, ...]] = {}
-        self._actions: dict[tuple[int, int, str], list[Any]] = {}
+        self._buckets: dict[tuple[int, int], dict[str, list[Any]]] = {}
+        self._cookies = cookies  # kept across plans by the caller (ConjIds)
+
+    def _bucket(self, table: Table, priority: int) -> dict[str, list[Any]]:
+        key = (int(table), priority)
+        b = self._buckets.get(key)
+        if b is None:
+            b = self._buckets[key] = {}
+        return b
 
     def add(self, table: Table, priority: int, match: tuple[m.MatchItem, ...], actions: Sequence[Any],
             text: str | None = None) -> None:
         """A flow with ``actions``; at a key that has one already, a ``conjunction()`` joins
         the others (each rule adds each of its clause flows once), a terminal action leaves
         the first writer's (the same allow or drop)."""
-        key = (int(table), priority, text if text is not None else m.match_text(match))
-        have = self._actions.get(key)
+        bucket = self._bucket(table, priority)
+        key = text if text is not None else m.match_text(match)
+        have = bucket.get(key)
         if have is None:
-            self._match[key] = match
-            self._actions[key] = list(actions)
-        elif have and actions and isinstance(actions[0], Conjunction) and isinstance(have[0], Conjunction):
-            have.extend(actions)
+            bucket[key] = [match, list(actions)]
+        elif have[1] and actions and isinstance(actions[0], Conjunction) and isinstance(have[1][0], Conjunction):
+            have[1].extend(actions)
 
     def conjunction(self, table: Table, priority: int, addrs: Iterable[str], source: bool, conj: Conjunction) -> None:
         """:meth:`add` of ``conj`` on the address flow of each of ``addrs`` (distinct): the
-        planner's inner loop, one dict lookup per address."""
-        t = int(table)
-        cache, build = self.addresses.cache, self.addresses.match
-        actions, matches = self._actions, self._match
+        planner's inner loop, two dict lookups by string per address."""
+        bucket = self._bucket(table, priority)
+        side, build = self.addresses.by_side[source], self.addresses.match
         for addr in addrs:
-            hit = cache.get((addr, source)) or build(addr, source)
-            key = (t, priority, hit[1])
-            have = actions.get(key)
+            hit = side.get(addr) or build(addr, source)
+            have = bucket.get(hit[1])
             if have is None:
-                matches[key] = hit[0]
-                actions[key] = [conj]
-            elif have and isinstance(have[0], Conjunction):
-                have.append(conj)
+                bucket[hit[1]] = [hit[0], [conj]]
+            else:
+                acts = have[1]
+                if acts and type(acts[0]) is Conjunction:
+                    acts.append(conj)
 
     def address(self, table: Table, priority: int, addr: str, source: bool, actions: Sequence[Any]) -> None:
         match, text = self.addresses.match(addr, source)
@@ -321,13 +333,19 @@ class _Flows:
 
     def flows(self) -> list[Flow]:
         out = []
-        for key in sorted(self._actions, key=lambda k: (k[0], -k[1], k[2])):
-            table, priority, text = key
-            actions = self._actions[key]
-            if actions and isinstance(actions[0], Conjunction):
-                actions = sorted(actions, key=_conj_order)
-            out.append(Flow(Table(table), priority, self._match[key], tuple(actions),
-                            policy_cookie(f"{table}|{priority}|{text}")))
+        cookies = self._cookies
+        for table, priority in sorted(self._buckets, key=lambda k: (k[0], -k[1])):
+            bucket = self._buckets[(table, priority)]
+            t = Table(table)
+            for text in sorted(bucket):
+                match, actions = bucket[text]
+                if actions and type(actions[0]) is Conjunction:
+                    actions = sorted(actions, key=_conj_order)
+                ident = f"{table}|{priority}|{text}"
+                cookie = cookies.get(ident)
+                if cookie is None:
+                    cookie = cookies[ident] = policy_cookie(ident)
+                out.append(Flow(t, priority, match, tuple(actions), cookie))
         return out
 
 
@@ -340,7 +358,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
     index = PodIndex(inputs.pods, inputs.namespaces)
     local = [p for p in inputs.pods if p.node == facts.node]
     out = Plan(local_pods=local, policy_namespaces=policy_namespaces(inputs.policies))
-    fl = _Flows()
+    fl = _Flows(ids.cookies)
     local_keys = {p.key for p in local}
     iso: dict[str, list[bool]] = {p.key: [False, False] for p in local}
     for policy in sorted(inputs.policies, key=lambda p: p.key):
