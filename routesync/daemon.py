@@ -186,6 +186,7 @@ class Daemon:
             policies = self._plan_policy(desired)
             if policies is not None:
                 desired.flows = desired.flows + policies.flows
+                desired.policy_namespaces = tuple(policies.policy_namespaces)
             self._count_disagreements(desired)
             self.appliers.apply(desired)
             if policies is not None:

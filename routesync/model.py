@@ -125,6 +125,9 @@ class DesiredState:
     mac_disagreements: list[MacDisagreement] = field(default_factory=list)
     # the full MTU: Pods' interfaces, the gateway port, unencapsulated paths (0: = mtu)
     transport_mtu: int = 0
+    # namespaces with NetworkPolicies: an ovs-vswitchd restart's Pod flow replay gives their Pods
+    # the pending block their ADD gave them (route-sync lifts it for the Pods it has planned)
+    policy_namespaces: tuple[str, ...] = ()
     # True: the appliers compare with what the system holds (dumps; repairs drift).  False (a
     # Node change between re-assertions): they may apply only the difference from the desired
     # state they applied last, without reading the system back.

@@ -244,7 +244,7 @@ class NodeAppliers:
         try:
             extra = self._mover.flows() if (self._mover and self._uplink) else []
             self.ovs.sync_flows(list(desired.flows) + extra)
-            self._replay_pod_flows()
+            self._replay_pod_flows(desired.policy_namespaces)
             if gateway_mtu(desired):
                 self.ovs.set_mtu_request(GATEWAY_PORT, gateway_mtu(desired))
             self.nft.sync(desired.nft)
@@ -260,7 +260,7 @@ class NodeAppliers:
         if desired.tunnel is not None and self.config.datapath_type == NETDEV:
             self.tnl_neigh.sync(tunnel_endpoints(desired.peers))
 
-    def _replay_pod_flows(self) -> None:
+    def _replay_pod_flows(self, pending_namespaces: tuple[str, ...] = ()) -> None:
         """Once per ovs-vswitchd instance (a restart loses every flow, the plugin's too): put the
         per-Pod flows back from the Pod ports' external_ids.  Not on every reconcile: between the
         plugin's port creation and its flow install (ADD) or flow and port removal (DEL) a Pod's
@@ -269,7 +269,8 @@ class NodeAppliers:
         if pid is None or pid == self._replayed_for or self._gateway_mac is None:
             return
         self.ovs.replay_pod_flows(self._gateway_mac, self._gateway_ofport,
-                                  lock_dir=os.path.join(self.state_dir, "locks"))
+                                  lock_dir=os.path.join(self.state_dir, "locks"), pending_namespaces=pending_namespaces)
+        self._released = set()  # the replayed pending blocks are lifted again for the Pods already planned
         self._replayed_for = pid
         tmp = self._replay_mark + ".tmp"
         with open(tmp, "w") as f:

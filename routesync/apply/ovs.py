@@ -198,12 +198,14 @@ def bundle_text(add: Iterable[int], replace: Iterable[int], delete: Iterable[int
 
 
 def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str,
-                    gateway_ofport: int | None = None) -> dict[int, list[Flow]]:
+                    gateway_ofport: int | None = None, pending_namespaces: frozenset[str] = frozenset()
+                    ) -> dict[int, list[Flow]]:
     """Per-Pod flows by cookie value, rebuilt from Pod ports' external_ids (``cni.pipeline.tables.EXT_*``:
-    container id, ifname, ips, mac) exactly as the plugin's ADD built them.  Ports without an
-    ofport or with incomplete ids are skipped."""
-    from cni.pipeline.flows import PodPort, pod_flows
-    from cni.pipeline.tables import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_MAC, pod_cookie
+    container id, ifname, ips, mac) exactly as the plugin's ADD built them (with the pending
+    block for a Pod of ``pending_namespaces``).  Ports without an ofport or with incomplete ids
+    are skipped."""
+    from cni.pipeline.flows import PodPort, pending_flows, pod_flows
+    from cni.pipeline.tables import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_MAC, EXT_POD_NAMESPACE, pod_cookie
 
     out: dict[int, list[Flow]] = {}
     for p in ports:
@@ -217,6 +219,8 @@ def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str,
         addrs = tuple(a.strip() for a in ips.split(",") if a.strip())
         out[cookie.value] = pod_flows(PodPort(cookie, int(ofport), mac, addrs),  # type: ignore[call-arg]
                                       gateway_mac, gateway_ofport)
+        if ids.get(EXT_POD_NAMESPACE) in pending_namespaces:
+            out[cookie.value] += pending_flows(cookie, addrs)
         gateways = ids.get(EXT_CHAINED_GATEWAYS)  # a chained (networkPolicyOnly) Pod's next hops
         if gateways:
             from cni.pipeline.chained import next_hop_flows
@@ -465,7 +469,7 @@ class OvsApplier:
         return {"name": name, "ofport": -1, "external_ids": ids}
 
     def replay_pod_flows(self, gateway_mac: str, gateway_ofport: int | None = None,
-                         lock_dir: str | None = None) -> int:
+                         lock_dir: str | None = None, pending_namespaces: Iterable[str] = ()) -> int:
         """Re-install the per-Pod flows of every Pod port that has none (after an ovs-vswitchd
         restart all are gone), rebuilt from the port's external_ids with the plugin's own
         ``cni.pipeline.flows.pod_flows`` and cookie and installed the way the plugin installs them
@@ -473,9 +477,12 @@ class OvsApplier:
         its CHECK and DEL find them.  A group that exists is never touched (the plugin owns
         it).  With ``lock_dir``, each Pod is replayed under the plugin's attachment lock and only
         if its port is still there, so a DEL that is half done (flows gone, port not yet) is never
-        undone.  Returns the number of Pods replayed."""
+        undone.  A Pod of ``pending_namespaces`` (namespaces with NetworkPolicies) gets its pending
+        block too, as its ADD would have given it: closed until route-sync lifts it.  Returns the
+        number of Pods replayed."""
+        pending = frozenset(pending_namespaces)
         ports = self.pod_ports()
-        want = pod_flow_groups(ports, gateway_mac, gateway_ofport)
+        want = pod_flow_groups(ports, gateway_mac, gateway_ofport, pending)
         if not want:
             return 0
         present = {f.cookie for f in self.dump_flows() if f.cookie in want}
@@ -502,7 +509,7 @@ class OvsApplier:
             cid, ifname, name = keys[c]
             with attachment_lock(lock_dir, cid, ifname):
                 still = [p for p in self.pod_ports() if p["name"] == name]
-                if not still or pod_flow_groups(still, gateway_mac, gateway_ofport).get(c) != want[c]:
+                if not still or pod_flow_groups(still, gateway_mac, gateway_ofport, pending).get(c) != want[c]:
                     continue  # deleted (or re-plugged) meanwhile: the plugin has it in hand
                 if any(f.cookie == c for f in self.dump_flows()):
                     continue

@@ -55,3 +55,18 @@ def test_pod_flow_groups_skip_ports_without_ofport_or_ids() -> None:
     bad = _port("c2", 8)
     del bad["external_ids"][EXT_MAC]
     assert pod_flow_groups([_port("c1", -1), bad, {"name": "x", "ofport": 3}], "02:11:22:33:44:55") == {}
+
+
+def test_a_replayed_pod_of_a_namespace_with_policies_is_pending_again() -> None:
+    """After an ovs-vswitchd restart the replay gives a Pod of a namespace with policies the
+    pending block its ADD gave it (route-sync lifts it once the Pod's policy is planned)."""
+    from cni.pipeline.flows import pending_flows
+    from cni.pipeline.tables import EXT_POD_NAMESPACE
+
+    gw = "02:11:22:33:44:55"
+    cookie = pod_cookie("c1", "eth0")
+    ports = [_port("c1", 7, **{EXT_POD_NAMESPACE: "prod"})]
+    plain = pod_flow_groups(ports, gw)[cookie.value]
+    assert pod_flow_groups(ports, gw, frozenset({"dev"}))[cookie.value] == plain
+    assert pod_flow_groups(ports, gw, frozenset({"prod"}))[cookie.value] == \
+        plain + pending_flows(cookie, ("10.244.1.5/24", "fd00:10:244:1::5/64"))
