@@ -205,7 +205,14 @@ def pod_flow_groups(ports: Iterable[dict[str, Any]], gateway_mac: str,
     block for a Pod of ``pending_namespaces``).  Ports without an ofport or with incomplete ids
     are skipped."""
     from cni.pipeline.flows import PodPort, pending_flows, pod_flows
-    from cni.pipeline.tables import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_MAC, EXT_POD_NAMESPACE, pod_cookie
+    from cni.pipeline.tables import (
+        EXT_CONTAINER_ID,
+        EXT_IFNAME,
+        EXT_IPS,
+        EXT_MAC,
+        EXT_POD_NAMESPACE,
+        pod_cookie,
+    )
 
     out: dict[int, list[Flow]] = {}
     for p in ports:

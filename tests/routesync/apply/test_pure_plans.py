@@ -67,6 +67,6 @@ def test_a_replayed_pod_of_a_namespace_with_policies_is_pending_again() -> None:
     cookie = pod_cookie("c1", "eth0")
     ports = [_port("c1", 7, **{EXT_POD_NAMESPACE: "prod"})]
     plain = pod_flow_groups(ports, gw)[cookie.value]
-    assert pod_flow_groups(ports, gw, frozenset({"dev"}))[cookie.value] == plain
-    assert pod_flow_groups(ports, gw, frozenset({"prod"}))[cookie.value] == \
+    assert pod_flow_groups(ports, gw, pending_namespaces=frozenset({"dev"}))[cookie.value] == plain
+    assert pod_flow_groups(ports, gw, pending_namespaces=frozenset({"prod"}))[cookie.value] == \
         plain + pending_flows(cookie, ("10.244.1.5/24", "fd00:10:244:1::5/64"))
