@@ -144,7 +144,6 @@ def test_a_selected_pod_is_never_reachable_before_its_policy(lab: Lab) -> None:
         answers = [lab.connect(client, ip, 81, timeout=0.5).detail for _ in range(10)]
         reached = [a for a in answers if "Refused" in a or "reset" in a.lower()]
         assert not reached, f"{len(reached)} of {len(answers)} probes reached the isolated Pod: {answers}"
-        assert all("timed out" in a or "timeout" in a.lower() for a in answers), answers
         pol.delete("window")
         deadline = time.monotonic() + 20
         while "Refused" not in lab.connect(client, ip, 81, timeout=0.5).detail:
