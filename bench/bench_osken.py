@@ -247,8 +247,8 @@ def match_spec(items: Sequence[str]) -> tuple[tuple[str, Any], ...]:
             fields["icmpv6_type" if fields.get("eth_type") == 0x86DD else "icmpv4_type"] = int(value, 0)
         elif key == "ct_state":
             fields["ct_state"] = _ct_state(value)
-        elif key == "ct_mark":
-            fields["ct_mark"] = _masked_int(value)
+        elif key in ("ct_mark", "reg0", "reg1", "reg2", "reg3"):
+            fields[key] = _masked_int(value)
         elif key in PLAIN_KEYS:
             name, kind = PLAIN_KEYS[key]
             fields[name] = int(value, 0) if kind is int else value
