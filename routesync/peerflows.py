@@ -18,6 +18,7 @@ from cni.pipeline.flows import (
     PRIO_MATCH,
     arp_responder_actions,
     commit_flows,
+    from_host_reply_flow,
     host_return_flow,
     mac,
     routed_to,
@@ -115,6 +116,7 @@ def host_uplink_flows(port: FastPort) -> list[Flow]:
     flows.append(Flow(Table.CONNTRACK_COMMIT, PRIO_COMMIT_VIA - 1,
                       (m.masked(m.REG0, CT_MARK_VIA_UPLINK, CT_MARK_VIA_MASK),), to_uplink, NODE_COOKIE))
     flows += [host_return_flow(f, CT_MARK_VIA_UPLINK, port.mac, host, NODE_COOKIE) for f in sorted(families)]
+    flows.append(from_host_reply_flow(host, NODE_COOKIE))
     return flows
 
 

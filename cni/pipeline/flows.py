@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
     from cni.pipeline.actions import Action
 
-__all__ = ["GatewayPort", "PodPort", "arp_responder_actions", "base_flows", "commit_flows", "host_return_flow",
-           "link_local", "mac", "pending_flows", "pod_flows", "via_flag"]
+__all__ = ["GatewayPort", "PodPort", "arp_responder_actions", "base_flows", "commit_flows", "from_host_reply_flow",
+           "host_return_flow", "link_local", "mac", "pending_flows", "pod_flows", "via_flag"]
 
 # Priorities, so that related flows read in one place.
 PRIO_MISS = 0
@@ -45,6 +45,7 @@ PRIO_CT_VIA = 210
 PRIO_CT_LOOKUP = 200
 # ConntrackState: a Pod's pending drop, then host returns, then known connections past policy.
 PRIO_PENDING = 230
+PRIO_FROM_HOST = 215
 PRIO_HOST_RETURN = 210
 PRIO_CT_KNOWN = 200
 # ConntrackCommit: a flagged new connection with its mark, any other new one without.
@@ -166,7 +167,17 @@ def conntrack_flows(gw: GatewayPort, local_cidrs: Sequence[tuple[int, str]]) -> 
     flows += commit_flows(CT_MARK_VIA_GATEWAY, to_l3, c)
     for family in sorted({f for f, _c in local_cidrs}):
         flows.append(host_return_flow(family, CT_MARK_VIA_GATEWAY, gw.mac, port, c))
+    flows.append(from_host_reply_flow(port, c))
     return flows
+
+
+def from_host_reply_flow(ofport: int, cookie: Cookie) -> Flow:
+    """ConntrackState: a reply that comes *from* the host (through ``ofport``) has crossed the
+    host already: it never goes back to it, whatever port its connection was marked with (on
+    an asymmetric path, a reply the host routed in through the gateway for a connection that left
+    through the uplink port would otherwise bounce between the two)."""
+    return Flow(Table.CONNTRACK_STATE, PRIO_FROM_HOST, (IN_PORT(int(ofport)), m.ct_state(m.CT_TRK | m.CT_RPL)),
+                (goto(Table.CONNTRACK_COMMIT),), cookie)
 
 
 def pending_flows(cookie: Cookie, addresses: Sequence[str]) -> list[Flow]:
