@@ -115,7 +115,8 @@ class KubeSource(NodeSource):
         self._changed = threading.Event()
         self.reflector: Reflector[NodeRecord] = Reflector("Node", self.api.list_node, record_from_node,
                                                           on_change=self._changed.set)
-        self._published: dict[str, dict[str, str]] = {}  # ferry.io/* annotations this source patched
+        # ferry.io/* annotations this source patched, with the record the watch had then
+        self._published: dict[str, tuple[NodeRecord | None, dict[str, str]]] = {}
 
     @classmethod
     def from_kubeconfig(cls, node_name: str, kubeconfig: str | None) -> KubeSource:
@@ -168,8 +169,11 @@ class KubeSource(NodeSource):
         with self.reflector.lock:
             seen = self.reflector.items.get(record.name)
         have = dict(seen.annotations) if seen is not None else None
-        if have is not None:
-            have.update(self._published.get(record.name, {}))
+        published = self._published.get(record.name)
+        if have is not None and published is not None and published[0] is seen:
+            # patched since the watch last said anything about this Node: what we sent stands
+            # (a later event of the Node is the server's word, and wins)
+            have.update(published[1])
         if have is not None and all(have.get(k) == v for k, v in want.items()):
             return
         if not want:
@@ -177,4 +181,4 @@ class KubeSource(NodeSource):
         self.api.patch_node(record.name, {"metadata": {"annotations": want}},
                             _content_type=PATCH_CONTENT_TYPE, _request_timeout=30,
                             _preload_content=False)
-        self._published.setdefault(record.name, {}).update(want)
+        self._published[record.name] = (seen, want)

@@ -157,8 +157,8 @@ class Reflector(Generic[T]):
             except ApiException as e:
                 if e.status == 410:
                     self.expired += 1
-                    log.info("kube: %s watch version %s expired (410 Gone), re-listing", self.kind,
-                             self.resource_version)
+                    log.info("kube: watch version %s expired (410 Gone), re-listing %ss", self.resource_version,
+                             self.kind)
                     need_list = True
                     continue
                 self._fail(e, "re-listing")

@@ -136,3 +136,20 @@ def test_the_api_connection_keeps_alive(server: KubeServer, source: KubeSource) 
         assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 15
         assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 5
         assert s.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+
+
+def test_a_patched_annotation_changed_by_someone_else_is_patched_again(server: KubeServer, source: KubeSource) -> None:
+    """What this source patched stands until the watch says otherwise: then the server's word
+    wins, and the next publish puts Ferry's value back (not skipped as "already published")."""
+    mine = NodeRecord("node-a", ("192.168.77.11",), ("10.244.1.0/24",), ((MAC_ANNOTATION, "02:00:00:00:00:0a"),))
+    names(source)
+    source.publish_self(mine)
+    source.publish_self(mine)  # nothing new: one PATCH
+    assert len(server.state.patches) == 1
+    until(lambda: names(source)["node-a"].annotations == mine.annotations)
+    node = server.state.nodes["node-a"]
+    node["metadata"]["annotations"][MAC_ANNOTATION] = "00:00:00:00:00:02"  # someone else's edit
+    server.state.put(node)
+    until(lambda: dict(names(source)["node-a"].annotations)[MAC_ANNOTATION] == "00:00:00:00:00:02")
+    source.publish_self(mine)
+    assert len(server.state.patches) == 2
