@@ -256,18 +256,24 @@ def test_rolling_update_loses_no_ping(lab: Lab) -> None:
 
 
 def test_rbac_is_what_route_sync_uses(lab: Lab) -> None:
-    """The ClusterRole grants get/list/watch/patch on Nodes and nothing more; without patch,
-    route-sync says so clearly (and keeps forwarding)."""
+    """The ClusterRole grants get/list/watch/patch on Nodes, get/list/watch on Pods, Namespaces
+    and NetworkPolicies (NetworkPolicy) and nothing more; without patch, route-sync says so
+    clearly (and keeps forwarding)."""
     cluster = lab.kube()
     sa = "system:serviceaccount:kube-system:ferry"
     can = lambda verb, res: cluster.kubectl("auth", "can-i", verb, res, f"--as={sa}", check=False).stdout.strip()
     for verb in ("get", "list", "watch", "patch"):
         assert can(verb, "nodes") == "yes", verb
-    for verb, res in (("update", "nodes"), ("delete", "nodes"), ("get", "pods"), ("get", "secrets")):
+    for verb in ("get", "list", "watch"):
+        for res in ("pods", "namespaces", "networkpolicies.networking.k8s.io"):
+            assert can(verb, res) == "yes", (verb, res)
+    for verb, res in (("update", "nodes"), ("delete", "nodes"), ("patch", "pods"), ("delete", "pods"),
+                      ("create", "networkpolicies.networking.k8s.io"), ("get", "secrets")):
         assert can(verb, res) == "no", (verb, res)
     role = json.loads(cluster.kubectl("get", "clusterrole", "ferry", "-o", "json").stdout)
-    narrow: dict[str, Any] = {**role, "rules": [{"apiGroups": [""], "resources": ["nodes"],
-                                                 "verbs": ["get", "list", "watch"]}]}
+    # the same role without patch on Nodes (the policy watches keep their reads)
+    narrow: dict[str, Any] = {**role, "rules": [
+        {**r, "verbs": [v for v in r["verbs"] if v != "patch"]} for r in role["rules"]]}
     narrow["metadata"] = {"name": "ferry", "labels": role["metadata"].get("labels", {})}
     cluster.kubectl("replace", "-f", "-", input=json.dumps(narrow))
     try:
