@@ -61,6 +61,13 @@ def _policy(name: str, selector: dict, ingress: list | None = None, egress: list
     return {"metadata": {"namespace": "default", "name": name}, "spec": spec}
 
 
+def _stop(procs: list) -> None:
+    for p in procs:
+        if p is not None:
+            p.kill()
+            p.wait()
+
+
 def _reach(src: NetPod, dst: NetPod, family: int, timeout: float = 2.0) -> bool:
     return bool(src.connect(dst.ip(family), PORT, timeout)["ok"])
 
@@ -99,9 +106,7 @@ def test_ingress_rules_isolate_and_allow_statefully(node: Node) -> None:
         for family in (4, 6):
             assert _reach(c, b, family, 10) and _reach(a, b, family, 10)
     finally:
-        for s in servers:
-            s.kill()
-            s.wait()
+        _stop(servers)
 
 
 STREAM_SERVER = """
@@ -156,10 +161,7 @@ def test_an_established_connection_stops_when_a_policy_denies_it(node: Node) -> 
         _install(node, pods, [_policy("b-from-a", {"app": "b"}, [])], of)  # now b admits nobody
         assert exchange() == "lost"  # _install waited for the switch to re-check its cached megaflows
     finally:
-        for p in (cli, srv):
-            if p is not None:
-                p.kill()
-                p.wait()
+        _stop([cli, srv])
 
 
 def policy_cookie_of(plan: pp.Plan) -> str:
@@ -181,9 +183,7 @@ def test_a_pending_pod_is_closed_until_its_block_is_deleted(node: Node) -> None:
         for family in (4, 6):
             assert _reach(a, b, family, 10) and _reach(b, a, family, 10)
     finally:
-        for s in servers:
-            s.kill()
-            s.wait()
+        _stop(servers)
 
 
 def test_policy_cookie_is_per_flow_identity() -> None:
