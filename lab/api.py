@@ -526,8 +526,14 @@ class Lab:
         return build.start_route_sync(cmd, topo, n.spec, self.name, self.dir, self.manifest)
 
     def restart_vswitchd(self, node: str, sig: int = 9) -> None:
-        """Kill ``node``'s ovs-vswitchd (its flows die with it) and start it again."""
+        """Kill ``node``'s ovs-vswitchd (its flows die with it) and start it again; on Nodes
+        without Open vSwitch of their own, Ferry's openvswitch container starts it again, and
+        this returns once the new one answers."""
         n = self.node(node)
+        kube = self.topology.kubernetes
+        if kube is not None and kube.ferry_runs_ovs:
+            ovs.kill_and_await_restart(n.netns, n.paths, sig)
+            return
         ovs.stop_vswitchd(n.paths, sig)
         ovs.start_vswitchd(n.netns, n.paths)
 

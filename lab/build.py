@@ -22,10 +22,9 @@ import yaml
 
 from lab import frr, layout, netplan, ovs
 from lab.manifest import MANIFEST, Manifest
-from lab.sh import LabError, cmdline, ip_batch, run, running
+from lab.sh import NETNS_DIR, LabError, cmdline, ip_batch, pids_in, run, running
 from lab.topology import MAX_LAB_NAME, NodeSpec, Topology, check_name, node_netns, router_netns
 
-NETNS_DIR = "/run/netns"
 TOPOLOGY_FILE = "topology.yaml"
 
 
@@ -112,8 +111,9 @@ def _build(topo: Topology, topo_doc: dict, name: str, cni_bin: str, directory: s
 
     def node_ovs(node: NodeSpec) -> None:
         paths = layout.node_paths(directory, node.name)
-        os.makedirs(paths.ovs, exist_ok=True)
-        ovs.start(node_netns(name, node.name), paths, manifest)
+        os.makedirs(paths.ovs, exist_ok=True)  # on OVS-less Nodes, the openvswitch container's run dir
+        if not (topo.kubernetes is not None and topo.kubernetes.ferry_runs_ovs):
+            ovs.start(node_netns(name, node.name), paths, manifest)
 
     def network() -> None:
         with ThreadPoolExecutor(max_workers=4) as pool:
@@ -198,26 +198,6 @@ def _peek_state(directory: str) -> str:
 
 
 # ------------------------------------------------------------------------------ down
-
-def _ns_inode(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def pids_in(namespaces: list[str]) -> list[int]:
-    """Every process whose network namespace is one of ``namespaces`` (``ip netns pids``)."""
-    wanted = {i for i in (_ns_inode(os.path.join(NETNS_DIR, ns)) for ns in namespaces) if i}
-    if not wanted:
-        return []
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and _ns_inode(f"/proc/{entry}/ns/net") in wanted:
-            out.append(int(entry))
-    return out
-
 
 def _recorded_pids(manifest: Manifest, directory: str) -> list[int]:
     """Pids from pidfiles/records whose command line names this lab (guards against pid reuse)."""

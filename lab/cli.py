@@ -31,6 +31,7 @@ from lab.conformance.cli import conformance as conformance_cmd
 from lab.kube.spec import KUBE_PROXY_MODES
 from lab.sh import LabError
 from lab.topology import CATEGORIES, TopologyError, node_netns, router_routes
+from routesync.config import OVS_DAEMONS
 
 DEFAULT_NAME = os.environ.get("FERRY_LAB_NAME", "demo")
 name_option = click.option("--name", "-n", default=DEFAULT_NAME, show_default=True, help="lab name")
@@ -57,12 +58,14 @@ def mode_options(f: Callable[..., None]) -> Callable[..., None]:
 
 
 def _doc(topology: str | None, mode: str | None, tunnel: str | None, fast_path: bool, family: str | None,
-         kubernetes: bool = False, kube_proxy: str | None = None) -> dict[str, Any]:
+         kubernetes: bool = False, kube_proxy: str | None = None, ovs_daemons: str | None = None) -> dict[str, Any]:
     doc = overrides.load(topology, overrides.Overrides(mode, tunnel, fast_path, family))
-    if kubernetes or kube_proxy:
+    if kubernetes or kube_proxy or ovs_daemons:
         doc["kubernetes"] = dict(doc.get("kubernetes") or {})
         if kube_proxy:
             doc["kubernetes"]["kubeProxy"] = kube_proxy
+        if ovs_daemons:
+            doc["kubernetes"]["ovsDaemons"] = ovs_daemons
     return doc
 
 
@@ -72,7 +75,11 @@ def main() -> None:
 
 
 def kubernetes_option(f: Callable[..., None]) -> Callable[..., None]:
-    """--kubernetes and --kube-proxy (which implies --kubernetes)."""
+    """--kubernetes, --kube-proxy and --ovs (which imply --kubernetes)."""
+    f = click.option(
+        "--ovs", "ovs_daemons", type=click.Choice(OVS_DAEMONS), default=None,
+        help="who runs each Node's Open vSwitch (kubernetes.ovsDaemons; default host): host (the lab starts it) or "
+             "ferry (the Nodes have none; Ferry's DaemonSet runs it in its openvswitch container)")(f)
     f = click.option(
         "--kube-proxy", "kube_proxy", type=click.Choice(KUBE_PROXY_MODES), default=None,
         help="kube-proxy's mode on every Node (kubernetes.kubeProxy; default iptables): none runs no kube-proxy and "
@@ -123,10 +130,11 @@ def kubectl(name: str, args: tuple[str, ...]) -> None:
 @mode_options
 @kubernetes_option
 def up(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
-       fast_path: bool, family: str | None, kubernetes: bool, kube_proxy: str | None) -> None:
+       fast_path: bool, family: str | None, kubernetes: bool, kube_proxy: str | None,
+       ovs_daemons: str | None) -> None:
     t0 = time.monotonic()
     try:
-        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy)
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons)
         lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
     except (LabError, TopologyError, OSError) as e:
         _fail(e)
@@ -295,10 +303,10 @@ def render(lab: Lab) -> str:
               help="also draw the lab into this .svg or .png file")
 def demo(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
          fast_path: bool, family: str | None, kubernetes: bool, kube_proxy: str | None,
-         picture_file: str | None) -> None:
+         ovs_daemons: str | None, picture_file: str | None) -> None:
     t0 = time.monotonic()
     try:
-        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy)
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons)
         cni_bin = ensure_cni_bin(os.path.abspath(cni_bin or default_cni_bin()))
         lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
         click.echo(f"lab {name} up in {time.monotonic() - t0:.2f}s")

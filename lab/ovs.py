@@ -8,7 +8,7 @@ import signal
 
 from lab.layout import NodePaths
 from lab.manifest import Manifest
-from lab.sh import LabError, run, running
+from lab.sh import LabError, pids_named, run, running
 
 SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 DAEMONS = ("ovsdb-server", "ovs-vswitchd")
@@ -65,6 +65,24 @@ def stop_vswitchd(paths: NodePaths, sig: int = signal.SIGKILL, timeout: float = 
         time.sleep(0.005)
     return pid
 
+
+
+def kill_and_await_restart(netns: str, paths: NodePaths, sig: int = signal.SIGKILL, timeout: float = 60.0) -> None:
+    """An ovs-vswitchd the lab did not start (Ferry's openvswitch container, whose pidfile holds a
+    pid of the container's PID namespace): signal it by its host pid, then wait until its
+    supervisor's new one answers."""
+    import time
+
+    old = pids_named(netns, "ovs-vswitchd")
+    if not old:
+        raise LabError(f"no ovs-vswitchd runs in {netns}")
+    for pid in old:
+        signal_pid(pid, sig)
+    deadline = time.monotonic() + timeout
+    while not (set(pids_named(netns, "ovs-vswitchd")) - set(old) and vswitchd_answers(paths, timeout=5)):
+        if time.monotonic() > deadline:
+            raise LabError(f"ovs-vswitchd in {netns} was not started again within {timeout:.0f} s")
+        time.sleep(0.01)
 
 
 def read_pid(path: str) -> int | None:

@@ -4,8 +4,11 @@ No shell anywhere: argv lists only.  Errors carry the command and its stderr."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
+
+NETNS_DIR = "/run/netns"  # where `ip netns` keeps the namespaces it names
 
 
 class LabError(RuntimeError):
@@ -56,3 +59,37 @@ def cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def ns_inode(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def pids_in(namespaces: list[str]) -> list[int]:
+    """Every process whose network namespace is one of ``namespaces`` (``ip netns pids``)."""
+    wanted = {i for i in (ns_inode(os.path.join(NETNS_DIR, ns)) for ns in namespaces) if i}
+    if not wanted:
+        return []
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and ns_inode(f"/proc/{entry}/ns/net") in wanted:
+            out.append(int(entry))
+    return out
+
+
+def pids_named(netns: str, comm: str) -> list[int]:
+    """The processes in ``netns`` whose command name is ``comm`` (whoever started them: the lab,
+    or a container whose pidfiles hold pids of its own PID namespace)."""
+    out = []
+    for pid in pids_in([netns]):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == comm:
+                    out.append(pid)
+        except OSError:
+            continue
+    return out

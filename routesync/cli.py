@@ -1,4 +1,4 @@
-"""``ferry-route-sync``: run | show | teardown | install-cni."""
+"""``ferry-route-sync``: run | show | teardown | install-cni | ovs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 from typing import Any
 
 import click
+
+from cni.pipeline.modes import SYSTEM
 
 from .config import DEFAULT_CONFIG_FILE, Config, ConfigError, load
 
@@ -90,6 +92,38 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
         appliers.close()
         if server is not None:
             server.close()
+
+
+@main.command()
+@CONFIG_OPT
+@click.option("-v", "--verbose", is_flag=True)
+def ovs(config_path: str, verbose: bool) -> None:
+    """Ferry's openvswitch container: run ovsdb-server and ovs-vswitchd for this Node
+    (``ovsDaemons: ferry``) until SIGTERM, or wait on the host's (``ovsDaemons: host``)."""
+    cfg = _load(config_path)
+    from .config import OVS_FERRY
+    from .openvswitch.plan import Layout
+    from .openvswitch.supervise import Supervisor, SupervisorError, watch_host
+
+    _ovs_logging(os.path.join(cfg.ovs_log_dir, "openvswitch.log"), verbose)
+    layout = Layout(run_dir=cfg.ovs_run_dir, database=cfg.ovs_database, log_dir=cfg.ovs_log_dir)
+    try:
+        if cfg.ovs_daemons != OVS_FERRY:
+            sys.exit(watch_host(layout))
+        sys.exit(Supervisor(layout, load_module=cfg.datapath_type == SYSTEM).run())
+    except SupervisorError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _ovs_logging(path: str, verbose: bool) -> None:
+    """The supervisor's log: its file and stderr (the container's log)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    for handler in (logging.FileHandler(path), logging.StreamHandler(sys.stderr)):
+        handler.setFormatter(fmt)
+        root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
 @main.command()

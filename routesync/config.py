@@ -11,7 +11,7 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from cni.node.nodestate import DEFAULT_STATE_FILE
 from cni.pipeline.modes import (
@@ -34,6 +34,12 @@ if TYPE_CHECKING:
     from cni.pipeline.modes import Datapath, Mode, TunnelType
 
 DEFAULT_CONFIG_FILE = "/etc/ferry/route-sync.yaml"
+
+# ovsDaemons: who runs ovsdb-server and ovs-vswitchd for the Node (routesync/openvswitch)
+OvsDaemons = Literal["ferry", "host"]
+OVS_FERRY: Final = "ferry"  # Ferry's openvswitch container (deploy/ferry.yaml)
+OVS_HOST: Final = "host"  # the host's own Open vSwitch; the container only watches it
+OVS_DAEMONS: tuple[OvsDaemons, ...] = (OVS_FERRY, OVS_HOST)
 
 DEFAULT_TUNNEL_PORTS: dict[TunnelType, int | None] = {VXLAN: 4789, GENEVE: 6081, STT: 7471, GRE: None}
 MAC_SOURCES = ("annotation", "neighbor", "both")
@@ -110,6 +116,12 @@ class Config:
     # CIDRs' egress is judged after kube-proxy's DNAT (empty: judged on the ClusterIP)
     network_policy: bool = True
     service_cidrs: tuple[str, ...] = ()
+    # who runs ovsdb-server and ovs-vswitchd (routesync/openvswitch): the host (its own packages or
+    # service) or Ferry's own ``openvswitch`` container (deploy/ferry.yaml), which keeps the
+    # database at ovs_database and the daemons' logs in ovs_log_dir
+    ovs_daemons: OvsDaemons = OVS_HOST
+    ovs_database: str = "/var/lib/ferry/openvswitch/conf.db"
+    ovs_log_dir: str = "/var/log/ferry"
 
     @property
     def bgp_run_dir(self) -> str:
@@ -179,6 +191,13 @@ def _cidrs(key: str, v: Any, host_bits: bool) -> tuple[str, ...]:
     if not host_bits and len(families) != len(set(families)) and key == "podCIDRs":
         raise ConfigError(key, "at most one Pod CIDR per address family")
     return tuple(out)
+
+
+def _abspath(key: str, v: Any) -> str:
+    s = _str(key, v)
+    if not os.path.isabs(s):
+        raise ConfigError(key, f"expected an absolute path, got {s!r}")
+    return s
 
 
 def _ovsdb(key: str, v: Any) -> str:
@@ -280,7 +299,7 @@ _KEYS = {
     "nodeName", "trafficEncapMode", "tunnelType", "tunnelPort", "transportInterface",
     "transportInterfaceCIDRs", "noSNAT", "defaultMTU", "bridge", "datapathType", "ovsdb", "ovsRunDir",
     "stateFile", "podCIDRs", "clusterCIDRs", "nodeSource", "fastPath", "macSource", "resyncSeconds",
-    "logFile", "bgp", "serviceCIDRs", "networkPolicy",
+    "logFile", "bgp", "serviceCIDRs", "networkPolicy", "ovsDaemons", "ovsDatabase", "ovsLogDir",
 }
 
 
@@ -353,6 +372,9 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         bgp=_bgp("bgp", g("bgp")) if g("bgp") is not None else None,
         network_policy=_bool("networkPolicy", g("networkPolicy", True)),
         service_cidrs=_cidrs("serviceCIDRs", g("serviceCIDRs", []), False),
+        ovs_daemons=_choice("ovsDaemons", g("ovsDaemons", OVS_HOST), OVS_DAEMONS),
+        ovs_database=_abspath("ovsDatabase", g("ovsDatabase", "/var/lib/ferry/openvswitch/conf.db")),
+        ovs_log_dir=_abspath("ovsLogDir", g("ovsLogDir", "/var/log/ferry")),
     )
 
 

@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 image=$(sed -n 's/^ *image: *\(ferry-cni\/ferry\):\(.*\)$/\1/p' "$here/deploy/ferry.yaml" | head -1)
 tag=${1:-$(sed -n 's/^ *image: *ferry-cni\/ferry:\(.*\)$/\1/p' "$here/deploy/ferry.yaml" | head -1)}
 ref=docker.io/$image:$tag
-packages=openvswitch-common,libnftables1,iproute2
+packages=openvswitch-switch,libnftables1,iproute2
 cache=${FERRY_IMAGE_CACHE:-/var/cache/ferry/image}
 out=$here/build/image
 mkdir -p "$cache" "$out"

@@ -18,6 +18,8 @@ def route_sync_keys(topo: Topology) -> dict[str, Any]:
     keys: dict[str, Any] = {"trafficEncapMode": rs.trafficEncapMode, "tunnelType": rs.tunnelType,
                             "noSNAT": rs.noSNAT, "fastPath": rs.fastPath, "macSource": rs.macSource,
                             "resyncSeconds": rs.resyncSeconds, "bridge": topo.bridge}
+    if topo.kubernetes is not None:  # always said: the shipped manifest's default is ferry
+        keys["ovsDaemons"] = topo.kubernetes.ovs_daemons
     if rs.tunnelPort is not None:
         keys["tunnelPort"] = rs.tunnelPort
     if topo.kubernetes is not None and topo.kubernetes.services:

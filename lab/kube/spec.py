@@ -13,6 +13,9 @@ kubernetes:
   kubeProxy: iptables         # kube-proxy's mode on every Node: iptables | nftables | none (no
                               # kube-proxy, no CoreDNS: Ferry's DaemonSet then reaches the API
                               # server by its address, the override for clusters without a proxy)
+  ovsDaemons: host            # who runs each Node's Open vSwitch: host (the lab starts it, as a
+                              # host's own packages would) | ferry (the Node has none: Ferry's
+                              # openvswitch container runs it, route-sync's ovsDaemons)
 ```
 ``kubernetes: {}`` (or ``ferry-lab up --kubernetes``) takes every default."""
 
@@ -22,7 +25,9 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni", "kubeProxy")
+from routesync.config import OVS_DAEMONS, OVS_FERRY, OVS_HOST
+
+KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni", "kubeProxy", "ovsDaemons")
 CNIS = ("ferry", "bridge")
 KUBE_PROXY_MODES = ("iptables", "nftables", "none")  # "none" last: lab.conformance takes the others
 
@@ -39,6 +44,12 @@ class KubeSpec:
     join_later: tuple[str, ...] = ()
     cni: str = "ferry"
     kube_proxy: str = "iptables"
+    ovs_daemons: str = OVS_HOST
+
+    @property
+    def ferry_runs_ovs(self) -> bool:
+        """The Nodes start no Open vSwitch: Ferry's DaemonSet brings it (its openvswitch container)."""
+        return self.ovs_daemons == OVS_FERRY
 
     @property
     def services(self) -> bool:
@@ -47,7 +58,8 @@ class KubeSpec:
 
     def to_doc(self) -> dict[str, Any]:
         return {"serviceCIDR": self.service_cidr or None, "apiPort": self.api_port, "imageTag": self.image_tag,
-                "joinLater": list(self.join_later), "cni": self.cni, "kubeProxy": self.kube_proxy}
+                "joinLater": list(self.join_later), "cni": self.cni, "kubeProxy": self.kube_proxy,
+                "ovsDaemons": self.ovs_daemons}
 
 
 def parse(value: Any) -> KubeSpec | None:
@@ -77,7 +89,12 @@ def parse(value: Any) -> KubeSpec | None:
     proxy = value.get("kubeProxy", "iptables")
     if proxy not in KUBE_PROXY_MODES:
         raise KubeSpecError(f"kubernetes.kubeProxy {proxy!r}: one of {', '.join(KUBE_PROXY_MODES)}")
-    return KubeSpec(cidrs, port, tag, tuple(later), cni, proxy)
+    ovs_daemons = value.get("ovsDaemons", OVS_HOST)
+    if ovs_daemons not in OVS_DAEMONS:
+        raise KubeSpecError(f"kubernetes.ovsDaemons {ovs_daemons!r}: one of {', '.join(OVS_DAEMONS)}")
+    if ovs_daemons == OVS_FERRY and cni != "ferry":
+        raise KubeSpecError(f"kubernetes.ovsDaemons ferry: only with cni ferry (cni is {cni})")
+    return KubeSpec(cidrs, port, tag, tuple(later), cni, proxy, ovs_daemons)
 
 
 SERVICE_PREFIXES = {4: (12, 24), 6: (108, 120)}  # what the API server's allocator takes

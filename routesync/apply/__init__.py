@@ -265,16 +265,16 @@ class NodeAppliers:
         per-Pod flows back from the Pod ports' external_ids.  Not on every reconcile: between the
         plugin's port creation and its flow install (ADD) or flow and port removal (DEL) a Pod's
         flows are legitimately absent."""
-        pid = self.ovs.vswitchd_pid()
-        if pid is None or pid == self._replayed_for or self._gateway_mac is None:
+        instance = self.ovs.vswitchd_instance()
+        if instance is None or instance == self._replayed_for or self._gateway_mac is None:
             return
         self.ovs.replay_pod_flows(self._gateway_mac, self._gateway_ofport,
                                   lock_dir=os.path.join(self.state_dir, "locks"), pending_namespaces=pending_namespaces)
         self._released = set()  # the replayed pending blocks are lifted again for the Pods already planned
-        self._replayed_for = pid
+        self._replayed_for = instance
         tmp = self._replay_mark + ".tmp"
         with open(tmp, "w") as f:
-            f.write(str(pid))
+            f.write(str(instance))
         os.replace(tmp, self._replay_mark)
 
     def _read_replay_mark(self) -> int | None:
@@ -285,7 +285,7 @@ class NodeAppliers:
             return None
 
     def ovs_generation(self) -> int:
-        return self.ovs.vswitchd_pid() or 0
+        return self.ovs.vswitchd_instance() or 0
 
     def teardown(self, config: Config) -> None:
         """Undo everything route-sync installed (the uplink first, so the Node keeps its address)."""

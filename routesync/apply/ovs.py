@@ -292,7 +292,7 @@ class OvsApplier:
         self._conn: Any = None
         self._canon_cache: dict[str, tuple[int, int, int, str, str]] = {}
         self._canon_warm: threading.Thread | None = None
-        self._last_pid: int | None = None
+        self._last_instance: int | None = None
         self.session = OpenFlowSession(bridge, run_dir, timeout)
         # the flow list the last sync installed and its groups (the next delta starts from it)
         self._last: tuple[list[Flow], dict[int, tuple[Flow, ...]]] | None = None
@@ -443,14 +443,28 @@ class OvsApplier:
         except (OSError, ValueError):
             return None
 
+    def vswitchd_instance(self) -> int | None:
+        """One number per ovs-vswitchd instance: its pid with the pidfile's modification time.
+        The pid alone is not enough once Open vSwitch runs in a container (Ferry's openvswitch
+        container, routesync/openvswitch): a new container's PID namespace starts over and its
+        ovs-vswitchd may get the pid of the one before it."""
+        path = os.path.join(self.run_dir, "ovs-vswitchd.pid")
+        try:
+            with open(path) as f:
+                pid = int(f.read().strip())
+                mtime = os.fstat(f.fileno()).st_mtime_ns
+        except (OSError, ValueError):
+            return None
+        return mtime * (1 << 22) + pid  # pids stay below 2**22 (the kernel's pid_max limit)
+
     def vswitchd_restarted(self) -> bool:
-        """True when ovs-vswitchd's pid differs from the one seen at the last call (flows are
-        lost on restart: the daemon then re-runs ``sync_flows`` and ``replay_pod_flows``).
-        The first call only records the pid.  ``sync_flows`` also repairs missing flows on
+        """True when ovs-vswitchd's instance differs from the one seen at the last call (flows
+        are lost on restart: the daemon then re-runs ``sync_flows`` and ``replay_pod_flows``).
+        The first call only records the instance.  ``sync_flows`` also repairs missing flows on
         its own, since it compares with a fresh dump every time."""
-        pid = self.vswitchd_pid()
-        before, self._last_pid = self._last_pid, pid
-        return before is not None and pid != before
+        instance = self.vswitchd_instance()
+        before, self._last_instance = self._last_instance, instance
+        return before is not None and instance != before
 
     def pod_ports(self) -> list[dict[str, Any]]:
         """Interfaces the plugin created (``ferry-owner=pod``): name, ofport, external_ids."""

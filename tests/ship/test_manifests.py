@@ -47,7 +47,7 @@ def test_daemonset_wiring(docs: dict[str, dict]) -> None:
     assert pod["hostNetwork"] is True
     assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     assert pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
-    (init,) = pod["initContainers"]
+    init, ovs = pod["initContainers"]
     assert init["command"][:2] == ["/opt/ferry/ferry-route-sync", "install-cni"]
     assert init["securityContext"]["privileged"] is True
     # cniVersion: what the Node's runtime reads, found through this Node's object
@@ -70,6 +70,23 @@ def test_daemonset_wiring(docs: dict[str, dict]) -> None:
     cfg_mount = next(m for m in rs["volumeMounts"] if cfg_path.startswith(m["mountPath"] + "/"))
     assert volumes[cfg_mount["name"]]["configMap"]["name"] == docs["ConfigMap"]["metadata"]["name"]
     assert Path(cfg_path).name in docs["ConfigMap"]["data"]
+    # Open vSwitch for the Node: a sidecar (an init container that keeps running, started before
+    # route-sync once its startup probe passes) reading the same config, its run directory and
+    # database on the host paths route-sync (and the plugin, on the host) use
+    assert ovs["restartPolicy"] == "Always" and ovs["securityContext"]["privileged"] is True
+    assert ovs["command"] == ["/opt/ferry/ferry-route-sync", "ovs", "--config", cfg_path]
+    for probe in ("startupProbe", "livenessProbe"):
+        assert "ovs-vswitchd version" in ovs[probe]["exec"]["command"][-1]
+        assert "ovsdb-server version" in ovs[probe]["exec"]["command"][-1]
+    ovs_mounts = {m["mountPath"]: m["name"] for m in ovs["volumeMounts"]}
+    rs_mounts = {m["mountPath"]: m["name"] for m in rs["volumeMounts"]}
+    cfg = rs_config.from_dict({**yaml.safe_load(docs["ConfigMap"]["data"]["route-sync.yaml"]), "nodeName": "n1"})
+    assert cfg.ovs_daemons == rs_config.OVS_FERRY
+    assert ovs_mounts[cfg.ovs_run_dir] == rs_mounts[cfg.ovs_run_dir] == "ovs-run"
+    assert volumes["ovs-run"]["hostPath"]["path"] == cfg.ovs_run_dir
+    for path in (cfg.ovs_database, cfg.ovs_log_dir + "/"):  # on host paths: a restart keeps the database
+        mount = next(m for m in ovs_mounts if path.startswith(m + "/"))
+        assert "hostPath" in volumes[ovs_mounts[mount]]
 
 
 def test_configmap_is_a_valid_route_sync_config(docs: dict[str, dict]) -> None:

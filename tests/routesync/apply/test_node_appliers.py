@@ -66,7 +66,7 @@ def test_prepare_apply_teardown() -> None:
             assert not ap.ovs.sync_flows(desired.flows + ap._mover.flows()).changed
             assert not ap.routes.sync(desired.routes, desired.neighbors).changed
             assert not ap.nft.sync(desired.nft).inet_written
-            assert ap.ovs_generation() == n.applier.vswitchd_pid()
+            assert ap.ovs_generation() == n.applier.vswitchd_instance()
 
             ap.teardown(cfg)
             assert group_installed(ap.ovs.dump_flows()) == {}

@@ -353,3 +353,22 @@ def test_policy_flows_sync_and_read_back_unchanged() -> None:
         assert d3.replaced == [POLICY_COOKIE.value] and not d3.added and not d3.deleted
         assert not app.sync_flows(moved).changed
         assert any("tp_dst=5353" in f.match for f in installed(app)[POLICY_COOKIE.value])
+
+
+def test_a_new_vswitchd_with_the_old_pid_is_a_new_instance(tmp_path) -> None:
+    """In a container's PID namespace a restarted ovs-vswitchd may get its predecessor's pid: the
+    instance (pid + the pidfile's mtime) still changes, so route-sync replays the flows."""
+    app = OvsApplier("unix:/nonexistent.sock", "br-int", str(tmp_path))
+    pidfile = tmp_path / "ovs-vswitchd.pid"
+    assert app.vswitchd_instance() is None and app.vswitchd_restarted() is False
+    pidfile.write_text("42\n")
+    os.utime(pidfile, ns=(1_000_000_000, 1_000_000_000))
+    first = app.vswitchd_instance()
+    assert first is not None and app.vswitchd_restarted() is False  # the first instance seen
+    assert app.vswitchd_restarted() is False  # the same one
+    pidfile.write_text("42\n")  # the next container's ovs-vswitchd, same pid
+    os.utime(pidfile, ns=(2_000_000_000, 2_000_000_000))
+    assert app.vswitchd_instance() != first and app.vswitchd_restarted() is True
+    pidfile.write_text("43\n")  # another pid, same second
+    os.utime(pidfile, ns=(2_000_000_000, 2_000_000_000))
+    assert app.vswitchd_restarted() is True

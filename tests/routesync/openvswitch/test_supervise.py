@@ -1,0 +1,199 @@
+"""Ferry's openvswitch container's process (``ferry-route-sync ovs``), run for real in a network
+namespace: the daemons it starts, what it does when one of them dies, what SIGTERM leaves behind,
+the schema conversion an image update brings, and ``ovsDaemons: host``, which starts nothing.
+
+The test synchronises on the supervisor's own log lines (read from its stderr as they come) and on
+the daemons' answers, never on time."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from routesync.openvswitch.plan import SCHEMA
+from tests.support.names import uniq
+from tests.support.ovs_instance import OvsInstance, netns
+from tests.support.waiting import HANG, until
+
+pytestmark = pytest.mark.root
+
+
+class Supervised:
+    """One ``ferry-route-sync ovs`` process and its stderr, line by line."""
+
+    def __init__(self, ns: str, root: Path, daemons: str = "ferry", run_dir: Path | None = None) -> None:
+        self.ns, self.root = ns, root
+        self.run_dir = run_dir or root / "run"
+        self.database = root / "lib" / "conf.db"
+        cfg = root / "route-sync.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "nodeName": "n1", "ovsDaemons": daemons, "ovsRunDir": str(self.run_dir),
+            "ovsdb": f"unix:{self.run_dir}/db.sock", "ovsDatabase": str(self.database),
+            "ovsLogDir": str(root / "log")}))
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", "from routesync.cli import main; main()",
+             "ovs", "--config", str(cfg)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            cwd=str(Path(__file__).resolve().parents[3]))
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put("<eof>")
+
+    def expect(self, pattern: str) -> re.Match[str]:
+        """The next log line matching ``pattern`` (earlier ones are kept in ``seen``)."""
+        while True:
+            try:
+                line = self.lines.get(timeout=HANG)
+            except queue.Empty:
+                raise AssertionError(f"no log line {pattern!r}; so far: {self.seen[-15:]}") from None
+            if line == "<eof>":
+                raise AssertionError(f"exited ({self.proc.wait()}) before {pattern!r}: {self.seen[-15:]}")
+            self.seen.append(line)
+            found = re.search(pattern, line)
+            if found:
+                return found
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "OVS_RUNDIR": str(self.run_dir)}
+
+    def vsctl(self, *args: str) -> str:
+        return subprocess.run(["ovs-vsctl", f"--db=unix:{self.run_dir}/db.sock", "--timeout=30", *args],
+                              env=self.env(), capture_output=True, text=True, check=True).stdout
+
+    def answers(self, daemon: str) -> bool:
+        cp = subprocess.run(["ovs-appctl", "-T", "10", "-t", daemon, "version"], env=self.env(),
+                            capture_output=True, text=True, check=False)
+        return cp.returncode == 0
+
+    def pid(self, daemon: str) -> int | None:
+        """The pid in ``daemon``'s pidfile; None while a starting daemon is (re)writing it."""
+        try:
+            return int((self.run_dir / f"{daemon}.pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=HANG)
+
+
+def daemons_in(ns: str) -> list[str]:
+    """The Open vSwitch daemons running in ``ns`` (``ip netns pids``)."""
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=True).stdout.split()
+    out = []
+    for pid in pids:
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm in ("ovsdb-server", "ovs-vswitchd"):
+            out.append(comm)
+    return sorted(out)
+
+
+@pytest.fixture
+def ns() -> Iterator[str]:
+    with netns(uniq("ovs")) as name:
+        yield name
+
+
+def test_runs_restarts_a_dead_daemon_and_keeps_the_database(ns: str, tmp_path: Path) -> None:
+    s = Supervised(ns, tmp_path)
+    try:
+        s.expect(r"ovsdb-tool create")
+        s.expect(r"openvswitch: running")
+        assert daemons_in(ns) == ["ovs-vswitchd", "ovsdb-server"]
+        s.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev",
+                "--", "add-port", "br0", "p0", "--", "set", "interface", "p0", "type=internal",
+                "external_ids:ferry-owner=pod")
+
+        old = s.pid("ovs-vswitchd")
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        s.expect(r"ovs-vswitchd exited \(-9\): starting it again")
+        new = int(s.expect(r"ovs-vswitchd started \(pid (\d+)\)").group(1))
+        assert new != old
+        until(lambda: s.pid("ovs-vswitchd") == new and s.answers("ovs-vswitchd"), "the new ovs-vswitchd to answer")
+        # the new ovs-vswitchd took the bridge over from the database (vsctl waits for it)
+        s.vsctl("add-port", "br0", "p1", "--", "set", "interface", "p1", "type=internal")
+
+        server = s.pid("ovsdb-server")
+        assert server is not None
+        os.kill(server, signal.SIGKILL)
+        s.expect(r"ovsdb-server exited \(-9\): starting it again")
+        s.expect(r"ovsdb-server started")
+        # ovs-vswitchd (the same one) reconnected: a change is applied again
+        s.vsctl("add-port", "br0", "p2", "--", "set", "interface", "p2", "type=internal")
+        assert s.pid("ovs-vswitchd") == new
+
+        assert s.stop() == 0
+        assert daemons_in(ns) == []
+        links = subprocess.run(["ip", "-n", ns, "-o", "link"], capture_output=True, text=True, check=True).stdout
+        assert " p0:" in links  # the Pods' internal ports outlive the daemons (netdev taps)
+    finally:
+        s.stop()
+
+    again = Supervised(ns, tmp_path)  # the next container: same host paths
+    try:
+        again.expect(r"openvswitch: running")
+        assert not any("ovsdb-tool create" in line for line in again.seen)
+        assert again.vsctl("get", "interface", "p0", "external_ids:ferry-owner").strip() == "pod"
+        assert set(again.vsctl("list-ports", "br0").split()) == {"p0", "p1", "p2"}
+    finally:
+        assert again.stop() == 0
+
+
+def test_an_image_with_a_newer_schema_converts_the_database(ns: str, tmp_path: Path) -> None:
+    """An older schema (an earlier image's): version 8.0.0 and without Bridge.datapath_version."""
+    schema = json.loads(Path(SCHEMA).read_text())
+    old = json.loads(json.dumps(schema))
+    old["version"] = "8.0.0"
+    del old["tables"]["Bridge"]["columns"]["datapath_version"]
+    old_file = tmp_path / "old.ovsschema"
+    old_file.write_text(json.dumps(old))
+    (tmp_path / "lib").mkdir()
+    subprocess.run(["ovsdb-tool", "create", str(tmp_path / "lib" / "conf.db"), str(old_file)], check=True)
+
+    s = Supervised(ns, tmp_path)
+    try:
+        s.expect(r"ovsdb-tool convert")
+        s.expect(r"openvswitch: running")
+        version = subprocess.run(["ovsdb-tool", "db-version", str(s.database)], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+        assert version == schema["version"]
+        assert (tmp_path / "lib" / "conf.db.before-convert").exists()
+        s.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
+        assert s.vsctl("get", "bridge", "br0", "datapath_version")  # the new column exists
+    finally:
+        assert s.stop() == 0
+
+
+def test_ovs_daemons_host_starts_nothing_and_leaves_the_hosts_alone(ns: str, tmp_path: Path) -> None:
+    with OvsInstance(uniq("ovh"), netns=ns) as host:
+        s = Supervised(ns, tmp_path, daemons="host", run_dir=Path(host.run_dir))
+        try:
+            s.expect(r"the host's Open vSwitch answers; nothing to run")
+            assert daemons_in(ns) == ["ovs-vswitchd", "ovsdb-server"]  # the host's two only
+            assert not (tmp_path / "lib" / "conf.db").exists()
+        finally:
+            assert s.stop() == 0
+        assert daemons_in(ns) == ["ovs-vswitchd", "ovsdb-server"]
+        host.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
