@@ -110,9 +110,20 @@ def ovs(config_path: str, verbose: bool) -> None:
     try:
         if cfg.ovs_daemons != OVS_FERRY:
             sys.exit(watch_host(layout))
-        sys.exit(Supervisor(layout, load_module=cfg.datapath_type == SYSTEM).run())
+        sys.exit(Supervisor(layout, load_module=cfg.datapath_type == SYSTEM,
+                            before_stop=lambda: _restore_uplink(cfg)).run())
     except SupervisorError as e:
         raise click.ClickException(str(e)) from None
+
+
+def _restore_uplink(cfg: Config) -> None:
+    """Before Ferry's Open vSwitch stops: the Node's address back on its own link, when route-sync
+    had moved the uplink onto the bridge (routesync/apply/uplink.py)."""
+    from .apply.uplink import restore_recorded
+
+    if restore_recorded(cfg):
+        logging.getLogger(__name__).info("openvswitch: the uplink %s is back off the bridge before "
+                                         "Open vSwitch stops", cfg.transport_interface)
 
 
 def _ovs_logging(path: str, verbose: bool) -> None:

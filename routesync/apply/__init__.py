@@ -36,7 +36,7 @@ from routesync.apply.ovs import OvsApplier
 from routesync.apply.pods import NetnsGone, PodMtuApplier, PodSyncReport
 from routesync.apply.routes import RouteApplier
 from routesync.apply.tnlneigh import TunnelNeighbors, tunnel_endpoints
-from routesync.apply.uplink import UplinkMover
+from routesync.apply.uplink import UplinkMover, recorded_spec
 from routesync.model import DesiredState, HostRoute, LocalFacts, PeerPlan, TunnelSpec, UplinkSpec
 
 if TYPE_CHECKING:
@@ -183,9 +183,7 @@ class NodeAppliers:
 
     def _restore_uplink(self, config: Config) -> None:
         """A move recorded by an earlier run but no longer wanted is undone."""
-        name = config.transport_interface
-        spec = UplinkSpec(name, name[:14] + "~")
-        mover = self._mover_for(spec)
+        mover = self._mover_for(recorded_spec(config))
         if mover.load() is not None:
             mover.restore()
 

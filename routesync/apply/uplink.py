@@ -51,9 +51,11 @@ from cni.pipeline.tables import UPLINK_COOKIE, Flow, Table
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
 from routesync.model import UplinkSpec
+from routesync.planner import uplink_renamed
 
 if TYPE_CHECKING:
     from cni.pipeline.modes import Datapath
+    from routesync.config import Config
 
 LOG = logging.getLogger(__name__)
 
@@ -373,3 +375,25 @@ class UplinkMover:
             return "restored"
         self.move()
         return "moved" if st.phase == "moving" else "checked"
+
+
+def recorded_spec(config: Config) -> UplinkSpec:
+    """The uplink a move of ``config.transport_interface`` renames (the spec a restore needs)."""
+    name = config.transport_interface
+    return UplinkSpec(name, uplink_renamed(name))
+
+
+def restore_recorded(config: Config) -> bool:
+    """Undo a move recorded in route-sync's state directory, whoever runs it: route-sync when
+    the uplink is no longer wanted on the bridge, Ferry's openvswitch container before it stops
+    the daemons (without ovs-vswitchd a Node whose address lives on the bridge's internal port
+    is cut off, and its kubelet could not even report the Ferry Pod gone, so the new one would
+    never come).  False when nothing was moved."""
+    ovs = OvsApplier(config.ovsdb, config.bridge, config.ovs_run_dir)
+    mover = UplinkMover(ovs, recorded_spec(config), os.path.dirname(config.state_file) or ".",
+                        config.datapath_type)
+    try:
+        return mover.load() is not None and mover.restore()
+    finally:
+        mover.close()
+        ovs.close()

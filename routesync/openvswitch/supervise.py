@@ -77,8 +77,12 @@ def _accepts(path: str) -> bool:
 
 class Supervisor:
     def __init__(self, layout: Layout, load_module: bool = False, budget: RestartBudget | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 before_stop: Callable[[], None] | None = None) -> None:
         self.layout = layout
+        # run while the daemons still answer, before they are stopped (the CLI's: put the Node's
+        # uplink back off the bridge); an exception is logged, the daemons stop all the same
+        self.before_stop = before_stop
         self.load_module = load_module  # the system datapath: modprobe openvswitch first
         self.budget = budget or RestartBudget()
         self.clock = clock
@@ -113,6 +117,11 @@ class Supervisor:
 
     # -- stop
     def stop(self) -> None:
+        if self.before_stop is not None and self.children:
+            try:
+                self.before_stop()
+            except Exception as e:  # noqa: BLE001 - whatever failed, the daemons must stop
+                log.error("openvswitch: before stopping: %s", e)
         for name in reversed(list(self.children)):
             child = self.children.pop(name)
             if child.poll() is None:

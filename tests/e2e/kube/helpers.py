@@ -17,6 +17,7 @@ import pytest
 from lab import tools
 from lab.api import Lab
 from lab.kube.cluster import Cluster, cgroup_pids, wait_for
+from routesync.config import OVS_HOST
 from tests.support.waiting import HANG
 
 _counter = itertools.count()
@@ -48,9 +49,10 @@ def can_run() -> str | None:
 
 
 def topology(route_sync: dict[str, Any], route_pod_cidrs: bool = False, nodes: int = 3,
-             join_later: tuple[str, ...] = ()) -> dict[str, Any]:
+             join_later: tuple[str, ...] = (), ovs_daemons: str = OVS_HOST) -> dict[str, Any]:
     """The default topology (node-1, node-2 on segment a; node-3, node-4 on b behind the router),
-    as a Kubernetes cluster."""
+    as a Kubernetes cluster; ``ovs_daemons`` ferry: Nodes without Open vSwitch of their own (Ferry's
+    openvswitch container runs it), host: the lab starts it on each Node."""
     all_nodes = [{"name": "node-1", "segment": "a"}, {"name": "node-2", "segment": "a"},
                  {"name": "node-3", "segment": "b"}, {"name": "node-4", "segment": "b"}]
     return {"datapath": "netdev", "clusterCIDRs": ["10.244.0.0/16", "fd00:10:244::/48"],
@@ -59,7 +61,7 @@ def topology(route_sync: dict[str, Any], route_pod_cidrs: bool = False, nodes: i
             "router": {"routePodCIDRs": route_pod_cidrs},
             "nodes": all_nodes[:nodes],
             "routeSync": {"resyncSeconds": 5, **route_sync},
-            "kubernetes": {"joinLater": list(join_later)}}
+            "kubernetes": {"joinLater": list(join_later), "ovsDaemons": ovs_daemons}}
 
 
 def lab_factory(cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:

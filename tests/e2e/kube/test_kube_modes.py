@@ -1,7 +1,8 @@
 """The connectivity matrix on a real Kubernetes cluster, in every traffic mode: Pods created from
 Pod specs through the API, plugged by kubelet -> containerd -> Ferry (the conflist install-cni
 wrote), reached with ping and TCP in both families; Pod IPs as the API reports them; then, on the
-same cluster, Services and cluster DNS through kube-proxy's iptables mode (test_kube_services)."""
+same cluster, Services and cluster DNS through kube-proxy's iptables mode (test_kube_services).
+The Nodes run no Open vSwitch of their own: Ferry's openvswitch container does."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from lab import check
 from lab.api import Lab
 from lab.kube import pods as kube_pods
+from routesync.config import OVS_FERRY
 from tests.e2e.kube.helpers import MODES, Mode, topology
 from tests.e2e.kube.servicecheck import check_services
 
@@ -23,7 +25,10 @@ PODS = (("node-1", "a"), ("node-1", "b"), ("node-2", "a"), ("node-3", "a"))
 
 @pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
 def test_matrix_on_kubernetes(kube_lab_of, mode: Mode) -> None:  # type: ignore[no-untyped-def]
-    lab: Lab = kube_lab_of(topology(mode.route_sync, mode.route_pod_cidrs))
+    # Nodes with no Open vSwitch of their own: Ferry's DaemonSet brings it (its openvswitch
+    # container); the other Kubernetes suites run host-OVS Nodes
+    lab: Lab = kube_lab_of(topology(mode.route_sync, mode.route_pod_cidrs, ovs_daemons=OVS_FERRY))
+    assert not any((e.get("netns") or "").startswith(f"{lab.name}-node") for e in lab.manifest.of_kind("pidfile"))
     for node, pod in PODS:
         lab.add_pod(node, pod)
     rows = check.run(lab)

@@ -36,11 +36,13 @@ class Supervised:
         self.ns, self.root = ns, root
         self.run_dir = run_dir or root / "run"
         self.database = root / "lib" / "conf.db"
+        self.state_dir = root / "state"
         cfg = root / "route-sync.yaml"
         cfg.write_text(yaml.safe_dump({
             "nodeName": "n1", "ovsDaemons": daemons, "ovsRunDir": str(self.run_dir),
             "ovsdb": f"unix:{self.run_dir}/db.sock", "ovsDatabase": str(self.database),
-            "ovsLogDir": str(root / "log")}))
+            "ovsLogDir": str(root / "log"), "stateFile": str(self.state_dir / "node-state.json"),
+            "transportInterface": "eth0", "bridge": "br-int"}))
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", ns, sys.executable, "-c", "from routesync.cli import main; main()",
              "ovs", "--config", str(cfg)],
@@ -197,3 +199,58 @@ def test_ovs_daemons_host_starts_nothing_and_leaves_the_hosts_alone(ns: str, tmp
             assert s.stop() == 0
         assert daemons_in(ns) == ["ovs-vswitchd", "ovsdb-server"]
         host.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
+
+
+def test_stopping_puts_a_moved_uplink_back_first(ns: str, tmp_path: Path) -> None:
+    """route-sync moved the Node's uplink onto the bridge (its address on an internal port): once
+    Open vSwitch stops, that address answers no more.  SIGTERM (the Ferry Pod deleted, a new image)
+    first gives the address back to the physical link, so the Node stays reachable (and its
+    kubelet can report the old Pod gone)."""
+    from routesync.apply.ovs import OvsApplier
+    from routesync.apply.uplink import UplinkMover, recorded_spec
+    from routesync.config import load
+
+    with netns(uniq("ovp")) as peer:
+        subprocess.run(["ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", "up0",
+                        "netns", peer], check=True)
+        for where, dev, address in ((ns, "eth0", "192.168.61.1/24"), (peer, "up0", "192.168.61.2/24")):
+            subprocess.run(["ip", "-n", where, "addr", "add", address, "dev", dev], check=True)
+            subprocess.run(["ip", "-n", where, "link", "set", dev, "up"], check=True)
+            subprocess.run(["ip", "netns", "exec", where, "ethtool", "-K", dev, "tx", "off"], check=True,
+                           capture_output=True)
+        s = Supervised(ns, tmp_path)
+        try:
+            s.expect(r"openvswitch: running")
+            s.vsctl("add-br", "br-int", "--", "set", "bridge", "br-int", "datapath_type=netdev")
+            cfg = load(str(tmp_path / "route-sync.yaml"))
+            ovs = OvsApplier(cfg.ovsdb, cfg.bridge, cfg.ovs_run_dir)
+            mover = UplinkMover(ovs, recorded_spec(cfg), str(s.state_dir), "netdev", netns=ns)
+            try:
+                mover.move()
+                assert (s.state_dir / "uplink.json").exists()
+            finally:
+                mover.close()
+                ovs.close()
+            ping = ["ip", "netns", "exec", peer, "ping", "-c", "1", "-W", "5", "192.168.61.1"]
+            assert subprocess.run(ping, capture_output=True, check=False).returncode == 0  # through OVS
+
+            assert s.stop() == 0
+            assert any("uplink eth0 is back off the bridge" in line for line in s.seen + _rest(s))
+            assert not (s.state_dir / "uplink.json").exists()
+            assert daemons_in(ns) == []
+            addrs = subprocess.run(["ip", "-n", ns, "-o", "addr", "show", "dev", "eth0"], capture_output=True,
+                                   text=True, check=True).stdout
+            assert "192.168.61.1/24" in addrs
+            assert subprocess.run(ping, capture_output=True, check=False).returncode == 0  # without OVS
+        finally:
+            s.stop()
+
+
+def _rest(s: Supervised) -> list[str]:
+    """The log lines not read yet (the process has exited)."""
+    out = []
+    while True:
+        line = s.lines.get(timeout=HANG)
+        if line == "<eof>":
+            return out
+        out.append(line)
