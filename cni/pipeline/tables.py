@@ -106,13 +106,6 @@ class Ladder:
     MISS_GOTO: Table | None = None
     MISS = 0  # the miss flow, every table's lowest rung
 
-    @classmethod
-    def rungs(cls) -> dict[str, int]:
-        """Rung name -> priority, highest first."""
-        out = {k: v for c in reversed(cls.__mro__) for k, v in vars(c).items()
-               if k.isupper() and k not in ("TABLE", "MISS_GOTO") and type(v) is int}
-        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
-
 
 class Classifier(Ladder):
     """Where a packet came in: a Pod, the gateway, the tunnel, the uplink."""

@@ -19,6 +19,13 @@ PLANNERS = ("cni/pipeline/flows.py", "cni/pipeline/chained.py", "routesync/peerf
 TABLE_CONSTANTS = {v for k, v in vars(pl.Table).items() if k.isupper()}
 
 
+def rungs(decl: type[pl.Ladder]) -> dict[str, int]:
+    """A table's rungs: name -> priority, highest first (what its class declares, MISS included)."""
+    out = {k: v for c in reversed(decl.__mro__) for k, v in vars(c).items()
+           if k.isupper() and k not in ("TABLE", "MISS_GOTO") and type(v) is int}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
 def test_the_pipeline_declares_every_table_once_in_packet_order() -> None:
     tables = [decl.TABLE for decl in pl.PIPELINE]
     assert sorted(tables) == tables and set(tables) == TABLE_CONSTANTS and len(tables) == len(TABLE_CONSTANTS)
@@ -26,8 +33,8 @@ def test_the_pipeline_declares_every_table_once_in_packet_order() -> None:
         assert pl.ladder(decl.TABLE) is decl
         # goto_table only goes forward (OpenFlow refuses the flow otherwise)
         assert decl.MISS_GOTO is None or decl.MISS_GOTO in TABLE_CONSTANTS and decl.MISS_GOTO > decl.TABLE
-        rungs = decl.rungs()
-        assert rungs["MISS"] == 0 and min(rungs.values()) == 0 and list(rungs.values()) == sorted(rungs.values())[::-1]
+        ladder = rungs(decl)
+        assert ladder["MISS"] == 0 and min(ladder.values()) == 0 and len(ladder) > 1
     with pytest.raises(KeyError, match="no table 99"):
         pl.ladder(pl.Table(99))
 
@@ -43,7 +50,7 @@ def test_the_miss_flows_are_the_declarations() -> None:
 def test_every_planned_flow_sits_on_a_rung_of_its_tables_ladder() -> None:
     for title, flows in sections().items():
         for f in flows:
-            assert f.priority in pl.ladder(f.table).rungs().values(), (title, f.text())
+            assert f.priority in rungs(pl.ladder(f.table)).values(), (title, f.text())
             assert f.priority != 0 or (not f.match and f.cookie == pl.BASE_COOKIE), f.text()
 
 
