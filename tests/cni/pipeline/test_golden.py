@@ -27,6 +27,7 @@ from routesync.model import LocalFacts, NextHop, NodeRecord
 from routesync.planner import plan
 from routesync.policy import plan as pp
 from routesync.policy.model import Pod, policy_from
+from tests.support.paths import REPO
 
 GOLDEN = Path(__file__).parent / "golden" / "pipeline.txt"
 UPDATE = "FERRY_UPDATE_GOLDEN"
@@ -106,7 +107,7 @@ def test_the_planned_flows_are_the_golden_file() -> None:
                                             f"{GOLDEN.name} (file)", f"{GOLDEN.name} (planned now)"))
         raise AssertionError(f"the planned flows differ from {GOLDEN}:\n{diff}\n"
                              f"if the change is meant, regenerate and commit the file:\n"
-                             f"  {UPDATE}=1 .venv/bin/python -m pytest -q {Path(__file__).relative_to(Path.cwd())}")
+                             f"  {UPDATE}=1 .venv/bin/python -m pytest -q {Path(__file__).relative_to(REPO)}")
 
 
 def test_every_section_plans_something() -> None:
