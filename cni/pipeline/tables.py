@@ -100,16 +100,16 @@ class Ladder:
     ladder: one named rung (a class attribute) per reason a flow sits where it does.  Planners
     name a rung, never a number (``Classifier.TUNNEL_IN``), so a table's order reads here whole;
     rungs sharing a value hold flows whose matches are disjoint.  The miss flows themselves are
-    built from this (:func:`cni.pipeline.flows.miss_flow`)."""
+    built from this (:func:`cni.pipeline.flows.miss_flow`).  Each table's class says what it is
+    for in a comment, not a docstring: this module is on the per-Pod path, and so is its size."""
 
     TABLE: Table
     MISS_GOTO: Table | None = None
     MISS = 0  # the miss flow, every table's lowest rung
 
 
+# Where a packet came in: a Pod, the gateway, the tunnel, the uplink.
 class Classifier(Ladder):
-    """Where a packet came in: a Pod, the gateway, the tunnel, the uplink."""
-
     TABLE = Table.CLASSIFIER
     TUNNEL_IN = 210  # NODE: from the tunnel: dst MAC := gateway MAC, to Conntrack (above the gateway's)
     POD = 200  # a Pod's port, to SpoofGuard
@@ -121,9 +121,8 @@ class Classifier(Ladder):
     UPLINK_PASS = 10  # NODE (UPLINK_COOKIE): host traffic between the moved uplink and its internal port
 
 
+# A Pod's packet passes only with the Pod's own MAC and addresses.
 class SpoofGuard(Ladder):
-    """A Pod's packet passes only with the Pod's own MAC and addresses."""
-
     TABLE = Table.SPOOF_GUARD
     DROP_RA = 210  # router advertisements and redirects from a Pod
     ALLOW_NA = 205  # a neighbour advertisement for one of the Pod's own addresses
@@ -132,27 +131,24 @@ class SpoofGuard(Ladder):
     POD = 200  # ARP and IP from the Pod's own MAC and address
 
 
+# ARP answered, neighbour solicitations steered to the port that owns the target.
 class NeighborResponder(Ladder):
-    """ARP answered, neighbour solicitations steered to the port that owns the target."""
-
     TABLE = Table.NEIGHBOR_RESPONDER
     GRATUITOUS = 210  # a Pod's gratuitous ARP, to the gateway port (the Node's cache)
     NEXT_HOP = 205  # a chained Pod's next hops, answered with the gateway's MAC (above ANSWER)
     ANSWER = 200  # the gateway's, each local Pod's and each tunnel peer's gateway address
 
 
+# Every IP packet looked up in :data:`CT_ZONE`; what is not IP goes on unchanged.
 class Conntrack(Ladder):
-    """Every IP packet looked up in :data:`CT_ZONE`; what is not IP goes on unchanged."""
-
     TABLE = Table.CONNTRACK
     MISS_GOTO = Table.L3_FORWARDING
     VIA_GATEWAY = 210  # a local Pod's packet the host forwards in through the gateway: flagged in reg0
     LOOKUP = 200
 
 
+# Known connections' replies skip policy; the rest goes through it.
 class ConntrackState(Ladder):
-    """Known connections' replies skip policy; the rest goes through it."""
-
     TABLE = Table.CONNTRACK_STATE
     MISS_GOTO = Table.EGRESS_RULE
     PENDING = 230  # POD: a Pod whose policy is not in force yet, no new connection
@@ -161,9 +157,8 @@ class ConntrackState(Ladder):
     KNOWN = 200  # +est+rpl / +rel: past policy to ConntrackCommit
 
 
+# NetworkPolicy egress rules as conjunctions (route-sync, ``routesync/policy``).
 class EgressRule(Ladder):
-    """NetworkPolicy egress rules as conjunctions (route-sync, ``routesync/policy``)."""
-
     TABLE = Table.EGRESS_RULE
     MISS_GOTO = Table.EGRESS_DEFAULT
     SERVICE = 220  # to a Service CIDR: judged after the host's DNAT
@@ -189,9 +184,8 @@ class IngressDefault(Ladder):
     ISOLATED = 200
 
 
+# A new connection committed, with the mark of the host port it came through, if any.
 class ConntrackCommit(Ladder):
-    """A new connection committed, with the mark of the host port it came through, if any."""
-
     TABLE = Table.CONNTRACK_COMMIT
     MISS_GOTO = Table.L3_FORWARDING
     COMMIT_VIA = 210  # flagged in reg0: committed with that mark
@@ -199,9 +193,8 @@ class ConntrackCommit(Ladder):
     COMMIT = 200
 
 
+# Routed packets (dst MAC = gateway MAC) rewritten for their next hop; the rest unchanged.
 class L3Forwarding(Ladder):
-    """Routed packets (dst MAC = gateway MAC) rewritten for their next hop; the rest unchanged."""
-
     TABLE = Table.L3_FORWARDING
     MISS_GOTO = Table.L2_FORWARDING
     POD = 200  # to a local Pod
