@@ -5,12 +5,14 @@
 Runs, each as its own process with ``--json``: ``startup`` (bench_startup), ``cni`` (bench_cni),
 ``ipam`` (bench_ipam), ``routesync`` (bench_routesync), ``dataplane`` (bench_dataplane), ``services``
 (bench_services: on Kubernetes clusters with kube-proxy), ``policy`` (bench_policy: NetworkPolicy's
-planner on a simulated 10,000-Pod cluster, and 1,000 policies' flows on a real bridge).  Their
+planner on a simulated 10,000-Pod cluster, and 1,000 policies' flows on a real bridge), ``system``
+(bench_system: the plugin's netlink, OVSDB and OpenFlow calls against pyroute2, ovsdbapp and
+ovs-vsctl, one operation at a time, and each stack's import).  Their
 outputs are collected into ``OUT/results.json`` (``meta`` + ``benchmarks``: status, seconds,
 error, data), then ``bench.report`` writes ``OUT/report.md`` and the PNG plots.  A failing
 benchmark is marked failed in the report and the others still run; the exit status is non-zero
 when any failed.  ``--quick`` (or ``BENCH_QUICK=1``): 10 Pods, 100 peers, 2 s iperf and small
-sample counts, IPAM on a /22 instead of the /16, 1,000 Pods and 100 policies.  Each benchmark's own output goes to ``OUT/<name>.log``."""
+sample counts, IPAM on a /22 instead of the /16, 1,000 Pods and 100 policies, 5 timings per system call.  Each benchmark's own output goes to ``OUT/<name>.log``."""
 
 from __future__ import annotations
 
@@ -26,9 +28,9 @@ from collections.abc import Sequence
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy")
+ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "system")
 TIMEOUT_S = {"startup": 600, "cni": 1800, "ipam": 1800, "routesync": 3600, "dataplane": 1800, "services": 1800,
-             "policy": 3600}
+             "policy": 3600, "system": 600}
 
 
 def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
@@ -45,6 +47,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
             "services": ["bench.bench_services", "--seconds", "2", "--reps", "1", "--rtt", "10", "--modes", "encap",
                          *cb],
             "policy": ["bench.bench_policy", "--quick", *cb],
+            "system": ["bench.bench_system", "--n", "5"],
         }
     return {
         "startup": ["bench.bench_startup", "--runs", "100", *cb],
@@ -55,6 +58,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
         "dataplane": ["bench.bench_dataplane", "--seconds", "10", "--reps", "3", *cb],
         "services": ["bench.bench_services", "--seconds", "10", "--reps", "3", *cb],
         "policy": ["bench.bench_policy", "--runs", "3", "--seconds", "10", "--reps", "3", *cb],
+        "system": ["bench.bench_system", "--n", "50"],
     }
 
 

@@ -505,6 +505,16 @@ def _loadavg(x: Any) -> str:
     return " / ".join(f"{v:.1f}" for v in x) if x else "?"
 
 
+def _section_system(d: dict[str, Any]) -> str:
+    rows = [[r["operation"], r["implementation"], str(r["n"]), _f(r["min_ms"]), _f(r["median_ms"])]
+            for r in d.get("operations", [])]
+    imports = ", ".join(f"{k} {_f(v, 1)} ms" for k, v in (d.get("import_ms") or {}).items())
+    return ("One call at a time on a private OVS instance and two namespaces, imports excluded.\n\n"
+            + _md_table(["operation", "implementation", "n", "min ms", "median ms"], rows)
+            + f"\n\novsdbapp's connect, schema and IDL sync, once: {_f(d.get('ovsdbapp_connect_ms'), 1)} ms. "
+            f"Import, fresh interpreter (best of 5): {imports}.")
+
+
 SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "startup": ("Start-up: VERSION and error path vs Go bridge (issue 2)", _section_startup),
     "cni": ("CNI ADD/DEL: Ferry (launcher, frozen) vs ovs-cni and bridge + host-local (issues 3, 18)", _section_cni),
@@ -515,6 +525,7 @@ SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
                  _section_services),
     "policy": ("NetworkPolicy: the planner at 10,000 Pods / 1,000 policies, and the data plane under them (issue 27)",
                _section_policy),
+    "system": ("The plugin's system layer: netlink, OVSDB, OpenFlow vs pyroute2, ovsdbapp, ovs-vsctl", _section_system),
 }
 
 

@@ -44,9 +44,6 @@ class Range:
     def contains(self, addr: int) -> bool:
         return self.start <= addr <= self.end
 
-    def in_subnet(self, addr: int) -> bool:
-        return self.network <= addr <= self.last
-
     def usable(self, addr: int) -> bool:
         """In the pool and never the gateway, nor an IPv4 subnet's network/broadcast address."""
         if not self.start <= addr <= self.end or addr == self.gateway:

@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import yaml
 
@@ -26,12 +25,6 @@ from lab.sh import NETNS_DIR, LabError, cmdline, ip_batch, pids_in, run, running
 from lab.topology import MAX_LAB_NAME, NodeSpec, Topology, check_name, node_netns, router_netns
 
 TOPOLOGY_FILE = "topology.yaml"
-
-
-@dataclass(frozen=True)
-class Timing:
-    step: str
-    seconds: float
 
 
 def route_sync_command() -> str | None:

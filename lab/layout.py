@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from cni.node.atomicfile import write_atomic as write_bytes
 from lab import frr
-from lab.topology import NodeSpec, Topology, gateway_address, node_addresses, node_netns
+from lab.topology import NodeSpec, Topology, gateway_address, node_addresses
 
 DEFAULT_ROOT = "/run/ferry-lab"
 NETWORK_NAME = "ferry"
@@ -164,10 +164,6 @@ def route_sync_config(topo: Topology, node: NodeSpec, paths: NodePaths, lab_dire
 
 def gateway_addresses(node: NodeSpec) -> list[str]:
     return [gateway_address(c) for c in node.pod_cidrs]
-
-
-def node_namespace(lab: str, node: NodeSpec) -> str:
-    return node_netns(lab, node.name)
 
 
 def write_atomic(path: str, text: str) -> None:

@@ -14,7 +14,6 @@ from lab.topology import (
     NODE_HOST_BASE,
     ROUTER_ON_SEGMENT,
     Topology,
-    external_address,
     external_netns,
     host,
     node_addresses,
@@ -112,18 +111,3 @@ def _pod_routes(via: tuple[str | None, str | None], pod_cidrs: tuple[str, ...]) 
     return [f"route add {c} via {via[1] if ':' in c else via[0]}" for c in pod_cidrs if via[1 if ":" in c else 0]]
 
 
-def address_book(lab: str, topo: Topology) -> dict[str, str]:
-    """Every underlay address → the namespace that holds it (for ``tcp`` servers, ``show``)."""
-    book: dict[str, str] = {}
-    for n in topo.nodes:
-        for a in node_addresses(topo, n):
-            if a:
-                book[a] = node_netns(lab, n.name)
-    for s in topo.segments:
-        for a in router_address(topo, s.name):
-            if a:
-                book[a] = router_netns(lab)
-    for a in external_address(topo):
-        if a:
-            book[a] = external_netns(lab)
-    return book

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 TUNNEL_OVERHEAD: dict[TunnelType, int] = {VXLAN: 50, GENEVE: 50, GRE: 42, STT: 72}
 IPV6_EXTRA = 20
 MAX_MTU = 65000
-MIN_MTU = 1280  # below this IPv6 cannot run; we refuse to derive less and fall back to it
 
 
 def pod_mtu(transport_mtu: int, mode: Mode, tunnel_type: TunnelType, ipv6_underlay: bool = False,

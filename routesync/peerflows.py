@@ -14,8 +14,6 @@ from cni.lean import addr
 from cni.pipeline import match as m
 from cni.pipeline.actions import DEC_TTL, DecTtl, SetField, goto, output
 from cni.pipeline.flows import (
-    PRIO_COMMIT_VIA,
-    PRIO_MATCH,
     arp_responder_actions,
     commit_flows,
     from_host_reply_flow,
@@ -31,16 +29,16 @@ from cni.pipeline.tables import (
     CT_MARK_VIA_UPLINK,
     NODE_COOKIE,
     VIRTUAL_MAC,
+    Classifier,
+    ConntrackCommit,
     Flow,
+    L3Forwarding,
+    NeighborResponder,
     Table,
     peer_cookie,
 )
 
 from .model import PeerPlan
-
-PRIO_TUNNEL_IN = 210  # above the gateway's classifier flows
-PRIO_FAST_IN = 20  # Classifier, in_port=<uplink>: above the uplink's host pass-through (10)
-PRIO_HOST_OUT = 15  # Classifier, in_port=<host's uplink port>: above the pass-through (10)
 
 
 @dataclass(frozen=True)
@@ -79,12 +77,12 @@ def fast_flows(peer: PeerPlan, gateway_mac: str, port: FastPort) -> list[Flow]:
     for cidr in peer.pod_cidrs:
         net = ipaddress.ip_network(cidr, strict=False)
         proto = IP if net.version == 4 else IPV6
-        flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, (proto, _prefix(net, False)),
+        flows.append(Flow(Table.L3_FORWARDING, L3Forwarding.PEER, (proto, _prefix(net, False)),
                           routed_to(up_mac, nh_mac, output(ofport)), cookie))
         for mine in local:
             if mine.version != net.version:
                 continue
-            flows.append(Flow(Table.CLASSIFIER, PRIO_FAST_IN,
+            flows.append(Flow(Table.CLASSIFIER, Classifier.FAST_IN,
                               (IN_PORT(ofport), m.ETH_DST(up_mac), proto, _prefix(net, True), _prefix(mine, False)),
                               (SetField(m.ETH_DST, m.mac_value(gmac)), goto(Table.CONNTRACK)), cookie))
     return flows
@@ -106,14 +104,14 @@ def host_uplink_flows(port: FastPort) -> list[Flow]:
     for cidr in port.local_pod_cidrs:
         net = ipaddress.ip_network(cidr, strict=False)
         families.add(net.version)
-        flows.append(Flow(Table.CLASSIFIER, PRIO_HOST_OUT, (IN_PORT(host), IP if net.version == 4 else IPV6,
+        flows.append(Flow(Table.CLASSIFIER, Classifier.HOST_OUT, (IN_PORT(host), IP if net.version == 4 else IPV6,
                                                              _prefix(net, True)),
                           (via_flag(CT_MARK_VIA_UPLINK), goto(Table.CONNTRACK)), NODE_COOKIE))
     if not flows:
         return flows
     flows += commit_flows(CT_MARK_VIA_UPLINK, to_uplink, NODE_COOKIE)
     # a known connection's later packets: out the same way, nothing to commit
-    flows.append(Flow(Table.CONNTRACK_COMMIT, PRIO_COMMIT_VIA - 1,
+    flows.append(Flow(Table.CONNTRACK_COMMIT, ConntrackCommit.VIA_KNOWN,
                       (m.masked(m.REG0, CT_MARK_VIA_UPLINK, CT_MARK_VIA_MASK),), to_uplink, NODE_COOKIE))
     flows += [host_return_flow(f, CT_MARK_VIA_UPLINK, port.mac, host, NODE_COOKIE) for f in sorted(families)]
     flows.append(from_host_reply_flow(host, NODE_COOKIE))
@@ -127,7 +125,7 @@ def node_flows(tunnel_ofport: int | None, gateway_mac: str, fast_port: FastPort 
     flows = host_uplink_flows(fast_port) if fast_port is not None else []
     if tunnel_ofport is None:
         return flows
-    return [*flows, Flow(Table.CLASSIFIER, PRIO_TUNNEL_IN, (IN_PORT(tunnel_ofport),),
+    return [*flows, Flow(Table.CLASSIFIER, Classifier.TUNNEL_IN, (IN_PORT(tunnel_ofport),),
                          (SetField(m.ETH_DST, m.mac_value(gateway_mac)), goto(Table.CONNTRACK)), NODE_COOKIE)]
 
 
@@ -159,9 +157,9 @@ def peer_flows(peer: PeerPlan, gateway_mac: str, tunnel_ofport: int | None,
             dst = (IP, m.Field(m.IPV4_DST, addr.network(value, plen, bits), plen))
         else:
             dst = (IPV6, m.Field(m.IPV6_DST, addr.network(value, plen, bits), plen))
-        flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, dst, to_peer, cookie))
+        flows.append(Flow(Table.L3_FORWARDING, L3Forwarding.PEER, dst, to_peer, cookie))
     if peer.peer_gateway is not None and addr.parse_ip(peer.peer_gateway)[1] == 32:
         gw = addr.host(peer.peer_gateway)
-        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.ARP_OP(1), m.ARP_TPA(gw)),
+        flows.append(Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.ANSWER, (ARP, m.ARP_OP(1), m.ARP_TPA(gw)),
                           arp_responder_actions(VIRTUAL_MAC, gw), cookie))
     return flows

@@ -55,13 +55,6 @@ LINES: tuple[tuple[str, str, tuple[int, int], tuple[int, int], int], ...] = (
 Version = tuple[int, int, int]
 
 
-def vtuple(v: str) -> Version:
-    m = re.match(r"v?(\d+)\.(\d+)\.(\d+)$", v)
-    if not m:
-        raise ValueError(f"not a release version: {v!r}")
-    return (int(m[1]), int(m[2]), int(m[3]))
-
-
 def vstr(v: Version) -> str:
     return ".".join(map(str, v))
 

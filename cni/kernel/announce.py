@@ -1,7 +1,8 @@
 """Announce a Pod's addresses from inside its namespace: gratuitous ARP, unsolicited NA.
 
-Raw Ethernet frames on an AF_PACKET socket bound to the interface (calling thread's netns), so
-neighbours (the gateway, other Pods) refresh stale entries for a reused address at once.
+The raw Ethernet frames; ADD sends them on an AF_PACKET socket bound to the Pod's interface, from
+a child it does not wait for (``cni.commands.add``), so neighbours (the gateway, other Pods)
+refresh stale entries for a reused address at once.
 """
 
 from __future__ import annotations
@@ -57,19 +58,3 @@ def na_frame(mac: str, ipv6: str) -> bytes:
     return ALL_NODES_MAC + src + struct.pack("!H", ETH_P_IPV6) + ip6 + icmp
 
 
-def _send(ifname: str, frame: bytes, count: int) -> None:
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW | socket.SOCK_CLOEXEC)
-    try:
-        s.bind((ifname, 0))
-        for _ in range(count):
-            s.send(frame)
-    finally:
-        s.close()
-
-
-def gratuitous_arp(ifname: str, mac: str, ipv4: str, count: int = 1) -> None:
-    _send(ifname, garp_frame(mac, ipv4), count)
-
-
-def unsolicited_na(ifname: str, mac: str, ipv6: str, count: int = 1) -> None:
-    _send(ifname, na_frame(mac, ipv6), count)

@@ -428,16 +428,6 @@ class Netlink:
             out.append(f"{socket.inet_ntop(fam, raw)}/{plen}")
         return out
 
-    def addr_flags(self, index: int, cidr: str) -> int | None:
-        """IFA_F_* flags of one address (e.g. IFA_F_TENTATIVE), None when absent."""
-        family, packed, plen = parse_cidr(cidr)
-        for b in self.dump(RTM_GETADDR, _IFADDRMSG.pack(family, 0, 0, 0, 0), "dump addresses"):
-            _f, p, flags, _s, idx = _IFADDRMSG.unpack_from(b)
-            a = unpack_attrs(b, _IFADDRMSG.size)
-            if idx == index and p == plen and (a.get(IFA_LOCAL) or a.get(IFA_ADDRESS)) == packed:
-                return struct.unpack("=I", a[IFA_FLAGS])[0] if IFA_FLAGS in a else flags
-        return None
-
     # -- routes
 
     def route_add(self, dst: str, gw: str | None, index: int, onlink: bool = False,

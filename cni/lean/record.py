@@ -178,10 +178,6 @@ else:
     Factory = _Factory
 
 
-def is_record(obj: Any) -> bool:
-    return hasattr(type(obj), "__record_fields__")
-
-
 _LEAVES = frozenset((str, int, float, bool, type(None)))
 
 

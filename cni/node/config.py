@@ -155,5 +155,3 @@ def node_context(conf: PluginConfig, need_state: bool) -> NodeContext:
         state=None,
     )
 
-
-GATEWAY_NAME = GATEWAY_PORT

@@ -9,15 +9,13 @@ from cni.lean.typecheck import TYPE_CHECKING
 from cni.pipeline import match as m
 from cni.pipeline import tables as pl
 from cni.pipeline.actions import TO_IN_PORT, Move, Resubmit, SetField
-from cni.pipeline.flows import PRIO_MATCH, arp_responder_actions, mac
+from cni.pipeline.flows import arp_responder_actions, mac
 from cni.pipeline.match import ARP, ICMP6, IN_PORT
-from cni.pipeline.tables import Flow, Table
+from cni.pipeline.tables import Flow, NeighborResponder, Table
 
 if TYPE_CHECKING:
     from cni.pipeline.actions import Action
 
-# Above the per-Pod responder (PRIO_MATCH) so a next hop that is also someone's address is ours.
-PRIO_NEXT_HOP = PRIO_MATCH + 5
 ICMP6_NS, ICMP6_NA = 135, 136
 ND_NA_FLAGS = 0xE0000000  # Router | Solicited | Override
 ND_OPT_TLL = 2
@@ -49,16 +47,16 @@ def next_hop_flows(cookie: pl.Cookie, ofport: int, gateways: tuple[str, ...], ga
     for g in gateways:
         h = addr.host(g)
         if addr.family(h) == 4:
-            flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP, (ARP, IN_PORT(port), m.ARP_OP(1), m.ARP_TPA(h)),
+            flows.append(Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.NEXT_HOP, (ARP, IN_PORT(port), m.ARP_OP(1), m.ARP_TPA(h)),
                               arp_responder_actions(gmac, h), cookie))
         else:
             flows += [
-                Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP,
+                Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.NEXT_HOP,
                      (ICMP6, IN_PORT(port), m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(h)), na_responder_actions(gmac, h),
                      cookie),
                 # Only the rewritten NS gets here: SpoofGuard lets a Pod's NA through only for its
                 # own addresses, never for its next hop.
-                Flow(Table.NEIGHBOR_RESPONDER, PRIO_NEXT_HOP,
+                Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.NEXT_HOP,
                      (ICMP6, IN_PORT(port), m.ICMPV6_TYPE(ICMP6_NA), m.ND_TARGET(h)),
                      (SetField(m.ND_TLL, m.mac_value(gmac)), TO_IN_PORT), cookie),
             ]

@@ -18,9 +18,18 @@ from cni.pipeline.tables import (
     CT_MARK_VIA_GATEWAY,
     CT_MARK_VIA_MASK,
     CT_ZONE,
+    Classifier,
+    Conntrack,
+    ConntrackCommit,
+    ConntrackState,
     Cookie,
     Flow,
+    L2Forwarding,
+    L3Forwarding,
+    NeighborResponder,
+    SpoofGuard,
     Table,
+    ladder,
 )
 
 if TYPE_CHECKING:
@@ -29,31 +38,16 @@ if TYPE_CHECKING:
     from cni.pipeline.actions import Action
 
 __all__ = ["GatewayPort", "PodPort", "arp_responder_actions", "base_flows", "commit_flows", "from_host_reply_flow",
-           "host_return_flow", "link_local", "mac", "pending_flows", "pod_flows", "via_flag"]
-
-# Priorities, so that related flows read in one place.
-PRIO_MISS = 0
-PRIO_DEFAULT = 190
-PRIO_MATCH = 200
-PRIO_GUARD_ALLOW_ND = 203
-PRIO_GUARD_DROP_NA = 204
-PRIO_GUARD_ALLOW_NA = 205
-PRIO_GUARD_DROP_RA = 210
-PRIO_GRATUITOUS = 210
-# Conntrack: flag what a local Pod sends through the host, look every IP packet up.
-PRIO_CT_VIA = 210
-PRIO_CT_LOOKUP = 200
-# ConntrackState: a Pod's pending drop, then host returns, then known connections past policy.
-PRIO_PENDING = 230
-PRIO_FROM_HOST = 215
-PRIO_HOST_RETURN = 210
-PRIO_CT_KNOWN = 200
-# ConntrackCommit: a flagged new connection with its mark, any other new one without.
-PRIO_COMMIT_VIA = 210
-PRIO_COMMIT = 200
+           "host_return_flow", "link_local", "mac", "miss_flow", "pending_flows", "pod_flows", "via_flag"]
 
 ICMP6_NS, ICMP6_NA, ICMP6_RA, ICMP6_REDIRECT = 135, 136, 134, 137
 ICMP_REDIRECT = 5
+
+
+def miss_flow(table: Table, cookie: Cookie = BASE_COOKIE) -> Flow:
+    """``table``'s miss flow, as its declaration (:class:`cni.pipeline.tables.Ladder`) says."""
+    decl = ladder(table)
+    return Flow(table, decl.MISS, (), DROP if decl.MISS_GOTO is None else (goto(decl.MISS_GOTO),), cookie)
 
 
 def link_local(mac_address: str) -> str:
@@ -106,7 +100,7 @@ def _net_field(family: int, cidr: str, source: bool) -> m.Field:
 def host_return_flow(family: int, mark: int, gateway_mac: str, ofport: int, cookie: Cookie) -> Flow:
     """ConntrackState: a reply of a connection whose first packets came from the host through
     ``ofport`` (``mark``) goes back there, addressed to that port's MAC."""
-    return Flow(Table.CONNTRACK_STATE, PRIO_HOST_RETURN,
+    return Flow(Table.CONNTRACK_STATE, ConntrackState.HOST_RETURN,
                 (IP if family == 4 else IPV6, m.ct_state(m.CT_TRK | m.CT_RPL),
                  m.masked(m.CT_MARK, mark, CT_MARK_VIA_MASK)),
                 (SetField(m.ETH_DST, m.mac_value(gateway_mac)), output(ofport)), cookie)
@@ -121,7 +115,7 @@ def commit_flows(mark: int, then: tuple[Action, ...], cookie: Cookie) -> list[Fl
     """ConntrackCommit: a new connection flagged ``mark`` in reg0 is committed with that mark
     (ct() needs the packet's family in the match: one flow each)."""
     commit = Ct(CT_ZONE, commit=True, exec=(SetField(m.CT_MARK, mark),))
-    return [Flow(Table.CONNTRACK_COMMIT, PRIO_COMMIT_VIA,
+    return [Flow(Table.CONNTRACK_COMMIT, ConntrackCommit.COMMIT_VIA,
                  (proto, m.ct_state(m.CT_NEW | m.CT_TRK), m.masked(m.REG0, mark, CT_MARK_VIA_MASK)),
                  (commit, *then), cookie) for proto in (IP, IPV6)]
 
@@ -139,30 +133,30 @@ def conntrack_flows(gw: GatewayPort, local_cidrs: Sequence[tuple[int, str]]) -> 
     lookup = Ct(CT_ZONE, table=Table.CONNTRACK_STATE)
     to_commit, to_l3 = (goto(Table.CONNTRACK_COMMIT),), (goto(Table.L3_FORWARDING),)
     flows = [
-        Flow(Table.CONNTRACK, PRIO_MISS, (), to_l3, c),
-        Flow(Table.CONNTRACK, PRIO_CT_LOOKUP, (IP,), (lookup,), c),
-        Flow(Table.CONNTRACK, PRIO_CT_LOOKUP, (IPV6,), (lookup,), c),
-        Flow(Table.CONNTRACK_STATE, PRIO_MISS, (), (goto(Table.EGRESS_RULE),), c),
+        miss_flow(Table.CONNTRACK, c),
+        Flow(Table.CONNTRACK, Conntrack.LOOKUP, (IP,), (lookup,), c),
+        Flow(Table.CONNTRACK, Conntrack.LOOKUP, (IPV6,), (lookup,), c),
+        miss_flow(Table.CONNTRACK_STATE, c),
         # replies of a known connection skip policy; its original direction crosses policy on
         # every packet (the switch caches the verdict per megaflow), so a policy that starts to
         # deny a connection stops it, not only new ones
-        Flow(Table.CONNTRACK_STATE, PRIO_CT_KNOWN, (m.ct_state(m.CT_TRK | m.CT_EST | m.CT_RPL),), to_commit, c),
-        Flow(Table.CONNTRACK_STATE, PRIO_CT_KNOWN, (m.ct_state(m.CT_TRK | m.CT_REL),), to_commit, c),
-        Flow(Table.EGRESS_RULE, PRIO_MISS, (), (goto(Table.EGRESS_DEFAULT),), c),
-        Flow(Table.EGRESS_DEFAULT, PRIO_MISS, (), (goto(Table.INGRESS_RULE),), c),
-        Flow(Table.INGRESS_RULE, PRIO_MISS, (), (goto(Table.INGRESS_DEFAULT),), c),
-        Flow(Table.INGRESS_DEFAULT, PRIO_MISS, (), to_commit, c),
-        Flow(Table.CONNTRACK_COMMIT, PRIO_MISS, (), to_l3, c),
-        Flow(Table.CONNTRACK_COMMIT, PRIO_COMMIT, (IP, m.ct_state(m.CT_NEW | m.CT_TRK)),
+        Flow(Table.CONNTRACK_STATE, ConntrackState.KNOWN, (m.ct_state(m.CT_TRK | m.CT_EST | m.CT_RPL),), to_commit, c),
+        Flow(Table.CONNTRACK_STATE, ConntrackState.KNOWN, (m.ct_state(m.CT_TRK | m.CT_REL),), to_commit, c),
+        miss_flow(Table.EGRESS_RULE, c),
+        miss_flow(Table.EGRESS_DEFAULT, c),
+        miss_flow(Table.INGRESS_RULE, c),
+        miss_flow(Table.INGRESS_DEFAULT, c),
+        miss_flow(Table.CONNTRACK_COMMIT, c),
+        Flow(Table.CONNTRACK_COMMIT, ConntrackCommit.COMMIT, (IP, m.ct_state(m.CT_NEW | m.CT_TRK)),
              (Ct(CT_ZONE, commit=True), *to_l3), c),
-        Flow(Table.CONNTRACK_COMMIT, PRIO_COMMIT, (IPV6, m.ct_state(m.CT_NEW | m.CT_TRK)),
+        Flow(Table.CONNTRACK_COMMIT, ConntrackCommit.COMMIT, (IPV6, m.ct_state(m.CT_NEW | m.CT_TRK)),
              (Ct(CT_ZONE, commit=True), *to_l3), c),
     ]
     if not local_cidrs:
         return flows
     for family, cidr in local_cidrs:
         proto = IP if family == 4 else IPV6
-        flows.append(Flow(Table.CONNTRACK, PRIO_CT_VIA, (IN_PORT(port), proto, _net_field(family, cidr, True)),
+        flows.append(Flow(Table.CONNTRACK, Conntrack.VIA_GATEWAY, (IN_PORT(port), proto, _net_field(family, cidr, True)),
                           (via_flag(CT_MARK_VIA_GATEWAY), lookup), c))
     flows += commit_flows(CT_MARK_VIA_GATEWAY, to_l3, c)
     for family in sorted({f for f, _c in local_cidrs}):
@@ -176,7 +170,7 @@ def from_host_reply_flow(ofport: int, cookie: Cookie) -> Flow:
     host already: it never goes back to it, whatever port its connection was marked with (on
     an asymmetric path, a reply the host routed in through the gateway for a connection that left
     through the uplink port would otherwise bounce between the two)."""
-    return Flow(Table.CONNTRACK_STATE, PRIO_FROM_HOST, (IN_PORT(int(ofport)), m.ct_state(m.CT_TRK | m.CT_RPL)),
+    return Flow(Table.CONNTRACK_STATE, ConntrackState.FROM_HOST, (IN_PORT(int(ofport)), m.ct_state(m.CT_TRK | m.CT_RPL)),
                 (goto(Table.CONNTRACK_COMMIT),), cookie)
 
 
@@ -189,11 +183,11 @@ def pending_flows(cookie: Cookie, addresses: Sequence[str]) -> list[Flow]:
     new = m.ct_state(m.CT_NEW | m.CT_TRK)
     flows = []
     for ip in v4:
-        flows += [Flow(Table.CONNTRACK_STATE, PRIO_PENDING, (new, IP, m.IPV4_SRC(ip)), DROP, cookie),
-                  Flow(Table.CONNTRACK_STATE, PRIO_PENDING, (new, IP, m.IPV4_DST(ip)), DROP, cookie)]
+        flows += [Flow(Table.CONNTRACK_STATE, ConntrackState.PENDING, (new, IP, m.IPV4_SRC(ip)), DROP, cookie),
+                  Flow(Table.CONNTRACK_STATE, ConntrackState.PENDING, (new, IP, m.IPV4_DST(ip)), DROP, cookie)]
     for ip in v6:
-        flows += [Flow(Table.CONNTRACK_STATE, PRIO_PENDING, (new, IPV6, m.IPV6_SRC(ip)), DROP, cookie),
-                  Flow(Table.CONNTRACK_STATE, PRIO_PENDING, (new, IPV6, m.IPV6_DST(ip)), DROP, cookie)]
+        flows += [Flow(Table.CONNTRACK_STATE, ConntrackState.PENDING, (new, IPV6, m.IPV6_SRC(ip)), DROP, cookie),
+                  Flow(Table.CONNTRACK_STATE, ConntrackState.PENDING, (new, IPV6, m.IPV6_DST(ip)), DROP, cookie)]
     return flows
 
 
@@ -222,30 +216,31 @@ def base_flows(gw: GatewayPort) -> list[Flow]:
     c = BASE_COOKIE
     to_gw = (output(port),)
     flows = [
-        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ARP), (goto(Table.NEIGHBOR_RESPONDER),), c),
-        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_NS)),
+        Flow(Table.CLASSIFIER, Classifier.GATEWAY_NEIGHBOR, (IN_PORT(port), ARP), (goto(Table.NEIGHBOR_RESPONDER),), c),
+        Flow(Table.CLASSIFIER, Classifier.GATEWAY_NEIGHBOR, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_NS)),
              (goto(Table.NEIGHBOR_RESPONDER),), c),
-        Flow(Table.CLASSIFIER, PRIO_DEFAULT, (IN_PORT(port),), (goto(Table.CONNTRACK),), c),
+        Flow(Table.CLASSIFIER, Classifier.GATEWAY, (IN_PORT(port),), (goto(Table.CONNTRACK),), c),
         # The host's ICMP redirects never reach a Pod: forwarding a Service's DNATed packet back
         # out of the port it came in on (a local backend) is where Linux may send one, and it
         # would name the backend as the Pod's next hop for the Service address.
-        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ICMP, m.ICMPV4_TYPE(ICMP_REDIRECT)), DROP, c),
-        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_REDIRECT)), DROP, c),
-        Flow(Table.CLASSIFIER, PRIO_MISS, (), DROP, c),
-        Flow(Table.SPOOF_GUARD, PRIO_MISS, (), DROP, c),
-        Flow(Table.NEIGHBOR_RESPONDER, PRIO_MISS, (), DROP, c),
-        Flow(Table.L3_FORWARDING, PRIO_MISS, (), (goto(Table.L2_FORWARDING),), c),
-        Flow(Table.L2_FORWARDING, PRIO_MATCH, (m.ETH_DST(gmac),), to_gw, c),
+        Flow(Table.CLASSIFIER, Classifier.GATEWAY_REDIRECT, (IN_PORT(port), ICMP, m.ICMPV4_TYPE(ICMP_REDIRECT)), DROP, c),
+        Flow(Table.CLASSIFIER, Classifier.GATEWAY_REDIRECT, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_REDIRECT)),
+             DROP, c),
+        miss_flow(Table.CLASSIFIER, c),
+        miss_flow(Table.SPOOF_GUARD, c),
+        miss_flow(Table.NEIGHBOR_RESPONDER, c),
+        miss_flow(Table.L3_FORWARDING, c),
+        Flow(Table.L2_FORWARDING, L2Forwarding.GATEWAY, (m.ETH_DST(gmac),), to_gw, c),
         # Unsolicited NAs (only a Pod's own, SpoofGuard saw to that) reach the Node's stack.
-        Flow(Table.L2_FORWARDING, PRIO_MATCH, (ICMP6, m.ETH_DST("33:33:00:00:00:01"), m.ICMPV6_TYPE(ICMP6_NA)),
-             to_gw, c),
-        Flow(Table.L2_FORWARDING, PRIO_MISS, (), DROP, c),
+        Flow(Table.L2_FORWARDING, L2Forwarding.GATEWAY,
+             (ICMP6, m.ETH_DST("33:33:00:00:00:01"), m.ICMPV6_TYPE(ICMP6_NA)), to_gw, c),
+        miss_flow(Table.L2_FORWARDING, c),
     ]
     for ip in v4:
-        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.ARP_OP(1), m.ARP_TPA(ip)),
+        flows.append(Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.ANSWER, (ARP, m.ARP_OP(1), m.ARP_TPA(ip)),
                           arp_responder_actions(gmac, ip), c))
     for ip in v6 + [link_local(gmac)]:
-        flows.append(Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH,
+        flows.append(Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.ANSWER,
                           (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(ip)), to_gw, c))
     return flows + conntrack_flows(gw, _networks(gw.addresses))
 
@@ -273,41 +268,37 @@ def pod_flows(pod: PodPort, gateway_mac: str, gateway_ofport: int | None = None)
     to_ct = (goto(Table.CONNTRACK),)
     to_pod = routed_to(gmac, pmac, goto(Table.L2_FORWARDING))
     flows = [
-        Flow(Table.CLASSIFIER, PRIO_MATCH, (IN_PORT(port),), (goto(Table.SPOOF_GUARD),), c),
-        Flow(Table.L2_FORWARDING, PRIO_MATCH, (m.ETH_DST(pmac),), (output(port),), c),
+        Flow(Table.CLASSIFIER, Classifier.POD, (IN_PORT(port),), (goto(Table.SPOOF_GUARD),), c),
+        Flow(Table.L2_FORWARDING, L2Forwarding.POD, (m.ETH_DST(pmac),), (output(port),), c),
     ]
     for ip in v4:
         flows += [
-            Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, ARP, m.ARP_SPA(ip), m.ARP_SHA(pmac)), to_responder, c),
-            Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IP, m.IPV4_SRC(ip)), to_ct, c),
-            Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ARP, m.ARP_OP(1), m.ARP_TPA(ip)),
+            Flow(Table.SPOOF_GUARD, SpoofGuard.POD, (*src, ARP, m.ARP_SPA(ip), m.ARP_SHA(pmac)), to_responder, c),
+            Flow(Table.SPOOF_GUARD, SpoofGuard.POD, (*src, IP, m.IPV4_SRC(ip)), to_ct, c),
+            Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.ANSWER, (ARP, m.ARP_OP(1), m.ARP_TPA(ip)),
                  arp_responder_actions(pmac, ip), c),
-            *([Flow(Table.NEIGHBOR_RESPONDER, PRIO_GRATUITOUS,
+            *([Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.GRATUITOUS,
                     (ARP, IN_PORT(port), m.ARP_OP(1), m.ARP_SPA(ip), m.ARP_TPA(ip)), (output(gateway_ofport),), c)]
               if gateway_ofport is not None else []),
-            Flow(Table.L3_FORWARDING, PRIO_MATCH, (IP, m.ETH_DST(gmac), m.IPV4_DST(ip)), to_pod, c),
+            Flow(Table.L3_FORWARDING, L3Forwarding.POD, (IP, m.ETH_DST(gmac), m.IPV4_DST(ip)), to_pod, c),
         ]
     if v6:
         ll = link_local(pmac)
         flows += [
-            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_RA)), DROP, c),
-            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_RA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_REDIRECT)), DROP, c),
-            Flow(Table.SPOOF_GUARD, PRIO_GUARD_DROP_NA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_NA)), DROP, c),
+            Flow(Table.SPOOF_GUARD, SpoofGuard.DROP_RA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_RA)), DROP, c),
+            Flow(Table.SPOOF_GUARD, SpoofGuard.DROP_RA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_REDIRECT)), DROP, c),
+            Flow(Table.SPOOF_GUARD, SpoofGuard.DROP_NA, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_NA)), DROP, c),
         ]
         for own in v6 + [ll]:
             flows += [
-                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_NA, (*src, ICMP6, m.ICMPV6_TYPE(ICMP6_NA), m.ND_TARGET(own)),
+                Flow(Table.SPOOF_GUARD, SpoofGuard.ALLOW_NA, (*src, ICMP6, m.ICMPV6_TYPE(ICMP6_NA), m.ND_TARGET(own)),
                      to_l3, c),
-                Flow(Table.SPOOF_GUARD, PRIO_GUARD_ALLOW_ND, (*src, ICMP6, m.IPV6_SRC(own), m.ICMPV6_TYPE(ICMP6_NS)),
+                Flow(Table.SPOOF_GUARD, SpoofGuard.ALLOW_NS, (*src, ICMP6, m.IPV6_SRC(own), m.ICMPV6_TYPE(ICMP6_NS)),
                      to_responder, c),
-                Flow(Table.SPOOF_GUARD, PRIO_MATCH, (*src, IPV6, m.IPV6_SRC(own)), to_ct, c),
-                Flow(Table.NEIGHBOR_RESPONDER, PRIO_MATCH, (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(own)),
+                Flow(Table.SPOOF_GUARD, SpoofGuard.POD, (*src, IPV6, m.IPV6_SRC(own)), to_ct, c),
+                Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.ANSWER, (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(own)),
                      (output(port),), c),
             ]
         for ip in v6:
-            flows.append(Flow(Table.L3_FORWARDING, PRIO_MATCH, (IPV6, m.ETH_DST(gmac), m.IPV6_DST(ip)), to_pod, c))
+            flows.append(Flow(Table.L3_FORWARDING, L3Forwarding.POD, (IPV6, m.ETH_DST(gmac), m.IPV6_DST(ip)), to_pod, c))
     return flows
-
-
-def base_cookie_flows_match() -> str:
-    return BASE_COOKIE.match()

@@ -76,5 +76,3 @@ def is_datapath(value: object) -> TypeIs[Datapath]:
     return value in DATAPATHS
 
 
-def is_tunnel_type(value: object) -> TypeIs[TunnelType]:
-    return value in TUNNEL_TYPES

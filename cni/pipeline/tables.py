@@ -1,7 +1,7 @@
 """Ferry's OpenFlow pipeline, declared once for the plugin and route-sync.
 
-Everything both processes must agree on lives here: table numbers and names, the cookie
-layout (who owns a flow, which Pod or peer it belongs to), register bits, the virtual MAC
+Everything both processes must agree on lives here: table numbers and names, each table's miss
+and priority ladder (:class:`Ladder`, :data:`PIPELINE`), the cookie layout (who owns a flow, which Pod or peer it belongs to), register bits, the virtual MAC
 of the tunnel path, the names of the ports Ferry creates and the ``external_ids`` it writes on
 them (the traffic modes and peer paths: :mod:`cni.pipeline.modes`).  Standard library only: the
 plugin imports this on every ADD/DEL.
@@ -92,6 +92,133 @@ Table.INGRESS_DEFAULT = Table(51)
 Table.CONNTRACK_COMMIT = Table(60)
 Table.L3_FORWARDING = Table(70)
 Table.L2_FORWARDING = Table(80)
+
+
+class Ladder:
+    """One table, declared once: its number, what happens to a packet no flow matches (its miss
+    flow goes on to ``MISS_GOTO``; None: dropped, Antrea's ``defaultDrop``), and its priority
+    ladder: one named rung (a class attribute) per reason a flow sits where it does.  Planners
+    name a rung, never a number (``Classifier.TUNNEL_IN``), so a table's order reads here whole;
+    rungs sharing a value hold flows whose matches are disjoint.  The miss flows themselves are
+    built from this (:func:`cni.pipeline.flows.miss_flow`).  Each table's class says what it is
+    for in a comment, not a docstring: this module is on the per-Pod path, and so is its size."""
+
+    TABLE: Table
+    MISS_GOTO: Table | None = None
+    MISS = 0  # the miss flow, every table's lowest rung
+
+
+# Where a packet came in: a Pod, the gateway, the tunnel, the uplink.
+class Classifier(Ladder):
+    TABLE = Table.CLASSIFIER
+    TUNNEL_IN = 210  # NODE: from the tunnel: dst MAC := gateway MAC, to Conntrack (above the gateway's)
+    POD = 200  # a Pod's port, to SpoofGuard
+    GATEWAY_NEIGHBOR = 200  # the gateway's ARP and neighbour solicitations, to NeighborResponder
+    GATEWAY_REDIRECT = 200  # the host's ICMP redirects, dropped
+    GATEWAY = 190  # the rest of the gateway's traffic, to Conntrack
+    FAST_IN = 20  # PEER: from the uplink, a fast peer's Pods to ours (above the pass-through)
+    HOST_OUT = 15  # NODE: a local Pod's packet the host routes out of its uplink port (above the pass-through)
+    UPLINK_PASS = 10  # NODE (UPLINK_COOKIE): host traffic between the moved uplink and its internal port
+
+
+# A Pod's packet passes only with the Pod's own MAC and addresses.
+class SpoofGuard(Ladder):
+    TABLE = Table.SPOOF_GUARD
+    DROP_RA = 210  # router advertisements and redirects from a Pod
+    ALLOW_NA = 205  # a neighbour advertisement for one of the Pod's own addresses
+    DROP_NA = 204  # any other neighbour advertisement
+    ALLOW_NS = 203  # a neighbour solicitation from one of the Pod's own addresses, to NeighborResponder
+    POD = 200  # ARP and IP from the Pod's own MAC and address
+
+
+# ARP answered, neighbour solicitations steered to the port that owns the target.
+class NeighborResponder(Ladder):
+    TABLE = Table.NEIGHBOR_RESPONDER
+    GRATUITOUS = 210  # a Pod's gratuitous ARP, to the gateway port (the Node's cache)
+    NEXT_HOP = 205  # a chained Pod's next hops, answered with the gateway's MAC (above ANSWER)
+    ANSWER = 200  # the gateway's, each local Pod's and each tunnel peer's gateway address
+
+
+# Every IP packet looked up in :data:`CT_ZONE`; what is not IP goes on unchanged.
+class Conntrack(Ladder):
+    TABLE = Table.CONNTRACK
+    MISS_GOTO = Table.L3_FORWARDING
+    VIA_GATEWAY = 210  # a local Pod's packet the host forwards in through the gateway: flagged in reg0
+    LOOKUP = 200
+
+
+# Known connections' replies skip policy; the rest goes through it.
+class ConntrackState(Ladder):
+    TABLE = Table.CONNTRACK_STATE
+    MISS_GOTO = Table.EGRESS_RULE
+    PENDING = 230  # POD: a Pod whose policy is not in force yet, no new connection
+    FROM_HOST = 215  # a reply that comes from the host never goes back to it
+    HOST_RETURN = 210  # a reply of a connection the host forwarded goes back through its port
+    KNOWN = 200  # +est+rpl / +rel: past policy to ConntrackCommit
+
+
+# NetworkPolicy egress rules as conjunctions (route-sync, ``routesync/policy``).
+class EgressRule(Ladder):
+    TABLE = Table.EGRESS_RULE
+    MISS_GOTO = Table.EGRESS_DEFAULT
+    SERVICE = 220  # to a Service CIDR: judged after the host's DNAT
+    CONJ = 200  # a rule's clauses and its conj_id flow
+
+
+class EgressDefault(Ladder):
+    TABLE = Table.EGRESS_DEFAULT
+    MISS_GOTO = Table.INGRESS_RULE
+    ISOLATED = 200  # a Pod a policy isolates for egress: what no rule allowed is dropped
+
+
+class IngressRule(Ladder):
+    TABLE = Table.INGRESS_RULE
+    MISS_GOTO = Table.INGRESS_DEFAULT
+    HOST = 220  # from the Node's own addresses (kubelet probes)
+    CONJ = 200
+
+
+class IngressDefault(Ladder):
+    TABLE = Table.INGRESS_DEFAULT
+    MISS_GOTO = Table.CONNTRACK_COMMIT
+    ISOLATED = 200
+
+
+# A new connection committed, with the mark of the host port it came through, if any.
+class ConntrackCommit(Ladder):
+    TABLE = Table.CONNTRACK_COMMIT
+    MISS_GOTO = Table.L3_FORWARDING
+    COMMIT_VIA = 210  # flagged in reg0: committed with that mark
+    VIA_KNOWN = 209  # NODE: a known connection's later packets from the host's uplink port, out the uplink
+    COMMIT = 200
+
+
+# Routed packets (dst MAC = gateway MAC) rewritten for their next hop; the rest unchanged.
+class L3Forwarding(Ladder):
+    TABLE = Table.L3_FORWARDING
+    MISS_GOTO = Table.L2_FORWARDING
+    POD = 200  # to a local Pod
+    PEER = 200  # PEER: to a tunnel or fast-path peer's Pod CIDR
+
+
+class L2Forwarding(Ladder):
+    TABLE = Table.L2_FORWARDING
+    POD = 200  # a Pod's MAC to its port
+    GATEWAY = 200  # the gateway's MAC, and unsolicited NAs, to the gateway port
+
+
+# In packet order; each table exactly once.
+PIPELINE: tuple[type[Ladder], ...] = (Classifier, SpoofGuard, NeighborResponder, Conntrack, ConntrackState,
+                                      EgressRule, EgressDefault, IngressRule, IngressDefault, ConntrackCommit,
+                                      L3Forwarding, L2Forwarding)
+
+
+def ladder(table: Table) -> type[Ladder]:
+    """The declaration of ``table``."""
+    for decl in PIPELINE:
+        if decl.TABLE == table:
+            return decl
+    raise KeyError(f"no table {int(table)} in the pipeline")
 
 # Ferry's conntrack zone in OVS (apart from the host's zone 0 on the kernel datapath, where both
 # share one table), and the ct_mark bits of a connection the host forwarded: which port of the

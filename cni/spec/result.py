@@ -58,10 +58,6 @@ class DNS:
     search: list[str] = Factory(list)
     options: list[str] = Factory(list)
 
-    def is_empty(self) -> bool:
-        return not (self.nameservers or self.domain or self.search or self.options)
-
-
 @record
 class Result:
     interfaces: list[Interface] = Factory(list)

@@ -10,7 +10,6 @@ import datetime
 import ipaddress
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -18,15 +17,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = datetime.timedelta(days=365)
-
-
-@dataclass(frozen=True)
-class ClientIdentity:
-    """Who a client certificate says it is: ``user`` (CN) and its ``groups`` (O)."""
-
-    file: str
-    user: str
-    groups: tuple[str, ...] = ()
 
 
 def _key() -> ec.EllipticCurvePrivateKey:

@@ -32,7 +32,6 @@ from typing import Any
 from lab.kube.spec import KubeSpec
 from lab.topology import Topology, external_address, external_netns, node_addresses, node_netns
 
-CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 CLUSTER_DOMAIN = "cluster.local"
 KUBE_PROXY_USER = "system:kube-proxy"  # bound to ClusterRole system:node-proxier by default RBAC
 PAUSE_IMAGE = "ferry.local/pause:1"

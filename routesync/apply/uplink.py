@@ -47,7 +47,7 @@ from cni.kernel.netlink import RTNH_F_ONLINK, Link, Netlink, NetlinkError
 from cni.pipeline.actions import output
 from cni.pipeline.match import IN_PORT
 from cni.pipeline.modes import NETDEV
-from cni.pipeline.tables import UPLINK_COOKIE, Flow, Table
+from cni.pipeline.tables import UPLINK_COOKIE, Classifier, Flow, Table
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
 from routesync.model import UplinkSpec
@@ -59,7 +59,6 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger(__name__)
 
-UPLINK_PRIORITY = 10  # Classifier; the fast path's uplink flows go above this
 STATE_VERSION = 1
 RTPROT_KERNEL = 2
 RT_TABLE_LOCAL = 255
@@ -113,9 +112,9 @@ class UplinkState:
 def uplink_flows(physical_ofport: int, internal_ofport: int) -> list[Flow]:
     """Host traffic between the physical uplink and the internal port that took its name."""
     return [
-        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, (IN_PORT(physical_ofport),), (output(internal_ofport),),
+        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(physical_ofport),), (output(internal_ofport),),
              UPLINK_COOKIE),
-        Flow(Table.CLASSIFIER, UPLINK_PRIORITY, (IN_PORT(internal_ofport),), (output(physical_ofport),),
+        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(internal_ofport),), (output(physical_ofport),),
              UPLINK_COOKIE),
     ]
 

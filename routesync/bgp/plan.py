@@ -39,7 +39,6 @@ NOTIFICATION_CODES = {1: "message header error", 2: "OPEN message error", 3: "UP
 # reason labels besides the NOTIFICATION ones
 REASON_CONNECT = "connect-failed"  # the TCP session did not come up (peer down, refused, unreachable)
 REASON_CLOSED = "connection-closed"  # an established session ended without a NOTIFICATION
-REASON_OTHER = "other"
 
 
 @dataclass(frozen=True, order=True)

@@ -40,9 +40,6 @@ class Pod:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    def label_map(self) -> Mapping[str, str]:
-        return dict(self.labels)
-
     def port_number(self, name: str, protocol: str) -> int | None:
         for p in self.ports:
             if p.name == name and p.protocol == protocol:

@@ -34,17 +34,22 @@ from typing import Any
 from cni.pipeline import match as m
 from cni.pipeline.actions import DROP, Conjunction, goto
 from cni.pipeline.match import IP, IPV6
-from cni.pipeline.tables import Cookie, Flow, Table, policy_cookie
+from cni.pipeline.tables import (
+    Cookie,
+    EgressDefault,
+    EgressRule,
+    Flow,
+    IngressDefault,
+    IngressRule,
+    Table,
+    policy_cookie,
+)
 
 from . import ranges
 from . import selector as sel
 from .model import Peer, Pod, Policy, Rule
 
 INGRESS, EGRESS = "ingress", "egress"
-PRIO_HOST = 220  # IngressRule: from the Node's own addresses
-PRIO_SERVICE = 220  # EgressRule: to a Service CIDR (judged after the DNAT)
-PRIO_CONJ = 200
-PRIO_ISOLATED = 200  # the Default tables
 
 _PROTOS = {("TCP", 4): m.TCP, ("UDP", 4): m.UDP, ("SCTP", 4): m.SCTP,
            ("TCP", 6): m.TCP6, ("UDP", 6): m.UDP6, ("SCTP", 6): m.SCTP6}
@@ -384,14 +389,14 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
         out.isolated[pod.key] = (ingress, egress)
         for ip in pod.ips:
             if ingress:
-                fl.address(Table.INGRESS_DEFAULT, PRIO_ISOLATED, ip, False, DROP)
+                fl.address(Table.INGRESS_DEFAULT, IngressDefault.ISOLATED, ip, False, DROP)
             if egress:
-                fl.address(Table.EGRESS_DEFAULT, PRIO_ISOLATED, ip, True, DROP)
+                fl.address(Table.EGRESS_DEFAULT, EgressDefault.ISOLATED, ip, True, DROP)
     for a in facts.host_addresses:
-        fl.address(Table.INGRESS_RULE, PRIO_HOST, str(ipaddress.ip_interface(a).ip), True,
+        fl.address(Table.INGRESS_RULE, IngressRule.HOST, str(ipaddress.ip_interface(a).ip), True,
                    (goto(Table.CONNTRACK_COMMIT),))
     for cidr in facts.service_cidrs:
-        fl.address(Table.EGRESS_RULE, PRIO_SERVICE, _block_text(ipaddress.ip_network(cidr, strict=False)), False,
+        fl.address(Table.EGRESS_RULE, EgressRule.SERVICE, _block_text(ipaddress.ip_network(cidr, strict=False)), False,
                    (goto(Table.CONNTRACK_COMMIT),))
     out.flows = fl.flows()
     return out
@@ -401,22 +406,23 @@ def _add_rule(fl: _Flows, out: Plan, ids: ConjIds, direction: str, policy: Polic
     if part.peers is not None and not part.peers or part.ports is not None and not part.ports or not part.applied:
         return  # it allows nothing
     table = Table.INGRESS_RULE if direction == INGRESS else Table.EGRESS_RULE
+    conj = IngressRule.CONJ if direction == INGRESS else EgressRule.CONJ
     then = goto(Table.CONNTRACK_COMMIT) if direction == INGRESS else goto(Table.INGRESS_RULE)
     n = ids.get(f"{policy.key}|{direction}|{index}|{part.tag}")
     clauses = 3 if part.ports is not None else 2
     out.rules.append(RuleInfo(n, policy.key, direction, index, tuple(p.key for p in part.applied), part.tag))
     applied_is_src = direction == EGRESS
-    fl.conjunction(table, PRIO_CONJ, [ip for pod in part.applied for ip in pod.ips], applied_is_src,
+    fl.conjunction(table, conj, [ip for pod in part.applied for ip in pod.ips], applied_is_src,
                    Conjunction(n, 1, clauses))
     if part.peers is None:
         for proto in (IP, IPV6):
-            fl.add(table, PRIO_CONJ, (proto,), (Conjunction(n, 2, clauses),))
+            fl.add(table, conj, (proto,), (Conjunction(n, 2, clauses),))
     else:
-        fl.conjunction(table, PRIO_CONJ, part.peers, not applied_is_src, Conjunction(n, 2, clauses))
+        fl.conjunction(table, conj, part.peers, not applied_is_src, Conjunction(n, 2, clauses))
     if part.ports is not None:
         for match in _port_matches(part.ports):
-            fl.add(table, PRIO_CONJ, match, (Conjunction(n, 3, clauses),))
-    fl.add(table, PRIO_CONJ, (m.CONJ_ID(n),), (then,))
+            fl.add(table, conj, match, (Conjunction(n, 3, clauses),))
+    fl.add(table, conj, (m.CONJ_ID(n),), (then,))
 
 
 def policy_namespaces(policies: Iterable[Policy]) -> list[str]:

@@ -19,7 +19,7 @@ import pytest
 from bench import report
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy")
+SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "system")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -68,6 +68,7 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     assert policy["planning"]["pods"] == 1000 and policy["planning"]["flows"] > 0
     assert policy["dataplane"]["verdicts"]["policy"] == {"client": True, "other": False}
     assert policy["dataplane"]["policy"]["bridge_flows"] > policy["dataplane"]["none"]["bridge_flows"]
+    assert {r["n"] for r in data["system"]["operations"]} == {5}
 
     md = (out / "report.md").read_text()
     for g in report.GOALS:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -84,13 +84,6 @@ def pair_paths(lab: Lab, a: str, b: str) -> set[str]:
             if p["name"] == other:
                 out.add(p["path"])
     return out
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _duration() -> Iterator[None]:
-    _t0.append(time.monotonic())
-    yield
-    print(f"\n{len(CASES)} labs (family x mode/flags): {time.monotonic() - _t0[0]:.1f}s")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -1,5 +1,5 @@
-"""The daemon loop with the real registry source and a recording stand-in for part B's appliers
-(the loop's own behaviour: reconcile on change, state file, retry on failure, own record).
+"""The daemon loop with the real registry source and a recording stand-in for the appliers
+(``routesync.apply.make_appliers`` on a Node; here the loop's own behaviour: reconcile on change, state file, retry on failure, own record).
 The end-to-end run with the real appliers is in the root tests."""
 
 from __future__ import annotations

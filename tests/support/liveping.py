@@ -81,11 +81,6 @@ class LivePing:
                 self._cv.wait(left)
             return True
 
-    @property
-    def replies(self) -> int:
-        with self._cv:
-            return len(self.stamps)
-
     def more_replies(self, n: int, what: str = "", timeout: float = HANG) -> None:
         """Wait for ``n`` replies more than have come so far (AssertionError after ``timeout``)."""
         with self._cv:

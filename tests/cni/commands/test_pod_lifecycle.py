@@ -20,13 +20,6 @@ def _pod_flows(node) -> list[str]:
     return node.flows(pl.Cookie.owner_match(pl.Owner.POD))
 
 
-def _ipam_records(node) -> list[str]:
-    out = []
-    for root, _dirs, files in os.walk(node.ipam_dir):
-        out += [os.path.join(root, f) for f in files if not f.endswith(".lock") and not f.startswith(".")]
-    return out
-
-
 def _ipam_allocations(node) -> str:
     """What the IPAM store holds, as its own listing prints it."""
     p = run([os.path.join(node.cni_bin, "ferry-ipam"), "ls", "--json", "--data-dir", str(node.ipam_dir)],

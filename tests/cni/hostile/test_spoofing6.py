@@ -70,10 +70,6 @@ def trio(fx_node):
     return fx_node, attacker, victim, gw4, gw_mac
 
 
-def _settled_delta(read, before: int) -> int:
-    return read() - before
-
-
 @pytest.mark.parametrize("case", ["forged-v6-source", "na-claims-gateway", "na-claims-victim", "ra",
                                   "garp-claims-victim", "garp-claims-gateway"])
 def test_forged_frames_are_dropped_and_counted(trio, case):

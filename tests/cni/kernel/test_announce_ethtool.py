@@ -11,7 +11,7 @@ import time
 import pytest
 from pyroute2 import NetNS
 
-from cni.kernel.announce import checksum, gratuitous_arp, unsolicited_na
+from cni.kernel.announce import checksum, garp_frame, na_frame
 from cni.kernel.ethtool import get_tx_checksum, set_tx_checksum
 from cni.kernel.netlink import Netlink
 from cni.kernel.netns import entered, open_netns
@@ -90,12 +90,19 @@ def recv_matching(s: socket.socket, pred) -> bytes:  # type: ignore[no-untyped-d
     raise AssertionError("frame not seen")
 
 
+
+def send(ifname: str, frame: bytes) -> None:
+    """One frame out of ``ifname`` (the calling thread's netns), as ADD's child sends it."""
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as s:
+        s.bind((ifname, 0))
+        s.send(frame)
+
 def test_gratuitous_arp_updates_the_neighbour(pair) -> None:  # type: ignore[no-untyped-def]
     a, b = pair
     stale_entry(b, "10.77.0.1")
     with capture(b, 0x0806) as s:
         with entered(f"/run/netns/{a}"):
-            gratuitous_arp("eth0", MAC_A, "10.77.0.1")
+            send("eth0", garp_frame(MAC_A, "10.77.0.1"))
         f = recv_matching(s, lambda fr: fr[28:32] == socket.inet_aton("10.77.0.1"))
     assert f[0:6] == b"\xff" * 6 and f[6:12] == bytes.fromhex(MAC_A.replace(":", ""))
     htype, ptype, hlen, plen, op = struct.unpack("!HHBBH", f[14:22])
@@ -110,7 +117,7 @@ def test_unsolicited_na_fields_and_kernel_accepts_it(pair) -> None:  # type: ign
     target = socket.inet_pton(socket.AF_INET6, "fd00:77::1")
     with capture(b, 0x86DD) as s:
         with entered(f"/run/netns/{a}"):
-            unsolicited_na("eth0", MAC_A, "fd00:77::1")
+            send("eth0", na_frame(MAC_A, "fd00:77::1"))
         f = recv_matching(s, lambda fr: fr[20] == 58 and fr[54] == 136 and fr[62:78] == target)
     assert f[0:6] == bytes.fromhex("333300000001")
     ip6 = f[14:54]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 
@@ -45,10 +44,6 @@ def ovsdbapp_api(remote: str):  # type: ignore[no-untyped-def]
     idl = connection.OvsdbIdl.from_server(remote, "Open_vSwitch")
     conn = connection.Connection(idl=idl, timeout=10)
     return impl_idl.OvsdbIdl(conn), conn
-
-
-def vsctl_json(ovs: OvsInstance, *args: str) -> object:
-    return json.loads(ovs.vsctl(*args))
 
 
 def test_ensure_bridge_creates_secure_bridge_once(ovs: OvsInstance, db: Ovsdb) -> None:

@@ -299,7 +299,8 @@ class Plugin:
 
 
 class Gate:
-    """Per-Node pause: ``hold(node)`` waits until no op is in flight there and keeps new ones out."""
+    """Per-Node pause: ``pause(node)`` waits until no op is in flight there and keeps new ones out until
+    ``resume(node)``."""
 
     def __init__(self, nodes: list[str]) -> None:
         self._cv = threading.Condition()
@@ -330,14 +331,6 @@ class Gate:
         with self._cv:
             self._paused.discard(node)
             self._cv.notify_all()
-
-    @contextmanager
-    def hold(self, node: str) -> Iterator[None]:
-        self.pause(node)
-        try:
-            yield
-        finally:
-            self.resume(node)
 
     def free(self, nodes: list[str]) -> list[str]:
         with self._cv:

@@ -25,8 +25,8 @@ STREAM_PORT = 7800
 CHUNK = 1 << 20  # bytes the stream must carry before and after each event
 
 
-# kube-proxy's iptables mode here; its nftables mode gave the same (issue 26's note): one cluster
-# less for CI, whose time the matrix of test_kube_services needs more.
+# kube-proxy's iptables mode here: its nftables mode, run the same way, gave the same figures (the
+# Service checks themselves run in both: test_kube_services, test_kube_modes); one cluster less for CI.
 @pytest.mark.parametrize("proxy", ("iptables",))
 def test_service_connections_across_restarts(kube_lab_of, proxy: str) -> None:  # type: ignore[no-untyped-def]
     topo = topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"})
