@@ -39,13 +39,17 @@ def lab(kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
     yield lab
 
 
+def parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
 def ancestors(pid: int) -> list[str]:
     """The command names of ``pid``'s parents, nearest first."""
     out = []
     while pid > 1:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+            pid = parent(pid)
             with open(f"/proc/{pid}/comm") as f:
                 out.append(f.read().strip())
         except (OSError, ValueError, IndexError):
@@ -129,7 +133,7 @@ def test_the_openvswitch_container_killed_is_restarted_by_the_kubelet(lab: Lab) 
 
     def kill_container() -> None:
         (server,) = pids_named(n.netns, "ovsdb-server")
-        supervisor = int(open(f"/proc/{server}/stat").read().rsplit(")", 1)[1].split()[1])
+        supervisor = parent(server)
         old = set(pids_named(n.netns, "ovs-vswitchd"))
         os.kill(supervisor, signal.SIGKILL)  # the container's first process: its daemons die with it
         wait_for("a new ovs-vswitchd from the restarted container",
