@@ -157,7 +157,7 @@ LAYERS = {
     "cni.lean": set(),
     "cni.spec": {"cni.lean"},
     "cni.pipeline": {"cni.lean"},
-    "cni.kernel": {"cni.lean"},
+    "cni.kernel": {"cni.lean", "cni.pipeline"},  # podroutes: a Pod's routes as podnet plans them
     "cni.ovs": {"cni.lean", "cni.pipeline"},
     "cni.node": {"cni.lean", "cni.pipeline", "cni.spec"},
     "cni.commands": {"cni.lean", "cni.spec", "cni.pipeline", "cni.kernel", "cni.ovs", "cni.node"},

@@ -233,24 +233,14 @@ def _refresh_pod_net(conf: cfg.PluginConfig, ips: list[IPConfig], pod_nl: Netlin
 
 def sync_pod_routes(pod_nl: Netlink, ifname: str, want: PodNet) -> bool:
     """Make ``ifname`` (in ``pod_nl``'s netns) hold ``want`` (a ``cni.pipeline.podnet.PodNet``): its MTU,
-    then its routes through a gateway.  Returns whether anything changed."""
-    import _socket
+    then its routes through a gateway (``cni.kernel.podroutes``, route-sync's too).  Returns whether
+    anything changed."""
+    from cni.kernel import podroutes
 
-    from cni.pipeline import podnet
-
-    link = pod_nl.link_get(ifname)
-    if link is None:
+    changed = podroutes.converge(pod_nl, ifname, want)
+    if changed is None:
         raise CniError(NETLINK_FAILURE, f"{ifname} vanished from the Pod's netns")
-    if link.mtu != want.mtu:
-        pod_nl.link_set(link.index, mtu=want.mtu)  # first: the kernel adjusts IPv6 route MTUs to it
-    have = [(r.dst, r.gw, r.mtu) for af in (_socket.AF_INET, _socket.AF_INET6)
-            for r in pod_nl.routes(family=af, index=link.index) if r.gw and r.proto != 2]
-    todo = podnet.changes(want, want.mtu, have)
-    for r in todo.put:
-        pod_nl.route_add(r.dst, r.gw, link.index, replace=True, mtu=r.mtu)
-    for dst, gw in todo.delete:
-        pod_nl.route_del(dst, gw, link.index)
-    return link.mtu != want.mtu or bool(todo.put or todo.delete)
+    return changed
 
 
 def _configure_pod_interface(pod_nl: Netlink, podfd: int, ifname: str, ips: list[IPConfig], node: cfg.NodeContext,

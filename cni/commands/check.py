@@ -94,16 +94,14 @@ def _check(req: Request, prev: Result, node: cfg.NodeContext, conf: cfg.PluginCo
 def _check_mtus(req: Request, want: PodNet, pod_nl: Netlink) -> list[str]:
     """The interface MTU and each route's MTU as the Node's paths want them now (route-sync
     keeps running Pods at that, so a prevResult from before a mode change is not the measure)."""
-    import _socket
-
-    from cni.pipeline import podnet
+    from cni.kernel import podroutes
 
     link = pod_nl.link_get(req.ifname)
     if link is None:
         return []  # said by check_sandbox
-    have = [(r.dst, r.gw, r.mtu) for af in (_socket.AF_INET, _socket.AF_INET6)
-            for r in pod_nl.routes(family=af, index=link.index) if r.gw and r.proto != 2]
-    todo = podnet.changes(want, link.mtu, have)
+    routes = podroutes.routes_of(pod_nl, link.index)
+    todo = podroutes.plan(want, link.mtu, routes)
+    have = podroutes.held(routes)
     problems = []
     if todo.mtu is not None:
         problems.append(f"interface {req.ifname} has MTU {link.mtu}, the Node's paths want {want.mtu}")

@@ -59,8 +59,8 @@ RTA_METRICS, RTAX_MTU = 8, 2  # a route's metrics (nested), its MTU among them
 RTN_UNICAST = 1
 RT_SCOPE_UNIVERSE, RT_SCOPE_LINK = 0, 253
 RTNH_F_ONLINK = 0x4
-RT_TABLE_COMPAT, RT_TABLE_MAIN = 252, 254
-RTPROT_STATIC = 4
+RT_TABLE_COMPAT, RT_TABLE_MAIN, RT_TABLE_LOCAL = 252, 254, 255
+RTPROT_KERNEL, RTPROT_STATIC = 2, 4  # the kernel's own routes (connected, IPv6 link-local); configured ones
 
 _NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 _IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change

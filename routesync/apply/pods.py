@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import errno
 import logging
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cni.kernel.netlink import RT_TABLE_MAIN, Netlink
+from cni.kernel import podroutes
+from cni.kernel.netlink import Netlink
 from cni.node.locks import attachment_lock
 from cni.node.nodestate import NodeState
 from cni.pipeline import podnet
@@ -33,8 +33,6 @@ from cni.pipeline.modes import NETWORK_POLICY_ONLY
 from cni.pipeline.tables import EXT_CHAINED, EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_NETNS
 
 LOG = logging.getLogger(__name__)
-
-RTPROT_KERNEL, RTPROT_STATIC = 2, 4
 
 
 class NetnsGone(Exception):
@@ -100,24 +98,12 @@ def netlink_in(path: str) -> Netlink:
 
 
 def converge_pod(nl: Netlink, ifname: str, want: podnet.PodNet) -> bool:
-    """Make ``ifname`` in ``nl``'s namespace hold ``want``: MTU first (the kernel adjusts IPv6
-    route MTUs to a link's new MTU), then the routes.  True when something changed."""
-    link = nl.link_get(ifname)
-    if link is None:
+    """Make ``ifname`` in ``nl``'s namespace hold ``want`` (``cni.kernel.podroutes.converge``,
+    the plugin's ADD's too).  True when something changed; :class:`NetnsGone` without it."""
+    changed = podroutes.converge(nl, ifname, want)
+    if changed is None:
         raise NetnsGone(f"{ifname} is gone")
-    index = link.index
-    changed = False
-    if link.mtu != want.mtu:
-        nl.link_set(index, mtu=want.mtu)
-        changed = True
-    have = [(r.dst, r.gw, r.mtu) for family in (socket.AF_INET, socket.AF_INET6)
-            for r in nl.routes(family, index, RT_TABLE_MAIN) if r.gw and r.proto != RTPROT_KERNEL]
-    todo = podnet.changes(want, want.mtu, have)
-    for rt in todo.put:
-        nl.route_add(rt.dst, rt.gw, index, proto=RTPROT_STATIC, replace=True, mtu=rt.mtu)
-    for dst, gw in todo.delete:
-        nl.route_del(dst, gw, index)  # False when already gone
-    return changed or bool(todo.put or todo.delete)
+    return changed
 
 
 class PodMtuApplier:

@@ -19,14 +19,12 @@ from typing import Self
 
 from cni.kernel import neighbours, netlink
 from cni.kernel.neighbours import NUD_PERMANENT, Neighbour
-from cni.kernel.netlink import RTNH_F_ONLINK, Netlink, NetlinkError, RouteEntry
+from cni.kernel.netlink import RT_TABLE_MAIN, RTNH_F_ONLINK, Netlink, NetlinkError, RouteEntry
 from cni.lean import addr
 from cni.pipeline.tables import GATEWAY_PORT
 from routesync.model import FERRY_ROUTE_PROTO, HostRoute, Neighbor
 
 LOG = logging.getLogger(__name__)
-
-MAIN_TABLE = 254
 
 
 @dataclass
@@ -141,7 +139,7 @@ class RouteApplier:
     def installed(self) -> set[HostRoute]:
         """Routes of our protocol in the main table, both families."""
         found = [r for family in (socket.AF_INET, socket.AF_INET6)
-                 for r in self.nl.routes(family, None, MAIN_TABLE) if r.proto == self.proto]
+                 for r in self.nl.routes(family, None, RT_TABLE_MAIN) if r.proto == self.proto]
         names = self._names() if any(r.index for r in found) else {}
         # the kernel's text (inet_ntop, network address) is already normalize()'s form
         return {HostRoute(dst=r.dst, gw=r.gw,
@@ -168,11 +166,11 @@ class RouteApplier:
             index = names.get(r.dev)
             if index is None:
                 raise LookupError(f"no link {r.dev!r}")
-        return netlink.route_add_request(r.dst, r.gw, index, onlink=r.onlink, table=MAIN_TABLE,
+        return netlink.route_add_request(r.dst, r.gw, index, onlink=r.onlink, table=RT_TABLE_MAIN,
                                          proto=self.proto, replace=True, mtu=r.mtu)
 
     def _del_request(self, r: HostRoute) -> tuple[int, int, bytes]:
-        return netlink.route_del_request(r.dst, r.gw, table=MAIN_TABLE, proto=self.proto)
+        return netlink.route_del_request(r.dst, r.gw, table=RT_TABLE_MAIN, proto=self.proto)
 
     def apply_routes(self, add: list[HostRoute], delete: list[HostRoute]) -> None:
         """Delete then add (replace) in one ordered batch: routes without a next hop first, so

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from cni.kernel.netlink import RTNH_F_ONLINK, Link, Netlink, NetlinkError
+from cni.kernel.netlink import RT_TABLE_LOCAL, RTNH_F_ONLINK, RTPROT_KERNEL, Link, Netlink, NetlinkError
 from cni.pipeline.actions import output
 from cni.pipeline.match import IN_PORT
 from cni.pipeline.modes import NETDEV
@@ -60,8 +60,6 @@ if TYPE_CHECKING:
 LOG = logging.getLogger(__name__)
 
 STATE_VERSION = 1
-RTPROT_KERNEL = 2
-RT_TABLE_LOCAL = 255
 OVS_KINDS = ("tun", "openvswitch")  # an OVS internal port: tap (netdev) or openvswitch (system)
 
 
