@@ -18,6 +18,7 @@ from cni.commands.gateway import gateway_port
 from cni.commands.steps import Step, check_sandbox, ipam_for, open_pod_netns, ovs_clients, pod_net, reported
 from cni.lean import addr
 from cni.node import config as cfg
+from cni.node.locks import attachment_lock
 from cni.pipeline import tables as pl
 from cni.pipeline.flows import PodPort, pod_flows
 from cni.pipeline.modes import NETWORK_POLICY_ONLY
@@ -27,18 +28,21 @@ from cni.spec.result import Result
 
 
 def check(req: Request) -> None:
+    """Under the attachment's lock (``cni.node.locks``): what CHECK looks at is never half made by
+    an ADD, half undone by a DEL or GC, or half converged by route-sync's Pod MTU sync."""
     conf = cfg.parse(req.config)
     node = cfg.node_context(conf, need_state=False)
-    if node.mode == NETWORK_POLICY_ONLY:
-        from cni.commands import chained
+    with attachment_lock(conf.lock_dir, req.container_id, req.ifname):
+        if node.mode == NETWORK_POLICY_ONLY:
+            from cni.commands import chained
 
-        return chained.check(req, conf, node)
-    prev = req.prev_result
-    if prev is None:
-        raise CniError(INVALID_CONFIG, "CHECK needs prevResult")
-    step = Step()
-    with reported(step):
-        problems = _check(req, prev, node, conf, step)
+            return chained.check(req, conf, node)
+        prev = req.prev_result
+        if prev is None:
+            raise CniError(INVALID_CONFIG, "CHECK needs prevResult")
+        step = Step()
+        with reported(step):
+            problems = _check(req, prev, node, conf, step)
     if problems:
         raise CniError(CHECK_FAILED, "; ".join(problems))
 

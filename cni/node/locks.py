@@ -1,8 +1,10 @@
 """Short flocks shared by the plugin and route-sync: one per attachment, one for lone-Node setup.
 
-The plugin holds an attachment's lock for a whole ADD, DEL or CHECK; route-sync takes the same
-lock before it replays a Pod's flows after an ovs-vswitchd restart, so a replay can never put
-back the flows of a Pod whose DEL is half done.  Files live in ``<dir of the state file>/locks``."""
+The plugin holds an attachment's lock for a whole ADD, DEL or CHECK, and GC for each attachment
+it removes; route-sync takes the same lock before it replays a Pod's flows after an ovs-vswitchd
+restart and before it converges a running Pod's MTUs, so a replay can never put back the flows of a
+Pod whose DEL or GC is half done, and CHECK never sees a Pod half made or half converged.  Files
+live in ``<dir of the state file>/locks``."""
 
 from __future__ import annotations
 
@@ -13,10 +15,10 @@ from cni.pipeline.tables import sha256
 
 
 class locked:  # used like a function: ``with locked(lock_dir, name):``
-    """A short flock: per attachment (ADD/DEL/CHECK of one Pod), or "node" for lone-Node setup.
+    """A short flock: per attachment (ADD/DEL/CHECK/GC of one Pod), or "node" for lone-Node setup.
     (A class, not @contextmanager: contextlib costs ~7 ms of imports per exec.)
 
-    ``remove()`` (DEL, under the lock) unlinks the file so lock files do not pile up, one per Pod
+    ``remove()`` (DEL and GC, under the lock) unlinks the file so lock files do not pile up, one per Pod
     ever created; a waiter that then wins the flock on the unlinked file notices (the path no
     longer names its inode) and locks the path afresh."""
 

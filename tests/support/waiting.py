@@ -7,6 +7,7 @@ test with what was awaited."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -34,3 +35,11 @@ def elapsed_until(cond: Callable[[], object], what: str = "the condition", timeo
     t0 = time.monotonic()
     until(cond, what, timeout, step)
     return time.monotonic() - t0
+
+
+def flock_waiters(lock_path: str) -> int:
+    """How many requests /proc/locks lists as blocked (``->``) on the lock file's inode: the event
+    a test waits for to know that a lock's taker is waiting for its holder."""
+    ino = os.stat(lock_path).st_ino
+    with open("/proc/locks") as f:
+        return sum(1 for line in f if "->" in line and line.split()[-3].endswith(f":{ino}"))

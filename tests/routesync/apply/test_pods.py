@@ -19,7 +19,7 @@ from cni.pipeline.tables import EXT_CONTAINER_ID, EXT_IFNAME, EXT_IPS, EXT_NETNS
 from routesync.apply.pods import PodMtuApplier
 from tests.routesync.apply.helpers import ns_sh, sh, veth
 from tests.support.ovs_instance import netns
-from tests.support.waiting import until
+from tests.support.waiting import flock_waiters, until
 
 pytestmark = pytest.mark.root
 
@@ -107,13 +107,6 @@ def test_pod_whose_netns_is_gone_is_skipped_without_error(node) -> None:  # type
         sh("ip", "netns", "add", a)  # for the fixture's clean-up
 
 
-def _waiting_on(lock_path: str) -> bool:
-    """/proc/locks lists a blocked request (``->``) on the lock file's inode."""
-    ino = os.stat(lock_path).st_ino
-    with open("/proc/locks") as f:
-        return any("->" in line and line.split()[-3].endswith(f":{ino}") for line in f)
-
-
 def test_pod_locked_by_add_or_del_waits_for_the_lock(node, tmp_path) -> None:  # type: ignore[no-untyped-def]
     _ns, (a, _b), ports, applier = node
     cid = ports[0]["external_ids"][EXT_CONTAINER_ID]
@@ -121,7 +114,7 @@ def test_pod_locked_by_add_or_del_waits_for_the_lock(node, tmp_path) -> None:  #
     with attachment_lock(str(tmp_path / "locks"), cid, "eth0") as lock:
         t = threading.Thread(target=lambda: report.setdefault("r", applier.sync(state("encap", 1430, 1500))))
         t.start()
-        until(lambda: _waiting_on(lock.path), "route-sync waiting on the Pod's attachment lock")
+        until(lambda: flock_waiters(lock.path), "route-sync waiting on the Pod's attachment lock")
         assert held(a)[0] == 1450  # untouched while the plugin holds the Pod
     t.join()
     assert report["r"].updated == 2 and held(a)[0] == 1500
