@@ -95,7 +95,7 @@ image: dist
 
 lint:
 	$(VENV)/bin/ruff check cni ipam routesync lab bench tests
-	$(VENV)/bin/mypy cni ipam routesync
+	$(VENV)/bin/mypy cni ipam routesync tests/routesync/standins.py tests/routesync/test_standins.py
 
 clean:
 	rm -rf build dist .pytest_cache

@@ -130,7 +130,8 @@ class MemorySource:
 
 
 class TimedAppliers:
-    """The real appliers, noting which source version each finished ``apply`` carried."""
+    """The real appliers (``routesync.daemon.Appliers``, every method passed on), noting which
+    source version each finished ``apply`` carried."""
 
     def __init__(self, inner: Any, source: MemorySource) -> None:
         self.inner = inner
@@ -140,8 +141,12 @@ class TimedAppliers:
         self.applied_at = 0.0
         self.applies = 0  # applies finished
 
-    def prepare(self, *a: Any, **kw: Any) -> Any:
-        return self.inner.prepare(*a, **kw)
+    @property
+    def next_hops(self) -> Any:
+        return self.inner.next_hops
+
+    def prepare(self, config: Any, tunnel: Any, uplink: Any, gateway_addresses: Any) -> Any:
+        return self.inner.prepare(config, tunnel, uplink, gateway_addresses)
 
     def apply(self, desired: Any) -> None:
         version = self.source.listed_version
@@ -170,6 +175,18 @@ class TimedAppliers:
                 if left <= 0:
                     raise BenchError(f"no apply within {timeout} s")
                 self.cond.wait(left)
+
+    def release_pending(self, pods: Any, full: bool) -> int:
+        return int(self.inner.release_pending(pods, full))
+
+    def sync_pods(self, state: Any, full: bool) -> Any:
+        return self.inner.sync_pods(state, full)
+
+    def restore_host_path(self, uplink: Any) -> bool:
+        return bool(self.inner.restore_host_path(uplink))
+
+    def policy_flows(self) -> Any:
+        return self.inner.policy_flows()
 
     def ovs_generation(self) -> int:
         return int(self.inner.ovs_generation())

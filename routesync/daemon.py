@@ -48,8 +48,14 @@ from .policy.stats import DeniedLog
 from .sources import NodeSource, SourceError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from cni.node.nodestate import NodeState
+    from cni.ovs.openflow.ofctl import DumpedFlow
+
+    from .apply.pods import PodSyncReport
     from .config import Config
-    from .metrics import Observer
+    from .policy.model import Pod
 
 log = logging.getLogger(__name__)
 
@@ -85,18 +91,126 @@ class BgpSpeaker(Protocol):
 
 
 class Appliers(Protocol):
-    """Part B's side (``routesync.apply.make_appliers``); see /tmp notes of the contract."""
+    """What the daemon drives: ``routesync.apply.NodeAppliers`` (built by ``make_appliers``), the
+    test stand-ins (``tests/routesync/standins.py``) and the benchmark's wrapper.  Every method is
+    called from the daemon's one thread, never two at once.  Unless a method says otherwise, an
+    exception fails the pass: it is logged, the pass is retried with backoff, and the retry is full."""
+
+    @property
+    def next_hops(self) -> NextHopSource | None:
+        """The kernel's next hops and their neighbour watcher (fast path); None when the fast path
+        is off.  Read once, when the daemon starts."""
+        ...
 
     def prepare(self, config: Config, tunnel: TunnelSpec | None, uplink: UplinkSpec | None,
-                gateway_addresses: tuple[str, ...]) -> LocalFacts: ...
+                gateway_addresses: tuple[str, ...]) -> LocalFacts:
+        """Full and idempotent: make the bridge, the gateway port (with ``gateway_addresses``), the
+        tunnel port (None: none) and the uplink move (None: undone when an earlier run made it) be
+        as given, and report what the planner needs of them.  Called on full passes and when this
+        Node's own record changed; an incremental pass reuses the last answer."""
+        ...
 
-    def apply(self, desired: DesiredState) -> None: ...
+    def apply(self, desired: DesiredState) -> None:
+        """Idempotent: install ``desired`` (flows, routes, neighbours, nft, MTUs).  ``desired.full``
+        True: compare with what the system holds and repair drift (after an ovs-vswitchd restart
+        also replay the Pods' flows); False: a delta from the last apply that succeeded is enough
+        (the appliers fall back to full when they have none).  An exception leaves the system
+        between the two states; the next (full) pass converges it."""
+        ...
 
-    def ovs_generation(self) -> int: ...
+    def release_pending(self, pods: Sequence[Pod], full: bool) -> int:
+        """After ``apply``, NetworkPolicy on: lift the pending block of every local Pod the policy
+        planner has seen (its policy is in force now).  Delta: each Pod once; ``full``: all again
+        (idempotent).  Returns how many were lifted."""
+        ...
 
-    def teardown(self, config: Config) -> None: ...
+    def sync_pods(self, state: NodeState, full: bool) -> PodSyncReport:
+        """Running Pods to the per-path MTUs and routes of ``state`` (already on disk).  Delta: the
+        Pods whose plan changed and new ones; ``full``: every Pod (idempotent).  A Pod that fails
+        or is gone is counted in the report, not raised; an exception is the whole sync failing."""
+        ...
 
-    def close(self) -> None: ...
+    def restore_host_path(self, uplink: UplinkSpec) -> bool:
+        """Only the uplink's pass-through flows (the Node's own way out, when its uplink is on the
+        bridge), without a pass: when the source cannot list.  Idempotent; whether any were put
+        back.  An exception is logged; the pass reports the source's error."""
+        ...
+
+    def policy_flows(self) -> list[DumpedFlow]:
+        """The installed NetworkPolicy flows with their counters (read-only).  An exception is
+        logged (debug); the counters are not read this time."""
+        ...
+
+    def ovs_generation(self) -> int:
+        """Which ovs-vswitchd instance runs (its pid; 0: none): a change means its flows are gone
+        and the next pass is full.  An exception is logged and asked again a second later."""
+        ...
+
+    def teardown(self, config: Config) -> None:
+        """Undo everything route-sync installed (``ferry-route-sync teardown``); idempotent."""
+        ...
+
+    def close(self) -> None:
+        """Release sockets and threads; nothing installed is undone."""
+        ...
+
+
+class DaemonObserver(Protocol):
+    """What the daemon reports to (``routesync.metrics.Observer``; :class:`NullObserver`: every
+    method, doing nothing).  Called from the daemon's thread; must not raise into the loop."""
+
+    def tick(self) -> None:
+        """Every loop iteration (liveness)."""
+        ...
+
+    def reconciled(self, result: ReconcileResult, desired: DesiredState | None) -> None:
+        """After every pass; ``desired`` the applied state, None when the pass failed."""
+        ...
+
+    def change_applied(self, seconds: float) -> None:
+        """A Node change seen by the source, applied ``seconds`` later."""
+        ...
+
+    def mac_disagreement(self, peer: str) -> None:
+        """Fast path, macSource both: ``peer``'s annotation and neighbour MAC started to differ."""
+        ...
+
+    def pods_synced(self, report: PodSyncReport) -> None:
+        """One pass of :meth:`Appliers.sync_pods` over the running Pods."""
+        ...
+
+    def policy_planned(self, plan: policy_plan.Plan) -> None:
+        """NetworkPolicy planned again (the cluster's Pods, Namespaces or policies moved)."""
+        ...
+
+    def policy_counters(self, plan: policy_plan.Plan, flows: list[DumpedFlow]) -> None:
+        """Every ``DENIED_LOG_INTERVAL`` s: the policy flows with their counters."""
+        ...
+
+
+class NullObserver:
+    """A :class:`DaemonObserver` that records nothing (a base for observers that want a few)."""
+
+    def tick(self) -> None:
+        pass
+
+    def reconciled(self, result: ReconcileResult, desired: DesiredState | None) -> None:
+        pass
+
+    def change_applied(self, seconds: float) -> None:
+        pass
+
+    def mac_disagreement(self, peer: str) -> None:
+        pass
+
+    def pods_synced(self, report: PodSyncReport) -> None:
+        pass
+
+    def policy_planned(self, plan: policy_plan.Plan) -> None:
+        pass
+
+    def policy_counters(self, plan: policy_plan.Plan, flows: list[DumpedFlow]) -> None:
+        pass
 
 
 @dataclass
@@ -110,7 +224,7 @@ class ReconcileResult:
 
 class Daemon:
     def __init__(self, config: Config, source: NodeSource, appliers: Appliers,
-                 clock: Callable[[], float] = time.monotonic, observer: Observer | None = None,
+                 clock: Callable[[], float] = time.monotonic, observer: DaemonObserver | None = None,
                  bgp: BgpSpeaker | None = None, policy: PolicyInputs | None = None) -> None:
         self.config = config
         # NetworkPolicy: the cluster's Pods/Namespaces/policies (routesync.policy.watch); None: off
@@ -133,11 +247,10 @@ class Daemon:
         self.failures = 0
         # Node change seen → applied, seconds (the latest 1,000).
         self.change_latencies: collections.deque[float] = collections.deque(maxlen=1000)
-        # fast path: the kernel's next hops (``NodeAppliers.next_hops``; None: fast path off or
-        # appliers without it) and, with macSource both, annotation/neighbour disagreements seen
-        # (a counter for metrics; each (peer, family, annotation MAC, neighbour MAC) counted once
-        # when it starts).
-        self.next_hops: NextHopSource | None = getattr(appliers, "next_hops", None) if config.fast_path else None
+        # fast path: the kernel's next hops (``Appliers.next_hops``; None: fast path off) and,
+        # with macSource both, annotation/neighbour disagreements seen (a counter for metrics;
+        # each (peer, family, annotation MAC, neighbour MAC) counted once when it starts).
+        self.next_hops: NextHopSource | None = appliers.next_hops if config.fast_path else None
         self.mac_disagreements = 0
         self._disagreeing: set[MacDisagreement] = set()
         self._memo = planner.PeerMemo()
@@ -190,7 +303,7 @@ class Daemon:
             self._count_disagreements(desired)
             self.appliers.apply(desired)
             if policies is not None:
-                self.appliers.release_pending(policies.local_pods, full)  # type: ignore[attr-defined]
+                self.appliers.release_pending(policies.local_pods, full)
             state = planner.node_state(cfg, me, desired, facts, self._state_rows,
                                        policies.policy_namespaces if policies is not None else [])
             written = self._write_state(state, full)
@@ -213,15 +326,14 @@ class Daemon:
         without a pass: when the source cannot list (the API server not reached) after
         ovs-vswitchd lost its flows, the Node would otherwise never reach the API server that
         a pass needs.  Once per ovs-vswitchd instance."""
-        restore = getattr(self.appliers, "restore_host_path", None)
         spec = planner.uplink_spec(self.config)
-        if restore is None or spec is None:
+        if spec is None:
             return
         try:
             gen = self.appliers.ovs_generation()
             if gen == self._host_path_for:
                 return
-            if restore(spec):
+            if self.appliers.restore_host_path(spec):
                 log.warning("source not listed yet: the uplink's pass-through flows put back so the Node "
                             "reaches its API server")
             self._host_path_for = gen
@@ -255,7 +367,7 @@ class Daemon:
             stats.write_report(plan, self.config.state_file)
         except OSError as e:
             log.warning("policy report not written: %s", e)
-        if self.observer is not None and hasattr(self.observer, "policy_planned"):
+        if self.observer is not None:
             self.observer.policy_planned(plan)
         return plan
 
@@ -267,22 +379,19 @@ class Daemon:
             return
         self._next_denied_log = self.clock() + DENIED_LOG_INTERVAL
         try:
-            flows = self.appliers.policy_flows()  # type: ignore[attr-defined]
+            flows = self.appliers.policy_flows()
         except Exception as e:  # noqa: BLE001 - a log that cannot be read is not a reconcile failure
             log.debug("policy counters not read: %s", e)
             return
         for line in dl.lines({p.key: list(p.ips) for p in plan.local_pods}, plan.policies_of, flows):
             log.info("%s", line)
-        if self.observer is not None and hasattr(self.observer, "policy_counters"):
+        if self.observer is not None:
             self.observer.policy_counters(plan, flows)
 
     def _sync_pods(self, state: nodestate.NodeState, full: bool) -> None:
         """Running Pods to the state's per-path MTUs (``appliers.sync_pods``), when what decides
         them changed, and on full passes (drift).  The state file is on disk first: an ADD that
         read the older one notices the newer and converges its own Pod (``cni.commands.add.add``)."""
-        sync = getattr(self.appliers, "sync_pods", None)
-        if sync is None:
-            return
         from cni.pipeline import podnet
 
         key = podnet.state_key(state)
@@ -291,13 +400,13 @@ class Daemon:
         if self._state_pending is not None:
             self.flush_state()
         t0 = self.clock()
-        report = sync(state, full)
+        report = self.appliers.sync_pods(state, full)
         took = self.clock() - t0
         self.pod_syncs.append((report.updated, took))
         if report.updated or report.failed:
             log.info("Pods to the paths' MTUs in %.1f ms: %d updated, %d unchanged, %d skipped, %d failed",
                      took * 1e3, report.updated, report.unchanged, report.skipped, report.failed)
-        if self.observer is not None and hasattr(self.observer, "pods_synced"):
+        if self.observer is not None:
             self.observer.pods_synced(report)
         self._pods_key = key if not report.failed else None
 
@@ -307,6 +416,8 @@ class Daemon:
             log.warning("next-hop MAC of %s (IPv%d): annotation says %s, the neighbour table %s; "
                         "using the annotation", d.peer, d.family, d.annotation, d.neighbor)
             self.mac_disagreements += 1
+            if self.observer is not None:
+                self.observer.mac_disagreement(d.peer)
         self._disagreeing = now
 
     def _wait_for_change(self, timeout: float) -> bool:

@@ -1,11 +1,13 @@
 """route-sync's Prometheus metrics (prometheus-client, a registry per daemon, no global state).
 
     metrics = RouteSyncMetrics()
-    obs = Observer(metrics, health)          # what the daemon calls (see routesync.daemon)
+    obs = Observer(metrics, health)          # what the daemon calls (routesync.daemon.DaemonObserver)
     obs.reconciled(result, desired)          # after every reconcile (desired None on failure)
     obs.change_applied(seconds)              # a Node change seen -> applied
     obs.mac_disagreement(peer)               # fast path: annotation and neighbour MAC differ
     obs.pods_synced(report)                  # running Pods brought to their paths' MTUs
+    obs.policy_planned(plan)                 # NetworkPolicy planned again
+    obs.policy_counters(plan, flows)         # every 10 s: the policy flows' counters
     obs.tick()                               # every loop iteration (liveness)
     obs.bgp_peer(peer, up, {4: n4, 6: n6})   # BGP (routesync.bgp.speaker): a session's state
     obs.bgp_error(peer, reason)              # a session failed or ended
@@ -209,6 +211,11 @@ class Observer:
 
     def bgp_error(self, peer: str, reason: str) -> None:
         self.metrics.bgp_errors.labels(peer, reason).inc()
+
+    def policy_planned(self, plan: Any) -> None:
+        """``plan``: :class:`routesync.policy.plan.Plan`, just planned: the flows gauge follows it at
+        once (the rule and denied counters wait for the next read of the switch's counters)."""
+        self.metrics.policy.flows = len(plan.flows)
 
     def policy_counters(self, plan: Any, flows: Any) -> None:
         """``plan``: :class:`routesync.policy.plan.Plan`; ``flows``: its flows as dumped."""

@@ -134,7 +134,8 @@ class DesiredState:
     full: bool = True
 
 
-# --- added by route-sync part A (planner/daemon): the appliers' report and interface -------------
+# --- what the appliers report to the planner (``routesync.daemon.Appliers.prepare``) and the kernel's
+# --- next hops it plans the fast path with ------------------------------------------------------------
 
 @dataclass(frozen=True)
 class LocalFacts:

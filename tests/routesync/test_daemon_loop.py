@@ -1,5 +1,6 @@
 """The daemon loop with the real registry source and a recording stand-in for the appliers
-(``routesync.apply.make_appliers`` on a Node; here the loop's own behaviour: reconcile on change, state file, retry on failure, own record).
+(tests/routesync/standins.py; ``routesync.apply.make_appliers`` on a Node; here the loop's own
+behaviour: reconcile on change, state file, retry on failure, own record).
 The end-to-end run with the real appliers is in the root tests."""
 
 from __future__ import annotations
@@ -11,37 +12,10 @@ import time
 from cni.node import nodestate
 from routesync.config import from_dict
 from routesync.daemon import Daemon
-from routesync.model import MAC_ANNOTATION, DesiredState, LocalFacts, NodeRecord
+from routesync.model import MAC_ANNOTATION, NodeRecord
 from routesync.sources.registry import RegistrySource
+from tests.routesync.standins import RecordingAppliers
 from tests.support.waiting import HANG, until
-
-
-class RecordingAppliers:
-    def __init__(self) -> None:
-        self.applied: list[DesiredState] = []
-        self.fail_next = 0
-        self.generation = 1
-        self.prepared = 0
-
-    def prepare(self, config, tunnel, uplink, gateway_addresses):  # type: ignore[no-untyped-def]
-        self.prepared += 1
-        return LocalFacts(2, "02:00:00:00:01:01", 3 if tunnel else None, "eth0", ("192.168.77.11/24",), 1500,
-                          "02:00:00:00:00:11")
-
-    def apply(self, desired: DesiredState) -> None:
-        if self.fail_next > 0:
-            self.fail_next -= 1
-            raise RuntimeError("ovs-ofctl: connection refused")
-        self.applied.append(desired)
-
-    def ovs_generation(self) -> int:
-        return self.generation
-
-    def teardown(self, config) -> None:  # type: ignore[no-untyped-def]
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def start(tmp_path, **kw):  # type: ignore[no-untyped-def]
@@ -149,8 +123,7 @@ def test_an_unlistable_source_still_gets_the_uplink_path_back_once_per_vswitchd(
                      "trafficEncapMode": "encap", "datapathType": "netdev",
                      "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
     apl = RecordingAppliers()
-    restored: list[tuple[int, str]] = []
-    apl.restore_host_path = lambda spec: restored.append((apl.generation, spec.name)) or True  # type: ignore[attr-defined]
+    restored = apl.restored
     d = Daemon(cfg, UnlistedSource(str(tmp_path / "reg"), "node-a"), apl)
     assert not d.reconcile().ok and not d.reconcile().ok
     assert restored == [(1, "eth0")]  # once for this ovs-vswitchd

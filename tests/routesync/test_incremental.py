@@ -18,7 +18,7 @@ from routesync.daemon import Daemon
 from routesync.model import DesiredState, LocalFacts, NodeRecord
 from routesync.planner import PeerMemo, plan
 from routesync.sources.registry import RegistrySource
-from tests.routesync.test_daemon_loop import RecordingAppliers
+from tests.routesync.standins import RecordingAppliers
 from tests.support.waiting import HANG, until
 
 FACTS = LocalFacts(gateway_ofport=2, gateway_mac="02:00:00:00:01:01", tunnel_ofport=3, uplink_name="eth0",

@@ -7,25 +7,12 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from cni.node import nodestate
-from routesync.apply.pods import PodSyncReport
 from routesync.config import from_dict
 from routesync.daemon import Daemon
 from routesync.metrics import Observer, RouteSyncMetrics
 from routesync.model import NodeRecord
 from routesync.sources.registry import RegistrySource
-from tests.routesync.test_daemon_loop import RecordingAppliers
-
-
-class PodAppliers(RecordingAppliers):
-    def __init__(self, state_file: str) -> None:
-        super().__init__()
-        self.state_file = state_file
-        self.calls: list[tuple[nodestate.NodeState, bool, nodestate.NodeState]] = []
-
-    def sync_pods(self, state: nodestate.NodeState, full: bool = False) -> PodSyncReport:
-        self.calls.append((state, full, nodestate.read(self.state_file)))
-        return PodSyncReport(updated=3, skipped=1)
+from tests.routesync.standins import PodAppliers
 
 
 def test_pods_converged_on_path_changes_and_full_passes_state_file_first(tmp_path) -> None:  # type: ignore[no-untyped-def]

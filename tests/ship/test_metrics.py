@@ -19,7 +19,7 @@ from routesync.daemon import Daemon
 from routesync.health import Health, HealthServer
 from routesync.metrics import Observer, RouteSyncMetrics
 from routesync.sources.registry import RegistrySource
-from tests.routesync.test_daemon_loop import RecordingAppliers
+from tests.routesync.standins import RecordingAppliers
 from tests.support.waiting import HANG, until
 
 
