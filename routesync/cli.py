@@ -173,7 +173,13 @@ def show(config_path: str, as_json: bool, state_file: str | None, what: tuple[st
         from .bgp import status as bgp_status
 
         bgp = bgp_status.read(cfg.bgp_run_dir) or bgp_status.BgpStatus(cfg.bgp.local_asn, speaker="not running")
-    click.echo(show_mod.as_json(state, bgp) if as_json else show_mod.as_table(state, bgp), nl=as_json)
+    from . import conflicts
+
+    try:
+        found = conflicts.read(path)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(show_mod.as_json(state, bgp, found) if as_json else show_mod.as_table(state, bgp, found), nl=as_json)
 
 
 def _show_policy(cfg: Config, pod: str, state_file: str | None, as_json: bool) -> None:

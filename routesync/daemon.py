@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from cni.node import nodestate
 
-from . import planner
+from . import conflicts as conflicts_mod
+from . import planclaims, planner
 from .model import (
+    CidrConflict,
     DesiredState,
     LocalFacts,
     MacDisagreement,
@@ -253,6 +255,7 @@ class Daemon:
         self.next_hops: NextHopSource | None = appliers.next_hops if config.fast_path else None
         self.mac_disagreements = 0
         self._disagreeing: set[MacDisagreement] = set()
+        self._conflicts: tuple[CidrConflict, ...] | None = None  # the Pod CIDR conflicts last reported
         self._memo = planner.PeerMemo()
         self._state_rows: dict[int, tuple[PeerPlan, nodestate.Peer]] = {}  # planner.node_state's rows
         # an incremental pass's state, written once the loop is idle (or overdue)
@@ -301,6 +304,7 @@ class Daemon:
                 desired.flows = desired.flows + policies.flows
                 desired.policy_namespaces = tuple(policies.policy_namespaces)
             self._count_disagreements(desired)
+            self._report_conflicts(desired.cidr_conflicts)
             self.appliers.apply(desired)
             if policies is not None:
                 self.appliers.release_pending(policies.local_pods, full)
@@ -309,7 +313,8 @@ class Daemon:
             written = self._write_state(state, full)
             self._sync_pods(state, full)
             if self.bgp is not None:  # advertise this Node's Pod CIDRs (a no-op when they are the same)
-                self.bgp.want(me.pod_cidrs, facts.uplink_addresses)
+                self.bgp.want(planclaims.advertised(me.pod_cidrs, desired.cidr_conflicts, me.name),
+                              facts.uplink_addresses)
             self.last_desired = desired
             self._prepared = (local, facts)
             self.reconciles += 1
@@ -419,6 +424,25 @@ class Daemon:
             if self.observer is not None:
                 self.observer.mac_disagreement(d.peer)
         self._disagreeing = now
+
+    def _report_conflicts(self, found: tuple[CidrConflict, ...]) -> None:
+        """Pod CIDRs two Nodes claim (``routesync.planclaims``): a log line when one starts and
+        when it ends (not every pass), and the status file ``show`` reads, written when the set
+        changes (and on the first pass, so an earlier run's does not linger)."""
+        before = self._conflicts
+        if found == before:
+            return
+        name = self.config.node_name
+        for c in sorted(set(found) - set(before or ()), key=repr):
+            log.warning("%s", conflicts_mod.describe(c, name))
+        for c in sorted(set(before or ()) - set(found), key=repr):
+            log.info("Pod CIDR conflict over: %s of %s no longer overlaps %s of %s", c.cidr, c.node, c.owner_cidr,
+                     c.owner)
+        try:
+            conflicts_mod.write(self.config.state_file, found)
+        except OSError as e:
+            log.warning("Pod CIDR conflicts not written for show: %s", e)
+        self._conflicts = found
 
     def _wait_for_change(self, timeout: float) -> bool:
         """The source's changes, and (fast path) the neighbour table's."""

@@ -24,6 +24,8 @@ Names (exposition format; counters get ``_total``, histograms ``_bucket/_sum/_co
 ``ferry_route_sync_reconciles_total{result}``                    reconciles, ok | error
 ``ferry_route_sync_last_reconcile_success``                      1 when the latest pass succeeded
 ``ferry_route_sync_state_file_writes_total``                     node state file rewrites
+``ferry_route_sync_pod_cidr_conflicts``                          Pod CIDR claims set aside: they overlap
+                                                                 another Node's (routesync.planclaims)
 ``ferry_route_sync_pod_mtu_updates_total{result}``               running Pods brought to their paths'
                                                                  MTUs: updated | failed | skipped (gone)
 ``ferry_route_sync_bgp_session_established{peer}``                1 while the BGP session to the peer is up
@@ -100,6 +102,9 @@ class RouteSyncMetrics:
         self.last_success = Gauge(f"{PREFIX}_last_reconcile_success",
                                   "1 when the latest reconcile pass succeeded, else 0", registry=r)
         self.state_writes = Counter(f"{PREFIX}_state_file_writes", "Node state file rewrites", registry=r)
+        self.pod_cidr_conflicts = Gauge(f"{PREFIX}_pod_cidr_conflicts",
+                                        "Pod CIDR claims set aside because they overlap another Node's",
+                                        registry=r)
         self.pod_mtu_updates = Counter(f"{PREFIX}_pod_mtu_updates",
                                        "Running Pods whose interface/route MTUs route-sync changed, by result",
                                        ["result"], registry=r)
@@ -183,6 +188,7 @@ class Observer:
                 if desired is not None:
                     for (path, family), n in peer_counts(desired.peers).items():
                         m.peers.labels(path, family).set(n)
+                    m.pod_cidr_conflicts.set(len(desired.cidr_conflicts))
             else:
                 m.reconciles.labels("error").inc()
                 m.errors.labels(error_type(result.error)).inc()

@@ -128,6 +128,8 @@ class DesiredState:
     # namespaces with NetworkPolicies: an ovs-vswitchd restart's Pod flow replay gives their Pods
     # the pending block their ADD gave them (route-sync lifts it for the Pods it has planned)
     policy_namespaces: tuple[str, ...] = ()
+    # Pod CIDRs two Nodes claim (routesync.planclaims): the set-aside ones are planned nowhere here
+    cidr_conflicts: tuple[CidrConflict, ...] = ()
     # True: the appliers compare with what the system holds (dumps; repairs drift).  False (a
     # Node change between re-assertions): they may apply only the difference from the desired
     # state they applied last, without reading the system back.
@@ -168,3 +170,14 @@ class MacDisagreement:
     family: int
     annotation: str
     neighbor: str
+
+
+@dataclass(frozen=True)
+class CidrConflict:
+    """A Pod CIDR two Nodes claim (any overlap, one inside the other included): ``node``'s
+    ``cidr`` is set aside for ``owner``'s ``owner_cidr`` (``routesync.planclaims``)."""
+
+    node: str
+    cidr: str  # canonical
+    owner: str
+    owner_cidr: str  # canonical

@@ -17,6 +17,9 @@ the peer, whose MAC only the neighbour table can give (no annotation names a rou
 gateway port).  The kernel's answers come in as ``next_hops`` (destination → :class:`NextHop`);
 :func:`fast_candidates` says which destinations to ask about.
 
+Two Nodes claiming one Pod CIDR (any overlap): one claim stands, the other is planned nowhere
+(:mod:`.planclaims`: this Node's own first, then the Node whose name sorts first).
+
 Everything is recomputed from scratch on every reconcile; the appliers diff."""
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from cni.pipeline.modes import (
 from cni.pipeline.tables import GATEWAY_PORT, TUNNEL_PORT, VIRTUAL_MAC, Flow
 
 from . import mtu as mtu_mod
+from . import planclaims
 from .config import Config
 from .model import (
     MAC_ANNOTATION,
@@ -275,6 +279,7 @@ class PeerMemo:
 
     context: Any = None
     results: dict[Any, PeerResult] = field(default_factory=dict)
+    claims: planclaims.ClaimIndex = field(default_factory=planclaims.ClaimIndex)  # every Node's Pod CIDRs
 
     def use(self, context: Any) -> dict[Any, PeerResult]:
         if context != self.context:
@@ -355,6 +360,13 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     plans: list[PeerPlan] = []
     routes: set[HostRoute] = set()
     neighbors: set[Neighbor] = set()
+    # two Nodes claiming one Pod CIDR: the set-aside claims are planned nowhere below (planclaims)
+    claims = memo.claims if memo is not None else planclaims.ClaimIndex()
+    records = {p.name: p.pod_cidrs for p in peers if p.name != local.name}
+    records[local.name] = pod_cidrs
+    claims.sync(records)
+    conflicts = claims.conflicts(local.name)
+    aside = planclaims.set_aside(conflicts, local.name)
     cluster = set(pod_cidrs) | set(config.cluster_cidrs)
     known = memo.use((config, networks, tunnel_ofport, facts.gateway_mac, fast, fast_port, route_mtu)) if memo else {}
     seen: dict[Any, PeerResult] = {}
@@ -362,6 +374,9 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
         if peer.name == local.name:
             cluster |= {str(ipaddress.ip_network(c, strict=False)) for c in peer.pod_cidrs}
             continue
+        if peer.name in aside:
+            peer = replace(peer, pod_cidrs=tuple(c for c in peer.pod_cidrs
+                                                 if addr.canonical_network(c) not in aside[peer.name]))
         key: Any = peer
         if fast:  # the kernel's next hops for this peer's addresses are part of its input
             key = (peer, tuple((a, (next_hops or {}).get(_host(a))) for a in peer.transport_addresses))
@@ -386,7 +401,8 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     )
     return DesiredState(mtu=mtu, gateway_addresses=gw_addrs, tunnel=tunnel, uplink=uplink, peers=plans,
                         flows=flows, routes=routes, neighbors=neighbors, nft=nft,
-                        forwarding=True, mac_disagreements=disagreements, transport_mtu=full_mtu)
+                        forwarding=True, mac_disagreements=disagreements, transport_mtu=full_mtu,
+                        cidr_conflicts=conflicts)
 
 
 def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: LocalFacts,

@@ -1,4 +1,5 @@
-"""``ferry-route-sync show``: the per-peer decisions from the node state file, as a table or JSON."""
+"""``ferry-route-sync show``: the per-peer decisions from the node state file, as a table or JSON, and
+the Pod CIDR conflicts the daemon last wrote (``routesync.conflicts``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from cni.node.nodestate import NodeState
 from cni.pipeline.modes import PATH_TUNNEL, via
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .bgp.status import BgpStatus
+    from .model import CidrConflict
 
 COLUMNS = ("PEER", "TRANSPORT", "POD CIDRS", "PATH", "MTU", "NEXT-HOP MAC", "MAC SOURCE", "VIA")
 
@@ -43,7 +47,7 @@ def mtus(state: NodeState) -> str:
     return f"mtu {full} (Pods, routed, non-Pod), {state.mtu} tunnelled"
 
 
-def as_json(state: NodeState, bgp: BgpStatus | None = None) -> str:
+def as_json(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence[CidrConflict] = ()) -> str:
     from .bgp import status as bgp_status
 
     return json.dumps({"node": state.node, "mode": state.mode, "mtu": state.mtu,
@@ -51,10 +55,12 @@ def as_json(state: NodeState, bgp: BgpStatus | None = None) -> str:
                        "podCIDRs": state.podCIDRs, "gateway": asdict(state.gateway),
                        "tunnel": asdict(state.tunnel) if state.tunnel else None,
                        "peers": rows(state),
+                       "podCIDRConflicts": [{"node": c.node, "cidr": c.cidr, "owner": c.owner,
+                                             "ownerCIDR": c.owner_cidr} for c in conflicts],
                        "bgp": bgp_status.to_dict(bgp) if bgp is not None else None}, indent=2)
 
 
-def as_table(state: NodeState, bgp: BgpStatus | None = None) -> str:
+def as_table(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence[CidrConflict] = ()) -> str:
     tunnel = f"{state.tunnel.type} ({state.tunnel.port}, ofport {state.tunnel.ofport})" if state.tunnel else "none"
     head = (f"node {state.node}  mode {state.mode}  {mtus(state)}  pod CIDRs {', '.join(state.podCIDRs)}\n"
             f"gateway {state.gateway.name} {state.gateway.mac} {', '.join(state.gateway.addresses) or '-'}"
@@ -66,6 +72,10 @@ def as_table(state: NodeState, bgp: BgpStatus | None = None) -> str:
     if len(cells) == 1:
         lines.append("(no peers)")
     out = head + "\n".join(lines) + "\n"
+    if conflicts:
+        from .conflicts import describe
+
+        out += f"\nPod CIDR conflicts ({len(conflicts)}):\n" + "".join(f"  {describe(c, state.node)}\n" for c in conflicts)
     if bgp is not None:
         from .bgp import status as bgp_status
 
