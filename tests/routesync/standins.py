@@ -5,13 +5,14 @@ The real appliers are tested with root (tests/routesync/apply, tests/e2e)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from cni.node import nodestate
 from routesync.apply.pods import PodSyncReport
 from routesync.daemon import Appliers, NextHopSource
-from routesync.model import DesiredState, LocalFacts, TunnelSpec, UplinkSpec
+from routesync.model import DesiredState, LocalFacts, NextHop, TunnelSpec, UplinkSpec
 
 if TYPE_CHECKING:
     from cni.ovs.openflow.ofctl import DumpedFlow
@@ -84,3 +85,32 @@ class PodAppliers(RecordingAppliers):
     def sync_pods(self, state: nodestate.NodeState, full: bool) -> PodSyncReport:
         self.calls.append((state, full, nodestate.read(self.state_file)))
         return PodSyncReport(updated=3, skipped=1)
+
+
+class FixedNextHops:
+    """A :class:`routesync.daemon.NextHopSource` whose kernel knows ``hops`` (destination -> next hop)."""
+
+    def __init__(self, hops: Mapping[str, NextHop]) -> None:
+        self.hops = dict(hops)
+        self.changed = threading.Event()
+
+    def resolve(self, destinations: Iterable[str]) -> dict[str, NextHop]:
+        return {d: self.hops[d] for d in destinations if d in self.hops}
+
+
+class FastPathAppliers(RecordingAppliers):
+    """The uplink on the bridge (the fast path's prerequisite) and the kernel's next hops ``hops``."""
+
+    def __init__(self, hops: Mapping[str, NextHop]) -> None:
+        super().__init__()
+        self.hops = FixedNextHops(hops)
+
+    @property
+    def next_hops(self) -> NextHopSource | None:
+        return self.hops
+
+    def prepare(self, config: Config, tunnel: TunnelSpec | None, uplink: UplinkSpec | None,
+                gateway_addresses: tuple[str, ...]) -> LocalFacts:
+        self.prepared += 1
+        return LocalFacts(2, "02:00:00:00:01:01", None, "eth0", ("192.168.77.11/24",), 1500, "02:00:00:00:00:11",
+                          uplink_ofport=5, uplink_host_ofport=6)

@@ -131,3 +131,34 @@ def test_an_unlistable_source_still_gets_the_uplink_path_back_once_per_vswitchd(
     assert not d.reconcile().ok
     assert restored == [(1, "eth0"), (2, "eth0")]
     assert not apl.applied
+
+
+def test_a_mac_disagreement_is_counted_once_when_it_starts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """macSource both: a peer's annotation and the kernel's neighbour entry name different MACs; the
+    daemon reports it to the observer (the metric) once, not on every pass, and again only when a
+    disagreement starts anew."""
+    from routesync.metrics import Observer, RouteSyncMetrics
+    from routesync.model import NextHop
+    from tests.routesync.standins import FastPathAppliers
+
+    (tmp_path / "reg").mkdir()
+    cfg = from_dict({"nodeName": "node-a", "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "s.json"),
+                     "trafficEncapMode": "noEncap", "fastPath": True, "macSource": "both",
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
+    other = RegistrySource(str(tmp_path / "reg"), "node-b")
+    other.publish_self(NodeRecord("node-b", ("192.168.77.12",), ("10.244.2.0/24",),
+                                  ((MAC_ANNOTATION, "02:00:00:00:00:0a"),)))
+    apl = FastPathAppliers({"192.168.77.12": NextHop("192.168.77.12", "02:00:00:00:00:0b")})
+    metrics = RouteSyncMetrics()
+    d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a"), apl, observer=Observer(metrics))
+
+    def counted() -> float:
+        return metrics.registry.get_sample_value("ferry_route_sync_mac_source_disagreements_total") or 0.0
+
+    assert d.reconcile().ok and d.reconcile(full=False).ok and d.reconcile().ok
+    assert [p.path for p in apl.applied[-1].peers] == ["fast"]
+    assert (d.mac_disagreements, counted()) == (1, 1)
+    apl.hops.hops["192.168.77.12"] = NextHop("192.168.77.12", "02:00:00:00:00:0a")  # they agree now
+    assert d.reconcile().ok and counted() == 1
+    apl.hops.hops["192.168.77.12"] = NextHop("192.168.77.12", "02:00:00:00:00:0c")  # a new disagreement
+    assert d.reconcile().ok and (d.mac_disagreements, counted()) == (2, 2)

@@ -15,7 +15,7 @@ from bench.bench_routesync import TimedAppliers
 from routesync.apply import NodeAppliers
 from routesync.daemon import Appliers, DaemonObserver, NullObserver
 from routesync.metrics import Observer
-from tests.routesync.standins import PodAppliers, RecordingAppliers
+from tests.routesync.standins import FastPathAppliers, PodAppliers, RecordingAppliers
 
 
 def members(protocol: type) -> list[str]:
@@ -27,13 +27,14 @@ def test_the_protocols_name_every_method_the_daemon_calls() -> None:
                                  "release_pending", "restore_host_path", "sync_pods", "teardown"]
     assert members(DaemonObserver) == ["change_applied", "mac_disagreement", "pods_synced", "policy_counters",
                                        "policy_planned", "reconciled", "tick"]
-    stand_ins: list[Appliers] = [RecordingAppliers(), PodAppliers("/nonexistent")]  # mypy: no member left out
+    stand_ins: list[Appliers] = [RecordingAppliers(), PodAppliers("/nonexistent"), FastPathAppliers({})]  # mypy: none left out
     observers: list[DaemonObserver] = [NullObserver()]
     assert stand_ins and observers
 
 
 @pytest.mark.parametrize(("impl", "protocol"), [
-    (NodeAppliers, Appliers), (RecordingAppliers, Appliers), (PodAppliers, Appliers), (TimedAppliers, Appliers),
+    (NodeAppliers, Appliers), (RecordingAppliers, Appliers), (PodAppliers, Appliers), (FastPathAppliers, Appliers),
+    (TimedAppliers, Appliers),
     (Observer, DaemonObserver), (NullObserver, DaemonObserver)])
 def test_an_implementation_defines_every_member_with_its_parameters(impl: type, protocol: type) -> None:
     for name in members(protocol):
