@@ -144,8 +144,9 @@ class Appliers(Protocol):
         ...
 
     def ovs_generation(self) -> int:
-        """Which ovs-vswitchd instance runs (its pid; 0: none): a change means its flows are gone
-        and the next pass is full.  An exception is logged and asked again a second later."""
+        """Which ovs-vswitchd instance runs (one number per instance; 0: none): a change means its
+        flows are gone and the next pass is full.  An exception is logged and asked again at the
+        next look (``OVS_CHECK_INTERVAL``)."""
         ...
 
     def teardown(self, config: Config) -> None:
