@@ -72,3 +72,29 @@ def test_a_claimed_twice_cidr_is_applied_once_logged_once_counted_and_shown(tmp_
     said = [r.getMessage() for r in caplog.records if "10.244.2.0/25" in r.getMessage()]
     assert len(said) == 2, said  # started, ended
     assert "node-b's stands" in said[0] and said[1].startswith("Pod CIDR conflict over")
+
+
+class Speaker:
+    """The BGP speaker as the daemon sees it (routesync.daemon.BgpSpeaker): what it was told."""
+
+    def __init__(self) -> None:
+        self.wanted: list[tuple[str, ...]] = []
+
+    def want(self, pod_cidrs: tuple[str, ...], uplink_addresses: tuple[str, ...]) -> None:
+        self.wanted.append(pod_cidrs)
+
+
+def test_bgp_does_not_advertise_this_nodes_cidr_that_another_node_owns(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    state_file = str(tmp_path / "state.json")
+    cfg = from_dict({"nodeName": "node-b", "podCIDRs": ["10.244.1.0/24", "fd00:10:244:1::/64"], "stateFile": state_file,
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
+    (tmp_path / "reg").mkdir()
+    other = RegistrySource(str(tmp_path / "reg"), "node-a")
+    speaker = Speaker()
+    d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-b"), RecordingAppliers(), bgp=speaker)
+    assert d.reconcile().ok
+    assert speaker.wanted[-1] == ("10.244.1.0/24", "fd00:10:244:1::/64")
+    other.publish_self(NodeRecord("node-a", ("192.168.77.12",), ("10.244.1.0/24",)))  # sorts first: it owns
+    assert d.reconcile(full=False).ok
+    assert speaker.wanted[-1] == ("fd00:10:244:1::/64",)  # the underlay routers send 10.244.1.0/24 to node-a
+    assert [c.node for c in conflicts.read(state_file)] == ["node-a", "node-b"]  # node-a's set aside here too
