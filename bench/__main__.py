@@ -12,7 +12,8 @@ outputs are collected into ``OUT/results.json`` (``meta`` + ``benchmarks``: stat
 error, data), then ``bench.report`` writes ``OUT/report.md`` and the PNG plots.  A failing
 benchmark is marked failed in the report and the others still run; the exit status is non-zero
 when any failed.  ``--quick`` (or ``BENCH_QUICK=1``): 10 Pods, 100 peers, 2 s iperf and small
-sample counts, IPAM on a /22 instead of the /16, 1,000 Pods and 100 policies, 5 timings per system call.  Each benchmark's own output goes to ``OUT/<name>.log``."""
+sample counts, IPAM on a /22 instead of the /16, 1,000 Pods and 100 policies, 5 timings per system
+call.  Each benchmark's own output goes to ``OUT/<name>.log``."""
 
 from __future__ import annotations
 

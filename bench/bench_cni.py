@@ -467,7 +467,8 @@ class Verifier:
             problems.append(f"{len(addrs)} unique IPs")
         if set(st["host_veths"]) != named or len(named) != n or len(st["all_veths"]) != n:
             problems.append(f"{len(named)} host veths in results, {len(st['host_veths'])} on the node "
-                            f"({len(st['all_veths'])} veths), sets {'equal' if set(st['host_veths']) == named else 'differ'}")
+                            f"({len(st['all_veths'])} veths), sets "
+                            f"{'equal' if set(st['host_veths']) == named else 'differ'}")
         if st["ipam"] != n:
             problems.append(f"{st['ipam']} IPAM records")
         if "ovs_ports" in st and (set(st["ovs_ports"]) != named):
@@ -597,7 +598,8 @@ def testbed(tag: str, pods: int, src: Sources) -> Iterator[Testbed]:
                                         src.ovs_cni.version, os.path.join(path, "ovs"), path,
                                         ovs_cni_conf(work, ovs.db))
             plugins["ovs-cni-poll10"] = plugin(
-                "ovs-cni-poll10", "ovs-cni", f"ovs-cni polling the link state every 10 ms (host-local {host_local.version})",
+                "ovs-cni-poll10", "ovs-cni",
+                f"ovs-cni polling the link state every 10 ms (host-local {host_local.version})",
                 src.ovs_cni.version, os.path.join(path, "ovs"), path, ovs_cni_conf(work, ovs.db, poll_ms=10))
         else:
             not_built["ovs-cni"] = not_built["ovs-cni-poll10"] = src.ovs_cni.reason

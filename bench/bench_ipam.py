@@ -147,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             results = {
                 "ferry in-process": bench_in_process(dirs["inproc"], args.iterations, subnet),
-                "ferry-ipam exec": bench_exec(ferry_ipam, netconf("ferry-ipam", dirs["exec"], subnet), args.exec_iterations),
-                "host-local exec": bench_exec(HOST_LOCAL, netconf("host-local", dirs["hl"], subnet), args.exec_iterations),
+                "ferry-ipam exec": bench_exec(ferry_ipam, netconf("ferry-ipam", dirs["exec"], subnet),
+                                              args.exec_iterations),
+                "host-local exec": bench_exec(HOST_LOCAL, netconf("host-local", dirs["hl"], subnet),
+                                              args.exec_iterations),
             }
             hl_add = percentile(results["host-local exec"][0], 50)
             for name, (add, dele) in results.items():

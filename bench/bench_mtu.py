@@ -201,7 +201,8 @@ def _run(args: argparse.Namespace, cni_bin: str) -> int:
     a = out["add"]
     print(table(["ADD variant", "routes", "ADDs", "p50 ms", "p90 ms"],
                 [[k, a["routes"].get(k, 0), a["adds"][k], a["p50_ms"][k], a["p90_ms"][k]] for k in a["p50_ms"]]))
-    print(f"ADD with per-path routes / one route per family, p50: {a['ratio_p50']:.3f}  (load {' '.join(out['loadavg'])})")
+    print(f"ADD with per-path routes / one route per family, p50: {a['ratio_p50']:.3f}  "
+          f"(load {' '.join(out['loadavg'])})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

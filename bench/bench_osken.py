@@ -280,7 +280,8 @@ def nxm_field(text: str) -> tuple[str, int]:
 
 # set_field targets: ovs-ofctl name -> (os-ken name, the value as os-ken takes it)
 SET_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "tun_dst": ("tun_ipv4_dst", str), "tun_ipv6_dst": ("tun_ipv6_dst", str), "ct_mark": ("ct_mark", partial(int, base=0)),
+    "tun_dst": ("tun_ipv4_dst", str), "tun_ipv6_dst": ("tun_ipv6_dst", str),
+    "ct_mark": ("ct_mark", partial(int, base=0)),
 }
 
 
@@ -470,8 +471,8 @@ class OskenCodec:
         barrier = next_xid()
         parts.append(self._serialized(p.OFPBarrierRequest(self.dp), barrier))
         commit = next_xid()
-        commit_msg = self._serialized(p.ONFBundleCtrlMsg(self.dp, bundle_id, ofp.ONF_BCT_COMMIT_REQUEST, self.flags, []),
-                                      commit)
+        commit_msg = self._serialized(
+            p.ONFBundleCtrlMsg(self.dp, bundle_id, ofp.ONF_BCT_COMMIT_REQUEST, self.flags, []), commit)
         return b"".join(parts), barrier, commit_msg, commit
 
 
@@ -672,7 +673,8 @@ def summary(samples: Sequence[Sample]) -> dict[str, Any]:
 
     enc, wall, cpu = [s.encode_s for s in samples], [s.wall_s for s in samples], [s.cpu_s for s in samples]
     return {"n": len(samples), "encode_ms": med(enc) * 1000, "wall_ms": med(wall) * 1000, "cpu_ms": med(cpu) * 1000,
-            "wall_p99_ms": percentile(wall, 99) * 1000, "vswitchd_cpu_ms": med([s.vswitchd_cpu_s for s in samples]) * 1000,
+            "wall_p99_ms": percentile(wall, 99) * 1000,
+            "vswitchd_cpu_ms": med([s.vswitchd_cpu_s for s in samples]) * 1000,
             "wall_samples_ms": [x * 1000 for x in wall]}
 
 
@@ -869,11 +871,13 @@ def print_report(res: dict[str, Any]) -> None:
         for what in ("full", "change"):
             for path, s in size.get(what, {}).items():
                 print(f"{size['peers']:>6} {size['flows']:>6} {what:>6} {path:>6} {s['encode_ms']:>10.2f} "
-                      f"{s['wall_ms']:>9.2f} {s['wall_p99_ms']:>8.2f} {s['cpu_ms']:>8.2f} {s['vswitchd_cpu_ms']:>16.1f}")
+                      f"{s['wall_ms']:>9.2f} {s['wall_p99_ms']:>8.2f} {s['cpu_ms']:>8.2f} "
+                      f"{s['vswitchd_cpu_ms']:>16.1f}")
     print("os-ken / Ferry:")
     for r in res["ratios"]:
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
-        print(f"  {r['peers']:>5} peers {r['what']:>6} {r['figure']:>9}: {r['ferry']:9.2f} vs {r['osken']:9.2f} -> {ratio}")
+        print(f"  {r['peers']:>5} peers {r['what']:>6} {r['figure']:>9}: "
+              f"{r['ferry']:9.2f} vs {r['osken']:9.2f} -> {ratio}")
     imp = res["import"]
     print(f"import {imp['module']}: {imp['importtime_ms']:.0f} ms (-X importtime), +{imp['rss_added_mb']:.1f} MB RSS; "
           f"on top of route-sync's imports: {imp['in_routesync_import_ms']:.0f} ms, "

@@ -23,8 +23,9 @@ endPort ports, egress to DNS, to a database tier and to the Internet).  Figures,
   plans once, next to the same process's peak after building the inputs only.
 
 Times are wall (``perf_counter``) and this process's CPU (``process_time``, which the other
-processes of a busy machine disturb far less).  With ``--profile auto`` a plan whose CPU time is over the issue's budget (:data:`PLAN_BUDGET_S`) is run once
-more under cProfile and the hot spots (by own time) are reported.
+processes of a busy machine disturb far less).  With ``--profile auto`` a plan whose CPU time is
+over the issue's budget (:data:`PLAN_BUDGET_S`) is run once more under cProfile and the hot spots
+(by own time) are reported.
 
 **Data plane, on a real bridge** (root): one Node (a netns with its own OVS, netdev bridge, as
 tests/support/podnode.py builds), Pods ``client``, ``server`` and ``other`` plugged by the real
@@ -200,7 +201,8 @@ def _policy(ns: str, name: str, shape: str, rng: random.Random, n_ns: int) -> di
                     {"ipBlock": {"cidr": "::/0", "except": ["fd00::/8"]}}],
              "ports": _ports(443)}]}
     elif shape == "multi-rule":
-        mixed = rng.sample(("pod-from-pod", "from-namespace", "ip-block", "named-port", "port-range"), rng.choice((2, 3)))
+        mixed = rng.sample(("pod-from-pod", "from-namespace", "ip-block", "named-port", "port-range"),
+                           rng.choice((2, 3)))
         spec = {"podSelector": {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["db"]}]},
                 "ingress": [_rule_for(s, rng, n_ns) for s in mixed]}
     else:
@@ -427,7 +429,8 @@ def measure_planning(args: argparse.Namespace) -> dict[str, Any]:
 SERVER_NS, CLIENT_NS, OTHER_NS = "zz-server", "zz-client", "zz-other"
 
 
-def pair_policies(client_labels: dict[str, str], server_labels: dict[str, str], ports: tuple[int, ...]) -> list[dict[str, Any]]:
+def pair_policies(client_labels: dict[str, str], server_labels: dict[str, str],
+                  ports: tuple[int, ...]) -> list[dict[str, Any]]:
     """The pair's three policies: the server's namespace denies ingress, the client's isolates
     egress but to the server, and ``zz-allow-client`` (last in the planner's order) lets the
     client in on ``ports``."""
@@ -597,7 +600,8 @@ def pair_on(node: Any, args: argparse.Namespace) -> dict[str, Any]:
             res[key] = {"gbps": c.gbps, "gbps_median": statistics.median(c.gbps), "gbps_min": min(c.gbps),
                         "gbps_max": max(c.gbps), "bridge_flows": statistics.median(c.flows),
                         "megaflows": [m for m in c.megaflows if m is not None], "install_s": c.install_s,
-                        "cpu_s_per_gbit": c.cpu_s_per_gbit, "cpu_s_per_gbit_median": statistics.median(c.cpu_s_per_gbit)}
+                        "cpu_s_per_gbit": c.cpu_s_per_gbit,
+                        "cpu_s_per_gbit_median": statistics.median(c.cpu_s_per_gbit)}
         paired = [p / n for p, n in zip(cases["policy"].gbps, cases["none"].gbps, strict=True) if n]
         res["ratio"] = res["policy"]["gbps_median"] / res["none"]["gbps_median"] if res["none"]["gbps_median"] else None
         res["ratio_per_repetition"] = [round(x, 3) for x in paired]
@@ -662,7 +666,8 @@ def main(argv: list[str] | None = None) -> int:
     res["loadavg"] = os.getloadavg()
     p = res["planning"]
     if p:
-        print(f"{p['objects']:,} objects ({p['pods']:,} Pods, {p['policies']:,} policies), node-1: {p['local_pods']:,} Pods")
+        print(f"{p['objects']:,} objects ({p['pods']:,} Pods, {p['policies']:,} policies), "
+              f"node-1: {p['local_pods']:,} Pods")
         print(f"parse {p['parse_s']:.3f} s, plan {p['plan_s']:.3f} s ({p['ratios']['plan_over_parse']:.2f}x parse), "
               f"replan {p['replan_s']:.3f} s; {p['flows']:,} flows; RSS inputs {p['rss']['inputs_rss_mb']:.0f} MB, "
               f"peak {p['rss']['peak_rss_mb']:.0f} MB")

@@ -234,14 +234,14 @@ GOALS: tuple[Goal, ...] = (
          reference="budget 5 s"),
     Goal(6, "routesync", "peak RSS (largest size)", "<=", 1.0, _rss, unit="MB", reference="budget 150 MB"),
     Goal(6, "routesync", "one Node change → applied, p99", "<=", 1.0, _change, reference="budget 100 ms"),
-    Goal(7, "dataplane", "fast path / gateway path", ">=", 1.5, _throughput("fast", "gateway"), paths=("fast", "gateway"), unit="Gbit/s",
-         reference="noEncap via gateway"),
-    Goal(7, "dataplane", "encap vxlan / gateway path", None, None, _throughput("vxlan", "gateway"), paths=("vxlan", "gateway"),
-         unit="Gbit/s", reference="noEncap via gateway"),
-    Goal(6, "dataplane", "encap geneve / vxlan", None, None, _throughput("geneve", "vxlan"), paths=("geneve", "vxlan"), unit="Gbit/s",
-         reference="encap vxlan"),
-    Goal(6, "dataplane", "encap gre / vxlan", None, None, _throughput("gre", "vxlan"), paths=("gre", "vxlan"), unit="Gbit/s",
-         reference="encap vxlan"),
+    Goal(7, "dataplane", "fast path / gateway path", ">=", 1.5, _throughput("fast", "gateway"),
+         paths=("fast", "gateway"), unit="Gbit/s", reference="noEncap via gateway"),
+    Goal(7, "dataplane", "encap vxlan / gateway path", None, None, _throughput("vxlan", "gateway"),
+         paths=("vxlan", "gateway"), unit="Gbit/s", reference="noEncap via gateway"),
+    Goal(6, "dataplane", "encap geneve / vxlan", None, None, _throughput("geneve", "vxlan"), paths=("geneve", "vxlan"),
+         unit="Gbit/s", reference="encap vxlan"),
+    Goal(6, "dataplane", "encap gre / vxlan", None, None, _throughput("gre", "vxlan"), paths=("gre", "vxlan"),
+         unit="Gbit/s", reference="encap vxlan"),
     Goal(26, "services", "Pod → ClusterIP / Pod → Pod IP throughput, encap vxlan", None, None,
          _service("encap", "gbps"), unit="Gbit/s", reference="the same pair by Pod IP"),
     Goal(26, "services", "Pod → ClusterIP / Pod → Pod IP throughput, fast path", None, None,
@@ -260,10 +260,10 @@ GOALS: tuple[Goal, ...] = (
          _policy_plan("replan_cpu_s", "parse_cpu_s"), unit="s", reference="model.*_from on every object"),
     Goal(27, "policy", "policy peak RSS (inputs + one plan)", "<=", 1.0, _policy_rss, unit="MB",
          reference="budget 300 MB"),
-    Goal(27, "policy", "Pod → Pod throughput, the generated policies in force / none", ">=", 0.9, _policy_dataplane("gbps"),
-         unit="Gbit/s", reference="no policy, same pair, interleaved"),
-    Goal(27, "policy", "CPU s per Gbit, the generated policies in force / none", None, None, _policy_dataplane("cpu"), unit="s",
-         reference="no policy, same pair, interleaved"),
+    Goal(27, "policy", "Pod → Pod throughput, the generated policies in force / none", ">=", 0.9,
+         _policy_dataplane("gbps"), unit="Gbit/s", reference="no policy, same pair, interleaved"),
+    Goal(27, "policy", "CPU s per Gbit, the generated policies in force / none", None, None, _policy_dataplane("cpu"),
+         unit="s", reference="no policy, same pair, interleaved"),
 )
 
 
@@ -333,8 +333,9 @@ def _section_cni_profile(d: dict[str, Any]) -> str:
                 continue
             sh = cpu_shares(s["cpu"])
             ours = sum(v for k, v in sh.items() if k != "user, other")
-            rows.append([key, op.upper(), _f(s["pods_per_s"], 1), *[_f(1000 * sh.get(k, 0.0) / s["n"], 1) for k in CPU_SHARES],
-                         _f(1000 * ours / s["n"], 1), f"{100 * s['cpu']['machine_busy_s'] / s['cpu']['capacity_s']:.0f} %"])
+            rows.append([key, op.upper(), _f(s["pods_per_s"], 1),
+                         *[_f(1000 * sh.get(k, 0.0) / s["n"], 1) for k in CPU_SHARES], _f(1000 * ours / s["n"], 1),
+                         f"{100 * s['cpu']['machine_busy_s'] / s['cpu']['capacity_s']:.0f} %"])
     if not rows:
         return ""
     ovs_rows = []
@@ -352,14 +353,16 @@ def _section_cni_profile(d: dict[str, Any]) -> str:
             ovs_rows.append([key, *cells])
     ovs_table = ("\n\nCPU seconds of ovs-vswitchd / ovsdb-server during each run of the OVS plugins (same bridge, same "
                  "Node, same Pod count).\n\n"
-                 + _md_table(["plugin", "sequential ADD", "sequential DEL", "concurrent ADD", "concurrent DEL"], ovs_rows)
+                 + _md_table(["plugin", "sequential ADD", "sequential DEL", "concurrent ADD", "concurrent DEL"],
+                             ovs_rows)
                  ) if ovs_rows else ""
-    return ovs_table + ("\n\nWhere the concurrent run's CPU goes, ms per Pod (bench/cpu.py: the plugin processes from the "
-            "driver's RUSAGE_CHILDREN, the OVS daemons from /proc/<pid>/stat, the kernel from /proc/stat's system "
-            "+ irq + softirq time less those processes' own; \"user, other\" is the driver and whatever else the "
-            "machine runs).\n\n"
-            + _md_table(["plugin", "op", "Pods/s", *[f"{c} ms" for c in CPU_SHARES], "all but other users ms",
-                         "machine busy"], rows))
+    return ovs_table + (
+        "\n\nWhere the concurrent run's CPU goes, ms per Pod (bench/cpu.py: the plugin processes from the "
+        "driver's RUSAGE_CHILDREN, the OVS daemons from /proc/<pid>/stat, the kernel from /proc/stat's system "
+        "+ irq + softirq time less those processes' own; \"user, other\" is the driver and whatever else the "
+        "machine runs).\n\n"
+        + _md_table(["plugin", "op", "Pods/s", *[f"{c} ms" for c in CPU_SHARES], "all but other users ms",
+                     "machine busy"], rows))
 
 
 def _section_cni(d: dict[str, Any]) -> str:
@@ -450,7 +453,8 @@ def _section_services(d: dict[str, Any]) -> str:
 
 def _section_policy(d: dict[str, Any]) -> str:
     p = d.get("planning") or {}
-    return ((_section_policy_planning(p) if p else "Planning: not run.") + _section_policy_dataplane(d.get("dataplane")))
+    return ((_section_policy_planning(p) if p else "Planning: not run.")
+            + _section_policy_dataplane(d.get("dataplane")))
 
 
 def _section_policy_planning(p: dict[str, Any]) -> str:

@@ -5,9 +5,10 @@ start the interpreter isolated and without ``site`` (``-I -S``: no site-packages
 editable-install finders; ~10 ms instead of ~40), put the source tree first on ``sys.path``
 and call the entry point.  The interpreter is the distribution's optimised build of the same
 Python version when there is one (:func:`per_pod_python`).  The per-Pod path needs only the
-standard library, so nothing else is importable there, on purpose.  It also links Debian's reference plugins (``portmap``,
-``bandwidth``, ``host-local``, ``ptp``, ``bridge``, ...) when present, for chaining and for
-the benchmarks' reference.  The frozen PyInstaller bundle replaces this on real hosts."""
+standard library, so nothing else is importable there, on purpose.  It also links Debian's
+reference plugins (``portmap``, ``bandwidth``, ``host-local``, ``ptp``, ``bridge``, ...) when
+present, for chaining and for the benchmarks' reference.  The frozen PyInstaller bundle replaces
+this on real hosts."""
 
 from __future__ import annotations
 

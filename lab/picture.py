@@ -216,7 +216,8 @@ def graph(sc: Scene) -> graphviz.Graph:
 def _node(c: graphviz.Graph, n: NodeView) -> None:
     state = n.state or {}
     full = (state or {}).get("transportMTU") or (state or {}).get("mtu")
-    detail = (f"{state.get('mode')}, MTU {full}" + (f", tunnelled {state.get('mtu')}" if full != state.get("mtu") else "")
+    detail = (f"{state.get('mode')}, MTU {full}"
+              + (f", tunnelled {state.get('mtu')}" if full != state.get("mtu") else "")
               if state else "lone Node (no route-sync)")
     with c.subgraph(name=_id("cluster", "node", n.name)) as nc:
         nc.attr(label="", style="rounded,filled", fillcolor="#f7fbff", color="#8fb3d9")

@@ -63,7 +63,8 @@ log = logging.getLogger(__name__)
 
 DEBOUNCE = 0.005  # seconds: collect a burst of changes into one reconcile
 OVS_CHECK_INTERVAL = 0.25  # s between looks at ovs-vswitchd's pidfile (a read and an fstat: ~20 us)
-STATE_CHEAP, STATE_IDLE, STATE_MAX_DELAY = 0.01, 0.1, 1.0  # seconds: an incremental pass's state file write (see _write_state)
+# seconds: an incremental pass's state file write (see _write_state)
+STATE_CHEAP, STATE_IDLE, STATE_MAX_DELAY = 0.01, 0.1, 1.0
 BACKOFF_MIN, BACKOFF_MAX = 0.2, 30.0
 DENIED_LOG_INTERVAL = 10.0  # seconds between looks at what NetworkPolicy dropped
 NEIGH_POLL = 0.05  # fast path: how often the wait looks at the neighbour watcher's flag

@@ -154,7 +154,8 @@ class PolicyCounters:
             packets.add_metric([policy, direction, rule], n)
             octets.add_metric([policy, direction, rule], b)
         denied = CounterMetricFamily(f"{PREFIX}_policy_denied_packets",
-                                     "Packets of new connections a Pod's isolation dropped", labels=["pod", "direction"])
+                                     "Packets of new connections a Pod's isolation dropped",
+                                     labels=["pod", "direction"])
         for (pod, direction), n in sorted(self.denied.items()):
             denied.add_metric([pod, direction], n)
         flows = GaugeMetricFamily(f"{PREFIX}_policy_flows", "NetworkPolicy flows installed")

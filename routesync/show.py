@@ -75,7 +75,8 @@ def as_table(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence
     if conflicts:
         from .conflicts import describe
 
-        out += f"\nPod CIDR conflicts ({len(conflicts)}):\n" + "".join(f"  {describe(c, state.node)}\n" for c in conflicts)
+        out += (f"\nPod CIDR conflicts ({len(conflicts)}):\n"
+                + "".join(f"  {describe(c, state.node)}\n" for c in conflicts))
     if bgp is not None:
         from .bgp import status as bgp_status
 

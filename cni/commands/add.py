@@ -125,7 +125,8 @@ def add(req: Request) -> Result:
     podfd = open_pod_netns(req.netns)
     step = Step(req.log)
     try:
-        with reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname), Netlink() as host_nl, Rollback(req.logger()) as undo:
+        with reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname), \
+                Netlink() as host_nl, Rollback(req.logger()) as undo:
             ovsdb, of = ovs_clients(node)
             step("gateway")
             gw, install_base = node_gateway(conf, node, ovsdb, host_nl)

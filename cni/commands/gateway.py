@@ -37,7 +37,8 @@ def _gateway_cidrs(pod_cidrs: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb: Ovsdb, host_nl: Netlink) -> tuple[Gateway, bool]:
+def _lone_gateway(conf: cfg.PluginConfig, node: cfg.NodeContext, ovsdb: Ovsdb,
+                  host_nl: Netlink) -> tuple[Gateway, bool]:
     """On a Node without route-sync: the bridge and gateway port, created when absent.
     Returns the gateway and whether the base flows must be (re)installed.
 
@@ -89,7 +90,8 @@ def _lone_gateway_ready(node: cfg.NodeContext, ovsdb: Ovsdb, host_nl: Netlink) -
     if port is None or port.ofport is None or port.ofport < 0:
         return None
     link = host_nl.link_get(pl.GATEWAY_PORT)
-    if link is None or not link.up or link.mtu != node.mtu or link.mac != (port.external_ids.get(pl.EXT_MAC) or link.mac):
+    if (link is None or not link.up or link.mtu != node.mtu
+            or link.mac != (port.external_ids.get(pl.EXT_MAC) or link.mac)):
         return None
     cidrs = _gateway_cidrs(node.pod_cidrs)
     if not set(cidrs) <= set(host_nl.addrs(link.index)):

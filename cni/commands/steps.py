@@ -77,8 +77,8 @@ def system_error(step: str, e: Exception) -> CniError:
     if isinstance(e, CniError):
         return e
     name = type(e).__name__
-    code = OVS_FAILURE if name.startswith(("Ovsdb", "Ofctl", "OpenFlow")) else NETLINK_FAILURE if name.startswith("Netlink") \
-        else IO_FAILURE
+    code = OVS_FAILURE if name.startswith(("Ovsdb", "Ofctl", "OpenFlow")) \
+        else NETLINK_FAILURE if name.startswith("Netlink") else IO_FAILURE
     return CniError(code, f"{step}: {e}")
 
 

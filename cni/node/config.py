@@ -57,7 +57,8 @@ def _opt_str(conf: dict[str, Any], key: str) -> str | None:
 def parse(conf: dict[str, Any]) -> PluginConfig:
     """Validate Ferry's keys; every error names the field."""
     bridge = _opt_str(conf, "bridge")
-    if bridge is not None and (len(bridge.encode()) > MAX_IFNAME or not bridge.replace("-", "").replace("_", "").isalnum()):
+    if bridge is not None and (len(bridge.encode()) > MAX_IFNAME
+                               or not bridge.replace("-", "").replace("_", "").isalnum()):
         raise CniError(INVALID_CONFIG, f"config field 'bridge' {bridge!r} is not a valid bridge name")
     datapath = _opt_str(conf, "datapath")
     if datapath is not None and not is_datapath(datapath):

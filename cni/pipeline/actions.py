@@ -55,7 +55,8 @@ class Move:
 
     def __post_init__(self) -> None:
         if self.src.length != self.dst.length or not (self.src.nxm and self.dst.nxm):
-            raise ValueError(f"move {self.src.name} -> {self.dst.name}: fields of different widths, or without NXM names")
+            raise ValueError(f"move {self.src.name} -> {self.dst.name}: fields of different widths, "
+                             "or without NXM names")
 
     def text(self) -> str:
         return f"move:{self.src.nxm}[]->{self.dst.nxm}[]"

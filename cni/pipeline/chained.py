@@ -47,8 +47,8 @@ def next_hop_flows(cookie: pl.Cookie, ofport: int, gateways: tuple[str, ...], ga
     for g in gateways:
         h = addr.host(g)
         if addr.family(h) == 4:
-            flows.append(Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.NEXT_HOP, (ARP, IN_PORT(port), m.ARP_OP(1), m.ARP_TPA(h)),
-                              arp_responder_actions(gmac, h), cookie))
+            flows.append(Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.NEXT_HOP,
+                              (ARP, IN_PORT(port), m.ARP_OP(1), m.ARP_TPA(h)), arp_responder_actions(gmac, h), cookie))
         else:
             flows += [
                 Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.NEXT_HOP,

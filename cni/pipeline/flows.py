@@ -156,7 +156,8 @@ def conntrack_flows(gw: GatewayPort, local_cidrs: Sequence[tuple[int, str]]) -> 
         return flows
     for family, cidr in local_cidrs:
         proto = IP if family == 4 else IPV6
-        flows.append(Flow(Table.CONNTRACK, Conntrack.VIA_GATEWAY, (IN_PORT(port), proto, _net_field(family, cidr, True)),
+        flows.append(Flow(Table.CONNTRACK, Conntrack.VIA_GATEWAY,
+                          (IN_PORT(port), proto, _net_field(family, cidr, True)),
                           (via_flag(CT_MARK_VIA_GATEWAY), lookup), c))
     flows += commit_flows(CT_MARK_VIA_GATEWAY, to_l3, c)
     for family in sorted({f for f, _c in local_cidrs}):
@@ -170,8 +171,8 @@ def from_host_reply_flow(ofport: int, cookie: Cookie) -> Flow:
     host already: it never goes back to it, whatever port its connection was marked with (on
     an asymmetric path, a reply the host routed in through the gateway for a connection that left
     through the uplink port would otherwise bounce between the two)."""
-    return Flow(Table.CONNTRACK_STATE, ConntrackState.FROM_HOST, (IN_PORT(int(ofport)), m.ct_state(m.CT_TRK | m.CT_RPL)),
-                (goto(Table.CONNTRACK_COMMIT),), cookie)
+    return Flow(Table.CONNTRACK_STATE, ConntrackState.FROM_HOST,
+                (IN_PORT(int(ofport)), m.ct_state(m.CT_TRK | m.CT_RPL)), (goto(Table.CONNTRACK_COMMIT),), cookie)
 
 
 def pending_flows(cookie: Cookie, addresses: Sequence[str]) -> list[Flow]:
@@ -223,7 +224,8 @@ def base_flows(gw: GatewayPort) -> list[Flow]:
         # The host's ICMP redirects never reach a Pod: forwarding a Service's DNATed packet back
         # out of the port it came in on (a local backend) is where Linux may send one, and it
         # would name the backend as the Pod's next hop for the Service address.
-        Flow(Table.CLASSIFIER, Classifier.GATEWAY_REDIRECT, (IN_PORT(port), ICMP, m.ICMPV4_TYPE(ICMP_REDIRECT)), DROP, c),
+        Flow(Table.CLASSIFIER, Classifier.GATEWAY_REDIRECT, (IN_PORT(port), ICMP, m.ICMPV4_TYPE(ICMP_REDIRECT)),
+             DROP, c),
         Flow(Table.CLASSIFIER, Classifier.GATEWAY_REDIRECT, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_REDIRECT)),
              DROP, c),
         miss_flow(Table.CLASSIFIER, c),
@@ -296,9 +298,10 @@ def pod_flows(pod: PodPort, gateway_mac: str, gateway_ofport: int | None = None)
                 Flow(Table.SPOOF_GUARD, SpoofGuard.ALLOW_NS, (*src, ICMP6, m.IPV6_SRC(own), m.ICMPV6_TYPE(ICMP6_NS)),
                      to_responder, c),
                 Flow(Table.SPOOF_GUARD, SpoofGuard.POD, (*src, IPV6, m.IPV6_SRC(own)), to_ct, c),
-                Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.ANSWER, (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(own)),
-                     (output(port),), c),
+                Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.ANSWER,
+                     (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(own)), (output(port),), c),
             ]
         for ip in v6:
-            flows.append(Flow(Table.L3_FORWARDING, L3Forwarding.POD, (IPV6, m.ETH_DST(gmac), m.IPV6_DST(ip)), to_pod, c))
+            flows.append(Flow(Table.L3_FORWARDING, L3Forwarding.POD, (IPV6, m.ETH_DST(gmac), m.IPV6_DST(ip)),
+                              to_pod, c))
     return flows

@@ -1,10 +1,11 @@
 """Ferry's OpenFlow pipeline, declared once for the plugin and route-sync.
 
 Everything both processes must agree on lives here: table numbers and names, each table's miss
-and priority ladder (:class:`Ladder`, :data:`PIPELINE`), the cookie layout (who owns a flow, which Pod or peer it belongs to), register bits, the virtual MAC
-of the tunnel path, the names of the ports Ferry creates and the ``external_ids`` it writes on
-them (the traffic modes and peer paths: :mod:`cni.pipeline.modes`).  Standard library only: the
-plugin imports this on every ADD/DEL.
+and priority ladder (:class:`Ladder`, :data:`PIPELINE`), the cookie layout (who owns a flow,
+which Pod or peer it belongs to), register bits, the virtual MAC of the tunnel path, the names of
+the ports Ferry creates and the ``external_ids`` it writes on them (the traffic modes and peer
+paths: :mod:`cni.pipeline.modes`).  Standard library only: the plugin imports this on every
+ADD/DEL.
 
 Packet walk (IPv4 and IPv6 alike):
 

@@ -17,7 +17,7 @@ Ferry's, cached by the same key scheme under ``/var/cache/ferry/image``), so a N
 
 :func:`build` writes one OCI archive holding all of them (``ctr images import`` imports every
 name), cached under ``/var/cache/ferry/e2e-images`` by its inputs; importing it after the lab's
-own images replaces the lab's busybox-based agnhost (:mod:`lab.kube.dns`) with this one."""
+own images replaces the lab's busybox-based agnhost (:mod:`lab.kube.dns`) with this one."""  # noqa: E501 (the table)
 
 from __future__ import annotations
 

@@ -268,7 +268,8 @@ def node_dir(lab_dir: str, node: str) -> str:
 
 
 def node_plan(lab: str, lab_dir: str, topo: Topology, name: str, kubeconfig: str, ca: str,
-              tools_dir: str, proxy_config: dict[str, Any] | None = None, cluster_dns: tuple[str, ...] = ()) -> NodePlan:
+              tools_dir: str, proxy_config: dict[str, Any] | None = None,
+              cluster_dns: tuple[str, ...] = ()) -> NodePlan:
     from lab import layout
 
     spec = topo.node(name)

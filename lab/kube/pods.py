@@ -111,4 +111,5 @@ def wait_running(get: Callable[[], dict[str, Any] | None], timeout: float) -> di
         delay = min(delay * 1.5, 0.5)
     st = (last or {}).get("status") or {}
     raise LabError(f"Pod did not run with an IP within {timeout:.0f}s: phase {st.get('phase')}, "
-                   f"conditions {json.dumps(st.get('conditions'))}, containers {json.dumps(st.get('containerStatuses'))}")
+                   f"conditions {json.dumps(st.get('conditions'))}, "
+                   f"containers {json.dumps(st.get('containerStatuses'))}")

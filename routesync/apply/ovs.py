@@ -10,8 +10,9 @@ POD-owned flows are never selected, compared or deleted.
 Bundles go over route-sync's persistent OpenFlow connection (:mod:`.ofsession`, no exec),
 encoded from the flows' typed values (:mod:`cni.ovs.openflow.codec`); only a first pass's large
 bundle goes through ``ovs-ofctl --bundle add-flows`` (its C parser runs beside this process).
-Dumps and canonical text stay ``ovs-ofctl``'s (full passes only); a group not installed at all needs no canonical text (it is added), so a
-first start parses nothing and the cache is filled in the background for the next full pass.
+Dumps and canonical text stay ``ovs-ofctl``'s (full passes only); a group not installed at all
+needs no canonical text (it is added), so a first start parses nothing and the cache is filled in
+the background for the next full pass.
 """
 
 from __future__ import annotations

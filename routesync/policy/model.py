@@ -186,7 +186,8 @@ def _rule(doc: Any, peers_key: str, where: str) -> Rule:
     if not isinstance(doc, dict):
         raise sel.SelectorError(f"{where}: not an object")
     raw_peers, raw_ports = doc.get(peers_key), doc.get("ports")
-    if raw_peers is not None and not isinstance(raw_peers, list) or raw_ports is not None and not isinstance(raw_ports, list):
+    if (raw_peers is not None and not isinstance(raw_peers, list)
+            or raw_ports is not None and not isinstance(raw_ports, list)):
         raise sel.SelectorError(f"{where}: {peers_key} and ports must be lists")
     peers = tuple(_peer(p, f"{where}.{peers_key}[{i}]") for i, p in enumerate(raw_peers)) if raw_peers else None
     ports = tuple(_port(p, f"{where}.ports[{i}]") for i, p in enumerate(raw_ports or []))

@@ -227,7 +227,8 @@ def _port_matches(ports: Iterable[tuple[str, int | None, int | None]]) -> list[t
             elif last is None or last == first:
                 out.append((shorthand, _PORT_FIELD[proto](first)))
             else:
-                out += [(shorthand, m.masked(_PORT_FIELD[proto], v, mask)) for v, mask in ranges.port_masks(first, last)]
+                out += [(shorthand, m.masked(_PORT_FIELD[proto], v, mask))
+                        for v, mask in ranges.port_masks(first, last)]
     return out
 
 

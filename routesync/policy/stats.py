@@ -102,7 +102,8 @@ def pod_table(pod: str, doc: dict[str, Any], flows: list[DumpedFlow]) -> str:
     iso = doc.get("isolated", {}).get(pod, {})
     lines = [f"pod {pod}  addresses {', '.join(doc['pods'][pod])}",
              f"policies {', '.join(doc.get('policiesOf', {}).get(pod, [])) or '(none: not isolated)'}",
-             f"isolated: ingress {'yes' if iso.get('ingress') else 'no'}, egress {'yes' if iso.get('egress') else 'no'}"]
+             (f"isolated: ingress {'yes' if iso.get('ingress') else 'no'}, "
+              f"egress {'yes' if iso.get('egress') else 'no'}")]
     rules = [rule_from(r) for r in doc.get("rules", []) if pod in r.get("pods", [])]
     cells = [("POLICY", "DIRECTION", "RULE", "PORT", "CONJ_ID", "PACKETS", "BYTES")]
     for c in rule_counts(rules, flows):

@@ -61,8 +61,8 @@ def _assert_clean(tag: str) -> None:
 @pytest.mark.root
 def test_quick_run_reports_every_plugin_and_leaves_nothing(tmp_path: Path) -> None:
     tag, out = _tag(), tmp_path / "cni.json"
-    p = subprocess.run([*BENCH, "--quick", "--tag", tag, "--json", str(out)], cwd=ROOT, capture_output=True, check=False,
-                       text=True, timeout=300)
+    p = subprocess.run([*BENCH, "--quick", "--tag", tag, "--json", str(out)], cwd=ROOT, capture_output=True,
+                       check=False, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())
     pods = res["meta"]["pods"]
@@ -72,7 +72,8 @@ def test_quick_run_reports_every_plugin_and_leaves_nothing(tmp_path: Path) -> No
     assert {"ferry", "bridge"} <= set(res["plugins"]) and all(res["not_built"].values())
     for key, fig in res["plugins"].items():
         assert fig["version"] and fig["label"]
-        modes = ("sequential", "concurrent", "cnitool") if key in bench_cni.CNITOOL_KEYS else ("sequential", "concurrent")
+        modes = (("sequential", "concurrent", "cnitool") if key in bench_cni.CNITOOL_KEYS
+                 else ("sequential", "concurrent"))
         for mode in modes:
             for op in ("add", "del"):
                 s = fig[mode][op]

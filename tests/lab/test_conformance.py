@@ -133,7 +133,8 @@ def test_suites_and_their_focus() -> None:
     assert plan.focused(ALL_SPECS, plan.suite("conformance").focus) == [CONFORMANCE_SPEC]
     assert tuple(plan.focused(ALL_SPECS, plan.suite("all").focus)) == (CONFORMANCE_SPEC, *netpol)
     ci = plan.focused(ALL_SPECS, plan.suite("ci").focus)  # Conformance, and of Netpol only the CI subset
-    assert CONFORMANCE_SPEC in ci and set(ci) - {CONFORMANCE_SPEC} == set(plan.focused(ALL_SPECS, plan.suite("netpol-ci").focus))
+    assert CONFORMANCE_SPEC in ci \
+        and set(ci) - {CONFORMANCE_SPEC} == set(plan.focused(ALL_SPECS, plan.suite("netpol-ci").focus))
 
 
 def test_sctp_rule_skips_what_needs_sctp_sockets_and_no_more() -> None:
@@ -216,7 +217,8 @@ JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
     </testcase>
     <testcase name="[It] {s0}" classname="Kubernetes e2e suite" status="passed" time="12.5"></testcase>
     <testcase name="[It] {s1}" classname="Kubernetes e2e suite" status="failed" time="125.0">
-      <failure message="" type="failed">[FAILED] service is not reachable within 2m0s timeout on endpoint 10.96.3.4:80 over TCP protocol
+      <failure message="" type="failed">[FAILED] service is not reachable within 2m0s timeout on endpoint \
+10.96.3.4:80 over TCP protocol
 In [It] at: k8s.io/kubernetes@v1.34.4/test/e2e/network/service.go:790 @ 12/01/26 15:03:00.1
 </failure>
       <system-err>long timeline</system-err>
@@ -370,7 +372,8 @@ class _FakeRun:
 
     @staticmethod
     def list_specs() -> str:
-        return "".join(f"    k8s.io/kubernetes@v1.34.4/test/e2e/network/x.go:{i}: {s}\n" for i, s in enumerate(ALL_SPECS))
+        return "".join(f"    k8s.io/kubernetes@v1.34.4/test/e2e/network/x.go:{i}: {s}\n"
+                       for i, s in enumerate(ALL_SPECS))
 
     @staticmethod
     def refusal(m: plan.Mode, kube_proxy: str, family: str | None) -> str | None:

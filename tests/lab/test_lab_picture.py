@@ -59,8 +59,10 @@ def test_one_edge_per_pair_with_the_path_both_ends_name() -> None:
 
 
 def test_pairs_whose_families_or_directions_differ_say_so() -> None:
-    states = {"node-1": state("noEncap", [("node-2", "10.244.2.0/24", "fast"), ("node-2", "fd00:10:244:2::/64", "route")]),
-              "node-2": state("noEncap", [("node-1", "10.244.1.0/24", "fast"), ("node-1", "fd00:10:244:1::/64", "fast")])}
+    states = {"node-1": state("noEncap", [("node-2", "10.244.2.0/24", "fast"),
+                                          ("node-2", "fd00:10:244:2::/64", "route")]),
+              "node-2": state("noEncap", [("node-1", "10.244.1.0/24", "fast"),
+                                          ("node-1", "fd00:10:244:1::/64", "fast")])}
     (e,) = picture.peer_edges(states)
     assert e.main == "fast"  # the fast path styles the edge
     assert e.label() == "IPv4 fast path\nIPv6 node-1→: routed\nIPv6 node-2→: fast path"

@@ -47,14 +47,16 @@ def test_fast_peer_flows_tx_and_rx_under_one_cookie() -> None:
     tx = [f for f in n2 if f.table == Table.L3_FORWARDING]
     rx = [f for f in n2 if f.table == Table.CLASSIFIER]
     assert [f.actions_text() for f in tx] == [f"mod_dl_src:02:00:00:00:77:11,mod_dl_dst:{A},dec_ttl,output:5"]
-    assert [f.match_text() for f in rx] == ["in_port=5,dl_dst=02:00:00:00:77:11,ip,nw_src=10.244.2.0/24,nw_dst=10.244.1.0/24"]
+    assert [f.match_text() for f in rx] \
+        == ["in_port=5,dl_dst=02:00:00:00:77:11,ip,nw_src=10.244.2.0/24,nw_dst=10.244.1.0/24"]
     assert rx[0].actions_text() == "mod_dl_dst:02:00:00:00:01:01,goto_table:25" and rx[0].priority > 10
     assert any(r.dst == "10.244.2.0/24" and r.gw == "192.168.77.12" for r in d.routes)  # host traffic, fallback
 
 
 def test_unknown_mac_keeps_the_gateway_path_and_no_flows() -> None:
     d = plan(cfg(macSource="neighbor"), LOCAL, [SAME, OTHER], FACTS, {})
-    assert sorted((p.peer, p.path, p.via) for p in d.peers) == [("n2", "route", "gateway"), ("n3", "underlay", "gateway")]
+    assert sorted((p.peer, p.path, p.via) for p in d.peers) \
+        == [("n2", "route", "gateway"), ("n3", "underlay", "gateway")]
     assert not [f for f in d.flows if f.cookie in (peer_cookie("n2"), peer_cookie("n3"))]
 
 

@@ -81,9 +81,11 @@ def test_encap_plan() -> None:
     assert l3[0].actions_text() == ("mod_dl_src:02:00:00:00:01:01,mod_dl_dst:aa:bb:cc:dd:ee:ff,dec_ttl,"
                              "set_field:192.168.88.13->tun_dst,output:3")
     arp = [f for f in fl if f.table == Table.NEIGHBOR_RESPONDER]
-    assert len(arp) == 1 and arp[0].match_text() == "arp,arp_op=1,arp_tpa=10.244.3.1" and VIRTUAL_MAC.replace(":", "") in arp[0].actions_text()
+    assert len(arp) == 1 and arp[0].match_text() == "arp,arp_op=1,arp_tpa=10.244.3.1" \
+        and VIRTUAL_MAC.replace(":", "") in arp[0].actions_text()
     node = [f for f in d.flows if f.cookie == NODE_COOKIE]
-    assert [(f.match_text(), f.actions_text()) for f in node] == [("in_port=3", "mod_dl_dst:02:00:00:00:01:01,goto_table:25")]
+    assert [(f.match_text(), f.actions_text()) for f in node] \
+        == [("in_port=3", "mod_dl_dst:02:00:00:00:01:01,goto_table:25")]
     assert any(f.cookie == BASE_COOKIE and f.match_text() == "dl_dst=02:00:00:00:01:01" for f in d.flows)
     assert d.nft.masquerade and d.nft.tunnel_udp_port == 4789 and d.nft.uplink_ingress_drop == "eth0~"
     assert set(d.nft.cluster_pod_cidrs) == {"10.244.0.0/16", "10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24"}
@@ -128,7 +130,8 @@ def test_ipv6_tunnel_plan_and_ipv6_underlay_mtu() -> None:
                         HostRoute("fd00:10:244:2::/64", gw, GATEWAY_PORT, mtu=1430)}
     assert d.neighbors == {Neighbor(gw, VIRTUAL_MAC, GATEWAY_PORT)}
     (l3,) = peer_flows_of(d, "node-b")
-    assert l3.match_text() == "ipv6,ipv6_dst=fd00:10:244:2::/64" and "set_field:fd00:88::12->tun_ipv6_dst" in l3.actions_text()
+    assert l3.match_text() == "ipv6,ipv6_dst=fd00:10:244:2::/64" \
+        and "set_field:fd00:88::12->tun_ipv6_dst" in l3.actions_text()
 
 
 def test_dual_stack_peer_gets_one_plan_per_family_and_state_file_mirrors_it() -> None:

@@ -27,7 +27,8 @@ def test_the_protocols_name_every_method_the_daemon_calls() -> None:
                                  "release_pending", "restore_host_path", "sync_pods", "teardown"]
     assert members(DaemonObserver) == ["change_applied", "mac_disagreement", "pods_synced", "policy_counters",
                                        "policy_planned", "reconciled", "tick"]
-    stand_ins: list[Appliers] = [RecordingAppliers(), PodAppliers("/nonexistent"), FastPathAppliers({})]  # mypy: none left out
+    # mypy: none left out
+    stand_ins: list[Appliers] = [RecordingAppliers(), PodAppliers("/nonexistent"), FastPathAppliers({})]
     observers: list[DaemonObserver] = [NullObserver()]
     assert stand_ins and observers
 

@@ -68,7 +68,8 @@ def build_bundle() -> tuple[Path, float]:
         t0 = time.monotonic()
         p = subprocess.run([dist_python(), "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
                             "--distpath", str(base / "dist"), "--workpath", str(base / "work"),
-                            str(ROOT / "build.spec")], check=False, cwd=ROOT, capture_output=True, text=True, timeout=900)
+                            str(ROOT / "build.spec")], check=False, cwd=ROOT, capture_output=True, text=True,
+                           timeout=900)
         took = time.monotonic() - t0
         if p.returncode != 0:
             raise AssertionError(f"PyInstaller failed ({p.returncode}):\n{p.stderr[-4000:]}")

@@ -89,8 +89,8 @@ def test_route_sync_is_complete(bundle: Path) -> None:
 
 
 def cni(exe: Path, command: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    return subprocess.run([str(exe)], check=False, input=stdin, env={"CNI_COMMAND": command, "PATH": os.environ["PATH"]},
-                          capture_output=True, timeout=30)
+    return subprocess.run([str(exe)], check=False, input=stdin,
+                          env={"CNI_COMMAND": command, "PATH": os.environ["PATH"]}, capture_output=True, timeout=30)
 
 
 def test_version_answers(bundle: Path) -> None:

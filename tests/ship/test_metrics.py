@@ -107,7 +107,8 @@ def test_scrape_follows_the_loop(served) -> None:  # type: ignore[no-untyped-def
     # a failing pass makes it unready (and counted); the retry makes it ready again
     daemon.appliers.fail_next = 1
     write_peer(reg, "node-c", "192.168.77.13", "10.244.3.0/24")
-    until(lambda: samples(get(port, "/metrics")[1])[("ferry_route_sync_errors_total", (("type", "RuntimeError"),))] == 2)
+    until(lambda: samples(get(port, "/metrics")[1])[
+        ("ferry_route_sync_errors_total", (("type", "RuntimeError"),))] == 2)
     until(lambda: get(port, "/readyz")[0] == 200)
 
 

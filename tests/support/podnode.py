@@ -125,7 +125,8 @@ class Node:
     def add_pod(self, name: str) -> Pod:
         ns = f"{self.name}-{name}"
         run(["ip", "netns", "add", ns])
-        p = self.cnitool("add", f"/run/netns/{ns}", args=f"{self.cni_args}K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}")
+        p = self.cnitool("add", f"/run/netns/{ns}",
+                         args=f"{self.cni_args}K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}")
         if p.returncode != 0:
             run(["ip", "netns", "del", ns], check=False)
             raise AssertionError(f"ADD {name} failed:\n{p.stdout}\n{p.stderr}")

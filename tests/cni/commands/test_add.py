@@ -52,7 +52,8 @@ def test_a_second_pod_gets_other_addresses_and_its_own_port(lone_node: LoneNode,
     rb = lone_node.call(add, lone_node.request("ADD", b))
     assert {i.address for i in ra.ips}.isdisjoint(i.address for i in rb.ips)
     assert sorted(lone_node.pod_ports()) == sorted([ra.interfaces[0].name, rb.interfaces[0].name])
-    assert lone_node.flows(pl.pod_cookie(a.container_id, "eth0")) and lone_node.flows(pl.pod_cookie(b.container_id, "eth0"))
+    assert lone_node.flows(pl.pod_cookie(a.container_id, "eth0")) \
+        and lone_node.flows(pl.pod_cookie(b.container_id, "eth0"))
     b_ip = next(i.address for i in rb.ips if "." in i.address).split("/")[0]
     assert run(["ip", "netns", "exec", a.netns, "ping", "-n", "-c", "1", "-W", "10", b_ip], check=False).returncode == 0
 

@@ -19,7 +19,8 @@ HEAVY = ("typing", "enum", "re", "dataclasses", "json", "logging", "hashlib", "s
 def test_a_verb_imports_no_other_verb(verb: str) -> None:
     code = (f"import sys; import {verb}; "
             "print(' '.join(sorted(sys.modules)))")
-    out = subprocess.run([sys.executable, "-E", "-s", "-S", "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-E", "-s", "-S", "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True)
     loaded = set(out.stdout.split())
     assert verb in loaded
     assert loaded & set(VERBS) == {verb}

@@ -223,7 +223,8 @@ def test_debug_log_gives_each_steps_duration(node):
     lines = [x for x in (node.dir / "cni.log").read_text().splitlines() if "timing (ms)" in x]
     assert [x.split(" timing")[0].split()[-1] for x in lines] == ["ADD", "DEL"], lines
     for line, steps in zip(lines, (("IPAM", "per-Pod flows", "ofport of", "announce addresses"),
-                                   ("find OVS port", "delete per-Pod flows", "wait for the veths to go", "IPAM release")),
+                                   ("find OVS port", "delete per-Pod flows", "wait for the veths to go",
+                                    "IPAM release")),
                            strict=True):
         body, total = line.split("(ms): ", 1)[1].split("; total ")
         parts = {p.rsplit(" ", 1)[0]: float(p.rsplit(" ", 1)[1]) for p in body.split(", ")}

@@ -49,5 +49,6 @@ def test_first_host_and_same_ip():
     assert addr.first_host_cidr("10.244.1.0/24") == "10.244.1.1/24"
     assert addr.first_host_cidr("fd00:10:244:1::/64") == "fd00:10:244:1::1/64"
     assert addr.same_ip("fd00::01", "fd00::1") and not addr.same_ip("fd00::1", "junk")
-    assert [addr.format_ip(int(ipaddress.IPv6Address(t)), 128) for t in ("::", "::1", "1::", "1:0:0:2::3", "::ffff:1.2.3.4")] \
+    assert [addr.format_ip(int(ipaddress.IPv6Address(t)), 128)
+            for t in ("::", "::1", "1::", "1:0:0:2::3", "::ffff:1.2.3.4")] \
         == ["::", "::1", "1::", "1:0:0:2::3", "::ffff:102:304"]

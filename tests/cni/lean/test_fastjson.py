@@ -54,7 +54,8 @@ def test_fastjson_does_not_import_json_or_re():
     import subprocess
     import sys
 
-    code = "import sys; import cni.lean.fastjson as f; f.loads(f.dumps({'a': [1]})); print('json' in sys.modules, 're' in sys.modules)"
+    code = ("import sys; import cni.lean.fastjson as f; f.loads(f.dumps({'a': [1]})); "
+            "print('json' in sys.modules, 're' in sys.modules)")
     out = subprocess.run([sys.executable, "-EsS", "-c", code], cwd=REPO,
                          capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

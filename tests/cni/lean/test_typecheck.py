@@ -17,5 +17,6 @@ def test_the_flag_is_typings_at_run_time() -> None:
 def test_taking_it_imports_no_typing() -> None:
     code = ("import sys; from cni.lean.typecheck import TYPE_CHECKING; "
             "print(TYPE_CHECKING, 'typing' in sys.modules)")
-    out = subprocess.run([sys.executable, "-E", "-s", "-S", "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-E", "-s", "-S", "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True)
     assert out.stdout.split() == ["False", "False"]

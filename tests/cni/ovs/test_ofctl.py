@@ -1,5 +1,6 @@
-"""cni.ovs.openflow.bridge (native adds/deletes/bundles, ovs-ofctl dumps) against a private vswitchd: flows seen by ovs-ofctl, deleted exactly by cookie,
-and a ping forwarded by a netdev bridge through flows installed with it."""
+"""cni.ovs.openflow.bridge (native adds/deletes/bundles, ovs-ofctl dumps) against a private
+vswitchd: flows seen by ovs-ofctl, deleted exactly by cookie, and a ping forwarded by a netdev
+bridge through flows installed with it."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def pod_flows(cookie: Cookie, port: int) -> list[Flow]:
         Flow(Table.SPOOF_GUARD, 200, (m.IP, m.IN_PORT(port), m.ETH_SRC(f"02:00:00:00:00:{port:02x}"),
                                       m.IPV4_SRC(f"10.9.0.{port}")), (goto(Table.L3_FORWARDING),), cookie),
         Flow(Table.L3_FORWARDING, 200, (m.IP, m.IPV4_DST(f"10.9.0.{port}")),
-             (SetField(m.ETH_DST, m.mac_value(f"02:00:00:00:00:{port:02x}")), DEC_TTL, goto(Table.L2_FORWARDING)), cookie),
+             (SetField(m.ETH_DST, m.mac_value(f"02:00:00:00:00:{port:02x}")), DEC_TTL, goto(Table.L2_FORWARDING)),
+             cookie),
     ]
 
 

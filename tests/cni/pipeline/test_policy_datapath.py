@@ -145,8 +145,8 @@ def test_an_established_connection_stops_when_a_policy_denies_it(node: Node) -> 
     cli = None
     try:
         assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
-        cli = subprocess.Popen(["ip", "netns", "exec", a.netns, sys.executable, "-c", STREAM_CLIENT, b.ip(4), str(PORT)],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        cli = subprocess.Popen(["ip", "netns", "exec", a.netns, sys.executable, "-c", STREAM_CLIENT, b.ip(4),
+                                str(PORT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert cli.stdin is not None and cli.stdout is not None
 
         def exchange() -> str:

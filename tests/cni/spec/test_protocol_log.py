@@ -125,8 +125,8 @@ def test_version_and_input_errors_import_little(cni_bin: str) -> None:
 
     version = modules({"CNI_COMMAND": "VERSION"}, b'{"cniVersion":"1.0.0"}')
     assert "cni.lean.fastjson" in version
-    for heavy in ("json", "re", *VERB_MODULES, "cni.spec.result", "cni.spec.request", "dataclasses", "ipaddress", "logging",
-                  "typing"):
+    for heavy in ("json", "re", *VERB_MODULES, "cni.spec.result", "cni.spec.request", "dataclasses", "ipaddress",
+                  "logging", "typing"):
         assert heavy not in version, heavy
     error = modules(dict(ENV, CNI_IFNAME="a/b"), conf(logFile="/dev/null"))
     assert "cni.spec.errors" in error

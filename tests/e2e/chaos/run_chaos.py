@@ -13,11 +13,12 @@ retries DEL).  The wanted number of kills lands whatever the machine's speed (se
 The disruptions are scheduled by operation count (:func:`schedule`), not by time: each event
 runs once the ops before its mark have finished, and the op stream is held until it has run
 (:class:`OpStream`), so a fast machine gets the same events at the same marks as a slow one.
-The report lists every event and whether it happened; one that did not fails the run.  At the end (:func:`audit`): every live Pod pings every other (IPv4 and IPv6), no
-address is held twice, and no veth, OVS port, per-Pod flow or IPAM record exists for a Pod
-that is gone.  During the ovs-vswitchd restart the Node sees no ADD/DEL: its per-peer and
-per-Pod flows must come back from route-sync alone (replay from OVS external_ids), and the
-traffic gap of a 20 ms ping between two anchor Pods across Nodes is measured.
+The report lists every event and whether it happened; one that did not fails the run.  At the
+end (:func:`audit`): every live Pod pings every other (IPv4 and IPv6), no address is held twice,
+and no veth, OVS port, per-Pod flow or IPAM record exists for a Pod that is gone.  During the
+ovs-vswitchd restart the Node sees no ADD/DEL: its per-peer and per-Pod flows must come back from
+route-sync alone (replay from OVS external_ids), and the traffic gap of a 20 ms ping between two
+anchor Pods across Nodes is measured.
 
 Namespaces created here are ``fx<tag>-<n>``; the lab is ``tx<tag>``; all are removed at the end."""
 
@@ -587,11 +588,13 @@ class Chaos:
                     if have_peer == want_peer and set(have_pod) == set(want_pod):
                         with self.lock:  # all there, some with other flows than the plugin's
                             self.report.pod_flows_differing_after_restart = [
-                                f"{c:#x}: {have_pod.get(c)} of {k}" for c, k in want_pod.items() if have_pod.get(c) != k]
+                                f"{c:#x}: {have_pod.get(c)} of {k}" for c, k in want_pod.items()
+                                if have_pod.get(c) != k]
                         break
-                    raise AssertionError(f"{node}: flows not back {FLOWS_BACK_TIMEOUT:.0f} s after the ovs-vswitchd "
-                                         f"restart (PEER {have_peer}/{want_peer}, Pods {len(have_pod)}/{len(want_pod)}, "
-                                         f"tunnel neighbours missing: {want_neigh - tunnel_neighbours(self.lab, node)})")
+                    raise AssertionError(
+                        f"{node}: flows not back {FLOWS_BACK_TIMEOUT:.0f} s after the ovs-vswitchd "
+                        f"restart (PEER {have_peer}/{want_peer}, Pods {len(have_pod)}/{len(want_pod)}, "
+                        f"tunnel neighbours missing: {want_neigh - tunnel_neighbours(self.lab, node)})")
                 time.sleep(0.05)
             with self.lock:
                 self.report.flows_back_s = round(time.monotonic() - t0, 3)

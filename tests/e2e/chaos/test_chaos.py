@@ -1,7 +1,8 @@
 """Chaos, CI size: 3 Nodes with route-sync, 150 ADD/DEL from 8 workers, 15 SIGKILLs of plugin
 processes at random instants, route-sync SIGKILLed and restarted twice, ovs-vswitchd restarted
-once mid-run, each disruption at its operation mark whatever the machine's speed.  Afterwards every live Pod reaches every other, no address is held twice, nothing
-is left of a Pod that is gone, and the restarted Node's flows came back without an ADD.
+once mid-run, each disruption at its operation mark whatever the machine's speed.  Afterwards
+every live Pod reaches every other, no address is held twice, nothing is left of a Pod that is
+gone, and the restarted Node's flows came back without an ADD.
 
 ``make chaos`` runs the same driver (tests/e2e/chaos/run_chaos.py) at full size."""
 

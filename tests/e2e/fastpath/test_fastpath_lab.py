@@ -69,7 +69,8 @@ def test_annotation_lab_paths_and_sources(ann_lab: Lab) -> None:
         assert peers[("node-3", fam)]["path"] == "fast" and peers[("node-3", fam)]["macSource"] == "neighbor"
     from lab.build import route_sync_command
 
-    cp = lab.node("node-1").exec([str(route_sync_command()), "show", "--state-file", lab.node("node-1").paths.state_file])
+    cp = lab.node("node-1").exec([str(route_sync_command()), "show", "--state-file",
+                                  lab.node("node-1").paths.state_file])
     rows = [line.split() for line in cp.stdout.splitlines() if line.startswith("node-")]
     assert rows and all(r[-1] == "fast" for r in rows), cp.stdout
 

@@ -1,9 +1,10 @@
 """Fixtures for the real-Kubernetes tests: ferry-lab clusters with etcd, kube-apiserver,
 controller-manager, scheduler, containerd and a kubelet per Node, Ferry from its DaemonSet.
 
-Every cluster is torn down by its finalizer, also when a test fails. Skipped (with the reason) only where the machine lacks a part: not root,
-the Kubernetes components not built (tools/build-go-tools.sh kubernetes), no containerd, no frozen
-bundle to build the image from (make dist)."""
+Every cluster is torn down by its finalizer, also when a test fails. Skipped (with the reason)
+only where the machine lacks a part: not root, the Kubernetes components not built
+(tools/build-go-tools.sh kubernetes), no containerd, no frozen bundle to build the image from
+(make dist)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,8 @@ def test_sig_network_conformance_and_netpol_in_the_default_mode(tmp_path: Path) 
             pytest.skip(f"{t} not built (tools/build-go-tools.sh kube-e2e)")
     out = tmp_path / "conformance"
     cp = subprocess.run([sys.executable, "-m", "lab.conformance", "--suite", "ci", "--mode", "encap-vxlan",
-                         "--kube-proxy", "iptables", "--out", str(out)], cwd=tools.REPO, capture_output=True, text=True, timeout=5400, check=False)
+                         "--kube-proxy", "iptables", "--out", str(out)], cwd=tools.REPO, capture_output=True, text=True,
+                        timeout=5400, check=False)
     summary = (out / "summary.md").read_text() if (out / "summary.md").exists() else ""
     print(summary or cp.stdout[-3000:])
     assert cp.returncode == 0, f"{cp.stdout[-4000:]}\n{cp.stderr[-2000:]}"

@@ -198,7 +198,8 @@ def test_policies_stay_in_force_across_restarts_and_the_api_server_away(lab: Lab
     from tests.e2e.kube.helpers import api_server_away, restart
 
     cluster = lab.kube()
-    client, other, srv = lab.add_pod("node-1", "fclient"), lab.add_pod("node-2", "fother"), lab.add_pod("node-3", "fsrv")
+    client, other, srv = (lab.add_pod("node-1", "fclient"), lab.add_pod("node-2", "fother"),
+                          lab.add_pod("node-3", "fsrv"))
     lab.ensure_echo(srv.netns)
     cluster.kubectl("label", "pod", "-n", NS, api_name("node-3", "fsrv"), "fault=srv", "--overwrite")
     cluster.kubectl("label", "pod", "-n", NS, api_name("node-1", "fclient"), "fault=client", "--overwrite")

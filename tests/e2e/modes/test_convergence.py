@@ -87,7 +87,8 @@ def test_peer_change_converges(lab: Lab) -> None:
 
     _write_record(lab, "node-9", ["192.168.77.29"], ["10.244.19.0/24"])
     FIGURES["address changed"] = wait_for(
-        lambda: has("10.244.19.0/24", "192.168.77.29") and "192.168.77.19" not in _installed(lab, "node-1", "node-9")[0],
+        lambda: has("10.244.19.0/24", "192.168.77.29")
+        and "192.168.77.19" not in _installed(lab, "node-1", "node-9")[0],
         HANG)
 
     _remove_record(lab, "node-9")

@@ -46,7 +46,8 @@ def test_route_batch_applies_all_it_can_and_reports_the_failure() -> None:
         veth(ns, "ferry-gw0", peer, "gwpeer")
         with RouteApplier(netns=ns) as r:
             r.set_gateway_addresses("ferry-gw0", ["10.244.1.1/24"])
-            good = [HostRoute(f"10.{100 + i // 256}.{i % 256}.0/24", f"10.{100 + i // 256}.{i % 256}.1", "ferry-gw0", True)
+            good = [HostRoute(f"10.{100 + i // 256}.{i % 256}.0/24", f"10.{100 + i // 256}.{i % 256}.1", "ferry-gw0",
+                              True)
                     for i in range(300)]
             bad = HostRoute("10.250.0.0/24", "192.0.2.1", None)  # no route to that next hop
             with pytest.raises(NetlinkError) as e:

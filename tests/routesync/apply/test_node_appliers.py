@@ -46,7 +46,8 @@ def test_prepare_apply_teardown() -> None:
                 uplink=UplinkSpec("eth0", "eth0~"),
                 flows=[Flow(Table.CLASSIFIER, 0, (), DROP, BASE_COOKIE),
                        Flow(Table.CLASSIFIER, 200, (fm.IN_PORT(facts.tunnel_ofport),),
-                            (SetField(fm.ETH_DST, fm.mac_value(facts.gateway_mac)), goto(Table.L3_FORWARDING)), NODE_COOKIE),
+                            (SetField(fm.ETH_DST, fm.mac_value(facts.gateway_mac)), goto(Table.L3_FORWARDING)),
+                            NODE_COOKIE),
                        Flow(Table.L3_FORWARDING, 200, (fm.IP, fm.IPV4_DST("10.244.2.0/24")),
                             (SetField(fm.TUN_DST, 0xC0A85002), output(facts.tunnel_ofport)),  # 192.168.80.2
                             peer_cookie("b"))],

@@ -32,8 +32,10 @@ from tests.support.waiting import until
 
 DUMP = """OFPST_FLOW reply (OF1.3) (xid=0x2):
  cookie=0x400000000000000, duration=0.006s, table=0, n_packets=3, n_bytes=180, udp,tp_dst=4789 actions=drop
- cookie=0x300000000000001, duration=1.5s, table=30, n_packets=0, n_bytes=0, priority=200,ip,nw_dst=10.244.2.0/24 actions=set_field:192.168.1.2->tun_dst,output:3
- cookie=0x200000000000007, duration=0.006s, table=0, n_packets=0, n_bytes=0, priority=100,in_port=9 actions=goto_table:10
+ cookie=0x300000000000001, duration=1.5s, table=30, n_packets=0, n_bytes=0, priority=200,ip,nw_dst=10.244.2.0/24 \
+actions=set_field:192.168.1.2->tun_dst,output:3
+ cookie=0x200000000000007, duration=0.006s, table=0, n_packets=0, n_bytes=0, priority=100,in_port=9 \
+actions=goto_table:10
 """
 
 
@@ -65,8 +67,8 @@ def peer_flows(name: str, tun_dst: str, cidr: str) -> list[Flow]:
 def base_flows() -> list[Flow]:
     return [Flow(Table.CLASSIFIER, 0, (), DROP, BASE_COOKIE),
             Flow(Table.L3_FORWARDING, 0, (), (goto(Table.L2_FORWARDING),), BASE_COOKIE),
-            Flow(Table.CLASSIFIER, 50, (m.IN_PORT(3),), (SetField(m.ETH_DST, m.mac_value("02:00:00:00:00:01")), goto(Table.L3_FORWARDING)),
-                 NODE_COOKIE)]
+            Flow(Table.CLASSIFIER, 50, (m.IN_PORT(3),),
+                 (SetField(m.ETH_DST, m.mac_value("02:00:00:00:00:01")), goto(Table.L3_FORWARDING)), NODE_COOKIE)]
 
 
 def installed(app: OvsApplier) -> dict[int, list]:

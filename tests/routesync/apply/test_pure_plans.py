@@ -23,7 +23,8 @@ def test_parse_show_keeps_one_bridge_and_lowercases() -> None:
 
 def test_plan_set_writes_missing_and_changed_only() -> None:
     have = {"192.168.77.12": "8e:bf:1e:6a:00:f0", "192.168.77.1": "aa:aa:aa:aa:aa:aa", "9.9.9.9": "x"}
-    want = {"192.168.77.12": "8E:BF:1E:6A:00:F0", "192.168.77.1": "bb:bb:bb:bb:bb:bb", "fd00:77::1": "cc:cc:cc:cc:cc:cc"}
+    want = {"192.168.77.12": "8E:BF:1E:6A:00:F0", "192.168.77.1": "bb:bb:bb:bb:bb:bb",
+            "fd00:77::1": "cc:cc:cc:cc:cc:cc"}
     assert plan_set(want, have) == [("192.168.77.1", "bb:bb:bb:bb:bb:bb"), ("fd00:77::1", "cc:cc:cc:cc:cc:cc")]
 
 

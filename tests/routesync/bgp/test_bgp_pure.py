@@ -166,7 +166,8 @@ def test_status_round_trip_and_show(tmp_path) -> None:  # type: ignore[no-untype
     cfg_file = tmp_path / "rs.yaml"
     state_file = tmp_path / "state.json"
     cfg_file.write_text(f"nodeName: node-a\ntrafficEncapMode: noEncap\nstateFile: {state_file}\n"
-                        f"bgp: {{localASN: 64512, runDir: {tmp_path / 'bgp'}, peers: [{{address: 192.168.77.1, asn: 65000}}]}}\n")
+                        f"bgp: {{localASN: 64512, runDir: {tmp_path / 'bgp'}, "
+                        f"peers: [{{address: 192.168.77.1, asn: 65000}}]}}\n")
     cfg = from_dict({"nodeName": "node-a", "trafficEncapMode": "noEncap", "stateFile": str(state_file)})
     local = NodeRecord("node-a", ("192.168.77.11",), ("10.244.1.0/24",))
     facts = LocalFacts(2, "02:00:00:00:01:01", None, "eth0", ("192.168.77.11/24",), 1500)

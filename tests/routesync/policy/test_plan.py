@@ -147,7 +147,8 @@ def test_selector_operators() -> None:
         {"key": "t", "operator": "In", "values": ["1", "2"]}, {"key": "x", "operator": "DoesNotExist"},
         {"key": "e", "operator": "Exists"}, {"key": "n", "operator": "NotIn", "values": ["no"]}]}, "sel")
     assert s.matches({"k": "v", "t": "2", "e": ""}) and not s.matches({"k": "v", "t": "3", "e": ""})
-    assert not s.matches({"k": "v", "t": "1", "e": "", "x": "1"}) and not s.matches({"k": "v", "t": "1", "e": "", "n": "no"})
+    assert not s.matches({"k": "v", "t": "1", "e": "", "x": "1"}) \
+        and not s.matches({"k": "v", "t": "1", "e": "", "n": "no"})
     with pytest.raises(sel.SelectorError, match=r"sel.matchExpressions\[0\].operator"):
         sel.parse({"matchExpressions": [{"key": "a", "operator": "Near"}]}, "sel")
 
@@ -184,6 +185,6 @@ def test_ovs_takes_every_planned_flow() -> None:
              {}]
     p = plan(pods, [policy("a", "all", {}, rules, egress=rules[:1], types=("Ingress", "Egress"))],
              host_addresses=("10.0.0.254", "fd00::fe"), service_cidrs=("10.96.0.0/12", "fd00:96::/112"))
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "parse-flows", "-"], input="\n".join(f.text() for f in p.flows),
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "parse-flows", "-"],
+                         input="\n".join(f.text() for f in p.flows), capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr

@@ -10,7 +10,8 @@ from routesync.policy.plan import Plan, RuleInfo
 DUMP = """\
  cookie=0x5000000000000a1, duration=3s, table=50, n_packets=7, n_bytes=518, priority=200,conj_id=4 actions=goto_table:60
  cookie=0x5000000000000a2, duration=3s, table=51, n_packets=3, n_bytes=222, priority=200,ip,nw_dst=10.0.0.1 actions=drop
- cookie=0x5000000000000a3, duration=3s, table=41, n_packets=2, n_bytes=120, priority=200,ipv6,ipv6_src=fd00::1 actions=drop
+ cookie=0x5000000000000a3, duration=3s, table=41, n_packets=2, n_bytes=120, priority=200,ipv6,ipv6_src=fd00::1 \
+actions=drop
 """
 
 
