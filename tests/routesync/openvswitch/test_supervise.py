@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,48 @@ def _rest(s: Supervised) -> list[str]:
         if line == "<eof>":
             return out
         out.append(line)
+
+
+def manifest_probe(run_dir: str) -> list[str]:
+    """deploy/ferry.yaml's probe of the openvswitch container, pointed at ``run_dir``."""
+    docs = list(yaml.safe_load_all((Path(__file__).resolve().parents[3] / "deploy" / "ferry.yaml").read_text()))
+    pod = next(d for d in docs if d and d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
+    ovs = next(c for c in pod["initContainers"] if c["name"] == "openvswitch")
+    assert ovs["startupProbe"]["exec"] == ovs["livenessProbe"]["exec"]
+    argv = ovs["livenessProbe"]["exec"]["command"]
+    return [a.replace("/var/run/openvswitch", run_dir) for a in argv]
+
+
+@contextmanager
+def host_ovs(ns: str, d: Path) -> Iterator[Path]:
+    """Open vSwitch as a host's packages start it: default control socket names (``<daemon>.<pid>.ctl``)."""
+    env = {**os.environ, "OVS_RUNDIR": str(d), "OVS_DBDIR": str(d), "OVS_LOGDIR": str(d)}
+    d.mkdir()
+    subprocess.run(["ovsdb-tool", "create", str(d / "conf.db"), SCHEMA], env=env, check=True)
+    try:
+        for argv in (["ovsdb-server", str(d / "conf.db"), f"--remote=punix:{d}/db.sock"],
+                     ["ovs-vswitchd", f"unix:{d}/db.sock"]):
+            name = argv[0]
+            subprocess.run(["ip", "netns", "exec", ns, *argv, f"--pidfile={d}/{name}.pid", "--detach",
+                            "--no-chdir", f"--log-file={d}/{name}.log"], env=env, check=True, capture_output=True)
+        yield d
+    finally:
+        for name in ("ovs-vswitchd", "ovsdb-server"):
+            try:
+                os.kill(int((d / f"{name}.pid").read_text()), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+
+
+def test_the_manifests_probe_works_from_another_pid_namespace(ns: str, tmp_path: Path) -> None:
+    """The probe runs in the openvswitch container; with ovsDaemons host the daemons' pids are the
+    host's, which the container's PID namespace does not have (``ovs-appctl -t ovs-vswitchd``
+    refused them as stale): it passes while both daemons answer, fails when one is gone."""
+    with host_ovs(ns, tmp_path / "host") as run_dir:
+        probe = ["unshare", "--pid", "--fork", "--mount-proc", *manifest_probe(str(run_dir))]
+        cp = subprocess.run(probe, capture_output=True, text=True, check=False)
+        assert cp.returncode == 0, cp.stderr
+        vswitchd = int((run_dir / "ovs-vswitchd.pid").read_text())
+        os.kill(vswitchd, signal.SIGKILL)
+        until(lambda: not Path(f"/proc/{vswitchd}").exists(), "ovs-vswitchd to exit")
+        assert subprocess.run(probe, capture_output=True, check=False).returncode != 0
