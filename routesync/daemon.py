@@ -290,7 +290,7 @@ class Daemon:
             else:
                 base = local or NodeRecord(cfg.node_name, (), cfg.pod_cidrs)
                 gw = planner.gateway_addresses(cfg, base)
-                facts = self.appliers.prepare(cfg, planner.tunnel_spec(cfg), planner.uplink_spec(cfg), gw)
+                facts = self.appliers.prepare(cfg, planner.tunnel_spec(cfg), planner.uplink_spec(cfg, base), gw)
             me = planner.self_record(cfg, local, facts)
             if me != local:
                 self.source.publish_self(me)

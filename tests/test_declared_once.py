@@ -35,6 +35,7 @@ ALLOWED_WORDS = {
     ("cni/node/nodestate.py", "tunnel"): 2,  # the state file's "tunnel" key
     ("routesync/show.py", "tunnel"): 1,  # show --json's "tunnel" key
     ("routesync/show.py", "none"): 1,  # show's text for "no tunnel port"
+    ("routesync/model.py", "none"): 1,  # the ferry.io/transport-vlan annotation's "untagged here"
     ("routesync/apply/nft.py", "netdev"): 3,  # nftables' netdev family (the uplink's ingress table)
     ("lab/cli.py", "route"): 2,  # ip route show
     ("lab/cli.py", "tunnel"): 1,  # the state file's "tunnel" key

@@ -12,6 +12,7 @@ only the difference.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING
 
@@ -133,6 +134,10 @@ class NodeAppliers:
         when it cannot list its source).  Whether any were installed."""
         self.ovs.ensure_bridge(self.config.datapath_type)
         mover = self._mover_for(uplink)
+        recorded = mover.load()
+        if recorded is not None and recorded.vlan != uplink.vlan:
+            # the VLAN last applied (a Node annotation may have set it; the source is not read yet)
+            mover = self._mover_for(dataclasses.replace(uplink, vlan=recorded.vlan))
         mover.ensure()
         flows = mover.flows()
         if flows:

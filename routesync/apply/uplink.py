@@ -44,13 +44,14 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cni.kernel.netlink import RT_TABLE_LOCAL, RTNH_F_ONLINK, RTPROT_KERNEL, Link, Netlink, NetlinkError
-from cni.pipeline.actions import output
+from cni.pipeline.actions import output, tagged_output
 from cni.pipeline.match import IN_PORT
 from cni.pipeline.modes import NETDEV
 from cni.pipeline.tables import UPLINK_COOKIE, Classifier, Flow, Table
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
 from routesync.model import UplinkSpec
+from routesync.peerflows import tagged_in, untag
 from routesync.planner import uplink_renamed
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class UplinkState:
     phase: str = "moving"  # moving | moved | restoring
     version: int = STATE_VERSION
     ports: dict[str, int] = field(default_factory=dict)
+    vlan: int | None = None  # the transport VLAN the pass-through flows were last installed with
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -107,12 +109,15 @@ class UplinkState:
         return UplinkState(**raw)
 
 
-def uplink_flows(physical_ofport: int, internal_ofport: int) -> list[Flow]:
-    """Host traffic between the physical uplink and the internal port that took its name."""
+def uplink_flows(physical_ofport: int, internal_ofport: int, vlan: int | None = None) -> list[Flow]:
+    """Host traffic between the physical uplink and the internal port that took its name.  With
+    a transport VLAN, what the internal port sends leaves tagged with it, and only frames tagged
+    with it come in (their tag popped): an untagged frame from the uplink (another network, the
+    trunk's native VLAN) reaches nothing, it misses the Classifier and is dropped."""
     return [
-        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(physical_ofport),), (output(internal_ofport),),
-             UPLINK_COOKIE),
-        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(internal_ofport),), (output(physical_ofport),),
+        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(physical_ofport), *tagged_in(vlan)),
+             (*untag(vlan), output(internal_ofport)), UPLINK_COOKIE),
+        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(internal_ofport),), tagged_output(physical_ofport, vlan),
              UPLINK_COOKIE),
     ]
 
@@ -266,10 +271,11 @@ class UplinkMover:
         of_phys = self.ovs.attach_port(st.renamed)
         of_int = self.ovs.ensure_internal_port(st.name, mac=st.mac, mtu=st.mtu)
         st.ports = {st.renamed: of_phys, st.name: of_int}
+        st.vlan = self.spec.vlan
         self._save(st)
         internal = self._wait_link(st.name)
         self.after_step("attached")
-        self.ovs.replace_group(UPLINK_COOKIE, uplink_flows(of_phys, of_int))
+        self.ovs.replace_group(UPLINK_COOKIE, uplink_flows(of_phys, of_int, st.vlan))
         self.after_step("flows")
         iidx = internal.index
         self.nl.link_set(iidx, up=True)
@@ -293,6 +299,10 @@ class UplinkMover:
         if st is not None and st.phase == "moved" and st.ports:
             internal, phys = self._link(st.name), self._link(st.renamed)
             if internal is not None and self._kind(internal) in OVS_KINDS and phys is not None:
+                if st.vlan != self.spec.vlan:  # the pass installs the flows with it (flows())
+                    LOG.info("uplink %s: transport VLAN %s -> %s (None: untagged)", st.name, st.vlan, self.spec.vlan)
+                    st.vlan = self.spec.vlan
+                    self._save(st)
                 return self._follow_mtu(st, phys)
         if st is not None and st.phase == "restoring":
             self.restore()
@@ -315,7 +325,7 @@ class UplinkMover:
         st = self.load()
         if st is None or st.phase != "moved" or not st.ports:
             return []
-        return uplink_flows(st.ports[st.renamed], st.ports[st.name])
+        return uplink_flows(st.ports[st.renamed], st.ports[st.name], self.spec.vlan)
 
     def restore(self) -> bool:
         """Give the original link back its name, MAC, MTU, addresses and routes; idempotent.
