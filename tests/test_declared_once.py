@@ -39,7 +39,8 @@ ALLOWED_WORDS = {
     ("routesync/apply/nft.py", "netdev"): 3,  # nftables' netdev family (the uplink's ingress table)
     ("lab/cli.py", "route"): 2,  # ip route show
     ("lab/cli.py", "tunnel"): 1,  # the state file's "tunnel" key
-    ("lab/check.py", "none"): 1,  # "no family" in the summary line
+    ("lab/check.py", "none"): 1,
+    ("lab/topology.py", "none"): 1,  # a Node's vlan: none (untagged) on a tagged lab  # "no family" in the summary line
     ("lab/frr.py", "route"): 1,  # ip route show
     ("lab/picture.py", "tunnel"): 3,  # the state file's "tunnel" key; the legend's and label's text
     ("lab/picture.py", "underlay"): 1,  # the edge label
