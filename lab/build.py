@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -138,7 +139,17 @@ def _build(topo: Topology, topo_doc: dict, name: str, cni_bin: str, directory: s
     if kube:
         from lab.kube import lab_cluster
 
-        lab_cluster.up(topo, name, directory, manifest, log)
+        switches = [sp for sp in segswitch.plan(name, topo) if sp.bootstrap]
+        stop = threading.Event()
+        watcher = threading.Thread(target=segswitch.trunk_when_tagged, daemon=True, args=(
+            directory, switches, {n.name: os.path.dirname(layout.node_paths(directory, n.name).state_file)
+                                  for n in topo.nodes}, stop))
+        if switches:
+            watcher.start()
+        try:
+            lab_cluster.up(topo, name, directory, manifest, log)
+        finally:
+            stop.set()
     manifest.set(state="up", routeSync=rs_cmd is not None or kube, kubernetes=kube,
                  upSeconds=round(time.monotonic() - t0, 3))
 
