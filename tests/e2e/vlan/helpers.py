@@ -1,0 +1,195 @@
+"""The tagged-underlay suites' helpers: their labs (names start with "tv", this area's prefix), a
+capture on the segment switch's ports, and a Node's ``ferry.io/transport-vlan`` annotation in the
+embedded registry."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+import yaml
+
+from lab import frr, layout, segswitch
+from lab.api import Lab
+from lab.topology import DEFAULT_TOPOLOGY, segment_netns
+from routesync.model import VLAN_ANNOTATION
+from tests.support.labs import PODS, can_run, topology
+from tests.support.waiting import HANG
+
+VLAN = 100
+_counter = itertools.count()
+TOPOLOGIES = os.path.join(os.path.dirname(DEFAULT_TOPOLOGY))
+
+
+def lab_name() -> str:
+    return f"tv{os.getpid() % 100000:x}{next(_counter)}"[:12]
+
+
+def tagged(doc: dict, vlan: int = VLAN) -> dict:
+    return {**doc, "vlan": vlan}
+
+
+def mode_topology(mode: str) -> dict:
+    """The default three-Node lab on VLAN 100 in ``mode``: noEncap, hybrid, fast (noEncap with
+    the fast path), bgp (lab/topologies/bgp.yaml: the router learns the Pod CIDRs over BGP)."""
+    if mode == "bgp":
+        with open(os.path.join(TOPOLOGIES, "bgp.yaml")) as f:
+            return tagged(yaml.safe_load(f))
+    rs = {"noEncap": {"trafficEncapMode": "noEncap"}, "hybrid": {"trafficEncapMode": "hybrid", "tunnelType": "vxlan"},
+          "fast": {"trafficEncapMode": "noEncap", "fastPath": True}}[mode]
+    return tagged(topology(rs, route_pod_cidrs=mode != "hybrid"))
+
+
+def start(cni_bin: str, doc: dict, pods: tuple[tuple[str, str], ...] = PODS) -> Lab:
+    reason = can_run()
+    if reason is None and doc.get("router", {}).get("routePodCIDRs") == "bgp" \
+            and not shutil.which(frr.DAEMONS[0], path=frr.FRR_DIR):
+        reason = "frr not installed"
+    if reason:
+        pytest.skip(reason)
+    lab = Lab.up(doc, name=lab_name(), cni_bin=cni_bin)
+    try:
+        for node, pod in pods:
+            lab.add_pod(node, pod)
+    except BaseException:
+        lab.down()
+        raise
+    return lab
+
+
+# ------------------------------------------------------------------ the Node's annotation
+
+def set_vlan_annotation(lab: Lab, node: str, value: str | None) -> None:
+    """Write (None: remove) ``node``'s ``ferry.io/transport-vlan`` in the embedded registry."""
+    path = os.path.join(layout.registry_dir(lab.dir), f"{node}.yaml")
+    with open(path) as f:
+        rec = yaml.safe_load(f)
+    ann = dict(rec.get("annotations") or {})
+    if value is None:
+        ann.pop(VLAN_ANNOTATION, None)
+    else:
+        ann[VLAN_ANNOTATION] = value
+    rec["annotations"] = ann
+    layout.write_atomic(path, yaml.safe_dump(rec, sort_keys=False))
+
+
+def switch_port(lab: Lab, segment: str, port: str, *settings: str) -> None:
+    segswitch.set_port(lab.dir, segment, port, *settings)
+
+
+def uplink_state(lab: Lab, node: str) -> dict | None:
+    path = os.path.join(os.path.dirname(lab.node(node).paths.state_file), "uplink.json")
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f)
+    except (OSError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------ captures
+
+FRAME = re.compile(r"^\S+ (?P<src>[0-9a-f:]{17}) > (?P<dst>[0-9a-f:]{17}), ethertype (?P<type>[^,]+?) \(0x[0-9a-f]+\), "
+                   r"length (?P<len>\d+): (?P<rest>.*)$")
+VID = re.compile(r"^vlan (\d+), p \d+, ethertype ([^,]+?)(?: \(0x[0-9a-f]+\))?, ")
+
+
+@dataclass
+class Frames:
+    """What one port saw: tagged frames per (VID, inner ethertype), untagged ones per ethertype,
+    the largest frame, and a sample of the untagged ones."""
+
+    tagged: Counter = field(default_factory=Counter)
+    untagged: Counter = field(default_factory=Counter)
+    largest: int = 0
+    untagged_sample: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.tagged.values()) + sum(self.untagged.values())
+
+    @property
+    def vids(self) -> set[int]:
+        return {vid for vid, _t in self.tagged}
+
+    def inner_types(self) -> set[str]:
+        return {t for _vid, t in self.tagged}
+
+
+def parse_frames(text: str) -> Frames:
+    """``tcpdump -e -nn -r`` lines into :class:`Frames`."""
+    out = Frames()
+    for line in text.splitlines():
+        m = FRAME.match(line)
+        if not m:
+            continue
+        out.largest = max(out.largest, int(m.group("len")))
+        if m.group("type") == "802.1Q":
+            v = VID.match(m.group("rest"))
+            assert v, line
+            out.tagged[(int(v.group(1)), v.group(2))] += 1
+        else:
+            out.untagged[m.group("type")] += 1
+            if len(out.untagged_sample) < 5:
+                out.untagged_sample.append(line)
+    return out
+
+
+class Capture:
+    """tcpdump on ports of segment switches (``{(segment, port), ...}``) from start to :meth:`stop`;
+    started once every tcpdump says it listens (its own line on stderr), not after a sleep."""
+
+    def __init__(self, lab: Lab, ports: list[tuple[str, str]]) -> None:
+        self.dir = tempfile.mkdtemp(prefix="tv-cap-")
+        self.procs: dict[tuple[str, str], subprocess.Popen] = {}
+        for seg, port in ports:
+            pcap = os.path.join(self.dir, f"{seg}-{port}.pcap")
+            p = subprocess.Popen(["ip", "netns", "exec", segment_netns(lab.name, seg), "tcpdump", "-U", "-nn", "-s",
+                                  "128", "-i", port, "-w", pcap], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True)
+            self.procs[(seg, port)] = p
+        for key, p in self.procs.items():
+            assert p.stderr is not None
+            line = p.stderr.readline()
+            assert "listening on" in line, f"tcpdump on {key}: {line}"
+
+    def stop(self) -> dict[tuple[str, str], Frames]:
+        out = {}
+        for key, p in self.procs.items():
+            p.send_signal(signal.SIGINT)
+            p.wait(timeout=HANG)
+            text = subprocess.run(["tcpdump", "-nn", "-e", "-r", os.path.join(self.dir, f"{key[0]}-{key[1]}.pcap")],
+                                  capture_output=True, text=True, check=True).stdout
+            out[key] = parse_frames(text)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return out
+
+    def __enter__(self) -> Capture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def trunk_ports(lab: Lab) -> list[tuple[str, str]]:
+    """Every Node's port on its segment's switch (what Node-to-Node and Node-to-router frames cross)."""
+    return [(n.spec.segment, n.name) for n in lab.nodes]
+
+
+def flush_neighbours(lab: Lab) -> None:
+    """Every Node forgets its neighbours, so the probes after this resolve them again (ARP and ND on
+    the wire, inside the capture)."""
+    for n in lab.nodes:
+        n.exec(["ip", "neigh", "flush", "all"], check=False)
+        n.exec(["ip", "-6", "neigh", "flush", "all"], check=False)
