@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -96,6 +97,9 @@ class UplinkState:
     version: int = STATE_VERSION
     ports: dict[str, int] = field(default_factory=dict)
     vlan: int | None = None  # the transport VLAN the pass-through flows were last installed with
+    # the physical link's net.ipv6.conf.<dev>.disable_ipv6 before a VLAN turned it off ("0"/"1"),
+    # None: never touched
+    ipv6_was: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -286,6 +290,7 @@ class UplinkMover:
         self.after_step("unaddressed")
         if self.datapath_type == NETDEV:
             self.nft.set_uplink_drop(st.renamed)
+        self._quiet_physical(st)
         st.phase = "moved"
         self._save(st)
         self.after_step("moved")
@@ -303,10 +308,43 @@ class UplinkMover:
                     LOG.info("uplink %s: transport VLAN %s -> %s (None: untagged)", st.name, st.vlan, self.spec.vlan)
                     st.vlan = self.spec.vlan
                     self._save(st)
+                    self._quiet_physical(st)
                 return self._follow_mtu(st, phys)
         if st is not None and st.phase == "restoring":
             self.restore()
         return self.move()
+
+    def _sysctl(self, key: str, value: str | None = None) -> str:
+        """Read (or write) ``key`` (``net/ipv6/conf/eth0~/disable_ipv6``) in the Node's namespace."""
+        if self.netns is None:
+            path = f"/proc/sys/{key}"
+            if value is not None:
+                with open(path, "w") as f:
+                    f.write(value)
+            with open(path) as f:
+                return f.read().strip()
+        argv = ["ip", "netns", "exec", self.netns, "sysctl", "-n"]
+        if value is not None:
+            subprocess.run([*argv[:-1], "-q", "-w", f"{key}={value}"], check=True)
+        return subprocess.run([*argv, key], check=True, capture_output=True, text=True).stdout.strip()
+
+    def _quiet_physical(self, st: UplinkState) -> None:
+        """With a transport VLAN the Node's kernel must send nothing itself out of the physical
+        link: it would leave untagged, onto the trunk's native VLAN (IPv6 link-local chatter: MLD
+        reports, router solicitations).  Its IPv6 goes off there (the internal port keeps the
+        Node's IPv6); the value before is recorded for restore."""
+        if st.vlan is None:
+            return
+        key = f"net/ipv6/conf/{st.renamed}/disable_ipv6"
+        try:
+            was = self._sysctl(key)
+            if st.ipv6_was is None:
+                st.ipv6_was = was
+                self._save(st)
+            if was != "1":
+                self._sysctl(key, "1")
+        except (OSError, ValueError, subprocess.CalledProcessError) as e:  # no IPv6 here: nothing to quiet
+            LOG.debug("uplink %s: %s not set: %s", st.renamed, key, e)
 
     def _follow_mtu(self, st: UplinkState, phys: Link) -> UplinkState:
         """The underlay's MTU is the physical link's: an operator who changes it (say 1500 ->
@@ -337,6 +375,11 @@ class UplinkMover:
         self._save(st)
         phys = self._physical(st)
         idx = phys.index
+        if st.ipv6_was is not None and st.ipv6_was != "1":  # IPv6 back on it (_quiet_physical) before its addresses
+            try:
+                self._sysctl(f"net/ipv6/conf/{phys.name}/disable_ipv6", st.ipv6_was)
+            except (OSError, ValueError, subprocess.CalledProcessError) as e:
+                LOG.warning("uplink %s: IPv6 not turned back on: %s", phys.name, e)
         self.nft.set_uplink_drop(None)
         self.after_step("undropped")
         self.nl.link_set(idx, up=True)

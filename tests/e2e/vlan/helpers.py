@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Self
 
 import pytest
 import yaml
@@ -171,7 +172,7 @@ class Capture:
         shutil.rmtree(self.dir, ignore_errors=True)
         return out
 
-    def __enter__(self) -> Capture:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
