@@ -98,3 +98,18 @@ def test_untagged_plan_has_no_vlan_actions() -> None:
         f"table=0,priority=10,cookie={c},in_port=5,vlan_vid=4196,actions=pop_vlan,output:6",
         f"table=0,priority=10,cookie={c},in_port=6,actions=push_vlan:0x8100,set_field:4196->vlan_vid,output:5",
     ]
+
+
+def test_both_sources_carry_the_annotation() -> None:
+    """The Kubernetes source keeps ``ferry.io/*`` annotations of a Node object, the registry its
+    record's: the planner reads the VLAN from either."""
+    from routesync.sources.kube import record_from_node
+    from routesync.sources.registry import parse_record, render_record
+
+    node = {"metadata": {"name": "n1", "annotations": {VLAN_ANNOTATION: "42", "other.io/x": "y"}},
+            "spec": {"podCIDRs": ["10.244.1.0/24"]},
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.77.11"}]}}
+    rec = record_from_node(node)
+    assert transport_vlan(cfg(transportVLAN=100), rec) == 42
+    again = parse_record(render_record(rec), "n1")
+    assert again == rec and transport_vlan(cfg(), again) == 42
