@@ -33,7 +33,7 @@ def every_planned_flow() -> list[pl.Flow]:
 
     flows = base_flows(GW) + pod_flows(POD, GW.mac, GW.ofport)
     flows += next_hop_flows(POD.cookie, POD.ofport, ("10.244.1.1", "fd00:10:244:1::1/64"), GW.mac)
-    flows += node_flows(3, GW.mac) + uplink_flows(4, 5) + uplink_flows(4, 5, vlan=100)
+    flows += node_flows(3, GW.mac) + uplink_flows(4, 5) + uplink_flows(6, 7, vlan=100)
     flows += peer_flows(PeerPlan("p1", 4, "tunnel", "172.16.0.7", ("10.244.2.0/24",), "10.244.2.1"), GW.mac, 3)
     flows += peer_flows(PeerPlan("p2", 6, "tunnel", "fd00:172::9", ("fd00:10:244:2::/64",), "fd00:10:244:2::1"),
                         GW.mac, 3)
@@ -45,8 +45,8 @@ def every_planned_flow() -> list[pl.Flow]:
                                  next_hop_mac="02:00:00:00:00:44"), GW.mac, 3, port)
     flows += peer_flows(PeerPlan("p5", 6, "fast", "fd00:192::5", ("fd00:10:244:5::/64",),
                                  next_hop_mac="02:00:00:00:00:55"), GW.mac, 3, port)
-    tagged = FastPort(4, "02:aa:bb:cc:dd:ee", ("10.244.1.0/24", "fd00:10:244:1::/64"), host_ofport=5, vlan=4094)
-    flows += node_flows(None, GW.mac, tagged)
+    # a tagged uplink (ports 6, 7: its flows would replace the untagged ones' of the same match)
+    tagged = FastPort(6, "02:aa:bb:cc:dd:ef", ("10.244.1.0/24", "fd00:10:244:1::/64"), host_ofport=7, vlan=4094)
     flows += peer_flows(PeerPlan("p6", 4, "fast", "192.168.1.6", ("10.244.7.0/24",),
                                  next_hop_mac="02:00:00:00:00:66"), GW.mac, 3, tagged)
     return flows
