@@ -40,13 +40,15 @@ def tagged(doc: dict, vlan: int = VLAN) -> dict:
 
 def mode_topology(mode: str) -> dict:
     """The default three-Node lab on VLAN 100 in ``mode``: noEncap, hybrid, fast (noEncap with
-    the fast path), bgp (lab/topologies/bgp.yaml: the router learns the Pod CIDRs over BGP)."""
+    the fast path), bgp (lab/topologies/bgp.yaml: the router learns the Pod CIDRs over BGP), encap
+    (Geneve: every peer tunnelled over the tagged network)."""
     if mode == "bgp":
         with open(os.path.join(TOPOLOGIES, "bgp.yaml")) as f:
             return tagged(yaml.safe_load(f))
     rs = {"noEncap": {"trafficEncapMode": "noEncap"}, "hybrid": {"trafficEncapMode": "hybrid", "tunnelType": "vxlan"},
-          "fast": {"trafficEncapMode": "noEncap", "fastPath": True}}[mode]
-    return tagged(topology(rs, route_pod_cidrs=mode != "hybrid"))
+          "fast": {"trafficEncapMode": "noEncap", "fastPath": True},
+          "encap": {"trafficEncapMode": "encap", "tunnelType": "geneve"}}[mode]
+    return tagged(topology(rs, route_pod_cidrs=mode in ("noEncap", "fast")))
 
 
 def start(cni_bin: str, doc: dict, pods: tuple[tuple[str, str], ...] = PODS) -> Lab:

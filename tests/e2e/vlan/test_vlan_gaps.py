@@ -1,6 +1,6 @@
 """The Node's own connectivity across the tagged underlay's events (issue 29), seen from the external
 host (ping every 10 ms to node-3, alone on segment b, behind the router): route-sync killed and
-restarted, the VLAN changed at runtime, removed (the uplink restored off the bridge), added again
+restarted, ovs-vswitchd killed and restarted, the VLAN changed at runtime, removed (the uplink restored off the bridge), added again
 (moved back onto it), route-sync killed in the middle of that move and restarted.  Every event is
 the switch port changed first (the operator's side), then the Node's ``ferry.io/transport-vlan``
 annotation; the test waits for replies after each, never for time.  What is asserted: the Node is
@@ -56,6 +56,14 @@ def test_node_reachability_across_vlan_events(cni_bin: str) -> None:
                 lab.reconfigure_route_sync(NODE, sig=9)
                 return t0
             event("route-sync killed + restarted", restart)
+
+            # 1b. ovs-vswitchd SIGKILLed and started again: its flows are gone until route-sync's pass
+            # for the new instance puts them back, the pass-through tagged as before
+            def vswitchd() -> float:
+                t0 = time.time()
+                lab.restart_vswitchd(NODE)
+                return t0
+            event("ovs-vswitchd killed + restarted", vswitchd)
 
             # 2. VLAN 100 -> 200: the segment's switch moves (router port, node-3's trunk), then the Node
             def change() -> float:

@@ -1,5 +1,5 @@
 """The connectivity matrix on a tagged underlay (issue 29), in noEncap, hybrid (routed and
-tunnelled peers), the fast path and BGP, IPv4 and IPv6: every probe of ``ferry-lab check``
+tunnelled peers), the fast path, BGP and encap (Geneve), IPv4 and IPv6: every probe of ``ferry-lab check``
 passes while tcpdump on the segment switches' trunk ports (every Node's port: what Node-to-Node
 and Node-to-router frames cross) sees only frames tagged with VLAN 100, ARP and ND included, and
 none untagged.  1500-byte packets with DF set cross the tagged path (the tag is outside the IP
@@ -18,10 +18,10 @@ from tests.support.labs import topology
 
 pytestmark = pytest.mark.root
 
-MODES = ("noEncap", "hybrid", "fast", "bgp")
+MODES = ("noEncap", "hybrid", "fast", "bgp", "encap")
 # node-1's path to node-2 (same segment) and node-3 (behind the router), as its state file says
 PATHS = {"noEncap": ("route", "underlay"), "hybrid": ("route", "tunnel"), "fast": ("fast", "fast"),
-         "bgp": ("route", "underlay")}
+         "bgp": ("route", "underlay"), "encap": ("tunnel", "tunnel")}
 DF_PAYLOAD = {4: 1500 - 28, 6: 1500 - 48}  # ICMP echo data that makes a 1500-byte IP packet
 
 
@@ -32,10 +32,10 @@ def mode_lab(request: pytest.FixtureRequest, cni_bin: str):  # type: ignore[no-u
     lab.down()
 
 
-def _df_ping(lab: Lab, src_ns: str, dst: str, family: int) -> subprocess.CompletedProcess:
+def _df_ping(lab: Lab, src_ns: str, dst: str, family: int, mtu: int = 1500) -> subprocess.CompletedProcess:
+    payload = DF_PAYLOAD[family] - (1500 - mtu)
     return subprocess.run(["ip", "netns", "exec", src_ns, "ping", f"-{family}", "-n", "-c", "2", "-i", "0.05", "-W", "2",
-                           "-M", "do", "-s", str(DF_PAYLOAD[family]), dst], capture_output=True, text=True,
-                          check=False)
+                           "-M", "do", "-s", str(payload), dst], capture_output=True, text=True, check=False)
 
 
 def test_matrix_and_every_frame_on_the_trunks_is_tagged(mode_lab) -> None:  # type: ignore[no-untyped-def]
@@ -44,12 +44,16 @@ def test_matrix_and_every_frame_on_the_trunks_is_tagged(mode_lab) -> None:  # ty
         flush_neighbours(lab)
         rows = check.run(lab)
         n1, n2, n3 = lab.node("node-1"), lab.node("node-2"), lab.node("node-3")
+        # Pod to Pod on the segment: routed at the full MTU; encap's tunnel at the tunnel MTU (its
+        # overhead, not the tag's)
+        pod_mtu = (n1.state() or {}).get("mtu" if mode == "encap" else "transportMTU", 1500)
         df = []
         for family in (4, 6):
-            # Node to Node on the segment, and across the router; Pod to Pod on the segment (routed: full MTU)
+            # Node to Node on the segment, and across the router, at 1500
             df.append(_df_ping(lab, n1.netns, n2.address(family), family))
             df.append(_df_ping(lab, n1.netns, n3.address(family), family))
-            df.append(_df_ping(lab, lab.pod("node-1", "a").netns, lab.pod("node-2", "a").address(family), family))
+            df.append(_df_ping(lab, lab.pod("node-1", "a").netns, lab.pod("node-2", "a").address(family), family,
+                               pod_mtu))
         frames = cap.stop()
     failed = [r for r in rows if not r.ok]
     assert rows and not failed, check.table(lab, failed)
