@@ -275,7 +275,9 @@ def render(lab: Lab) -> str:
         state = n.state()
         # on a Kubernetes lab the Node's Pod CIDRs are the controller-manager's (route-sync's state)
         cidrs = (state or {}).get("podCIDRs") if lab.kubernetes else None
-        out.append(f"node {n.name} [{node_netns(lab.name, n.name)}] segment {n.spec.segment}, "
+        tag = "" if lab.topology.vlan is None else f" (VLAN {lab.topology.vlan}, this Node tags " + \
+            (f"{n.spec.vlan})" if n.spec.vlan is not None else "nothing)")
+        out.append(f"node {n.name} [{node_netns(lab.name, n.name)}] segment {n.spec.segment}{tag}, "
                    f"{' '.join(a for a in n.addresses if a)}, Pod CIDRs {' '.join(cidrs or n.spec.pod_cidrs)}, "
                    f"{n.spec.datapath}, {alive}")
         if lab.topology.router_bgp is not None:
