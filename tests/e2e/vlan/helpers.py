@@ -18,14 +18,15 @@ from typing import Self
 import pytest
 import yaml
 
-from lab import frr, layout, segswitch
+from lab import frr, layout, ovs, segswitch
 from lab.api import Lab
 from lab.topology import DEFAULT_TOPOLOGY, segment_netns
 from routesync.model import VLAN_ANNOTATION
 from tests.support.labs import PODS, can_run, topology
-from tests.support.waiting import HANG
+from tests.support.waiting import HANG, until
 
 VLAN = 100
+MARK_PAYLOAD = 1111  # the ping that closes a capture (Capture.settle)
 _counter = itertools.count()
 TOPOLOGIES = os.path.join(os.path.dirname(DEFAULT_TOPOLOGY))
 
@@ -163,6 +164,21 @@ class Capture:
             line = p.stderr.readline()
             assert "listening on" in line, f"tcpdump on {key}: {line}"
 
+    def settle(self, lab: Lab) -> None:
+        """Everything sent so far is in the files: each port's Node pings the router once with a
+        marker size, and each file is read until it holds the marker (a packet socket hands frames
+        over in order; tcpdump stopped before reading them would lose the tail)."""
+        for seg, port in self.procs:
+            node = lab.node(port)
+            gw = lab.router.address(4) if node.address(4) else lab.router.address(6)
+            node.exec(["ping", "-n", "-c", "1", "-W", "2", "-s", str(MARK_PAYLOAD), gw])
+            pcap = os.path.join(self.dir, f"{seg}-{port}.pcap")
+
+            def marked(pcap: str = pcap) -> bool:
+                cp = subprocess.run(["tcpdump", "-nn", "-e", "-r", pcap], capture_output=True, text=True, check=False)
+                return f"length {MARK_PAYLOAD + 8 + 20 + 18}:" in cp.stdout  # ICMP + IPv4 + tagged Ethernet
+            until(marked, f"the marker in the capture of {seg}/{port}")
+
     def stop(self) -> dict[tuple[str, str], Frames]:
         out = {}
         for key, p in self.procs.items():
@@ -196,3 +212,31 @@ def flush_neighbours(lab: Lab) -> None:
     for n in lab.nodes:
         n.exec(["ip", "neigh", "flush", "all"], check=False)
         n.exec(["ip", "-6", "neigh", "flush", "all"], check=False)
+
+
+def tunnel_next_hops_known(lab: Lab) -> bool:
+    """Every Node's OVS knows the MAC of each of its tunnels' next hops (``tnl/neigh/show``): the
+    peer on the same segment, the router for the others.  route-sync writes them once the kernel
+    resolved them, which on a tagged segment needs the peer to tag already (a lab's Nodes start
+    together)."""
+    from lab.topology import router_address
+    from routesync.apply.tnlneigh import parse_show
+
+    for n in lab.nodes:
+        state = n.state() or {}
+        want = set()
+        for p in state.get("peers", []):
+            if p.get("path") != "tunnel":
+                continue
+            for a in p.get("addresses", []):
+                fam = 6 if ":" in a else 4
+                peer = lab.node(p["name"])
+                hop = a if peer.spec.segment == n.spec.segment else router_address(lab.topology, n.spec.segment)[fam == 6]
+                want.add(hop)
+        if not want:
+            continue
+        pid = ovs.read_pid(os.path.join(n.paths.ovs, "ovs-vswitchd.pid"))
+        cp = n.exec(["ovs-appctl", "-t", os.path.join(n.paths.ovs, f"ovs-vswitchd.{pid}.ctl"), "tnl/neigh/show"])
+        if not want <= set(parse_show(cp.stdout, lab.topology.bridge)):
+            return False
+    return True

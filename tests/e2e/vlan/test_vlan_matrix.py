@@ -13,8 +13,18 @@ import pytest
 
 from lab import check
 from lab.api import Lab
-from tests.e2e.vlan.helpers import VLAN, Capture, flush_neighbours, mode_topology, start, tagged, trunk_ports
+from tests.e2e.vlan.helpers import (
+    VLAN,
+    Capture,
+    flush_neighbours,
+    mode_topology,
+    start,
+    tagged,
+    trunk_ports,
+    tunnel_next_hops_known,
+)
 from tests.support.labs import topology
+from tests.support.waiting import elapsed_until
 
 pytestmark = pytest.mark.root
 
@@ -40,6 +50,8 @@ def _df_ping(lab: Lab, src_ns: str, dst: str, family: int, mtu: int = 1500) -> s
 
 def test_matrix_and_every_frame_on_the_trunks_is_tagged(mode_lab) -> None:  # type: ignore[no-untyped-def]
     mode, lab = mode_lab
+    # the Nodes started together: a tunnel next hop asked before its Node tagged is asked again
+    took = elapsed_until(lambda: tunnel_next_hops_known(lab), "every tunnel next hop in OVS's neighbour cache")
     with Capture(lab, trunk_ports(lab)) as cap:
         flush_neighbours(lab)
         rows = check.run(lab)
@@ -54,6 +66,7 @@ def test_matrix_and_every_frame_on_the_trunks_is_tagged(mode_lab) -> None:  # ty
             df.append(_df_ping(lab, n1.netns, n3.address(family), family))
             df.append(_df_ping(lab, lab.pod("node-1", "a").netns, lab.pod("node-2", "a").address(family), family,
                                pod_mtu))
+        cap.settle(lab)
         frames = cap.stop()
     failed = [r for r in rows if not r.ok]
     assert rows and not failed, check.table(lab, failed)
@@ -74,7 +87,7 @@ def test_matrix_and_every_frame_on_the_trunks_is_tagged(mode_lab) -> None:  # ty
         assert {"IPv4", "IPv6"} <= f.inner_types(), f"{mode}: {seg}/{port}: {f.tagged}"
         assert f.largest == 1518, f"{mode}: {seg}/{port}: largest frame {f.largest} (1500 + 14 + the 4-byte tag)"
     assert any(t == "ARP" for f in frames.values() for _v, t in f.tagged), f"{mode}: no ARP seen: {summary}"
-    print(f"\n{mode}: {len(rows)} probes ok; per trunk port (frames, by (VID, type), largest): {summary}")
+    print(f"\n{mode}: tunnel next hops known {took:.2f} s into the test; {len(rows)} probes ok; per trunk port (frames, by (VID, type), largest): {summary}")
 
 
 def test_an_untagged_node_reaches_nothing(cni_bin: str) -> None:
