@@ -170,13 +170,16 @@ class Capture:
         over in order; tcpdump stopped before reading them would lose the tail)."""
         for seg, port in self.procs:
             node = lab.node(port)
-            gw = lab.router.address(4) if node.address(4) else lab.router.address(6)
+            family = 4 if node.address(4) else 6
+            gw = lab.router.address(family)
+            assert gw is not None
             node.exec(["ping", "-n", "-c", "1", "-W", "2", "-s", str(MARK_PAYLOAD), gw])
             pcap = os.path.join(self.dir, f"{seg}-{port}.pcap")
+            size = MARK_PAYLOAD + 8 + (20 if family == 4 else 40) + 18  # ICMP, IP, tagged Ethernet
 
-            def marked(pcap: str = pcap) -> bool:
+            def marked(pcap: str = pcap, size: int = size) -> bool:
                 cp = subprocess.run(["tcpdump", "-nn", "-e", "-r", pcap], capture_output=True, text=True, check=False)
-                return f"length {MARK_PAYLOAD + 8 + 20 + 18}:" in cp.stdout  # ICMP + IPv4 + tagged Ethernet
+                return f"length {size}:" in cp.stdout
             until(marked, f"the marker in the capture of {seg}/{port}")
 
     def stop(self) -> dict[tuple[str, str], Frames]:
