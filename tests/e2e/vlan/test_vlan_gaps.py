@@ -10,15 +10,26 @@ restart to the first reply) are printed for the record, not asserted: they are t
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 
 import pytest
 
-from lab.segswitch import access_settings, trunk_settings
+from lab import ovs
+from lab.segswitch import (
+    SwitchPlan,
+    access_settings,
+    bootstrap_settings,
+    paths,
+    trunk_settings,
+    trunk_when_tagged,
+)
+from lab.topology import segment_netns
 from tests.e2e.vlan.helpers import set_vlan_annotation, start, switch_port, tagged, uplink_state
 from tests.support.labs import topology
 from tests.support.liveping import LivePing
-from tests.support.waiting import until
+from tests.support.waiting import HANG, until
 
 pytestmark = pytest.mark.root
 
@@ -107,6 +118,32 @@ def test_node_reachability_across_vlan_events(cni_bin: str) -> None:
                 return t0
             event(f"route-sync killed mid-move (phase {phase}) + restarted", resume,
                   lambda: (uplink_state(lab, NODE) or {}).get("phase") == "moved")
+
+            # 6. the Kubernetes lab's bootstrap: an untagged Node on a native-untagged port reaches the
+            # VLAN; once its route-sync tags, the lab's watcher turns the port into a strict trunk
+            def bootstrap_untagged() -> float:
+                switch_port(lab, SEGMENT, NODE, *bootstrap_settings(NEW_VLAN))
+                t0 = time.time()
+                set_vlan_annotation(lab, NODE, "none")
+                return t0
+            event("bootstrap port, Node untagged", bootstrap_untagged, lambda: uplink_state(lab, NODE) is None)
+            stop = threading.Event()
+            plan = SwitchPlan(SEGMENT, segment_netns(lab.name, SEGMENT), NEW_VLAN, (NODE,), ("router",), bootstrap=True)
+            watcher = threading.Thread(target=trunk_when_tagged, daemon=True, args=(
+                lab.dir, [plan], {NODE: os.path.dirname(node.paths.state_file)}, stop))
+            watcher.start()
+
+            def tag() -> float:
+                t0 = time.time()
+                set_vlan_annotation(lab, NODE, str(NEW_VLAN))
+                return t0
+            try:
+                event("bootstrap port, Node tags, the port becomes a trunk", tag, lambda: not watcher.is_alive())
+            finally:
+                stop.set()
+                watcher.join(HANG)
+            port = ovs.vsctl(paths(lab.dir, SEGMENT), "--columns=vlan_mode,tag,trunks", "list", "port", NODE)
+            assert "trunk" in port and "native" not in port, port
             res = ping.stop()
         print(f"\nnode-3 seen from the external host, ping -i 0.01 ({res.transmitted} sent, {res.lost} lost):")
         for name, (lost, gap, reaction) in results.items():
