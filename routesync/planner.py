@@ -33,6 +33,7 @@ from cni.lean import addr
 from cni.node import nodestate
 from cni.pipeline.flows import GatewayPort, base_flows
 from cni.pipeline.flows import mac as mac_of
+from cni.pipeline.match import VLAN_MAX, VLAN_MIN
 from cni.pipeline.modes import (
     ENCAP,
     FAST_PATH_MODES,
@@ -324,9 +325,10 @@ def transport_vlan(config: Config, local: NodeRecord | None = None) -> int | Non
     if text == VLAN_NONE:
         return None
     try:
-        return vlan_id(f"annotation {VLAN_ANNOTATION}", int(text) if text.isdigit() else raw)
-    except ConfigError as e:
-        raise PlanError(f"Node {local.name if local else '?'}: {e} (or {VLAN_NONE!r})") from None
+        return vlan_id(VLAN_ANNOTATION, int(text) if text.isdigit() else raw)
+    except ConfigError:
+        raise PlanError(f"Node {local.name if local else '?'}: annotation {VLAN_ANNOTATION}={raw!r}: expected a "
+                        f"VLAN ID in [{VLAN_MIN}, {VLAN_MAX}] or {VLAN_NONE!r}") from None
 
 
 def uplink_spec(config: Config, local: NodeRecord | None = None) -> UplinkSpec | None:
