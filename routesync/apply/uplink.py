@@ -308,7 +308,7 @@ class UplinkMover:
                     LOG.info("uplink %s: transport VLAN %s -> %s (None: untagged)", st.name, st.vlan, self.spec.vlan)
                     st.vlan = self.spec.vlan
                     self._save(st)
-                    self._quiet_physical(st)
+                self._quiet_physical(st)  # also when something turned it back on (a read of /proc)
                 return self._follow_mtu(st, phys)
         if st is not None and st.phase == "restoring":
             self.restore()
