@@ -113,7 +113,7 @@ def trunk_when_tagged(lab_directory: str, plans: list[SwitchPlan], state_dirs: d
     while todo and not stop.is_set():
         for seg, port, vlan in sorted(todo):
             if uplink_tagged(state_dirs[port], vlan):
-                set_port(lab_directory, seg, port, *trunk_settings(vlan))
-                ovs.vsctl(paths(lab_directory, seg), "clear", "port", port, "tag")
+                ovs.vsctl(paths(lab_directory, seg), "set", "port", port, *trunk_settings(vlan),
+                          "--", "clear", "port", port, "tag")  # one transaction
                 todo.discard((seg, port, vlan))
         stop.wait(step)
