@@ -121,8 +121,8 @@ def uplink_flows(physical_ofport: int, internal_ofport: int, vlan: int | None = 
     return [
         Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(physical_ofport), *tagged_in(vlan)),
              (*untag(vlan), output(internal_ofport)), UPLINK_COOKIE),
-        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(internal_ofport),), tagged_output(physical_ofport, vlan),
-             UPLINK_COOKIE),
+        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(internal_ofport),),
+             tagged_output(physical_ofport, vlan), UPLINK_COOKIE),
     ]
 
 

@@ -36,7 +36,8 @@ def test_bad_vlans_are_refused(doc: dict, message: str) -> None:
 
 def test_a_node_left_untagged_and_its_route_sync_config(tmp_path) -> None:  # type: ignore[no-untyped-def]
     t = topology.parse({"vlan": 100, "routeSync": {"trafficEncapMode": "noEncap"},
-                        "nodes": [{"name": "node-1"}, {"name": "node-2", "vlan": "none"}, {"name": "node-3", "vlan": 7}]})
+                        "nodes": [{"name": "node-1"}, {"name": "node-2", "vlan": "none"},
+                                  {"name": "node-3", "vlan": 7}]})
     assert [n.vlan for n in t.nodes] == [100, None, 7]
     assert topology.parse(topology.to_doc(t)) == t
 

@@ -234,7 +234,8 @@ def tunnel_next_hops_known(lab: Lab) -> bool:
             for a in p.get("addresses", []):
                 fam = 6 if ":" in a else 4
                 peer = lab.node(p["name"])
-                hop = a if peer.spec.segment == n.spec.segment else router_address(lab.topology, n.spec.segment)[fam == 6]
+                router = router_address(lab.topology, n.spec.segment)[fam == 6]
+                hop = a if peer.spec.segment == n.spec.segment else router
                 want.add(hop)
         if not want:
             continue

@@ -1,6 +1,7 @@
 """The Node's own connectivity across the tagged underlay's events (issue 29), seen from the external
 host (ping every 10 ms to node-3, alone on segment b, behind the router): route-sync killed and
-restarted, ovs-vswitchd killed and restarted, the VLAN changed at runtime, removed (the uplink restored off the bridge), added again
+restarted, ovs-vswitchd killed and restarted, the VLAN changed at runtime, removed (the uplink
+restored off the bridge), added again
 (moved back onto it), route-sync killed in the middle of that move and restarted.  Every event is
 the switch port changed first (the operator's side), then the Node's ``ferry.io/transport-vlan``
 annotation; the test waits for replies after each, never for time.  What is asserted: the Node is

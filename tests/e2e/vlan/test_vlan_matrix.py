@@ -44,8 +44,8 @@ def mode_lab(request: pytest.FixtureRequest, cni_bin: str):  # type: ignore[no-u
 
 def _df_ping(lab: Lab, src_ns: str, dst: str, family: int, mtu: int = 1500) -> subprocess.CompletedProcess:
     payload = DF_PAYLOAD[family] - (1500 - mtu)
-    return subprocess.run(["ip", "netns", "exec", src_ns, "ping", f"-{family}", "-n", "-c", "2", "-i", "0.05", "-W", "2",
-                           "-M", "do", "-s", str(payload), dst], capture_output=True, text=True, check=False)
+    return subprocess.run(["ip", "netns", "exec", src_ns, "ping", f"-{family}", "-n", "-c", "2", "-i", "0.05",
+                           "-W", "2", "-M", "do", "-s", str(payload), dst], capture_output=True, text=True, check=False)
 
 
 def test_matrix_and_every_frame_on_the_trunks_is_tagged(mode_lab) -> None:  # type: ignore[no-untyped-def]
@@ -87,7 +87,8 @@ def test_matrix_and_every_frame_on_the_trunks_is_tagged(mode_lab) -> None:  # ty
         assert {"IPv4", "IPv6"} <= f.inner_types(), f"{mode}: {seg}/{port}: {f.tagged}"
         assert f.largest == 1518, f"{mode}: {seg}/{port}: largest frame {f.largest} (1500 + 14 + the 4-byte tag)"
     assert any(t == "ARP" for f in frames.values() for _v, t in f.tagged), f"{mode}: no ARP seen: {summary}"
-    print(f"\n{mode}: tunnel next hops known {took:.2f} s into the test; {len(rows)} probes ok; per trunk port (frames, by (VID, type), largest): {summary}")
+    print(f"\n{mode}: tunnel next hops known {took:.2f} s into the test; {len(rows)} probes ok; "
+          f"per trunk port (frames, by (VID, type), largest): {summary}")
 
 
 def test_an_untagged_node_reaches_nothing(cni_bin: str) -> None:
@@ -102,7 +103,8 @@ def test_an_untagged_node_reaches_nothing(cni_bin: str) -> None:
         assert n3.spec.vlan is None and n1.spec.vlan == VLAN
         with Capture(lab, [("b", "node-3")]) as cap:
             for family in (4, 6):
-                assert lab.ping(n1, lab.router.address(family), count=2, timeout=2), "the tagged Node reaches the router"
+                assert lab.ping(n1, lab.router.address(family), count=2, timeout=2), \
+                    "the tagged Node reaches the router"
                 assert not lab.ping(n3, lab.router.address(family), count=2, timeout=1), \
                     "an untagged Node reached the router of a tagged segment"
                 assert not lab.ping(n3, n1.address(family), count=1, timeout=1)
