@@ -13,13 +13,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
-from lab import frr, layout, netplan, ovs
+from lab import frr, layout, netplan, ovs, segswitch
 from lab.manifest import MANIFEST, Manifest
 from lab.sh import NETNS_DIR, LabError, cmdline, ip_batch, pids_in, run, running
 from lab.topology import MAX_LAB_NAME, NodeSpec, Topology, check_name, node_netns, router_netns
@@ -116,6 +117,8 @@ def _build(topo: Topology, topo_doc: dict, name: str, cni_bin: str, directory: s
                 list(pool.map(lambda item: ip_batch(item[0], item[1]), stage.items()))
             list(pool.map(lambda item: [run(["ethtool", "-K", dev, "tx", "off"], netns=item[0])
                                         for dev in item[1]], plan.tx_csum_off.items()))
+            # tagged segments: their switches (OVS), on the veths just made
+            list(pool.map(lambda sp: segswitch.start(sp, directory, manifest), segswitch.plan(name, topo)))
         if topo.router_bgp is not None:  # the router's bgpd, before the Nodes' route-sync dial it
             d = frr.frr_dir(directory)
             os.makedirs(d, exist_ok=True)
@@ -136,7 +139,17 @@ def _build(topo: Topology, topo_doc: dict, name: str, cni_bin: str, directory: s
     if kube:
         from lab.kube import lab_cluster
 
-        lab_cluster.up(topo, name, directory, manifest, log)
+        switches = [sp for sp in segswitch.plan(name, topo) if sp.bootstrap]
+        stop = threading.Event()
+        watcher = threading.Thread(target=segswitch.trunk_when_tagged, daemon=True, args=(
+            directory, switches, {n.name: os.path.dirname(layout.node_paths(directory, n.name).state_file)
+                                  for n in topo.nodes}, stop))
+        if switches:
+            watcher.start()
+        try:
+            lab_cluster.up(topo, name, directory, manifest, log)
+        finally:
+            stop.set()
     manifest.set(state="up", routeSync=rs_cmd is not None or kube, kubernetes=kube,
                  upSeconds=round(time.monotonic() - t0, 3))
 

@@ -8,7 +8,7 @@
     ferry-lab demo [MODE FLAGS] [--picture FILE]   # up + 2 Pods per Node + check + show; leaves the lab up
 
 MODE FLAGS override the topology's keys: --mode encap|noEncap|hybrid|networkPolicyOnly,
---tunnel vxlan|geneve|gre, --fast-path, --family 4|6|dual (lab/overrides.py).
+--tunnel vxlan|geneve|gre, --fast-path, --family 4|6|dual, --vlan 1..4094 (lab/overrides.py).
 
 The lab name defaults to $FERRY_LAB_NAME or "demo"."""
 
@@ -52,14 +52,17 @@ def mode_options(f: Callable[..., None]) -> Callable[..., None]:
         click.option("--fast-path", is_flag=True, default=False, help="routeSync.fastPath (noEncap, hybrid)"),
         click.option("--family", type=click.Choice(tuple(overrides.FAMILY_CHOICES)), default=None,
                      help="address families of Pods and underlay"),
+        click.option("--vlan", type=click.IntRange(1, 4094), default=None,
+                     help="vlan: every segment an 802.1Q switch carrying this VLAN, route-sync's transportVLAN"),
     )):
         f = opt(f)
     return f
 
 
 def _doc(topology: str | None, mode: str | None, tunnel: str | None, fast_path: bool, family: str | None,
-         kubernetes: bool = False, kube_proxy: str | None = None, ovs_daemons: str | None = None) -> dict[str, Any]:
-    doc = overrides.load(topology, overrides.Overrides(mode, tunnel, fast_path, family))
+         kubernetes: bool = False, kube_proxy: str | None = None, ovs_daemons: str | None = None,
+         vlan: int | None = None) -> dict[str, Any]:
+    doc = overrides.load(topology, overrides.Overrides(mode, tunnel, fast_path, family, vlan))
     if kubernetes or kube_proxy or ovs_daemons:
         doc["kubernetes"] = dict(doc.get("kubernetes") or {})
         if kube_proxy:
@@ -130,11 +133,11 @@ def kubectl(name: str, args: tuple[str, ...]) -> None:
 @mode_options
 @kubernetes_option
 def up(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
-       fast_path: bool, family: str | None, kubernetes: bool, kube_proxy: str | None,
+       fast_path: bool, family: str | None, vlan: int | None, kubernetes: bool, kube_proxy: str | None,
        ovs_daemons: str | None) -> None:
     t0 = time.monotonic()
     try:
-        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons)
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons, vlan)
         lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
     except (LabError, TopologyError, OSError) as e:
         _fail(e)
@@ -272,7 +275,9 @@ def render(lab: Lab) -> str:
         state = n.state()
         # on a Kubernetes lab the Node's Pod CIDRs are the controller-manager's (route-sync's state)
         cidrs = (state or {}).get("podCIDRs") if lab.kubernetes else None
-        out.append(f"node {n.name} [{node_netns(lab.name, n.name)}] segment {n.spec.segment}, "
+        tag = "" if lab.topology.vlan is None else f" (VLAN {lab.topology.vlan}, this Node tags " + \
+            (f"{n.spec.vlan})" if n.spec.vlan is not None else "nothing)")
+        out.append(f"node {n.name} [{node_netns(lab.name, n.name)}] segment {n.spec.segment}{tag}, "
                    f"{' '.join(a for a in n.addresses if a)}, Pod CIDRs {' '.join(cidrs or n.spec.pod_cidrs)}, "
                    f"{n.spec.datapath}, {alive}")
         if lab.topology.router_bgp is not None:
@@ -302,11 +307,11 @@ def render(lab: Lab) -> str:
 @click.option("--picture", "picture_file", type=click.Path(dir_okay=False), default=None,
               help="also draw the lab into this .svg or .png file")
 def demo(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
-         fast_path: bool, family: str | None, kubernetes: bool, kube_proxy: str | None,
+         fast_path: bool, family: str | None, vlan: int | None, kubernetes: bool, kube_proxy: str | None,
          ovs_daemons: str | None, picture_file: str | None) -> None:
     t0 = time.monotonic()
     try:
-        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons)
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons, vlan)
         cni_bin = ensure_cni_bin(os.path.abspath(cni_bin or default_cni_bin()))
         lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
         click.echo(f"lab {name} up in {time.monotonic() - t0:.2f}s")

@@ -158,6 +158,7 @@ def route_sync_config(topo: Topology, node: NodeSpec, paths: NodePaths, lab_dire
         "fastPath": rs.fastPath,
         "macSource": rs.macSource,
         "resyncSeconds": rs.resyncSeconds,
+        **({"transportVLAN": node.vlan} if node.vlan is not None else {}),
         **({"bgp": frr.node_bgp_config(topo, node)} if topo.router_bgp is not None else {}),
     }
 

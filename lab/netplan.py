@@ -25,6 +25,7 @@ from lab.topology import (
 )
 
 SEGMENT_BRIDGE = "br0"
+NO_IPV6 = ("net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")  # a tagged segment's ns
 # No duplicate address detection anywhere in the lab: a tentative link-local address would
 # drop the first IPv6 neighbour exchanges right after `up` (addresses are unique by plan).
 NO_DAD = ("net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
@@ -49,19 +50,24 @@ def plan(lab: str, topo: Topology) -> NetPlan:
     nodes = {n.name: node_netns(lab, n.name) for n in topo.nodes}
     namespaces = (*segs.values(), router, ext, *nodes.values())
 
-    # Stage 1: bridges and every veth (created from the segment / router side).
+    # Stage 1: bridges and every veth (created from the segment / router side).  A tagged lab
+    # (``vlan``) has no Linux bridge: the segment's switch is an OVS bridge (lab.segswitch),
+    # built on these veths afterwards.
     create: dict[str, list[str]] = {ns: ["link set lo up"] for ns in namespaces}
+    tagged = topo.vlan is not None
+    attach = "" if tagged else f" master {SEGMENT_BRIDGE}"
     for s in topo.segments:
         ns = segs[s.name]
-        create[ns] += [f"link add {SEGMENT_BRIDGE} mtu {s.mtu} type bridge stp_state 0 forward_delay 0",
-                       f"link set {SEGMENT_BRIDGE} up",
-                       f"link add router mtu {s.mtu} type veth peer name eth-{s.name} mtu {s.mtu} netns {router}",
-                       f"link set router master {SEGMENT_BRIDGE} up"]
+        if not tagged:
+            create[ns] += [f"link add {SEGMENT_BRIDGE} mtu {s.mtu} type bridge stp_state 0 forward_delay 0",
+                           f"link set {SEGMENT_BRIDGE} up"]
+        create[ns] += [f"link add router mtu {s.mtu} type veth peer name eth-{s.name} mtu {s.mtu} netns {router}",
+                       f"link set router{attach} up"]
     for n in topo.nodes:
         s = topo.segment(n.segment)
         create[segs[s.name]] += [
             f"link add {n.name} mtu {s.mtu} type veth peer name eth0 mtu {s.mtu} netns {nodes[n.name]}",
-            f"link set {n.name} master {SEGMENT_BRIDGE} up"]
+            f"link set {n.name}{attach} up"]
     create[router] += [f"link add eth-ext type veth peer name eth0 netns {ext}"]
 
     # Stage 2: addresses and routes, each namespace on its own; only the families each link has.
@@ -86,6 +92,9 @@ def plan(lab: str, topo: Topology) -> NetPlan:
                 if m.name != n.name and m.segment == n.segment:
                     config[nodes[n.name]] += _pod_routes(node_addresses(topo, m), m.pod_cidrs)
     sysctls: dict[str, tuple[str, ...]] = {ns: NO_DAD for ns in namespaces}
+    if tagged:
+        for ns in segs.values():
+            sysctls[ns] = NO_DAD + NO_IPV6
     for ns in (router, *nodes.values()):
         sysctls[ns] = NO_DAD + FORWARDING
     # The segment's switch ports towards Nodes and the router compute checksums, like real NICs:
@@ -94,6 +103,8 @@ def plan(lab: str, topo: Topology) -> NetPlan:
     # Node's kernel drops them (TCP through masquerade failed while ping worked).
     tx_off = {segs[s.name]: tuple(["router"] + [n.name for n in topo.nodes if n.segment == s.name])
               for s in topo.segments}
+    if tagged:  # the switch is a netdev OVS too, reading its ports with AF_PACKET: the router's ends
+        tx_off[router] = tuple(f"eth-{s.name}" for s in topo.segments)  # hand it complete checksums
     return NetPlan(namespaces=namespaces, stages=(create, config), sysctls=sysctls, tx_csum_off=tx_off)
 
 

@@ -11,6 +11,7 @@ topology document in, the same document with those keys overridden out.  Pure.
     --fast-path     routeSync.fastPath (noEncap and hybrid only).
     --family F      4, 6 or dual: clusterCIDRs, every segment, the external link and explicit
                     Node podCIDRs keep exactly these families; a family added gets the defaults.
+    --vlan N        vlan: every segment a tagged switch (lab.segswitch), route-sync's transportVLAN.
 
 A combination that cannot work is refused with :class:`TopologyError` naming the flag and the
 reason; the result is then parsed like any topology (``lab.topology.parse``)."""
@@ -52,6 +53,7 @@ class Overrides:
     tunnel: str | None = None  # tunnelType
     fast_path: bool = False  # True: fastPath on
     family: str | None = None  # "4" | "6" | "dual"
+    vlan: int | None = None  # the segments' 802.1Q VLAN and the Nodes' transportVLAN (lab.segswitch)
 
 
 def apply(doc: dict[str, Any] | None, o: Overrides) -> dict[str, Any]:
@@ -61,6 +63,8 @@ def apply(doc: dict[str, Any] | None, o: Overrides) -> dict[str, Any]:
         _route_sync(out, o)
     if o.family:
         _family(out, o.family)
+    if o.vlan is not None:
+        out["vlan"] = o.vlan
     return out
 
 

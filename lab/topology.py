@@ -17,7 +17,11 @@ YAML (every key optional; ``lab/topologies/default.yaml`` is the default)::
       bgp: {asn: 65000, nodeASN: 64512, holdTime: 9, gracefulRestart: 0}   # with routePodCIDRs: bgp
       external: {ipv4: 192.168.99.0/24, ipv6: fd00:99::/64}
     nodes:
-      - {name: node-1, segment: a}       # optional: datapath, podCIDRs, address index
+      - {name: node-1, segment: a}       # optional: datapath, podCIDRs, address index, vlan
+    vlan: null                           # or 100: every segment is an 802.1Q switch (an OVS bridge of
+                                         # the lab's own: trunk ports to the Nodes, an access port
+                                         # with the tag to the router), route-sync's transportVLAN;
+                                         # a Node's ``vlan: none`` leaves it untagged (misconfigured)
     routeSync: null                      # or {trafficEncapMode: encap, tunnelType: vxlan, ...}
     nodePodRoutes: false                 # each Node routes the Pod CIDRs of the other Nodes on its
                                          # segment via them (the primary CNI's routing when Ferry
@@ -66,6 +70,7 @@ DEFAULT_CLUSTER_CIDRS = {4: "10.244.0.0/16", 6: "fd00:10:244::/48"}
 DEFAULT_EXTERNAL = {4: "192.168.99.0/24", 6: "fd00:99::/64"}
 ROUTER_ON_SEGMENT = 1  # host index of the router on every segment / the external link
 EXTERNAL_HOST = 2  # host index of the external host on the external link
+UNTAGGED = "none"  # a Node's ``vlan`` on a tagged lab: its route-sync tags nothing
 NODE_HOST_BASE = 10  # node i (1-based, lab-wide) is host NODE_HOST_BASE + i on its segment
 
 
@@ -95,6 +100,7 @@ class NodeSpec:
     index: int  # 1-based, lab-wide: gives the host part and the Pod CIDRs
     datapath: str
     pod_cidrs: tuple[str, ...]
+    vlan: int | None = None  # the transport VLAN this Node's route-sync is configured with
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,7 @@ class Topology:
     node_pod_routes: bool = False
     kubernetes: KubeSpec | None = None  # a real Kubernetes cluster (lab/kube): Ferry from its DaemonSet
     router_bgp: RouterBgp | None = None  # routePodCIDRs: bgp (route_pod_cidrs is then False: nothing static)
+    vlan: int | None = None  # every segment carries this 802.1Q VLAN (lab.segswitch); None: plain bridges
 
     @property
     def chained(self) -> bool:
@@ -289,7 +296,7 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 def parse(data: Any) -> Topology:
     d = _mapping(data, "topology")
     known = {"datapath", "clusterCIDRs", "segments", "router", "nodes", "routeSync", "bridge", "name",
-             "nodePodRoutes", "kubernetes"}
+             "nodePodRoutes", "kubernetes", "vlan"}
     unknown = set(d) - known
     if unknown:
         raise TopologyError(f"topology: unknown keys {sorted(unknown)}")
@@ -326,6 +333,7 @@ def parse(data: Any) -> Topology:
         ext_named = {f: DEFAULT_EXTERNAL[f] for f in FAMILIES if any(seg.cidr(f) for seg in segments)}
     ext4, ext6 = (_cidr(ext_named[f], f, f"router.external.ipv{f}") if f in ext_named else None
                   for f in FAMILIES)
+    vlan = _vlan(d.get("vlan"), "vlan")
     nodes_in = d.get("nodes")
     if nodes_in is None:
         nodes_in = [{"name": "node-1", "segment": "a"}, {"name": "node-2", "segment": "a"},
@@ -348,7 +356,12 @@ def parse(data: Any) -> Topology:
         index = int(n.get("index", i))
         pod_cidrs = tuple(str(ipaddress.ip_network(str(c), strict=True)) for c in n["podCIDRs"]) \
             if "podCIDRs" in n else default_pod_cidrs(cluster, index)
-        nodes.append(NodeSpec(name, seg, index, dp, pod_cidrs))
+        node_vlan = vlan
+        if "vlan" in n:
+            if vlan is None:
+                raise TopologyError(f"node {name}: vlan only with a top-level vlan (the segments' tag)")
+            node_vlan = None if n["vlan"] == UNTAGGED else _vlan(n["vlan"], f"node {name}: vlan")
+        nodes.append(NodeSpec(name, seg, index, dp, pod_cidrs, node_vlan))
     if len({n.name for n in nodes}) != len(nodes):
         raise TopologyError("nodes: duplicate names")
     if len({n.index for n in nodes}) != len(nodes):
@@ -369,6 +382,9 @@ def parse(data: Any) -> Topology:
     if rpc not in (True, False, "bgp"):
         raise TopologyError(f"router.routePodCIDRs {rpc!r}: true (static routes), false, or bgp")
     router_bgp = _router_bgp(router.get("bgp"), rpc == "bgp", route_sync, d.get("kubernetes"))
+    if vlan is not None and route_sync is None:
+        raise TopologyError("vlan: needs a routeSync block (route-sync tags the Nodes' traffic; a Node "
+                            "without it cannot reach a tagged segment)")
     return Topology(
         segments=tuple(segments), nodes=tuple(nodes), cluster_cidrs=cluster,
         route_pod_cidrs=rpc is True, router_bgp=router_bgp,
@@ -376,7 +392,18 @@ def parse(data: Any) -> Topology:
         route_sync=route_sync, bridge=str(d.get("bridge", "br-int")),
         node_pod_routes=bool(d.get("nodePodRoutes", False)),
         kubernetes=_kubernetes(d.get("kubernetes"), route_sync, tuple(n.name for n in nodes)),
+        vlan=vlan,
     )
+
+
+def _vlan(value: Any, where: str) -> int | None:
+    """An 802.1Q VLAN ID (1..4094), or None for ``null``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4094:
+        raise TopologyError(f"{where} {value!r}: a VLAN ID in [1, 4094] (0 is a priority tag, 4095 reserved)"
+                            + (", or none" if where != "vlan" else ""))
+    return value
 
 
 def _router_bgp(value: Any, on: bool, route_sync: RouteSyncSpec | None, kubernetes: Any) -> RouterBgp | None:
@@ -504,8 +531,11 @@ def to_doc(topo: Topology) -> dict[str, Any]:
                       if topo.router_bgp else {}),
                    "external": {f"ipv{f}": topo.external_cidr(f) for f in FAMILIES if topo.external_cidr(f)}},
         "nodes": [{"name": n.name, "segment": n.segment, "index": n.index, "datapath": n.datapath,
-                   "podCIDRs": list(n.pod_cidrs)} for n in topo.nodes],
+                   "podCIDRs": list(n.pod_cidrs),
+                   **({"vlan": n.vlan if n.vlan is not None else UNTAGGED} if topo.vlan is not None else {})}
+                  for n in topo.nodes],
         "routeSync": None if rs is None else {k: getattr(rs, k) for k in RouteSyncSpec.__dataclass_fields__},
         "nodePodRoutes": topo.node_pod_routes,
         "kubernetes": None if topo.kubernetes is None else topo.kubernetes.to_doc(),
+        "vlan": topo.vlan,
     }

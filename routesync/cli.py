@@ -179,7 +179,9 @@ def show(config_path: str, as_json: bool, state_file: str | None, what: tuple[st
         found = conflicts.read(path)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
-    click.echo(show_mod.as_json(state, bgp, found) if as_json else show_mod.as_table(state, bgp, found), nl=as_json)
+    uplink = show_mod.uplink_record(path)
+    click.echo(show_mod.as_json(state, bgp, found, uplink) if as_json else show_mod.as_table(state, bgp, found, uplink),
+               nl=as_json)
 
 
 def _show_policy(cfg: Config, pod: str, state_file: str | None, as_json: bool) -> None:

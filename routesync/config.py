@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from cni.node.nodestate import DEFAULT_STATE_FILE
+from cni.pipeline.match import VLAN_MAX, VLAN_MIN
 from cni.pipeline.modes import (
     DATAPATHS,
     ENCAP,
@@ -97,6 +98,9 @@ class Config:
     tunnel_port: int | None = 4789
     transport_interface: str = "eth0"
     transport_interface_cidrs: tuple[str, ...] = ()
+    # the underlay is 802.1Q VLAN ``transport_vlan`` (a trunk port): OVS tags what leaves the
+    # uplink and takes in only frames tagged with it; None: untagged
+    transport_vlan: int | None = None
     no_snat: bool = False
     default_mtu: int = 0
     bridge: str = DEFAULT_BRIDGE
@@ -171,6 +175,14 @@ def _ifname(key: str, v: Any) -> str:
     if len(name.encode()) > MAX_IFNAME or "/" in name or any(c.isspace() for c in name):
         raise ConfigError(key, f"not a valid interface name: {name!r}")
     return name
+
+
+def vlan_id(key: str, v: Any) -> int:
+    """An 802.1Q VLAN ID, an integer 1..4094 (0 is a priority tag, 4095 reserved)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not VLAN_MIN <= v <= VLAN_MAX:
+        raise ConfigError(key, f"expected a VLAN ID in [{VLAN_MIN}, {VLAN_MAX}] (0 is a priority tag, "
+                               f"4095 reserved), got {v!r}")
+    return v
 
 
 def _cidrs(key: str, v: Any, host_bits: bool) -> tuple[str, ...]:
@@ -300,6 +312,7 @@ _KEYS = {
     "transportInterfaceCIDRs", "noSNAT", "defaultMTU", "bridge", "datapathType", "ovsdb", "ovsRunDir",
     "stateFile", "podCIDRs", "clusterCIDRs", "nodeSource", "fastPath", "macSource", "resyncSeconds",
     "logFile", "bgp", "serviceCIDRs", "networkPolicy", "ovsDaemons", "ovsDatabase", "ovsLogDir",
+    "transportVLAN",
 }
 
 
@@ -355,6 +368,7 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         tunnel_port=tunnel_port,
         transport_interface=_ifname("transportInterface", g("transportInterface", "eth0")),
         transport_interface_cidrs=_cidrs("transportInterfaceCIDRs", g("transportInterfaceCIDRs", []), True),
+        transport_vlan=vlan_id("transportVLAN", g("transportVLAN")) if g("transportVLAN") is not None else None,
         no_snat=no_snat,
         default_mtu=default_mtu,
         bridge=_ifname("bridge", g("bridge", DEFAULT_BRIDGE)),

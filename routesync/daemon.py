@@ -290,7 +290,7 @@ class Daemon:
             else:
                 base = local or NodeRecord(cfg.node_name, (), cfg.pod_cidrs)
                 gw = planner.gateway_addresses(cfg, base)
-                facts = self.appliers.prepare(cfg, planner.tunnel_spec(cfg), planner.uplink_spec(cfg), gw)
+                facts = self.appliers.prepare(cfg, planner.tunnel_spec(cfg), planner.uplink_spec(cfg, base), gw)
             me = planner.self_record(cfg, local, facts)
             if me != local:
                 self.source.publish_self(me)
@@ -346,6 +346,18 @@ class Daemon:
             self._host_path_for = gen
         except Exception as e:  # noqa: BLE001 - the pass reports the source's error; this one is logged
             log.warning("cannot restore the uplink's pass-through flows: %s", e)
+
+    def _retry_tunnel_neighbours(self) -> None:
+        """Tunnel next hops that did not answer (a peer not up yet; on a tagged underlay, one
+        whose route-sync does not tag yet) are asked again between passes, not only at the next
+        full one: OVS learns no IPv6 next hop itself, so until then that tunnel is dark."""
+        retry = getattr(self.appliers, "retry_tunnel_neighbours", None)
+        if retry is None:
+            return
+        try:
+            retry()
+        except Exception as e:  # noqa: BLE001 - the next full pass tries again
+            log.info("tunnel neighbours not retried: %s", e)
 
     def _plan_policy(self, desired: DesiredState) -> policy_plan.Plan | None:
         """This Node's NetworkPolicy flows, planned again only when the cluster's Pods,
@@ -574,5 +586,6 @@ class Daemon:
                     if gen != ovs_gen:
                         log.warning("ovs-vswitchd restarted (generation %s -> %s): re-installing", ovs_gen, gen)
                         ovs_gen, dirty, retry_at, full = gen, True, 0.0, True
+                    self._retry_tunnel_neighbours()
         finally:
             self.flush_state()  # what an incremental pass left pending is on disk when run() returns

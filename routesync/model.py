@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 
 MAC_ANNOTATION = "ferry.io/mac-address"
 TRANSPORT_ANNOTATION = "ferry.io/transport-addresses"
+# This Node's transport VLAN, over route-sync's ``transportVLAN``: a VLAN ID (1..4094), or
+# ``none`` for an untagged transport network on this Node.
+VLAN_ANNOTATION = "ferry.io/transport-vlan"
+VLAN_NONE = "none"
 
 # Routes route-sync installs carry this protocol number (rtnetlink RTPROT_*), so a restart
 # can list exactly its own routes ("adopt and clean") and never touch anyone else's.
@@ -107,6 +111,7 @@ class UplinkSpec:
 
     name: str  # "eth0"
     renamed: str  # "eth0~"
+    vlan: int | None = None  # the transport VLAN: what OVS tags on the way out and takes in tagged
 
 
 @dataclass

@@ -12,14 +12,13 @@ from dataclasses import dataclass
 
 from cni.lean import addr
 from cni.pipeline import match as m
-from cni.pipeline.actions import DEC_TTL, DecTtl, SetField, goto, output
+from cni.pipeline.actions import DEC_TTL, POP_VLAN, DecTtl, PopVlan, SetField, goto, output, tagged_output
 from cni.pipeline.flows import (
     arp_responder_actions,
     commit_flows,
     from_host_reply_flow,
     host_return_flow,
     mac,
-    routed_to,
     via_flag,
 )
 from cni.pipeline.match import ARP, IN_PORT, IP, IPV6, Field
@@ -50,6 +49,7 @@ class FastPort:
     mac: str
     local_pod_cidrs: tuple[str, ...]
     host_ofport: int | None = None  # the internal port that took the uplink's name and MAC
+    vlan: int | None = None  # the transport VLAN: tagged out, taken in only tagged with it
 
 
 def _prefix(net: ipaddress.IPv4Network | ipaddress.IPv6Network, source: bool) -> Field:
@@ -67,6 +67,9 @@ def fast_flows(peer: PeerPlan, gateway_mac: str, port: FastPort) -> list[Flow]:
       CIDR: dst := gateway MAC, then L3Forwarding's per-Pod flow delivers it (as the tunnel
       classifier does), so replies come back the way requests went.
 
+    With a transport VLAN the first is tagged with it on the way out, and the second matches
+    only frames tagged with it and pops the tag.
+
     The Node's own traffic (not between Pod CIDRs) keeps the host pass-through flows."""
     assert peer.next_hop_mac is not None
     cookie = peer_cookie(peer.peer)
@@ -78,14 +81,27 @@ def fast_flows(peer: PeerPlan, gateway_mac: str, port: FastPort) -> list[Flow]:
         net = ipaddress.ip_network(cidr, strict=False)
         proto = IP if net.version == 4 else IPV6
         flows.append(Flow(Table.L3_FORWARDING, L3Forwarding.PEER, (proto, _prefix(net, False)),
-                          routed_to(up_mac, nh_mac, output(ofport)), cookie))
+                          (SetField(m.ETH_SRC, m.mac_value(up_mac)), SetField(m.ETH_DST, m.mac_value(nh_mac)), DEC_TTL,
+                           *tagged_output(ofport, port.vlan)), cookie))
         for mine in local:
             if mine.version != net.version:
                 continue
             flows.append(Flow(Table.CLASSIFIER, Classifier.FAST_IN,
-                              (IN_PORT(ofport), m.ETH_DST(up_mac), proto, _prefix(net, True), _prefix(mine, False)),
-                              (SetField(m.ETH_DST, m.mac_value(gmac)), goto(Table.CONNTRACK)), cookie))
+                              (IN_PORT(ofport), *tagged_in(port.vlan), m.ETH_DST(up_mac), proto, _prefix(net, True),
+                               _prefix(mine, False)),
+                              (*untag(port.vlan), SetField(m.ETH_DST, m.mac_value(gmac)), goto(Table.CONNTRACK)),
+                              cookie))
     return flows
+
+
+def tagged_in(vlan: int | None) -> tuple[Field, ...]:
+    """The match of what is taken in from the uplink: tagged with the transport VLAN, if any."""
+    return () if vlan is None else (m.vlan(vlan),)
+
+
+def untag(vlan: int | None) -> tuple[PopVlan, ...]:
+    """Pop the transport VLAN's tag of what :func:`tagged_in` matched."""
+    return () if vlan is None else (POP_VLAN,)
 
 
 def host_uplink_flows(port: FastPort) -> list[Flow]:
@@ -98,7 +114,7 @@ def host_uplink_flows(port: FastPort) -> list[Flow]:
     if port.host_ofport is None:
         return []
     host, ofport = int(port.host_ofport), int(port.ofport)
-    to_uplink = (output(ofport),)
+    to_uplink = tagged_output(ofport, port.vlan)
     flows: list[Flow] = []
     families = set()
     for cidr in port.local_pod_cidrs:

@@ -33,6 +33,7 @@ from cni.lean import addr
 from cni.node import nodestate
 from cni.pipeline.flows import GatewayPort, base_flows
 from cni.pipeline.flows import mac as mac_of
+from cni.pipeline.match import VLAN_MAX, VLAN_MIN
 from cni.pipeline.modes import (
     ENCAP,
     FAST_PATH_MODES,
@@ -50,9 +51,11 @@ from cni.pipeline.tables import GATEWAY_PORT, TUNNEL_PORT, VIRTUAL_MAC, Flow
 
 from . import mtu as mtu_mod
 from . import planclaims
-from .config import Config
+from .config import Config, ConfigError, vlan_id
 from .model import (
     MAC_ANNOTATION,
+    VLAN_ANNOTATION,
+    VLAN_NONE,
     DesiredState,
     HostRoute,
     LocalFacts,
@@ -311,12 +314,32 @@ def tunnel_spec(config: Config) -> TunnelSpec | None:
     return TunnelSpec(type=config.tunnel_type, port_name=TUNNEL_PORT, dst_port=config.tunnel_port)
 
 
-def uplink_spec(config: Config) -> UplinkSpec | None:
-    """OVS userspace tunnels need the uplink on the bridge (netdev only); the fast path needs it
-    on either datapath (Pods' packets are output to it from OVS)."""
-    if not ((config.datapath_type == NETDEV and config.tunnelled) or config.fast_path):
+def transport_vlan(config: Config, local: NodeRecord | None = None) -> int | None:
+    """This Node's transport VLAN: its ``ferry.io/transport-vlan`` annotation (a VLAN ID, or
+    ``none``: untagged here), else ``transportVLAN``.  A bad annotation fails the pass, naming it
+    (the Node keeps what it has: a guess could put it on the wrong network)."""
+    raw = local.annotation(VLAN_ANNOTATION) if local is not None else None
+    if raw is None:
+        return config.transport_vlan
+    text = raw.strip().lower()
+    if text == VLAN_NONE:
         return None
-    return UplinkSpec(name=config.transport_interface, renamed=uplink_renamed(config.transport_interface))
+    try:
+        return vlan_id(VLAN_ANNOTATION, int(text) if text.isdigit() else raw)
+    except ConfigError:
+        raise PlanError(f"Node {local.name if local else '?'}: annotation {VLAN_ANNOTATION}={raw!r}: expected a "
+                        f"VLAN ID in [{VLAN_MIN}, {VLAN_MAX}] or {VLAN_NONE!r}") from None
+
+
+def uplink_spec(config: Config, local: NodeRecord | None = None) -> UplinkSpec | None:
+    """OVS userspace tunnels need the uplink on the bridge (netdev only); the fast path needs it
+    on either datapath (Pods' packets are output to it from OVS); so does a transport VLAN (the
+    kernel here need not tag: OVS tags what the internal port that took the uplink's name sends)."""
+    vlan = transport_vlan(config, local)
+    if not ((config.datapath_type == NETDEV and config.tunnelled) or config.fast_path or vlan is not None):
+        return None
+    return UplinkSpec(name=config.transport_interface, renamed=uplink_renamed(config.transport_interface),
+                      vlan=vlan)
 
 
 def gateway_addresses(config: Config, local: NodeRecord) -> tuple[str, ...]:
@@ -335,7 +358,7 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     gw_addrs = gateway_addresses(config, local)
     networks = transport_networks(config, facts)
     tunnel = tunnel_spec(config)
-    uplink = uplink_spec(config)
+    uplink = uplink_spec(config, local)
     local_addrs = local_transport_addresses(config, local, facts)
 
     ipv6_underlay = False
@@ -354,7 +377,8 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     fast_port = None
     if fast:
         assert facts.uplink_ofport is not None and facts.uplink_mac is not None
-        fast_port = FastPort(facts.uplink_ofport, facts.uplink_mac, pod_cidrs, facts.uplink_host_ofport)
+        fast_port = FastPort(facts.uplink_ofport, facts.uplink_mac, pod_cidrs, facts.uplink_host_ofport,
+                             uplink.vlan if uplink is not None else None)
     flows += node_flows(tunnel_ofport, facts.gateway_mac, fast_port)
     disagreements: list[MacDisagreement] = []
     plans: list[PeerPlan] = []

@@ -47,10 +47,34 @@ def mtus(state: NodeState) -> str:
     return f"mtu {full} (Pods, routed, non-Pod), {state.mtu} tunnelled"
 
 
-def as_json(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence[CidrConflict] = ()) -> str:
+def uplink_record(state_file: str) -> dict[str, Any] | None:
+    """The uplink move's record beside the state file (``routesync.apply.uplink``: name, the
+    physical link's name, bridge, phase, transport VLAN), None when the uplink is not moved."""
+    import os
+
+    try:
+        with open(os.path.join(os.path.dirname(state_file) or ".", "uplink.json")) as f:
+            raw = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    return {k: raw.get(k) for k in ("name", "renamed", "bridge", "phase", "vlan")}
+
+
+def uplink_line(uplink: dict[str, Any] | None) -> str:
+    if uplink is None:
+        return "uplink not on the bridge, untagged"
+    vlan = f"transport VLAN {uplink['vlan']}" if uplink.get("vlan") else "untagged"
+    return (f"uplink {uplink['name']} on {uplink['bridge']} (physical {uplink['renamed']}, {uplink['phase']}), "
+            f"{vlan}")
+
+
+def as_json(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence[CidrConflict] = (),
+            uplink: dict[str, Any] | None = None) -> str:
     from .bgp import status as bgp_status
 
-    return json.dumps({"node": state.node, "mode": state.mode, "mtu": state.mtu,
+    return json.dumps({"node": state.node, "mode": state.mode, "mtu": state.mtu, "uplink": uplink,
                        "transportMTU": state.transportMTU or state.mtu,
                        "podCIDRs": state.podCIDRs, "gateway": asdict(state.gateway),
                        "tunnel": asdict(state.tunnel) if state.tunnel else None,
@@ -60,11 +84,12 @@ def as_json(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence[
                        "bgp": bgp_status.to_dict(bgp) if bgp is not None else None}, indent=2)
 
 
-def as_table(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence[CidrConflict] = ()) -> str:
+def as_table(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence[CidrConflict] = (),
+             uplink: dict[str, Any] | None = None) -> str:
     tunnel = f"{state.tunnel.type} ({state.tunnel.port}, ofport {state.tunnel.ofport})" if state.tunnel else "none"
     head = (f"node {state.node}  mode {state.mode}  {mtus(state)}  pod CIDRs {', '.join(state.podCIDRs)}\n"
             f"gateway {state.gateway.name} {state.gateway.mac} {', '.join(state.gateway.addresses) or '-'}"
-            f"  tunnel {tunnel}\n")
+            f"  tunnel {tunnel}\n{uplink_line(uplink)}\n")
     cells = [COLUMNS] + [(r["peer"], r["transport"] or "-", ",".join(r["podCIDRs"]), r["path"], str(r["mtu"]),
                           r["nextHopMAC"] or "-", r["macSource"] or "-", r["via"]) for r in rows(state)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]

@@ -35,10 +35,12 @@ ALLOWED_WORDS = {
     ("cni/node/nodestate.py", "tunnel"): 2,  # the state file's "tunnel" key
     ("routesync/show.py", "tunnel"): 1,  # show --json's "tunnel" key
     ("routesync/show.py", "none"): 1,  # show's text for "no tunnel port"
+    ("routesync/model.py", "none"): 1,  # the ferry.io/transport-vlan annotation's "untagged here"
     ("routesync/apply/nft.py", "netdev"): 3,  # nftables' netdev family (the uplink's ingress table)
     ("lab/cli.py", "route"): 2,  # ip route show
     ("lab/cli.py", "tunnel"): 1,  # the state file's "tunnel" key
-    ("lab/check.py", "none"): 1,  # "no family" in the summary line
+    ("lab/check.py", "none"): 1,
+    ("lab/topology.py", "none"): 1,  # a Node's vlan: none (untagged) on a tagged lab  # "no family" in the summary line
     ("lab/frr.py", "route"): 1,  # ip route show
     ("lab/picture.py", "tunnel"): 3,  # the state file's "tunnel" key; the legend's and label's text
     ("lab/picture.py", "underlay"): 1,  # the edge label

@@ -6,7 +6,7 @@ encodes the values themselves.  Standard library only, imported on every ADD/DEL
 from __future__ import annotations
 
 from cni.lean.record import record
-from cni.pipeline.match import ETH_DST, ETH_SRC, KIND_IP, KIND_MAC, FieldSpec, Rendered
+from cni.pipeline.match import ETH_DST, ETH_SRC, KIND_IP, KIND_MAC, VLAN_VID, FieldSpec, Rendered, vlan_value
 
 OFPP_IN_PORT = 0xFFFFFFF8  # "the port the packet came in on"
 
@@ -105,6 +105,24 @@ class DecTtl:
 
 
 @record(frozen=True)
+class PushVlan:
+    """Push an 802.1Q header (OFPAT_PUSH_VLAN, TPID ``ethertype``); its VID is set after it."""
+
+    ethertype: int = 0x8100
+
+    def text(self) -> str:
+        return f"push_vlan:{self.ethertype:#x}"
+
+
+@record(frozen=True)
+class PopVlan:
+    """Pop the outermost 802.1Q header (OFPAT_POP_VLAN)."""
+
+    def text(self) -> str:
+        return "pop_vlan"
+
+
+@record(frozen=True)
 class Resubmit:
     """Run the packet, as modified so far, through ``table`` again (``resubmit(,T)``), then go on."""
 
@@ -167,7 +185,7 @@ class Conjunction:
 from cni.lean.typecheck import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    Action = Output | Goto | SetField | Move | Load | DecTtl | Resubmit | Ct | Conjunction
+    Action = Output | Goto | SetField | Move | Load | DecTtl | Resubmit | Ct | Conjunction | PushVlan | PopVlan
 
 TO_IN_PORT = Output(OFPP_IN_PORT)  # back out of the port the packet came in on
 DEC_TTL = DecTtl()
@@ -180,6 +198,17 @@ def goto(table: int) -> Goto:
 
 def output(port: int) -> Output:
     return Output(int(port))
+
+
+POP_VLAN = PopVlan()
+
+
+def tagged_output(port: int, vid: int | None) -> tuple[Action, ...]:
+    """Output to ``port``, tagged with VLAN ``vid`` first when there is one (the transport VLAN:
+    everything Ferry sends on the uplink of a tagged underlay)."""
+    if vid is None:
+        return (Output(int(port)),)
+    return (PushVlan(), SetField(VLAN_VID, vlan_value(vid)), Output(int(port)))
 
 
 def actions_text(actions: tuple[Action, ...]) -> str:

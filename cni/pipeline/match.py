@@ -78,6 +78,9 @@ IN_PORT = FieldSpec("in_port", _oxm(0), 4, KIND_INT)
 ETH_DST = FieldSpec("eth_dst", _oxm(3), 6, KIND_MAC, "dl_dst", "NXM_OF_ETH_DST", 0x00000206)
 ETH_SRC = FieldSpec("eth_src", _oxm(4), 6, KIND_MAC, "dl_src", "NXM_OF_ETH_SRC", 0x00000406)
 ETH_TYPE = FieldSpec("eth_type", _oxm(5), 2, KIND_HEX, "dl_type")
+# The 802.1Q VLAN ID as OXM speaks it: the VID with OFPVID_PRESENT (0x1000) set; match and set
+# (a tagged transport network, ``vlan_vid``): 4196 is VLAN 100.
+VLAN_VID = FieldSpec("vlan_vid", _oxm(6), 2, KIND_INT)
 IP_PROTO = FieldSpec("ip_proto", _oxm(10), 1, KIND_INT, "nw_proto")
 IPV4_SRC = FieldSpec("ipv4_src", _oxm(11), 4, KIND_IP, "nw_src")
 IPV4_DST = FieldSpec("ipv4_dst", _oxm(12), 4, KIND_IP, "nw_dst")
@@ -125,6 +128,22 @@ BIT_MASKABLE = frozenset({CT_STATE, CT_MARK, TCP_DST, UDP_DST, SCTP_DST, REG0, R
 CT_NEW, CT_EST, CT_REL, CT_RPL, CT_INV, CT_TRK = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 CT_FLAG_NAMES = ((CT_NEW, "new"), (CT_EST, "est"), (CT_REL, "rel"), (CT_RPL, "rpl"), (CT_INV, "inv"),
                  (CT_TRK, "trk"))
+
+
+OFPVID_PRESENT = 0x1000
+VLAN_MIN, VLAN_MAX = 1, 4094  # 0 means "priority tag only", 4095 is reserved (IEEE 802.1Q)
+
+
+def vlan_value(vid: int) -> int:
+    """``vlan_vid``'s value for VLAN ``vid`` (OFPVID_PRESENT set); ValueError outside 1..4094."""
+    if isinstance(vid, bool) or not isinstance(vid, int) or not VLAN_MIN <= vid <= VLAN_MAX:
+        raise ValueError(f"not a VLAN ID (1..4094): {vid!r}")
+    return OFPVID_PRESENT | vid
+
+
+def vlan(vid: int) -> Field:
+    """Match frames tagged with VLAN ``vid``."""
+    return Field(VLAN_VID, vlan_value(vid))
 
 
 def mac(value: str) -> str:

@@ -22,6 +22,8 @@ def route_sync_keys(topo: Topology) -> dict[str, Any]:
         keys["ovsDaemons"] = topo.kubernetes.ovs_daemons
     if rs.tunnelPort is not None:
         keys["tunnelPort"] = rs.tunnelPort
+    if topo.vlan is not None:  # one ConfigMap: a Node's own VLAN is its ferry.io/transport-vlan annotation
+        keys["transportVLAN"] = topo.vlan
     if topo.kubernetes is not None and topo.kubernetes.services:
         keys["serviceCIDRs"] = list(plan.service_cidrs(topo, topo.kubernetes))
     return keys

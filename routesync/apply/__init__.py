@@ -12,6 +12,7 @@ only the difference.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from cni.ovs.openflow.ofctl import DumpedFlow
     from routesync.config import Config
     from routesync.policy.model import Pod
+
+TNL_RETRY_INTERVAL = 1.0  # s between retries of unresolved tunnel next hops (each an ARP/ND probe)
 
 __all__ = [
     "NextHops",
@@ -90,6 +93,7 @@ class NodeAppliers:
         # the last delta's routes and their normalized set (the next delta's "before")
         self._normalized: tuple[set[HostRoute], set[HostRoute]] | None = None
         self._released: set[int] = set()  # cookies of the Pods whose pending block was lifted
+        self._tnl_retry_at = 0.0  # monotonic: the next retry of unresolved tunnel next hops
         self.pods = PodMtuApplier(self.ovs.pod_ports, self.ovs.pod_port, self._set_host_mtu,
                                   lock_dir=os.path.join(self.state_dir, "locks"))
 
@@ -133,11 +137,31 @@ class NodeAppliers:
         when it cannot list its source).  Whether any were installed."""
         self.ovs.ensure_bridge(self.config.datapath_type)
         mover = self._mover_for(uplink)
+        recorded = mover.load()
+        if recorded is not None and recorded.vlan != uplink.vlan:
+            # the VLAN last applied (a Node annotation may have set it; the source is not read yet)
+            mover = self._mover_for(dataclasses.replace(uplink, vlan=recorded.vlan))
         mover.ensure()
         flows = mover.flows()
         if flows:
             self.ovs.replace_group(UPLINK_COOKIE, flows)
         return bool(flows)
+
+    def retry_tunnel_neighbours(self, now: float | None = None) -> list[tuple[str, str]]:
+        """Between passes (the daemon's loop, every ovs-vswitchd look): while a tunnel next hop of
+        the last apply is unresolved, probe it again, at most every ``TNL_RETRY_INTERVAL`` s, and
+        write it into OVS's cache once the kernel knows it.  What was written."""
+        import time
+
+        applied = self._applied
+        if (not self.tnl_neigh.unresolved or applied is None or applied.tunnel is None
+                or self.config.datapath_type != NETDEV):
+            return []
+        now = time.monotonic() if now is None else now
+        if now < self._tnl_retry_at:
+            return []
+        self._tnl_retry_at = now + TNL_RETRY_INTERVAL
+        return self.tnl_neigh.sync(tunnel_endpoints(applied.peers))
 
     def policy_flows(self) -> list[DumpedFlow]:
         """The NetworkPolicy flows with their counters (``ovs-ofctl dump-flows``)."""

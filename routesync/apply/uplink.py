@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -44,13 +45,14 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cni.kernel.netlink import RT_TABLE_LOCAL, RTNH_F_ONLINK, RTPROT_KERNEL, Link, Netlink, NetlinkError
-from cni.pipeline.actions import output
+from cni.pipeline.actions import output, tagged_output
 from cni.pipeline.match import IN_PORT
 from cni.pipeline.modes import NETDEV
 from cni.pipeline.tables import UPLINK_COOKIE, Classifier, Flow, Table
 from routesync.apply.nft import NftApplier
 from routesync.apply.ovs import OvsApplier
 from routesync.model import UplinkSpec
+from routesync.peerflows import tagged_in, untag
 from routesync.planner import uplink_renamed
 
 if TYPE_CHECKING:
@@ -94,6 +96,10 @@ class UplinkState:
     phase: str = "moving"  # moving | moved | restoring
     version: int = STATE_VERSION
     ports: dict[str, int] = field(default_factory=dict)
+    vlan: int | None = None  # the transport VLAN the pass-through flows were last installed with
+    # the physical link's net.ipv6.conf.<dev>.disable_ipv6 before a VLAN turned it off ("0"/"1"),
+    # None: never touched
+    ipv6_was: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -107,13 +113,16 @@ class UplinkState:
         return UplinkState(**raw)
 
 
-def uplink_flows(physical_ofport: int, internal_ofport: int) -> list[Flow]:
-    """Host traffic between the physical uplink and the internal port that took its name."""
+def uplink_flows(physical_ofport: int, internal_ofport: int, vlan: int | None = None) -> list[Flow]:
+    """Host traffic between the physical uplink and the internal port that took its name.  With
+    a transport VLAN, what the internal port sends leaves tagged with it, and only frames tagged
+    with it come in (their tag popped): an untagged frame from the uplink (another network, the
+    trunk's native VLAN) reaches nothing, it misses the Classifier and is dropped."""
     return [
-        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(physical_ofport),), (output(internal_ofport),),
-             UPLINK_COOKIE),
-        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(internal_ofport),), (output(physical_ofport),),
-             UPLINK_COOKIE),
+        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(physical_ofport), *tagged_in(vlan)),
+             (*untag(vlan), output(internal_ofport)), UPLINK_COOKIE),
+        Flow(Table.CLASSIFIER, Classifier.UPLINK_PASS, (IN_PORT(internal_ofport),),
+             tagged_output(physical_ofport, vlan), UPLINK_COOKIE),
     ]
 
 
@@ -266,10 +275,11 @@ class UplinkMover:
         of_phys = self.ovs.attach_port(st.renamed)
         of_int = self.ovs.ensure_internal_port(st.name, mac=st.mac, mtu=st.mtu)
         st.ports = {st.renamed: of_phys, st.name: of_int}
+        st.vlan = self.spec.vlan
         self._save(st)
         internal = self._wait_link(st.name)
         self.after_step("attached")
-        self.ovs.replace_group(UPLINK_COOKIE, uplink_flows(of_phys, of_int))
+        self.ovs.replace_group(UPLINK_COOKIE, uplink_flows(of_phys, of_int, st.vlan))
         self.after_step("flows")
         iidx = internal.index
         self.nl.link_set(iidx, up=True)
@@ -280,6 +290,7 @@ class UplinkMover:
         self.after_step("unaddressed")
         if self.datapath_type == NETDEV:
             self.nft.set_uplink_drop(st.renamed)
+        self._quiet_physical(st)
         st.phase = "moved"
         self._save(st)
         self.after_step("moved")
@@ -293,10 +304,47 @@ class UplinkMover:
         if st is not None and st.phase == "moved" and st.ports:
             internal, phys = self._link(st.name), self._link(st.renamed)
             if internal is not None and self._kind(internal) in OVS_KINDS and phys is not None:
+                if st.vlan != self.spec.vlan:  # the pass installs the flows with it (flows())
+                    LOG.info("uplink %s: transport VLAN %s -> %s (None: untagged)", st.name, st.vlan, self.spec.vlan)
+                    st.vlan = self.spec.vlan
+                    self._save(st)
+                self._quiet_physical(st)  # also when something turned it back on (a read of /proc)
                 return self._follow_mtu(st, phys)
         if st is not None and st.phase == "restoring":
             self.restore()
         return self.move()
+
+    def _sysctl(self, key: str, value: str | None = None) -> str:
+        """Read (or write) ``key`` (``net/ipv6/conf/eth0~/disable_ipv6``) in the Node's namespace."""
+        if self.netns is None:
+            path = f"/proc/sys/{key}"
+            if value is not None:
+                with open(path, "w") as f:
+                    f.write(value)
+            with open(path) as f:
+                return f.read().strip()
+        argv = ["ip", "netns", "exec", self.netns, "sysctl", "-n"]
+        if value is not None:
+            subprocess.run([*argv[:-1], "-q", "-w", f"{key}={value}"], check=True)
+        return subprocess.run([*argv, key], check=True, capture_output=True, text=True).stdout.strip()
+
+    def _quiet_physical(self, st: UplinkState) -> None:
+        """With a transport VLAN the Node's kernel must send nothing itself out of the physical
+        link: it would leave untagged, onto the trunk's native VLAN (IPv6 link-local chatter: MLD
+        reports, router solicitations).  Its IPv6 goes off there (the internal port keeps the
+        Node's IPv6); the value before is recorded for restore."""
+        if st.vlan is None:
+            return
+        key = f"net/ipv6/conf/{st.renamed}/disable_ipv6"
+        try:
+            was = self._sysctl(key)
+            if st.ipv6_was is None:
+                st.ipv6_was = was
+                self._save(st)
+            if was != "1":
+                self._sysctl(key, "1")
+        except (OSError, ValueError, subprocess.CalledProcessError) as e:  # no IPv6 here: nothing to quiet
+            LOG.debug("uplink %s: %s not set: %s", st.renamed, key, e)
 
     def _follow_mtu(self, st: UplinkState, phys: Link) -> UplinkState:
         """The underlay's MTU is the physical link's: an operator who changes it (say 1500 ->
@@ -315,7 +363,7 @@ class UplinkMover:
         st = self.load()
         if st is None or st.phase != "moved" or not st.ports:
             return []
-        return uplink_flows(st.ports[st.renamed], st.ports[st.name])
+        return uplink_flows(st.ports[st.renamed], st.ports[st.name], self.spec.vlan)
 
     def restore(self) -> bool:
         """Give the original link back its name, MAC, MTU, addresses and routes; idempotent.
@@ -327,6 +375,11 @@ class UplinkMover:
         self._save(st)
         phys = self._physical(st)
         idx = phys.index
+        if st.ipv6_was is not None and st.ipv6_was != "1":  # IPv6 back on it (_quiet_physical) before its addresses
+            try:
+                self._sysctl(f"net/ipv6/conf/{phys.name}/disable_ipv6", st.ipv6_was)
+            except (OSError, ValueError, subprocess.CalledProcessError) as e:
+                LOG.warning("uplink %s: IPv6 not turned back on: %s", phys.name, e)
         self.nft.set_uplink_drop(None)
         self.after_step("undropped")
         self.nl.link_set(idx, up=True)

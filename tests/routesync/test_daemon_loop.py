@@ -162,3 +162,19 @@ def test_a_mac_disagreement_is_counted_once_when_it_starts(tmp_path) -> None:  #
     assert d.reconcile().ok and counted() == 1
     apl.hops.hops["192.168.77.12"] = NextHop("192.168.77.12", "02:00:00:00:00:0c")  # a new disagreement
     assert d.reconcile().ok and (d.mac_disagreements, counted()) == (2, 2)
+
+
+def test_unresolved_tunnel_next_hops_are_retried_between_passes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The loop asks the appliers to retry tunnel next hops that did not answer (on a tagged
+    underlay a peer not tagging yet), without a pass: several times while no pass runs."""
+    d, apl, t = start(tmp_path, resyncSeconds=3600)
+    calls: list[int] = []
+    apl.retry_tunnel_neighbours = lambda: calls.append(d.reconciles) or []  # type: ignore[attr-defined]
+    try:
+        until(lambda: d.reconciles >= 1)
+        passes = d.reconciles
+        until(lambda: len(calls) >= 3, "three retries")
+        assert d.reconciles == passes  # no pass was needed for them
+    finally:
+        d.stop.set()
+        t.join(HANG)

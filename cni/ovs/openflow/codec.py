@@ -9,7 +9,19 @@ from __future__ import annotations
 import struct
 
 from cni.lean.typecheck import TYPE_CHECKING
-from cni.pipeline.actions import Conjunction, Ct, DecTtl, Goto, Load, Move, Output, Resubmit, SetField
+from cni.pipeline.actions import (
+    Conjunction,
+    Ct,
+    DecTtl,
+    Goto,
+    Load,
+    Move,
+    Output,
+    PopVlan,
+    PushVlan,
+    Resubmit,
+    SetField,
+)
 from cni.pipeline.match import BIT_MASKABLE, ETH_TYPE, IP_PROTO, MASKABLE, Field, Proto
 
 if TYPE_CHECKING:
@@ -28,6 +40,7 @@ OFPTT_ALL, OFPP_ANY, OFPG_ANY = 0xFF, 0xFFFFFFFF, 0xFFFFFFFF
 OFP_NO_BUFFER = 0xFFFFFFFF
 OFPIT_GOTO_TABLE, OFPIT_APPLY_ACTIONS = 1, 4
 OFPAT_OUTPUT, OFPAT_DEC_NW_TTL, OFPAT_SET_FIELD, OFPAT_EXPERIMENTER = 0, 24, 25, 0xFFFF
+OFPAT_PUSH_VLAN, OFPAT_POP_VLAN = 17, 18
 NX_VENDOR_ID, NXAST_RESUBMIT_TABLE, NXAST_REG_MOVE, NXAST_REG_LOAD = 0x00002320, 14, 6, 7
 NXAST_CT, NX_CT_F_COMMIT, NX_CT_RECIRC_NONE = 35, 1, 0xFF
 NXAST_CONJUNCTION = 34
@@ -45,6 +58,7 @@ _OUTPUT = struct.Struct("!HHIH6x")
 _U32 = struct.Struct("!I")
 _DEC_TTL = struct.pack("!HH4x", OFPAT_DEC_NW_TTL, 8)
 _EMPTY_MATCH = struct.pack("!HH4x", 1, 4)
+_POP_VLAN = struct.pack("!HH4x", OFPAT_POP_VLAN, 8)
 
 
 class OpenFlowError(Exception):
@@ -163,6 +177,14 @@ def _dec_ttl(_a: DecTtl) -> bytes:
     return _DEC_TTL
 
 
+def _push_vlan(a: PushVlan) -> bytes:
+    return struct.pack("!HHH2x", OFPAT_PUSH_VLAN, 8, a.ethertype)
+
+
+def _pop_vlan(_a: PopVlan) -> bytes:
+    return _POP_VLAN
+
+
 def _resubmit(a: Resubmit) -> bytes:
     return struct.pack("!HHIHHB3x", OFPAT_EXPERIMENTER, 16, NX_VENDOR_ID, NXAST_RESUBMIT_TABLE, OFPP_IN_PORT_10,
                        int(a.table))
@@ -185,7 +207,7 @@ def _conjunction(a: Conjunction) -> bytes:
 
 _ACTIONS: dict[type, Callable[[Any], bytes]] = {
     Output: _output, SetField: _set_field, Move: _move, Load: _load, DecTtl: _dec_ttl, Resubmit: _resubmit,
-    Ct: _ct, Conjunction: _conjunction,
+    Ct: _ct, Conjunction: _conjunction, PushVlan: _push_vlan, PopVlan: _pop_vlan,
 }
 
 

@@ -33,7 +33,7 @@ def every_planned_flow() -> list[pl.Flow]:
 
     flows = base_flows(GW) + pod_flows(POD, GW.mac, GW.ofport)
     flows += next_hop_flows(POD.cookie, POD.ofport, ("10.244.1.1", "fd00:10:244:1::1/64"), GW.mac)
-    flows += node_flows(3, GW.mac) + uplink_flows(4, 5)
+    flows += node_flows(3, GW.mac) + uplink_flows(4, 5) + uplink_flows(6, 7, vlan=100)
     flows += peer_flows(PeerPlan("p1", 4, "tunnel", "172.16.0.7", ("10.244.2.0/24",), "10.244.2.1"), GW.mac, 3)
     flows += peer_flows(PeerPlan("p2", 6, "tunnel", "fd00:172::9", ("fd00:10:244:2::/64",), "fd00:10:244:2::1"),
                         GW.mac, 3)
@@ -45,6 +45,10 @@ def every_planned_flow() -> list[pl.Flow]:
                                  next_hop_mac="02:00:00:00:00:44"), GW.mac, 3, port)
     flows += peer_flows(PeerPlan("p5", 6, "fast", "fd00:192::5", ("fd00:10:244:5::/64",),
                                  next_hop_mac="02:00:00:00:00:55"), GW.mac, 3, port)
+    # a tagged uplink (ports 6, 7: its flows would replace the untagged ones' of the same match)
+    tagged = FastPort(6, "02:aa:bb:cc:dd:ef", ("10.244.1.0/24", "fd00:10:244:1::/64"), host_ofport=7, vlan=4094)
+    flows += peer_flows(PeerPlan("p6", 4, "fast", "192.168.1.6", ("10.244.7.0/24",),
+                                 next_hop_mac="02:00:00:00:00:66"), GW.mac, 3, tagged)
     return flows
 
 
@@ -54,11 +58,12 @@ def test_the_sample_covers_every_kind_of_match_and_action() -> None:
     actions = {type(a).__name__ if not isinstance(a, SetField) else f"set_field:{a.spec.name}"
                for f in flows for a in f.actions}
     assert {"Proto", "in_port", "eth_src", "eth_dst", "ipv4_src", "ipv4_dst", "ipv6_src", "ipv6_dst", "arp_op",
-            "arp_spa", "arp_tpa", "arp_sha", "icmpv6_type", "nd_target", "icmpv4_type", "ct_state", "ct_mark"} <= items
+            "arp_spa", "arp_tpa", "arp_sha", "icmpv6_type", "nd_target", "icmpv4_type", "ct_state", "ct_mark",
+            "vlan_vid"} <= items
     assert {"Output", "Goto", "Move", "Load", "DecTtl", "Resubmit", "Ct", "set_field:eth_src", "set_field:eth_dst",
             "set_field:tun_dst", "set_field:tun_ipv6_dst", "set_field:nd_tll", "set_field:nd_reserved",
             "set_field:nd_options_type", "set_field:nw_ttl", "set_field:ipv6_src", "set_field:icmpv6_type",
-            "set_field:icmpv6_code"} <= actions
+            "set_field:icmpv6_code", "PushVlan", "PopVlan", "set_field:vlan_vid"} <= actions
     assert any(not f.actions for f in flows) and any(not f.match for f in flows)
     assert any(isinstance(i, m.Field) and i.prefix is not None for f in flows for i in f.match)
 

@@ -78,3 +78,26 @@ def test_prepare_apply_teardown() -> None:
             assert "192.168.80.1/24" in ns_sh(n.ns, "ip", "addr", "show", "eth0")
         finally:
             ap.close()
+
+
+@pytest.mark.root
+def test_host_path_comes_back_with_the_vlan_last_applied() -> None:
+    """The Node's own way out after an ovs-vswitchd restart while the source cannot be read
+    (``restore_host_path``): the pass-through flows go back tagged with the VLAN the uplink was
+    last moved with (a Node annotation may have set 200 over the config's 100), not the config's."""
+    with node("fb-na3") as n, netns("fb-na3p") as peer, tempfile.TemporaryDirectory() as d:
+        veth(n.ns, "eth0", peer, "eth0p")
+        ns_sh(n.ns, "ip", "addr", "add", "192.168.81.1/24", "dev", "eth0")
+        cfg = Config(node_name="a", mode="noEncap", ovsdb=n.ovs.db, ovs_run_dir=n.ovs.run_dir,
+                     state_file=f"{d}/node-state.json", transport_vlan=100)
+        ap = make_appliers(cfg, netns=n.ns)
+        try:
+            ap.prepare(cfg, None, UplinkSpec("eth0", "eth0~", vlan=200), ())  # the annotation's VLAN
+            ap.ovs.sync_flows([])  # the flows gone, as after an ovs-vswitchd restart
+            assert ap.restore_host_path(UplinkSpec("eth0", "eth0~", vlan=100)) is True  # the config's
+            flows = sorted(f.match + " " + f.actions for f in ap.ovs.dump_flows() if f.cookie == UPLINK_COOKIE.value)
+            assert len(flows) == 2 and "dl_vlan=200" in flows[0] + flows[1] and "4296->vlan_vid" in flows[0] + flows[1]
+            assert "dl_vlan=100" not in " ".join(flows)
+        finally:
+            ap.teardown(cfg)
+            ap.close()

@@ -14,7 +14,7 @@ from cni.pipeline.tables import UPLINK_COOKIE, Flow, Table, peer_cookie
 from routesync.apply.uplink import UplinkMover
 from routesync.model import TunnelSpec, UplinkSpec
 from tests.routesync.apply.helpers import Node, Pinger, node, ns_sh, veth
-from tests.support.ovs_instance import netns
+from tests.support.ovs_instance import OvsInstance, netns
 
 SPEC = UplinkSpec("eth0", "eth0~")
 
@@ -161,3 +161,53 @@ def test_vxlan_between_two_moved_nodes() -> None:
         print("tunnel port statistics on node a:", stats)
         for m in movers:
             assert m.restore()
+
+
+@pytest.mark.root
+def test_tagged_move_repair_and_restore() -> None:
+    """A transport VLAN (issue 29): the peer reaches the Node only through a trunk of VLAN 100 (an
+    OVS switch in the peer's namespace, an access port of 100 holding the peer's address).  Before
+    the move the Node's kernel sends untagged and nothing answers; moved with VLAN 100 (also after a
+    crash half-way, repaired) it answers, its own frames tagged by the pass-through flows, the
+    physical link's IPv6 off (its kernel's own chatter would leave untagged); restored, the link is
+    as it was, IPv6 included."""
+    spec = UplinkSpec("eth0", "eth0~", vlan=100)
+    with node("fb-utg") as n, netns("fb-utgp") as peer, OvsInstance("fb-utgp", netns=peer) as sw, \
+            tempfile.TemporaryDirectory() as state:
+        setup_host(n, peer, 3)
+        sw.vsctl("add-br", "sw", "--", "set", "bridge", "sw", "datapath_type=netdev")
+        sw.vsctl("add-port", "sw", "eth0p3", "--", "set", "port", "eth0p3", "vlan_mode=trunk", "trunks=100")
+        sw.vsctl("add-port", "sw", "in0", "--", "set", "interface", "in0", "type=internal", "--",
+                 "set", "port", "in0", "tag=100")
+        ns_sh(peer, "ip", "link", "set", "in0", "up")
+        ns_sh(peer, "ip", "addr", "add", "192.168.60.100/24", "dev", "in0")
+        ns_sh(peer, "ethtool", "-K", "eth0p3", "tx", "off")
+        mover = UplinkMover(n.applier, spec, state, "netdev", netns=n.ns)
+        try:
+            before = mover.snapshot("eth0")
+            ipv6_before = ns_sh(n.ns, "sysctl", "-n", "net.ipv6.conf.eth0.disable_ipv6").strip()
+            assert " 0 received" in ns_sh(peer, "ping", "-c", "1", "-W", "1", "192.168.60.3", check=False)
+
+            def crash(step: str) -> None:
+                if step == "attached":
+                    raise Crash(step)
+
+            mover.after_step = crash
+            with pytest.raises(Crash):
+                mover.move()
+            mover.close()
+            mover = UplinkMover(n.applier, spec, state, "netdev", netns=n.ns)  # the next start
+            assert mover.repair() == "moved" and mover.load().vlan == 100
+            ns_sh(peer, "ping", "-c", "3", "-i", "0.2", "-W", "2", "192.168.60.3")
+            flows = [f for f in n.applier.dump_flows() if f.cookie == UPLINK_COOKIE.value]
+            assert sorted(f.actions for f in flows) == sorted(
+                [f"push_vlan:0x8100,set_field:4196->vlan_vid,output:{mover.load().ports['eth0~']}",
+                 f"pop_vlan,output:{mover.load().ports['eth0']}"]), flows
+            assert all(f.n_packets > 0 for f in flows)
+            assert ns_sh(n.ns, "sysctl", "-n", "net.ipv6.conf.eth0~.disable_ipv6").strip() == "1"
+            assert mover.snapshot("eth0")["addresses"] == before["addresses"]  # IPv6 kept on the internal port
+            assert mover.restore() is True
+            assert mover.snapshot("eth0") == before
+            assert ns_sh(n.ns, "sysctl", "-n", "net.ipv6.conf.eth0.disable_ipv6").strip() == ipv6_before
+        finally:
+            mover.close()
