@@ -188,6 +188,9 @@ class TimedAppliers:
     def policy_flows(self) -> Any:
         return self.inner.policy_flows()
 
+    def retry_tunnel_neighbours(self, now: float | None = None) -> list[tuple[str, str]]:
+        return list(self.inner.retry_tunnel_neighbours(now))
+
     def ovs_generation(self) -> int:
         return int(self.inner.ovs_generation())
 

@@ -144,6 +144,13 @@ class Appliers(Protocol):
         logged (debug); the counters are not read this time."""
         ...
 
+    def retry_tunnel_neighbours(self, now: float | None = None) -> list[tuple[str, str]]:
+        """Between passes: probe the last apply's unresolved tunnel next hops again (rate-limited
+        by the applier; ``now``: a monotonic time, for tests) and write those the kernel now
+        knows into OVS's cache; what was written.  Idempotent.  An exception is logged; the next
+        full pass tries again."""
+        ...
+
     def ovs_generation(self) -> int:
         """Which ovs-vswitchd instance runs (one number per instance; 0: none): a change means its
         flows are gone and the next pass is full.  An exception is logged and asked again at the
@@ -351,11 +358,8 @@ class Daemon:
         """Tunnel next hops that did not answer (a peer not up yet; on a tagged underlay, one
         whose route-sync does not tag yet) are asked again between passes, not only at the next
         full one: OVS learns no IPv6 next hop itself, so until then that tunnel is dark."""
-        retry = getattr(self.appliers, "retry_tunnel_neighbours", None)
-        if retry is None:
-            return
         try:
-            retry()
+            self.appliers.retry_tunnel_neighbours()
         except Exception as e:  # noqa: BLE001 - the next full pass tries again
             log.info("tunnel neighbours not retried: %s", e)
 

@@ -64,6 +64,9 @@ class RecordingAppliers(Appliers):
     def policy_flows(self) -> list[DumpedFlow]:
         return []
 
+    def retry_tunnel_neighbours(self, now: float | None = None) -> list[tuple[str, str]]:
+        return []
+
     def ovs_generation(self) -> int:
         return self.generation
 
