@@ -105,6 +105,10 @@ def plan(lab: str, topo: Topology) -> NetPlan:
               for s in topo.segments}
     if tagged:  # the switch is a netdev OVS too, reading its ports with AF_PACKET: the router's ends
         tx_off[router] = tuple(f"eth-{s.name}" for s in topo.segments)  # hand it complete checksums
+        # and so do the Nodes' eth0, which carry the Node's own TCP before route-sync moves them
+        # (a Kubernetes lab's kubelets dial the API server first: SYNs crossed, data did not)
+        for n in topo.nodes:
+            tx_off[nodes[n.name]] = ("eth0",)
     return NetPlan(namespaces=namespaces, stages=(create, config), sysctls=sysctls, tx_csum_off=tx_off)
 
 
