@@ -47,13 +47,14 @@ def topology(route_sync: dict, route_pod_cidrs: bool = False) -> dict:
 PODS = (("node-1", "a"), ("node-1", "b"), ("node-2", "a"), ("node-3", "a"))
 
 
-def start_lab(cni_bin: str, topo: dict) -> Lab:
+def start_lab(cni_bin: str, topo: dict, pods: tuple[tuple[str, str], ...] = PODS, name: str | None = None) -> Lab:
+    """A lab of ``topo`` with ``pods`` plugged (skipped where the machine cannot run one)."""
     reason = can_run()
     if reason:
         pytest.skip(reason)
-    lab = Lab.up(topo, name=lab_name(), cni_bin=cni_bin)
+    lab = Lab.up(topo, name=name or lab_name(), cni_bin=cni_bin)
     try:
-        for node, pod in PODS:
+        for node, pod in pods:
             lab.add_pod(node, pod)
     except BaseException:
         lab.down()

@@ -22,7 +22,7 @@ from lab import frr, layout, ovs, segswitch
 from lab.api import Lab
 from lab.topology import DEFAULT_TOPOLOGY, segment_netns
 from routesync.model import VLAN_ANNOTATION
-from tests.support.labs import PODS, can_run, topology
+from tests.support.labs import PODS, start_lab, topology
 from tests.support.waiting import HANG, until
 
 VLAN = 100
@@ -53,20 +53,9 @@ def mode_topology(mode: str) -> dict:
 
 
 def start(cni_bin: str, doc: dict, pods: tuple[tuple[str, str], ...] = PODS) -> Lab:
-    reason = can_run()
-    if reason is None and doc.get("router", {}).get("routePodCIDRs") == "bgp" \
-            and not shutil.which(frr.DAEMONS[0], path=frr.FRR_DIR):
-        reason = "frr not installed"
-    if reason:
-        pytest.skip(reason)
-    lab = Lab.up(doc, name=lab_name(), cni_bin=cni_bin)
-    try:
-        for node, pod in pods:
-            lab.add_pod(node, pod)
-    except BaseException:
-        lab.down()
-        raise
-    return lab
+    if doc.get("router", {}).get("routePodCIDRs") == "bgp" and not shutil.which(frr.DAEMONS[0], path=frr.FRR_DIR):
+        pytest.skip("frr not installed")
+    return start_lab(cni_bin, doc, pods, name=lab_name())
 
 
 # ------------------------------------------------------------------ the Node's annotation
