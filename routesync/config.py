@@ -18,11 +18,15 @@ from cni.pipeline.match import VLAN_MAX, VLAN_MIN
 from cni.pipeline.modes import (
     DATAPATHS,
     ENCAP,
+    ENCRYPTION_NONE,
+    ENCRYPTION_WIREGUARD,
+    ENCRYPTIONS,
     FAST_PATH_MODES,
     GENEVE,
     GRE,
     MODES,
     NETDEV,
+    NETWORK_POLICY_ONLY,
     NO_ENCAP,
     STT,
     TUNNEL_TYPES,
@@ -32,7 +36,7 @@ from cni.pipeline.modes import (
 from cni.pipeline.tables import DEFAULT_BRIDGE, MAX_IFNAME
 
 if TYPE_CHECKING:
-    from cni.pipeline.modes import Datapath, Mode, TunnelType
+    from cni.pipeline.modes import Datapath, Encryption, Mode, TunnelType
 
 DEFAULT_CONFIG_FILE = "/etc/ferry/route-sync.yaml"
 
@@ -90,6 +94,32 @@ class BgpConfig:
     run_dir: str | None = None  # ExaBGP's config, API socket and status file; None: <state dir>/bgp
 
 
+# wireguard.implementation: which WireGuard a Node uses (routesync/wireguard/device.py)
+WgImplementation = Literal["auto", "kernel", "userspace"]
+WG_AUTO: Final = "auto"  # the kernel's when it has the module, else the userspace one
+WG_KERNEL: Final = "kernel"
+WG_USERSPACE: Final = "userspace"
+WG_IMPLEMENTATIONS: tuple[WgImplementation, ...] = (WG_AUTO, WG_KERNEL, WG_USERSPACE)
+DEFAULT_WG_PORT = 51820
+
+
+@dataclass(frozen=True)
+class WireGuardConfig:
+    """The ``wireguard`` section (``trafficEncryptionMode: wireguard``): routesync/wireguard."""
+
+    port: int = DEFAULT_WG_PORT  # the UDP port the device listens on (and peers send to)
+    interface: str = "ferry-wg0"
+    implementation: WgImplementation = WG_AUTO
+    # the userspace implementation (wireguard-go) and where its UAPI sockets live
+    # (``<runDir>/<interface>.sock``; another dir than /var/run/wireguard is bind-mounted there for it)
+    userspace_command: str = "wireguard-go"
+    run_dir: str = "/var/run/wireguard"
+    key_dir: str = "/var/lib/ferry/wireguard"  # private keys (0600), never in the API or a log
+    rotation_period: float = 0.0  # seconds between automatic key rotations; 0: only rotate-key
+    rotation_lead: float = 2.0  # seconds between announcing a new key and every Node switching to it
+    persistent_keepalive: int = 0  # seconds (0: off); behind a NAT a peer needs it
+
+
 @dataclass(frozen=True)
 class Config:
     node_name: str
@@ -126,6 +156,13 @@ class Config:
     ovs_daemons: OvsDaemons = OVS_HOST
     ovs_database: str = "/var/lib/ferry/openvswitch/conf.db"
     ovs_log_dir: str = "/var/log/ferry"
+    # Pod traffic between Nodes encrypted (routesync/wireguard): none | wireguard
+    encryption: Encryption = ENCRYPTION_NONE
+    wireguard: WireGuardConfig = field(default_factory=WireGuardConfig)
+
+    @property
+    def encrypted(self) -> bool:
+        return self.encryption != ENCRYPTION_NONE
 
     @property
     def bgp_run_dir(self) -> str:
@@ -136,7 +173,8 @@ class Config:
 
     @property
     def tunnelled(self) -> bool:
-        return self.mode in TUNNELLED_MODES
+        """A tunnel port is wanted: encap and hybrid, unless WireGuard carries every peer instead."""
+        return self.mode in TUNNELLED_MODES and not self.encrypted
 
 
 # --- value checkers: each takes (key, raw value) and returns the typed value or raises -------------
@@ -253,8 +291,74 @@ def _ip(key: str, v: Any, version: int | None = None) -> str:
     return str(addr)
 
 
-_BGP_KEYS = {"localASN", "routerID", "peers", "prefixes", "gracefulRestart", "runDir"}
-_PEER_KEYS = {"address", "asn", "password", "holdTime"}
+_BGP_WG_KEYS = {"port", "interface", "implementation", "userspaceCommand", "runDir", "keyDir", "rotationPeriod",
+            "rotationLead", "persistentKeepalive"}
+
+
+def _seconds(key: str, v: Any, lo: float, hi: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+        raise ConfigError(key, f"expected seconds in [{lo:g}, {hi:g}], got {v!r}")
+    return float(v)
+
+
+def _wireguard(key: str, v: Any) -> WireGuardConfig:
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected a mapping (port, interface, ...), got {v!r}")
+    for k in v:
+        if k not in _WG_KEYS:
+            raise ConfigError(f"{key}.{k}", "unknown key")
+    g = v.get
+    period = g("rotationPeriod", 0)
+    if period != 0:
+        period = _seconds(f"{key}.rotationPeriod", period, 10, 365 * 86400)
+    return WireGuardConfig(
+        port=_int(f"{key}.port", g("port", DEFAULT_WG_PORT), 1, 65535),
+        interface=_ifname(f"{key}.interface", g("interface", "ferry-wg0")),
+        implementation=_choice(f"{key}.implementation", g("implementation", WG_AUTO), WG_IMPLEMENTATIONS),
+        userspace_command=_str(f"{key}.userspaceCommand", g("userspaceCommand", "wireguard-go")),
+        run_dir=_abspath(f"{key}.runDir", g("runDir", "/var/run/wireguard")),
+        key_dir=_abspath(f"{key}.keyDir", g("keyDir", "/var/lib/ferry/wireguard")),
+        rotation_period=float(period),
+        rotation_lead=_seconds(f"{key}.rotationLead", g("rotationLead", 2.0), 0, 600),
+        persistent_keepalive=_int(f"{key}.persistentKeepalive", g("persistentKeepalive", 0), 0, 65535),
+    )
+
+
+_KEYS = {"localASN", "routerID", "peers", "prefixes", "gracefulRestart", "runDir"}
+_PEER_WG_KEYS = {"port", "interface", "implementation", "userspaceCommand", "runDir", "keyDir", "rotationPeriod",
+            "rotationLead", "persistentKeepalive"}
+
+
+def _seconds(key: str, v: Any, lo: float, hi: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+        raise ConfigError(key, f"expected seconds in [{lo:g}, {hi:g}], got {v!r}")
+    return float(v)
+
+
+def _wireguard(key: str, v: Any) -> WireGuardConfig:
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected a mapping (port, interface, ...), got {v!r}")
+    for k in v:
+        if k not in _WG_KEYS:
+            raise ConfigError(f"{key}.{k}", "unknown key")
+    g = v.get
+    period = g("rotationPeriod", 0)
+    if period != 0:
+        period = _seconds(f"{key}.rotationPeriod", period, 10, 365 * 86400)
+    return WireGuardConfig(
+        port=_int(f"{key}.port", g("port", DEFAULT_WG_PORT), 1, 65535),
+        interface=_ifname(f"{key}.interface", g("interface", "ferry-wg0")),
+        implementation=_choice(f"{key}.implementation", g("implementation", WG_AUTO), WG_IMPLEMENTATIONS),
+        userspace_command=_str(f"{key}.userspaceCommand", g("userspaceCommand", "wireguard-go")),
+        run_dir=_abspath(f"{key}.runDir", g("runDir", "/var/run/wireguard")),
+        key_dir=_abspath(f"{key}.keyDir", g("keyDir", "/var/lib/ferry/wireguard")),
+        rotation_period=float(period),
+        rotation_lead=_seconds(f"{key}.rotationLead", g("rotationLead", 2.0), 0, 600),
+        persistent_keepalive=_int(f"{key}.persistentKeepalive", g("persistentKeepalive", 0), 0, 65535),
+    )
+
+
+_KEYS = {"address", "asn", "password", "holdTime"}
 
 
 def _hold_time(key: str, v: Any) -> int:
@@ -307,12 +411,45 @@ def _bgp(key: str, v: Any) -> BgpConfig:
                      graceful_restart=gr, run_dir=run_dir)
 
 
+_WG_KEYS = {"port", "interface", "implementation", "userspaceCommand", "runDir", "keyDir", "rotationPeriod",
+            "rotationLead", "persistentKeepalive"}
+
+
+def _seconds(key: str, v: Any, lo: float, hi: float) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+        raise ConfigError(key, f"expected seconds in [{lo:g}, {hi:g}], got {v!r}")
+    return float(v)
+
+
+def _wireguard(key: str, v: Any) -> WireGuardConfig:
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected a mapping (port, interface, ...), got {v!r}")
+    for k in v:
+        if k not in _WG_KEYS:
+            raise ConfigError(f"{key}.{k}", "unknown key")
+    g = v.get
+    period = g("rotationPeriod", 0)
+    if period != 0:
+        period = _seconds(f"{key}.rotationPeriod", period, 10, 365 * 86400)
+    return WireGuardConfig(
+        port=_int(f"{key}.port", g("port", DEFAULT_WG_PORT), 1, 65535),
+        interface=_ifname(f"{key}.interface", g("interface", "ferry-wg0")),
+        implementation=_choice(f"{key}.implementation", g("implementation", WG_AUTO), WG_IMPLEMENTATIONS),
+        userspace_command=_str(f"{key}.userspaceCommand", g("userspaceCommand", "wireguard-go")),
+        run_dir=_abspath(f"{key}.runDir", g("runDir", "/var/run/wireguard")),
+        key_dir=_abspath(f"{key}.keyDir", g("keyDir", "/var/lib/ferry/wireguard")),
+        rotation_period=float(period),
+        rotation_lead=_seconds(f"{key}.rotationLead", g("rotationLead", 2.0), 0, 600),
+        persistent_keepalive=_int(f"{key}.persistentKeepalive", g("persistentKeepalive", 0), 0, 65535),
+    )
+
+
 _KEYS = {
     "nodeName", "trafficEncapMode", "tunnelType", "tunnelPort", "transportInterface",
     "transportInterfaceCIDRs", "noSNAT", "defaultMTU", "bridge", "datapathType", "ovsdb", "ovsRunDir",
     "stateFile", "podCIDRs", "clusterCIDRs", "nodeSource", "fastPath", "macSource", "resyncSeconds",
     "logFile", "bgp", "serviceCIDRs", "networkPolicy", "ovsDaemons", "ovsDatabase", "ovsLogDir",
-    "transportVLAN",
+    "transportVLAN", "trafficEncryptionMode", "wireguard",
 }
 
 
@@ -352,6 +489,12 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
     no_snat = _bool("noSNAT", g("noSNAT", False))
     if no_snat and mode != NO_ENCAP:
         raise ConfigError("noSNAT", f"only valid with trafficEncapMode noEncap (mode is {mode})")
+    encryption = _choice("trafficEncryptionMode", g("trafficEncryptionMode", ENCRYPTION_NONE), ENCRYPTIONS)
+    if encryption != ENCRYPTION_NONE and mode == NETWORK_POLICY_ONLY:
+        raise ConfigError("trafficEncryptionMode", "not valid with trafficEncapMode networkPolicyOnly (the primary "
+                          "CNI carries Pod traffic between Nodes; encrypt there)")
+    if g("wireguard") is not None and encryption != ENCRYPTION_WIREGUARD:
+        raise ConfigError("wireguard", "only valid with trafficEncryptionMode wireguard")
     fast_path = _bool("fastPath", g("fastPath", False))
     if fast_path and mode not in FAST_PATH_MODES:
         raise ConfigError("fastPath", f"only valid with trafficEncapMode noEncap or hybrid (mode is {mode})")
@@ -389,6 +532,8 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         ovs_daemons=_choice("ovsDaemons", g("ovsDaemons", OVS_HOST), OVS_DAEMONS),
         ovs_database=_abspath("ovsDatabase", g("ovsDatabase", "/var/lib/ferry/openvswitch/conf.db")),
         ovs_log_dir=_abspath("ovsLogDir", g("ovsLogDir", "/var/log/ferry")),
+        encryption=encryption,
+        wireguard=_wireguard("wireguard", g("wireguard")) if g("wireguard") is not None else WireGuardConfig(),
     )
 
 

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs  # typing's own from 3.13
 
     Mode: TypeAlias = Literal["encap", "noEncap", "hybrid", "networkPolicyOnly"]
-    Path: TypeAlias = Literal["tunnel", "route", "underlay", "fast", "none"]
+    Path: TypeAlias = Literal["tunnel", "route", "underlay", "fast", "wireguard", "none"]
+    Encryption: TypeAlias = Literal["none", "wireguard"]
     Datapath: TypeAlias = Literal["netdev", "system"]
     TunnelType: TypeAlias = Literal["vxlan", "geneve", "gre", "stt"]
 
@@ -37,9 +38,17 @@ PATH_TUNNEL: Final = "tunnel"
 PATH_ROUTE: Final = "route"  # a host route via the peer (same subnet)
 PATH_UNDERLAY: Final = "underlay"  # via the Node's default route: the underlay routes Pod CIDRs
 PATH_FAST: Final = "fast"  # straight from OVS to the uplink, to the next hop's MAC
+# trafficEncryptionMode wireguard: through the gateway to the Node's WireGuard device (encrypted;
+# it replaces whatever path the mode gives the peer, the state file's peers[].path says this)
+PATH_WIREGUARD: Final = "wireguard"
 PATH_NONE: Final = "none"  # no Ferry path (networkPolicyOnly; a peer without a transport address)
-PATHS: tuple[Path, ...] = (PATH_TUNNEL, PATH_ROUTE, PATH_UNDERLAY, PATH_FAST, PATH_NONE)
+PATHS: tuple[Path, ...] = (PATH_TUNNEL, PATH_ROUTE, PATH_UNDERLAY, PATH_FAST, PATH_WIREGUARD, PATH_NONE)
 ROUTED_PATHS: tuple[Path, ...] = (PATH_ROUTE, PATH_FAST)  # never encapsulated (a Pod's full MTU)
+
+# Traffic encryption between Nodes (route-sync's trafficEncryptionMode, the state file's "encryption").
+ENCRYPTION_NONE: Final = "none"
+ENCRYPTION_WIREGUARD: Final = "wireguard"
+ENCRYPTIONS: tuple[Encryption, ...] = (ENCRYPTION_NONE, ENCRYPTION_WIREGUARD)
 
 # OVS datapaths (route-sync's datapathType, the state file's and the conf's "datapath").
 NETDEV: Final = "netdev"  # userspace
@@ -70,6 +79,10 @@ def is_mode(value: object) -> TypeIs[Mode]:
 
 def is_path(value: object) -> TypeIs[Path]:
     return value in PATHS
+
+
+def is_encryption(value: object) -> TypeIs[Encryption]:
+    return value in ENCRYPTIONS
 
 
 def is_datapath(value: object) -> TypeIs[Datapath]:
