@@ -101,6 +101,7 @@ WG_KERNEL: Final = "kernel"
 WG_USERSPACE: Final = "userspace"
 WG_IMPLEMENTATIONS: tuple[WgImplementation, ...] = (WG_AUTO, WG_KERNEL, WG_USERSPACE)
 DEFAULT_WG_PORT = 51820
+WG_SECTION = "wireguard"  # the config's section key (trafficEncryptionMode's word is modes.ENCRYPTION_WIREGUARD)
 
 
 @dataclass(frozen=True)
@@ -291,74 +292,8 @@ def _ip(key: str, v: Any, version: int | None = None) -> str:
     return str(addr)
 
 
-_BGP_WG_KEYS = {"port", "interface", "implementation", "userspaceCommand", "runDir", "keyDir", "rotationPeriod",
-            "rotationLead", "persistentKeepalive"}
-
-
-def _seconds(key: str, v: Any, lo: float, hi: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-        raise ConfigError(key, f"expected seconds in [{lo:g}, {hi:g}], got {v!r}")
-    return float(v)
-
-
-def _wireguard(key: str, v: Any) -> WireGuardConfig:
-    if not isinstance(v, dict):
-        raise ConfigError(key, f"expected a mapping (port, interface, ...), got {v!r}")
-    for k in v:
-        if k not in _WG_KEYS:
-            raise ConfigError(f"{key}.{k}", "unknown key")
-    g = v.get
-    period = g("rotationPeriod", 0)
-    if period != 0:
-        period = _seconds(f"{key}.rotationPeriod", period, 10, 365 * 86400)
-    return WireGuardConfig(
-        port=_int(f"{key}.port", g("port", DEFAULT_WG_PORT), 1, 65535),
-        interface=_ifname(f"{key}.interface", g("interface", "ferry-wg0")),
-        implementation=_choice(f"{key}.implementation", g("implementation", WG_AUTO), WG_IMPLEMENTATIONS),
-        userspace_command=_str(f"{key}.userspaceCommand", g("userspaceCommand", "wireguard-go")),
-        run_dir=_abspath(f"{key}.runDir", g("runDir", "/var/run/wireguard")),
-        key_dir=_abspath(f"{key}.keyDir", g("keyDir", "/var/lib/ferry/wireguard")),
-        rotation_period=float(period),
-        rotation_lead=_seconds(f"{key}.rotationLead", g("rotationLead", 2.0), 0, 600),
-        persistent_keepalive=_int(f"{key}.persistentKeepalive", g("persistentKeepalive", 0), 0, 65535),
-    )
-
-
-_KEYS = {"localASN", "routerID", "peers", "prefixes", "gracefulRestart", "runDir"}
-_PEER_WG_KEYS = {"port", "interface", "implementation", "userspaceCommand", "runDir", "keyDir", "rotationPeriod",
-            "rotationLead", "persistentKeepalive"}
-
-
-def _seconds(key: str, v: Any, lo: float, hi: float) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-        raise ConfigError(key, f"expected seconds in [{lo:g}, {hi:g}], got {v!r}")
-    return float(v)
-
-
-def _wireguard(key: str, v: Any) -> WireGuardConfig:
-    if not isinstance(v, dict):
-        raise ConfigError(key, f"expected a mapping (port, interface, ...), got {v!r}")
-    for k in v:
-        if k not in _WG_KEYS:
-            raise ConfigError(f"{key}.{k}", "unknown key")
-    g = v.get
-    period = g("rotationPeriod", 0)
-    if period != 0:
-        period = _seconds(f"{key}.rotationPeriod", period, 10, 365 * 86400)
-    return WireGuardConfig(
-        port=_int(f"{key}.port", g("port", DEFAULT_WG_PORT), 1, 65535),
-        interface=_ifname(f"{key}.interface", g("interface", "ferry-wg0")),
-        implementation=_choice(f"{key}.implementation", g("implementation", WG_AUTO), WG_IMPLEMENTATIONS),
-        userspace_command=_str(f"{key}.userspaceCommand", g("userspaceCommand", "wireguard-go")),
-        run_dir=_abspath(f"{key}.runDir", g("runDir", "/var/run/wireguard")),
-        key_dir=_abspath(f"{key}.keyDir", g("keyDir", "/var/lib/ferry/wireguard")),
-        rotation_period=float(period),
-        rotation_lead=_seconds(f"{key}.rotationLead", g("rotationLead", 2.0), 0, 600),
-        persistent_keepalive=_int(f"{key}.persistentKeepalive", g("persistentKeepalive", 0), 0, 65535),
-    )
-
-
-_KEYS = {"address", "asn", "password", "holdTime"}
+_BGP_KEYS = {"localASN", "routerID", "peers", "prefixes", "gracefulRestart", "runDir"}
+_PEER_KEYS = {"address", "asn", "password", "holdTime"}
 
 
 def _hold_time(key: str, v: Any) -> int:
@@ -449,7 +384,7 @@ _KEYS = {
     "transportInterfaceCIDRs", "noSNAT", "defaultMTU", "bridge", "datapathType", "ovsdb", "ovsRunDir",
     "stateFile", "podCIDRs", "clusterCIDRs", "nodeSource", "fastPath", "macSource", "resyncSeconds",
     "logFile", "bgp", "serviceCIDRs", "networkPolicy", "ovsDaemons", "ovsDatabase", "ovsLogDir",
-    "transportVLAN", "trafficEncryptionMode", "wireguard",
+    "transportVLAN", "trafficEncryptionMode", WG_SECTION,
 }
 
 
@@ -493,8 +428,8 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
     if encryption != ENCRYPTION_NONE and mode == NETWORK_POLICY_ONLY:
         raise ConfigError("trafficEncryptionMode", "not valid with trafficEncapMode networkPolicyOnly (the primary "
                           "CNI carries Pod traffic between Nodes; encrypt there)")
-    if g("wireguard") is not None and encryption != ENCRYPTION_WIREGUARD:
-        raise ConfigError("wireguard", "only valid with trafficEncryptionMode wireguard")
+    if g(WG_SECTION) is not None and encryption != ENCRYPTION_WIREGUARD:
+        raise ConfigError(WG_SECTION, f"only valid with trafficEncryptionMode {ENCRYPTION_WIREGUARD}")
     fast_path = _bool("fastPath", g("fastPath", False))
     if fast_path and mode not in FAST_PATH_MODES:
         raise ConfigError("fastPath", f"only valid with trafficEncapMode noEncap or hybrid (mode is {mode})")
@@ -533,7 +468,7 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         ovs_database=_abspath("ovsDatabase", g("ovsDatabase", "/var/lib/ferry/openvswitch/conf.db")),
         ovs_log_dir=_abspath("ovsLogDir", g("ovsLogDir", "/var/log/ferry")),
         encryption=encryption,
-        wireguard=_wireguard("wireguard", g("wireguard")) if g("wireguard") is not None else WireGuardConfig(),
+        wireguard=_wireguard(WG_SECTION, g(WG_SECTION)) if g(WG_SECTION) is not None else WireGuardConfig(),
     )
 
 

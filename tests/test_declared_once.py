@@ -37,6 +37,7 @@ ALLOWED_WORDS = {
     ("routesync/show.py", "none"): 1,  # show's text for "no tunnel port"
     ("routesync/model.py", "none"): 1,  # the ferry.io/transport-vlan annotation's "untagged here"
     ("routesync/apply/nft.py", "netdev"): 3,  # nftables' netdev family (the uplink's ingress table)
+    ("routesync/config.py", "wireguard"): 1,  # the config's wireguard section key
     ("lab/cli.py", "route"): 2,  # ip route show
     ("lab/cli.py", "tunnel"): 1,  # the state file's "tunnel" key
     ("lab/check.py", "none"): 1,
@@ -127,7 +128,7 @@ def ext_values() -> dict[str, str]:
 def test_the_readers_see_the_declarations(tmp_path: Path) -> None:
     ext = ext_values()
     assert {"EXT_CHAINED", "EXT_CHAINED_GATEWAYS", "EXT_GATEWAY_MAC", "EXT_OWNER", "EXT_IPS"} <= set(ext)
-    assert set(literal_aliases(MODES)) == {"Mode", "Path", "Datapath", "TunnelType"}
+    assert set(literal_aliases(MODES)) == {"Mode", "Path", "Datapath", "TunnelType", "Encryption"}
     assert {"tunnel", "encap", "noEncap", "netdev", "fast", "route", "vxlan"} <= mode_words()
     assert "UPLINK_COOKIE" in module_names(TABLES) and "MODES" in module_names(MODES)
     probe = tmp_path / "probe.py"
@@ -142,6 +143,9 @@ def test_each_tuple_holds_its_aliases_words() -> None:
     words = {name: value for name, value in consts.items() if isinstance(value, str)}
     assert len(set(words.values())) == len(words), "one constant per word"
     src = ast.parse(MODES.read_text())
+    for n in src.body:  # a constant that names another one's word again (ENCRYPTION_NONE = PATH_NONE)
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and isinstance(n.value, ast.Name):
+            words[n.target.id] = words[n.value.id]
     tuples = {}
     for n in src.body:
         if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and isinstance(n.value, ast.Tuple):
@@ -150,6 +154,7 @@ def test_each_tuple_holds_its_aliases_words() -> None:
     assert tuples["PATHS"] == aliases["Path"]
     assert tuples["DATAPATHS"] == aliases["Datapath"]
     assert tuples["TUNNEL_TYPES"] == aliases["TunnelType"]
+    assert tuples["ENCRYPTIONS"] == aliases["Encryption"]
     # and at run time the module says the same
     from cni.pipeline import modes
 

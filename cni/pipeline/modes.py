@@ -46,8 +46,9 @@ PATHS: tuple[Path, ...] = (PATH_TUNNEL, PATH_ROUTE, PATH_UNDERLAY, PATH_FAST, PA
 ROUTED_PATHS: tuple[Path, ...] = (PATH_ROUTE, PATH_FAST)  # never encapsulated (a Pod's full MTU)
 
 # Traffic encryption between Nodes (route-sync's trafficEncryptionMode, the state file's "encryption").
-ENCRYPTION_NONE: Final = "none"
-ENCRYPTION_WIREGUARD: Final = "wireguard"
+# (the same words as PATH_NONE and PATH_WIREGUARD: one constant per word, these name them again)
+ENCRYPTION_NONE: Final = PATH_NONE
+ENCRYPTION_WIREGUARD: Final = PATH_WIREGUARD
 ENCRYPTIONS: tuple[Encryption, ...] = (ENCRYPTION_NONE, ENCRYPTION_WIREGUARD)
 
 # OVS datapaths (route-sync's datapathType, the state file's and the conf's "datapath").
