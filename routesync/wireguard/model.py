@@ -73,6 +73,9 @@ class PeerChange:
     endpoint: str | None = None
     allowed_ips: tuple[str, ...] = ()
     keepalive: int = 0
+    # send a keepalive now (a handshake if there is no session): keepalive set to 0 then to its value
+    # in the one transaction, as wg and wireguard-go send one when it goes from 0 to non-zero
+    kick: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,3 +106,16 @@ class WgBackend(Protocol):
     def configure(self, name: str, change: WgChange) -> None:
         """Apply ``change`` in one transaction; ``LookupError`` when there is no such device."""
         ...
+
+
+@dataclass(frozen=True)
+class WgSpec:
+    """What the appliers install for WireGuard (``DesiredState.wireguard``): the device with its
+    peers, its addresses (this Node's gateway addresses as host routes' source: the Node's own
+    packets to remote Pods, and what kube-proxy masquerades to, leave from an address inside this
+    Node's Pod CIDRs, which its peers' cryptokey routing accepts) and its MTU."""
+
+    device: WgDevice
+    addresses: tuple[str, ...]  # "10.244.1.1/32", "fd00:10:244:1::1/128"
+    mtu: int
+    kick: tuple[str, ...] = ()  # peers (public keys) to send a keepalive now: a new private key's handshakes

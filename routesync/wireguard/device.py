@@ -1,0 +1,181 @@
+"""The Node's WireGuard device: which implementation it uses, the device's life, its sync.
+
+* **Which.**  ``wireguard.implementation`` auto: the kernel's WireGuard when the kernel can make
+  a ``wireguard`` link (:func:`routesync.wireguard.kernel.kernel_supported`), else the userspace
+  one (wireguard-go).  ``kernel`` / ``userspace`` force one.  ``show`` says which.
+* **Kernel.**  The link made over rtnetlink; configured through ``wg`` (:mod:`.wgtool`).
+* **Userspace.**  ``wireguard-go -f <interface>`` started as a process of its own session (it
+  outlives route-sync, as with ``wg-quick``'s ``WG_QUICK_USERSPACE_IMPLEMENTATION``: a restart of
+  route-sync leaves the device and its sessions as they are); configured over its UAPI socket
+  (:mod:`.uapi`).  When ``runDir`` is not ``/var/run/wireguard`` (the implementation's fixed
+  socket directory), it runs in a mount namespace of its own where ``runDir`` is mounted there:
+  one host can carry several Nodes' devices (the lab), each with its own socket.
+* **Generation.**  The link's ifindex: the device made again (the process was killed and started
+  again, someone deleted the link) is a new generation, and the daemon's next pass is full.
+
+The applier reads the device back and applies only the difference (:func:`.plan.change`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass
+
+from routesync.config import WG_KERNEL, WG_USERSPACE, WireGuardConfig
+
+from . import kernel
+from .model import KERNEL, USERSPACE, WgBackend, WgChange, WgDeviceState, WgSpec
+from .plan import change as plan_change
+from .uapi import Uapi, socket_path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET_DIR = "/var/run/wireguard"  # wireguard-go's, fixed at build time
+START_TIMEOUT = 10.0  # s for a started wireguard-go's socket to answer
+
+
+class DeviceError(RuntimeError):
+    """The device cannot be made (the message says what was tried)."""
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    """What ``show`` prints: the implementation and the device as it is."""
+
+    implementation: str
+    interface: str
+    state: WgDeviceState | None
+
+
+def choose(config: WireGuardConfig, netns: str | None = None) -> str:
+    """KERNEL | USERSPACE for this Node (``implementation``; auto probes the kernel once)."""
+    if config.implementation == WG_KERNEL:
+        return KERNEL
+    if config.implementation == WG_USERSPACE:
+        return USERSPACE
+    return KERNEL if kernel.kernel_supported(netns) else USERSPACE
+
+
+def userspace_argv(config: WireGuardConfig) -> list[str]:
+    """The command that starts the userspace device (pure: tests read it).  ``setsid --fork``:
+    its own session, not route-sync's child (route-sync's exit or restart leaves it running)."""
+    run = ["setsid", "--fork"]
+    wg = [*shlex.split(config.userspace_command), "-f", config.interface]
+    if os.path.normpath(config.run_dir) == DEFAULT_SOCKET_DIR:
+        return [*run, *wg]
+    script = (f"mount --bind {shlex.quote(config.run_dir)} {DEFAULT_SOCKET_DIR} && exec "
+              + " ".join(shlex.quote(a) for a in wg))
+    return [*run, "unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+
+
+class WireGuardDevice:
+    """One Node's device.  ``link_index(name)``: the link's ifindex or None (the route applier's
+    netlink, in the Node's namespace)."""
+
+    def __init__(self, config: WireGuardConfig, link_index, log_dir: str, netns: str | None = None) -> None:
+        self.config = config
+        self.netns = netns
+        self.log_dir = log_dir
+        self._link_index = link_index
+        self.implementation = choose(config, netns)
+        self.backend: WgBackend
+        if self.implementation == KERNEL:
+            from .wgtool import WgTool
+
+            self.backend = WgTool()
+        else:
+            self.backend = Uapi(config.run_dir)
+        self._applied: WgSpec | None = None
+        self._applied_for: int | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.interface
+
+    def generation(self) -> int:
+        """The link's ifindex (0: no device)."""
+        return self._link_index(self.name) or 0
+
+    def ensure(self) -> bool:
+        """The device exists and answers; whether it had to be made."""
+        if self.implementation == KERNEL:
+            if self._link_index(self.name):
+                return False
+            kernel.create_link(self.name, self.netns)
+            log.info("WireGuard %s: kernel device created", self.name)
+            return True
+        uapi = self.backend
+        assert isinstance(uapi, Uapi)
+        if uapi.alive(self.name) and self._link_index(self.name):
+            return False
+        self._start_userspace(uapi)
+        return True
+
+    def _start_userspace(self, uapi: Uapi) -> None:
+        cfg = self.config
+        os.makedirs(cfg.run_dir, mode=0o700, exist_ok=True)
+        os.makedirs(DEFAULT_SOCKET_DIR, mode=0o700, exist_ok=True)
+        sock = socket_path(cfg.run_dir, cfg.interface)
+        if os.path.exists(sock) and not uapi.alive(cfg.interface):
+            os.unlink(sock)  # a killed implementation's socket file
+        os.makedirs(self.log_dir, exist_ok=True)
+        logfile = os.path.join(self.log_dir, f"{cfg.interface}.log")
+        argv = userspace_argv(cfg)
+        env = dict(os.environ, LOG_LEVEL="error", WG_PROCESS_FOREGROUND="1")
+        t0 = time.monotonic()
+        with open(logfile, "ab") as out:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, check=False)
+        if proc.returncode != 0:
+            raise DeviceError(f"WireGuard {cfg.interface}: {' '.join(argv)} exited {proc.returncode} (see {logfile})")
+        deadline = t0 + START_TIMEOUT
+        while not (uapi.alive(cfg.interface) and self._link_index(cfg.interface)):
+            if time.monotonic() > deadline:
+                raise DeviceError(f"WireGuard {cfg.interface}: {cfg.userspace_command} started but its socket "
+                                  f"{sock} did not answer within {START_TIMEOUT:.0f} s (see {logfile})")
+            time.sleep(0.005)  # polling the socket the started process creates: the event itself
+        log.info("WireGuard %s: userspace device started (%s) in %.0f ms", cfg.interface, cfg.userspace_command,
+                 (time.monotonic() - t0) * 1e3)
+
+    def read(self) -> WgDeviceState | None:
+        try:
+            return self.backend.read(self.name)
+        except LookupError:
+            return None
+
+    def sync(self, spec: WgSpec, full: bool = True) -> WgChange:
+        """The device to ``spec.device``: read back (full, a new device generation) or diffed
+        against the last spec applied; the difference applied in one transaction."""
+        gen = self.generation()
+        have = self.read() if (full or self._applied is None or gen != self._applied_for) else None
+        if have is None and self._applied is not None and not full and gen == self._applied_for:
+            change = plan_change(_as_state(self._applied), spec.device, spec.kick)
+        else:
+            change = plan_change(have, spec.device, spec.kick)
+        if not change.empty:
+            self.backend.configure(self.name, change)
+        self._applied, self._applied_for = spec, gen
+        return change
+
+    def status(self) -> DeviceStatus:
+        return DeviceStatus(self.implementation, self.name, self.read())
+
+    def delete(self) -> None:
+        """Remove the device (a userspace implementation exits when its TUN link goes)."""
+        self._applied = None
+        if self._link_index(self.name):
+            kernel.delete_link(self.name, self.netns)
+
+
+def _as_state(spec: WgSpec) -> WgDeviceState:
+    """The state a device holds once ``spec`` was applied (an incremental pass's "before")."""
+    from .model import WgPeerState
+
+    d = spec.device
+    from . import keys
+
+    return WgDeviceState(public_key=keys.public_of(d.private_key), listen_port=d.listen_port,
+                         peers=tuple(WgPeerState(p.public_key, p.endpoint, p.allowed_ips, p.keepalive)
+                                     for p in d.peers), private_key=d.private_key)
