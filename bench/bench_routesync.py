@@ -194,6 +194,12 @@ class TimedAppliers:
     def ovs_generation(self) -> int:
         return int(self.inner.ovs_generation())
 
+    def wireguard_generation(self) -> int:
+        return int(self.inner.wireguard_generation())
+
+    def wireguard_implementation(self) -> str | None:
+        return self.inner.wireguard_implementation()
+
     def teardown(self, config: Any) -> None:
         self.inner.teardown(config)
 

@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from cni.node import nodestate
@@ -48,6 +48,7 @@ from .model import (
 from .policy import plan as policy_plan
 from .policy.stats import DeniedLog
 from .sources import NodeSource, SourceError
+from .wireguard.model import PUBLIC_KEY_ANNOTATION
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from .apply.pods import PodSyncReport
     from .config import Config
     from .policy.model import Pod
+    from .wireguard.node import WireGuardNode
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +151,15 @@ class Appliers(Protocol):
         by the applier; ``now``: a monotonic time, for tests) and write those the kernel now
         knows into OVS's cache; what was written.  Idempotent.  An exception is logged; the next
         full pass tries again."""
+        ...
+
+    def wireguard_generation(self) -> int:
+        """The WireGuard device's generation (its ifindex; 0: none, or no encryption): a new one
+        (the device made again) makes the next pass full."""
+        ...
+
+    def wireguard_implementation(self) -> str | None:
+        """kernel | userspace (None: no encryption)."""
         ...
 
     def ovs_generation(self) -> int:
@@ -277,6 +288,13 @@ class Daemon:
         self._prepared: tuple[NodeRecord | None, LocalFacts] | None = None
         self._pods_key: tuple | None = None  # cni.pipeline.podnet.state_key the Pods were converged to
         self.pod_syncs: collections.deque[tuple[int, float]] = collections.deque(maxlen=100)  # (updated, s)
+        # trafficEncryptionMode wireguard: the keys, each pass's WireGuard plan (routesync.wireguard)
+        self.wireguard: WireGuardNode | None = None
+        if config.encrypted:
+            from .wireguard.node import WireGuardNode
+
+            self.wireguard = WireGuardNode(config)
+        self.wall_clock: Callable[[], float] = time.time  # the key rotation's switch times are wall-clock
 
     # -- one pass ------------------------------------------------------------------------------
     def reconcile(self, full: bool = True) -> ReconcileResult:
@@ -299,9 +317,15 @@ class Daemon:
                 gw = planner.gateway_addresses(cfg, base)
                 facts = self.appliers.prepare(cfg, planner.tunnel_spec(cfg), planner.uplink_spec(cfg, base), gw)
             me = planner.self_record(cfg, local, facts)
+            peers = [n for n in nodes if n.name != cfg.node_name]
+            wg = None
+            if self.wireguard is not None:
+                from .wireguard.plan import annotate
+
+                wg = self.wireguard.plan_for(me, peers, self.wall_clock())
+                me = replace(me, annotations=annotate(dict(me.annotations), wg))
             if me != local:
                 self.source.publish_self(me)
-            peers = [n for n in nodes if n.name != cfg.node_name]
             hops = None
             if self.next_hops is not None:
                 self.next_hops.changed.clear()  # what changes from here on is seen by this pass or the next
@@ -314,7 +338,12 @@ class Daemon:
                 desired.policy_namespaces = tuple(policies.policy_namespaces)
             self._count_disagreements(desired)
             self._report_conflicts(desired.cidr_conflicts)
+            if wg is not None and self.wireguard is not None:
+                desired.wireguard = self.wireguard.spec(wg, desired.gateway_addresses, desired.mtu)
             self.appliers.apply(desired)
+            if wg is not None and self.wireguard is not None:
+                names = {dict(n.annotations).get(PUBLIC_KEY_ANNOTATION, ""): n.name for n in peers}
+                self.wireguard.applied(wg, self.appliers.wireguard_implementation(), names)
             if policies is not None:
                 self.appliers.release_pending(policies.local_pods, full)
             state = planner.node_state(cfg, me, desired, facts, self._state_rows,
@@ -334,6 +363,15 @@ class Daemon:
             log.log(level, "reconcile failed (%s: %s); will retry", type(e).__name__, e,
                     exc_info=level == logging.ERROR)
             return ReconcileResult(False, self.clock() - t0, error=f"{type(e).__name__}: {e}")
+
+    def _wireguard_generation(self) -> int:
+        if self.wireguard is None:
+            return 0
+        try:
+            return self.appliers.wireguard_generation()
+        except Exception as e:  # noqa: BLE001 - the next look tries again
+            log.warning("cannot read the WireGuard device's generation: %s", e)
+            return 0
 
     def _restore_host_path(self) -> None:
         """The Node's own way out when it runs through the bridge (the uplink moved onto it),
@@ -539,6 +577,7 @@ class Daemon:
         except Exception:  # noqa: BLE001
             ovs_gen = 0
         next_ovs_check = self.clock() + OVS_CHECK_INTERVAL
+        wg_gen = self._wireguard_generation()
         try:
             while not self.stop.is_set():
                 if self.observer:
@@ -567,6 +606,9 @@ class Daemon:
                         backoff = min(backoff * 2, BACKOFF_MAX)
                         next_resync = now + cfg.resync_seconds
                 deadline = min(next_resync, next_ovs_check, retry_at if dirty else next_resync)
+                wake = self.wireguard.wake_at() if self.wireguard is not None else None
+                if wake is not None:  # a key rotation's switch: on time, not at the next look
+                    deadline = min(deadline, self.clock() + max(0.0, wake - self.wall_clock()))
                 pending = self._state_pending is not None
                 if pending:
                     deadline = min(deadline, self.clock() + STATE_IDLE,
@@ -580,6 +622,8 @@ class Daemon:
                     self.stop.wait(DEBOUNCE)
                     dirty = True  # a pending retry keeps its backoff: a change does not cut it short
                 self._log_denied()
+                if self.wireguard is not None and self.wireguard.due(self.wall_clock()):
+                    dirty = True
                 if self.clock() >= next_ovs_check:
                     next_ovs_check = self.clock() + OVS_CHECK_INTERVAL
                     try:
@@ -590,6 +634,12 @@ class Daemon:
                     if gen != ovs_gen:
                         log.warning("ovs-vswitchd restarted (generation %s -> %s): re-installing", ovs_gen, gen)
                         ovs_gen, dirty, retry_at, full = gen, True, 0.0, True
+                    now_wg = self._wireguard_generation()
+                    if now_wg != wg_gen:
+                        if wg_gen:
+                            log.warning("WireGuard device gone or made again (ifindex %s -> %s): re-installing",
+                                        wg_gen, now_wg)
+                        wg_gen, dirty, retry_at, full = now_wg, True, 0.0, True
                     self._retry_tunnel_neighbours()
         finally:
             self.flush_state()  # what an incremental pass left pending is on disk when run() returns

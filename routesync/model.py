@@ -14,6 +14,7 @@ from cni.pipeline.tables import Flow
 
 if TYPE_CHECKING:
     from cni.pipeline.modes import Path, TunnelType
+    from routesync.wireguard.model import WgSpec
 
 MAC_ANNOTATION = "ferry.io/mac-address"
 TRANSPORT_ANNOTATION = "ferry.io/transport-addresses"
@@ -135,6 +136,9 @@ class DesiredState:
     policy_namespaces: tuple[str, ...] = ()
     # Pod CIDRs two Nodes claim (routesync.planclaims): the set-aside ones are planned nowhere here
     cidr_conflicts: tuple[CidrConflict, ...] = ()
+    # trafficEncryptionMode wireguard: the device and its peers (the daemon adds it: its keys and
+    # the time decide it, routesync.wireguard.plan); None: no encryption
+    wireguard: WgSpec | None = None
     # True: the appliers compare with what the system holds (dumps; repairs drift).  False (a
     # Node change between re-assertions): they may apply only the difference from the desired
     # state they applied last, without reading the system back.

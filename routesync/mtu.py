@@ -31,16 +31,20 @@ MAX_MTU = 65000
 
 
 def pod_mtu(transport_mtu: int, mode: Mode, tunnel_type: TunnelType, ipv6_underlay: bool = False,
-            default_mtu: int = 0) -> int:
-    """The MTU for Pod interfaces and the gateway port.
+            default_mtu: int = 0, encryption_overhead: int = 0) -> int:
+    """The MTU of the paths to other Nodes' Pods (the "tunnel MTU").
 
-    ``default_mtu`` > 0 overrides everything.  The tunnel overhead is deducted in encap and
-    hybrid (hybrid tunnels some peers; one MTU for all keeps a Pod's MTU independent of where
-    its peer lives).  Capped at 65000 (loopback-like transports report 65536)."""
+    ``default_mtu`` > 0 overrides everything.  ``encryption_overhead`` > 0 (WireGuard carries
+    every peer instead of the tunnel or the route: ``routesync.wireguard.plan.overhead``) is what
+    is deducted, in every mode.  Otherwise the tunnel overhead is deducted in encap and hybrid
+    (hybrid tunnels some peers; one MTU for all keeps a Pod's MTU independent of where its peer
+    lives).  Capped at 65000 (loopback-like transports report 65536)."""
     if default_mtu > 0:
         return default_mtu
     mtu = transport_mtu
-    if mode in TUNNELLED_MODES:
+    if encryption_overhead > 0:
+        mtu -= encryption_overhead
+    elif mode in TUNNELLED_MODES:
         mtu -= TUNNEL_OVERHEAD[tunnel_type] + (IPV6_EXTRA if ipv6_underlay else 0)
     return max(min(mtu, MAX_MTU), 68)
 

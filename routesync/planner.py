@@ -46,6 +46,7 @@ from cni.pipeline.modes import (
     PATH_ROUTE,
     PATH_TUNNEL,
     PATH_UNDERLAY,
+    PATH_WIREGUARD,
 )
 from cni.pipeline.tables import GATEWAY_PORT, TUNNEL_PORT, VIRTUAL_MAC, Flow
 
@@ -182,14 +183,16 @@ def _valid_mac(value: str | None) -> str | None:
 
 
 def fast_path_ready(config: Config, facts: LocalFacts) -> bool:
+    """The fast path outputs Pods' packets to the uplink in clear: never with encryption (every
+    peer takes the WireGuard path instead; ``show`` says what it replaced)."""
     return bool(config.fast_path and config.mode in FAST_PATH_MODES and facts.uplink_ofport
-                and facts.uplink_mac)
+                and facts.uplink_mac and not config.encrypted)
 
 
 def fast_candidates(config: Config, peers: Sequence[NodeRecord], facts: LocalFacts) -> tuple[str, ...]:
     """The transport addresses whose next hop the kernel must resolve for the fast path: every
     routed/underlay peer with ``macSource`` neighbor/both, only other-subnet ones with annotation."""
-    if not config.fast_path:
+    if not config.fast_path or config.encrypted:
         return ()
     networks = transport_networks(config, facts)
     out: set[str] = set()
@@ -223,6 +226,13 @@ def peer_plans(config: Config, networks: Sequence[str], peer: NodeRecord,
             transport = _underlay_for(family, peer_addrs)
             if transport is None:  # a peer with no transport address cannot be tunnelled to
                 path = PATH_NONE
+        if config.encrypted and path != PATH_NONE:
+            # WireGuard carries this peer whatever the mode gives it (the mode's path kept as
+            # the fallback, for show); its endpoint is the peer's transport address
+            endpoint = transport or _underlay_for(family, peer_addrs)
+            plans.append(PeerPlan(peer=peer.name, family=family, path=PATH_WIREGUARD if endpoint else PATH_NONE,
+                                  transport_address=endpoint, pod_cidrs=cidrs, fallback=path))
+            continue
         plan = PeerPlan(
             peer=peer.name, family=family, path=path, transport_address=transport, pod_cidrs=cidrs,
             peer_gateway=_host(first_address(cidrs[0])) if path == PATH_TUNNEL else None,
@@ -240,12 +250,18 @@ def peer_plans(config: Config, networks: Sequence[str], peer: NodeRecord,
     return plans
 
 
-def host_routes(plan: PeerPlan, tunnel_mtu: int = 0) -> tuple[set[HostRoute], set[Neighbor]]:
+def host_routes(plan: PeerPlan, tunnel_mtu: int = 0, wireguard: str | None = None
+                ) -> tuple[set[HostRoute], set[Neighbor]]:
     """The Node's routes to one peer's Pod CIDRs; a tunnelled peer's carry ``tunnel_mtu`` (the
-    gateway port has the full MTU: the Node's own packets must fit the tunnel)."""
+    gateway port has the full MTU: the Node's own packets must fit the tunnel).  A WireGuard
+    peer's go to the device ``wireguard`` (at the same MTU: the WireGuard overhead's)."""
     routes: set[HostRoute] = set()
     neighbors: set[Neighbor] = set()
-    if (plan.path == PATH_ROUTE or (plan.path == PATH_FAST and plan.fallback == PATH_ROUTE)) and plan.transport_address:
+    if plan.path == PATH_WIREGUARD and wireguard is not None:
+        for c in plan.pod_cidrs:
+            routes.add(HostRoute(dst=c, gw=None, dev=wireguard, mtu=tunnel_mtu))
+    elif ((plan.path == PATH_ROUTE or (plan.path == PATH_FAST and plan.fallback == PATH_ROUTE))
+          and plan.transport_address):
         for c in plan.pod_cidrs:
             routes.add(HostRoute(dst=c, gw=plan.transport_address, dev=None))
     elif plan.path == PATH_TUNNEL and plan.peer_gateway:
@@ -300,12 +316,19 @@ def peer_result(config: Config, networks: Sequence[str], peer: NodeRecord, facts
     neighbors: set[Neighbor] = set()
     for p in plans:
         flows += peer_flows(p, facts.gateway_mac, tunnel_ofport, fast_port)
-        r, n = host_routes(p, tunnel_mtu)
+        r, n = host_routes(p, tunnel_mtu, config.wireguard.interface if config.encrypted else None)
         routes |= r
         neighbors |= n
     # every Pod CIDR is in exactly one family's plan, already canonical there
     return PeerResult(tuple(plans), tuple(flows), frozenset(routes), frozenset(neighbors), tuple(disagreements),
                       frozenset(c for p in plans for c in p.pod_cidrs))
+
+
+def wg_overhead(ipv6_underlay: bool) -> int:
+    """What WireGuard adds to a packet (outer IP + UDP + its data header and tag)."""
+    from .wireguard.plan import overhead
+
+    return overhead(ipv6_underlay)
 
 
 def tunnel_spec(config: Config) -> TunnelSpec | None:
@@ -362,11 +385,11 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     local_addrs = local_transport_addresses(config, local, facts)
 
     ipv6_underlay = False
-    if tunnel is not None:
+    if tunnel is not None or config.encrypted:
         used = {_underlay_for(_family(c), local_addrs) for c in pod_cidrs}
         ipv6_underlay = any(a is not None and _family(a) == 6 for a in used)
     mtu = mtu_mod.pod_mtu(facts.transport_mtu, config.mode, config.tunnel_type, ipv6_underlay,
-                          config.default_mtu)
+                          config.default_mtu, wg_overhead(ipv6_underlay) if config.encrypted else 0)
     full_mtu = mtu_mod.transport_mtu(facts.transport_mtu, config.default_mtu)
     route_mtu = mtu if mtu < full_mtu else 0  # host routes to tunnelled peers
 
@@ -456,6 +479,7 @@ def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: 
         peers=_peer_rows(desired.peers, rows),
         transportMTU=desired.transport_mtu or desired.mtu,
         policyNamespaces=list(policy_namespaces),
+        encryption=config.encryption,
     )
 
 

@@ -22,6 +22,7 @@ import).  The schema is versioned: a reader refuses a file whose ``version`` it 
       "tunnel": {"type": "vxlan", "port": "ferry-tun0", "ofport": 3} | null,
       "peers": [{"name": "node-b", "addresses": ["192.168.77.2"],
                  "podCIDRs": ["10.244.2.0/24"], "path": "tunnel", "mac": null}],
+      "encryption": "none",               # none | wireguard (every peer's path then; absent: none)
       "policyNamespaces": ["prod"]        # namespaces that have a NetworkPolicy: a Pod ADDed
                                           # there starts pending (no new connection) until
                                           # route-sync has its policy in force; absent: none
@@ -35,12 +36,12 @@ import os
 from cni.lean import fastjson
 from cni.lean.record import Factory, as_dict, record
 from cni.lean.typecheck import TYPE_CHECKING
-from cni.pipeline.modes import is_mode, is_path
+from cni.pipeline.modes import ENCRYPTION_NONE, is_encryption, is_mode, is_path
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from cni.pipeline.modes import Mode, Path
+    from cni.pipeline.modes import Encryption, Mode, Path
 
 SCHEMA_VERSION = 1
 DEFAULT_STATE_FILE = "/var/run/ferry/node-state.json"
@@ -91,6 +92,9 @@ class NodeState:
     peers: list[Peer] = Factory(list)
     transportMTU: int = 0  # 0: not given (a route-sync before per-path MTUs): "mtu" everywhere
     policyNamespaces: list[str] = Factory(list)
+    # cni.pipeline.modes' encryption words; wireguard: every peer's path is (the Pods' routes to
+    # other Nodes carry "mtu", WireGuard's, in every mode)
+    encryption: Encryption = ENCRYPTION_NONE
     version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -161,6 +165,9 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
     policy_namespaces = d.get("policyNamespaces") or []
     if not isinstance(policy_namespaces, list) or not all(isinstance(n, str) for n in policy_namespaces):
         raise StateError(f"{where}: key 'policyNamespaces' is not a list of names")
+    encryption = d.get("encryption") or ENCRYPTION_NONE
+    if not is_encryption(encryption):
+        raise StateError(f"{where}: unknown encryption {encryption!r}")
     return NodeState(
         node=_require(d, "node", str, where),
         mode=mode,
@@ -176,6 +183,7 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
         peers=peers,
         transportMTU=transport_mtu,
         policyNamespaces=list(policy_namespaces),
+        encryption=encryption,
     )
 
 

@@ -10,6 +10,7 @@ address of (``gw`` = the Node's gateway address of that family):
     encap              default via gw, full MTU; each cluster prefix via gw, tunnel MTU
     hybrid             as encap, plus each routed (same-subnet) peer's Pod CIDR via gw, full MTU
     networkPolicyOnly  (chained: the primary CNI's routes, not these)
+    any, encrypted     as encap (WireGuard carries every peer: its MTU is "tunnel")
 
 "Full" is the transport MTU (capped at 65000), "tunnel" that minus the tunnel's overhead
 (``routesync/mtu.py``).  Same-Node Pods use the connected route: the interface's (full) MTU.
@@ -34,7 +35,7 @@ from __future__ import annotations
 from cni.lean import addr
 from cni.lean.record import record
 from cni.lean.typecheck import TYPE_CHECKING
-from cni.pipeline.modes import HYBRID, ROUTED_PATHS, TUNNELLED_MODES
+from cni.pipeline.modes import ENCAP, ENCRYPTION_NONE, HYBRID, ROUTED_PATHS, TUNNELLED_MODES
 
 if TYPE_CHECKING:
     from cni.node.nodestate import NodeState
@@ -120,7 +121,9 @@ def for_state(state: NodeState | None, gateways: dict[int, str], conf_mtu: int =
         return plan(None, conf_mtu or fallback_mtu, 0, gateways, [], [], [])
     full = state.transportMTU  # 0: a state file of a route-sync before per-path MTUs
     routed = [c for p in state.peers if p.path in ROUTED_PATHS for c in p.podCIDRs]
-    return plan(state.mode, state.mtu, full, gateways, list(state.clusterCIDRs), list(state.podCIDRs), routed)
+    # encrypted: every other Node's Pods are behind WireGuard's MTU, as behind encap's tunnel
+    mode = ENCAP if state.encryption != ENCRYPTION_NONE else state.mode
+    return plan(mode, state.mtu, full, gateways, list(state.clusterCIDRs), list(state.podCIDRs), routed)
 
 
 def gateways_of(state: NodeState | None, ips: list[str]) -> dict[int, str]:
@@ -168,5 +171,5 @@ def state_key(state: NodeState) -> tuple:
     """What of the node state decides any Pod's :class:`PodNet` (route-sync re-converges its
     Pods when this changes)."""
     routed = sorted(c for p in state.peers if p.path in ROUTED_PATHS for c in p.podCIDRs)
-    return (state.mode, state.mtu, state.transportMTU, tuple(state.clusterCIDRs), tuple(state.podCIDRs),
-            tuple(state.gateway.addresses), tuple(routed))
+    return (state.mode, state.encryption, state.mtu, state.transportMTU, tuple(state.clusterCIDRs),
+            tuple(state.podCIDRs), tuple(state.gateway.addresses), tuple(routed))

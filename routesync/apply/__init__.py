@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from cni.ovs.openflow.ofctl import DumpedFlow
     from routesync.config import Config
     from routesync.policy.model import Pod
+    from routesync.wireguard.device import WireGuardDevice
+    from routesync.wireguard.model import WgSpec
 
 TNL_RETRY_INTERVAL = 1.0  # s between retries of unresolved tunnel next hops (each an ARP/ND probe)
 
@@ -96,6 +98,14 @@ class NodeAppliers:
         self._tnl_retry_at = 0.0  # monotonic: the next retry of unresolved tunnel next hops
         self.pods = PodMtuApplier(self.ovs.pod_ports, self.ovs.pod_port, self._set_host_mtu,
                                   lock_dir=os.path.join(self.state_dir, "locks"))
+        # trafficEncryptionMode wireguard: the Node's device (routesync/wireguard/device.py)
+        self.wireguard: WireGuardDevice | None = None
+        if config.encrypted:
+            from routesync.wireguard.device import WireGuardDevice
+
+            self.wireguard = WireGuardDevice(config.wireguard, self.routes.index,
+                                             os.path.dirname(config.log_file) if config.log_file else self.state_dir,
+                                             netns=netns)
 
     def _set_host_mtu(self, name: str, mtu: int) -> bool:
         try:
@@ -195,6 +205,8 @@ class NodeAppliers:
         else:
             self._restore_uplink(config)
         self._uplink = uplink
+        if self.wireguard is not None:  # before any route names it
+            self.wireguard.ensure()
         tunnel_ofport = self.ovs.ensure_tunnel(tunnel, None, name=TUNNEL_PORT)
         name = uplink.name if uplink else config.transport_interface
         info = self.routes.link_info(name)
@@ -241,6 +253,8 @@ class NodeAppliers:
                 self.tnl_neigh.sync(tunnel_endpoints(p for p in after.peers if p.transport_address in fresh))
 
     def _apply_delta(self, before: DesiredState, after: DesiredState) -> None:
+        if after.wireguard is not None:  # first: a key rotation's switch is on time
+            self._apply_wireguard(after.wireguard, before.wireguard, full=False)
         self.ovs.sync_flow_delta(before.flows, after.flows)
         cached = self._normalized
         old = cached[1] if cached is not None and cached[0] is before.routes else self.routes.normalized(before.routes)
@@ -273,7 +287,25 @@ class NodeAppliers:
         finally:
             kernel.result()  # waited for also when OVS failed; its failure is this pass's too
 
+    def _apply_wireguard(self, spec: WgSpec, before: WgSpec | None, full: bool) -> None:
+        """The device's addresses, MTU and link state (when they changed, or full), then its keys
+        and peers (:meth:`WireGuardDevice.sync`)."""
+        assert self.wireguard is not None
+        name = self.wireguard.name
+        if full or before is None or before.addresses != spec.addresses or before.mtu != spec.mtu:
+            self.routes.set_mtu(name, spec.mtu)
+            self.routes.set_gateway_addresses(name, spec.addresses)  # and the link up
+        self.wireguard.sync(spec, full)
+
+    def wireguard_generation(self) -> int:
+        return self.wireguard.generation() if self.wireguard is not None else 0
+
+    def wireguard_implementation(self) -> str | None:
+        return self.wireguard.implementation if self.wireguard is not None else None
+
     def _apply_kernel(self, desired: DesiredState) -> None:
+        if desired.wireguard is not None:  # before the routes that name the device
+            self._apply_wireguard(desired.wireguard, None, full=True)
         self.routes.set_gateway_addresses(GATEWAY_PORT, desired.gateway_addresses)
         if gateway_mtu(desired):
             self.routes.set_mtu(GATEWAY_PORT, gateway_mtu(desired))
@@ -321,6 +353,8 @@ class NodeAppliers:
         self.nft.delete()
         self.ovs.ensure_tunnel(None, None, name=TUNNEL_PORT)
         self.ovs.delete_port(GATEWAY_PORT)
+        if self.wireguard is not None:
+            self.wireguard.delete()
 
     def close(self) -> None:
         self._side.shutdown(wait=True)
@@ -337,6 +371,7 @@ def delta_applicable(before: DesiredState, after: DesiredState) -> bool:
     Node-wide settings an apply also makes (gateway addresses, MTU, tunnel, uplink, forwarding)
     are the same."""
     return (before.gateway_addresses == after.gateway_addresses and before.mtu == after.mtu
+            and (before.wireguard is None) == (after.wireguard is None)
             and before.transport_mtu == after.transport_mtu
             and before.tunnel == after.tunnel and before.uplink == after.uplink
             and before.forwarding == after.forwarding)

@@ -22,6 +22,7 @@ import os
 import shlex
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from routesync.config import WG_KERNEL, WG_USERSPACE, WireGuardConfig
@@ -60,22 +61,23 @@ def choose(config: WireGuardConfig, netns: str | None = None) -> str:
 
 
 def userspace_argv(config: WireGuardConfig) -> list[str]:
-    """The command that starts the userspace device (pure: tests read it).  ``setsid --fork``:
-    its own session, not route-sync's child (route-sync's exit or restart leaves it running)."""
-    run = ["setsid", "--fork"]
+    """The command that starts the userspace device (pure: tests read it).  It is started in a
+    session of its own (route-sync's exit or restart, and signals to its process group, leave it
+    running)."""
     wg = [*shlex.split(config.userspace_command), "-f", config.interface]
     if os.path.normpath(config.run_dir) == DEFAULT_SOCKET_DIR:
-        return [*run, *wg]
+        return wg
     script = (f"mount --bind {shlex.quote(config.run_dir)} {DEFAULT_SOCKET_DIR} && exec "
               + " ".join(shlex.quote(a) for a in wg))
-    return [*run, "unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
 
 
 class WireGuardDevice:
     """One Node's device.  ``link_index(name)``: the link's ifindex or None (the route applier's
     netlink, in the Node's namespace)."""
 
-    def __init__(self, config: WireGuardConfig, link_index, log_dir: str, netns: str | None = None) -> None:
+    def __init__(self, config: WireGuardConfig, link_index: Callable[[str], int | None], log_dir: str,
+                 netns: str | None = None) -> None:
         self.config = config
         self.netns = netns
         self.log_dir = log_dir
@@ -90,6 +92,17 @@ class WireGuardDevice:
             self.backend = Uapi(config.run_dir)
         self._applied: WgSpec | None = None
         self._applied_for: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None  # the userspace device this process started
+
+    def reap(self) -> int | None:
+        """The exit status of the userspace device this process started, once it has exited (no
+        zombie is left); None while it runs or when none was started."""
+        if self._proc is None:
+            return None
+        code = self._proc.poll()
+        if code is not None:
+            self._proc = None
+        return code
 
     @property
     def name(self) -> str:
@@ -124,14 +137,17 @@ class WireGuardDevice:
         os.makedirs(self.log_dir, exist_ok=True)
         logfile = os.path.join(self.log_dir, f"{cfg.interface}.log")
         argv = userspace_argv(cfg)
-        env = dict(os.environ, LOG_LEVEL="error", WG_PROCESS_FOREGROUND="1")
+        env = dict(os.environ, LOG_LEVEL="error")
         t0 = time.monotonic()
+        self.reap()
         with open(logfile, "ab") as out:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, check=False)
-        if proc.returncode != 0:
-            raise DeviceError(f"WireGuard {cfg.interface}: {' '.join(argv)} exited {proc.returncode} (see {logfile})")
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
+                                          start_new_session=True)
         deadline = t0 + START_TIMEOUT
         while not (uapi.alive(cfg.interface) and self._link_index(cfg.interface)):
+            code = self._proc.poll()
+            if code is not None:
+                raise DeviceError(f"WireGuard {cfg.interface}: {' '.join(argv)} exited {code}: {_tail(logfile)}")
             if time.monotonic() > deadline:
                 raise DeviceError(f"WireGuard {cfg.interface}: {cfg.userspace_command} started but its socket "
                                   f"{sock} did not answer within {START_TIMEOUT:.0f} s (see {logfile})")
@@ -151,9 +167,9 @@ class WireGuardDevice:
         gen = self.generation()
         have = self.read() if (full or self._applied is None or gen != self._applied_for) else None
         if have is None and self._applied is not None and not full and gen == self._applied_for:
-            change = plan_change(_as_state(self._applied), spec.device, spec.kick)
+            change = plan_change(_as_state(self._applied), spec.device)
         else:
-            change = plan_change(have, spec.device, spec.kick)
+            change = plan_change(have, spec.device)
         if not change.empty:
             self.backend.configure(self.name, change)
         self._applied, self._applied_for = spec, gen
@@ -167,6 +183,16 @@ class WireGuardDevice:
         self._applied = None
         if self._link_index(self.name):
             kernel.delete_link(self.name, self.netns)
+
+
+def _tail(path: str, limit: int = 400) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace").strip() or "(no output)"
+    except OSError:
+        return "(no log)"
 
 
 def _as_state(spec: WgSpec) -> WgDeviceState:

@@ -14,8 +14,11 @@ import os
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
+from .model import LocalKeys
+
 CURRENT = "current.key"
 NEXT = "next.key"
+SWITCH_AT = "next.switch-at"  # the announced rotation's switch time (Unix s), written once announced
 KEY_BYTES = 32
 
 
@@ -114,11 +117,54 @@ def ensure_current(key_dir: str) -> str:
     return key
 
 
-def promote_next(key_dir: str) -> str | None:
-    """A rotation's switch: ``next.key`` becomes ``current.key`` (one rename).  The new current
-    key, None when there was no next one."""
+def start_rotation(key_dir: str) -> bool:
+    """``rotate-key``, or the rotation period over: a ``next.key`` made, unless one is already
+    waiting.  Whether one was made."""
+    if read(key_dir, NEXT) is not None:
+        return False
+    ensure_current(key_dir)
+    write(key_dir, NEXT, generate())
+    return True
+
+
+def local_keys(key_dir: str, now: float, lead: float) -> LocalKeys:
+    """This Node's keys as the plan takes them; a ``next.key`` not announced yet gets its switch
+    time now (``now + lead``, kept in ``next.switch-at``: a restart keeps the same instant)."""
+    current = ensure_current(key_dir)
     nxt = read(key_dir, NEXT)
     if nxt is None:
+        return LocalKeys(current)
+    at = _read_switch_at(key_dir)
+    if at is None:
+        at = now + lead
+        tmp = path(key_dir, SWITCH_AT + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{at:.3f}\n")
+        os.replace(tmp, path(key_dir, SWITCH_AT))
+    return LocalKeys(current, nxt, at)
+
+
+def _read_switch_at(key_dir: str) -> float | None:
+    try:
+        with open(path(key_dir, SWITCH_AT)) as f:
+            return float(f.read().strip())
+    except (OSError, ValueError):
         return None
+
+
+def finish_rotation(key_dir: str) -> bool:
+    """The switch is applied: ``next.key`` becomes ``current.key`` (one rename), the switch time
+    goes.  Whether there was a rotation to finish."""
+    if read(key_dir, NEXT) is None:
+        return False
     os.replace(path(key_dir, NEXT), path(key_dir, CURRENT))
-    return nxt
+    remove(key_dir, SWITCH_AT)
+    return True
+
+
+def age(key_dir: str, now: float) -> float:
+    """Seconds since the current key was written (its file's mtime)."""
+    try:
+        return now - os.stat(path(key_dir, CURRENT)).st_mtime
+    except FileNotFoundError:
+        return 0.0

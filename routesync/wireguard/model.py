@@ -21,6 +21,15 @@ USERSPACE = "userspace"
 
 
 @dataclass(frozen=True)
+class LocalKeys:
+    """This Node's private keys (:mod:`.keys`) and its rotation's switch time (None: none under way)."""
+
+    current: str = field(repr=False)
+    next: str | None = field(default=None, repr=False)
+    switch_at: float | None = None
+
+
+@dataclass(frozen=True)
 class WgPeer:
     """One peer as the device should hold it."""
 
@@ -118,4 +127,3 @@ class WgSpec:
     device: WgDevice
     addresses: tuple[str, ...]  # "10.244.1.1/32", "fd00:10:244:1::1/128"
     mtu: int
-    kick: tuple[str, ...] = ()  # peers (public keys) to send a keepalive now: a new private key's handshakes

@@ -41,6 +41,7 @@ from .model import (
     PORT_ANNOTATION,
     PUBLIC_KEY_ANNOTATION,
     SWITCH_AT_ANNOTATION,
+    LocalKeys,
     PeerChange,
     WgChange,
     WgDevice,
@@ -50,18 +51,6 @@ from .model import (
 
 OVERHEAD_IPV4 = 60  # outer IPv4 20 + UDP 8 + WireGuard data header 16 + its tag 16
 OVERHEAD_IPV6 = 80  # outer IPv6 40 instead of 20
-
-
-@dataclass(frozen=True)
-class LocalKeys:
-    """This Node's keys (:mod:`.keys`) and its rotation's switch time (None: no rotation)."""
-
-    current: str  # private, base64
-    next: str | None = None  # private, base64
-    switch_at: float | None = None
-
-    def __repr__(self) -> str:  # no key in a log line
-        return f"LocalKeys(rotating={self.next is not None}, switch_at={self.switch_at})"
 
 
 @dataclass(frozen=True)
@@ -201,9 +190,13 @@ def change(have: WgDeviceState | None, want: WgDevice, kick: Sequence[str] = ())
     they differ, each peer that is missing or differs (its allowed IPs replaced), each peer that
     is not wanted removed.  An endpoint that is right already is not set again (a set endpoint
     would undo what the device learnt from a roaming peer only if it differed).  ``kick``: peers
-    (public keys) that must send a keepalive now, changed or not."""
+    (public keys) that must send a keepalive now, changed or not; a new private key on a device
+    that had one kicks every peer (its sessions ended: each makes its new handshake at once,
+    rather than when its next packet waits for one)."""
     peers: list[PeerChange] = []
     kicked = set(kick)
+    if have is not None and have.private_key is not None and have.private_key != want.private_key:
+        kicked |= {p.public_key for p in want.peers}
     if have is None:
         return WgChange(private_key=want.private_key, listen_port=want.listen_port,
                         peers=tuple(PeerChange(p.public_key, False, p.endpoint, p.allowed_ips, p.keepalive,

@@ -70,6 +70,12 @@ class RecordingAppliers(Appliers):
     def ovs_generation(self) -> int:
         return self.generation
 
+    def wireguard_generation(self) -> int:
+        return 0
+
+    def wireguard_implementation(self) -> str | None:
+        return None
+
     def teardown(self, config: Config) -> None:
         pass
 
