@@ -180,8 +180,13 @@ def show(config_path: str, as_json: bool, state_file: str | None, what: tuple[st
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     uplink = show_mod.uplink_record(path)
-    click.echo(show_mod.as_json(state, bgp, found, uplink) if as_json else show_mod.as_table(state, bgp, found, uplink),
-               nl=as_json)
+    wg = None
+    if cfg is not None and cfg.encrypted:
+        from .wireguard import status as wg_status
+
+        wg = wg_status.gather(cfg, path)
+    click.echo(show_mod.as_json(state, bgp, found, uplink, wg) if as_json
+               else show_mod.as_table(state, bgp, found, uplink, wg), nl=as_json)
 
 
 def _show_policy(cfg: Config, pod: str, state_file: str | None, as_json: bool) -> None:
@@ -208,6 +213,28 @@ def _show_policy(cfg: Config, pod: str, state_file: str | None, as_json: bool) -
                                           "bytes": c.bytes} for c in stats.rule_counts(rules, flows)]}, indent=2))
     else:
         click.echo(stats.pod_table(pod, doc, flows), nl=False)
+
+
+@main.command("rotate-key")
+@CONFIG_OPT
+def rotate_key(config_path: str) -> None:
+    """Replace this Node's WireGuard key without losing traffic: a next key is made here; the
+    running route-sync announces it and every Node switches to it ``wireguard.rotationLead`` s
+    later, at one instant (routesync/wireguard/plan.py)."""
+    from .wireguard import keys
+
+    cfg = _load(config_path)
+    if not cfg.encrypted:
+        raise click.ClickException("trafficEncryptionMode is none: there is no WireGuard key to rotate")
+    try:
+        made = keys.start_rotation(cfg.wireguard.key_dir)
+    except (OSError, keys.InvalidKey) as e:
+        raise click.ClickException(f"no key rotation: {e}") from None
+    if made:
+        click.echo(f"next key made in {cfg.wireguard.key_dir}; route-sync announces it and every Node switches "
+                   f"to it {cfg.wireguard.rotation_lead:g} s later")
+    else:
+        click.echo(f"a rotation is already under way ({keys.path(cfg.wireguard.key_dir, keys.NEXT)} exists)")
 
 
 @main.command()

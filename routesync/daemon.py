@@ -343,7 +343,8 @@ class Daemon:
             self.appliers.apply(desired)
             if wg is not None and self.wireguard is not None:
                 names = {dict(n.annotations).get(PUBLIC_KEY_ANNOTATION, ""): n.name for n in peers}
-                self.wireguard.applied(wg, self.appliers.wireguard_implementation(), names)
+                replaced = {p.peer: p.fallback for p in desired.peers if p.fallback is not None}
+                self.wireguard.applied(wg, self.appliers.wireguard_implementation(), names, replaced)
             if policies is not None:
                 self.appliers.release_pending(policies.local_pods, full)
             state = planner.node_state(cfg, me, desired, facts, self._state_rows,

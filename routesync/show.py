@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from cni.lean.record import as_dict as asdict
 from cni.node.nodestate import NodeState
-from cni.pipeline.modes import PATH_TUNNEL, via
+from cni.pipeline.modes import PATH_TUNNEL, PATH_WIREGUARD, via
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -23,7 +23,7 @@ COLUMNS = ("PEER", "TRANSPORT", "POD CIDRS", "PATH", "MTU", "NEXT-HOP MAC", "MAC
 def path_mtu(state: NodeState, path: str) -> int:
     """The MTU a Pod's packets get on ``path``: the tunnel MTU through a tunnel, the full
     (transport) MTU on every unencapsulated path (``cni/pipeline/podnet.py``)."""
-    return state.mtu if path == PATH_TUNNEL else (state.transportMTU or state.mtu)
+    return state.mtu if path in (PATH_TUNNEL, PATH_WIREGUARD) else (state.transportMTU or state.mtu)
 
 
 def rows(state: NodeState) -> list[dict[str, Any]]:
@@ -71,10 +71,11 @@ def uplink_line(uplink: dict[str, Any] | None) -> str:
 
 
 def as_json(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence[CidrConflict] = (),
-            uplink: dict[str, Any] | None = None) -> str:
+            uplink: dict[str, Any] | None = None, wireguard: dict[str, Any] | None = None) -> str:
     from .bgp import status as bgp_status
 
     return json.dumps({"node": state.node, "mode": state.mode, "mtu": state.mtu, "uplink": uplink,
+                       "encryption": state.encryption, "wireguard": wireguard,
                        "transportMTU": state.transportMTU or state.mtu,
                        "podCIDRs": state.podCIDRs, "gateway": asdict(state.gateway),
                        "tunnel": asdict(state.tunnel) if state.tunnel else None,
@@ -85,7 +86,7 @@ def as_json(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence[
 
 
 def as_table(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence[CidrConflict] = (),
-             uplink: dict[str, Any] | None = None) -> str:
+             uplink: dict[str, Any] | None = None, wireguard: dict[str, Any] | None = None) -> str:
     tunnel = f"{state.tunnel.type} ({state.tunnel.port}, ofport {state.tunnel.ofport})" if state.tunnel else "none"
     head = (f"node {state.node}  mode {state.mode}  {mtus(state)}  pod CIDRs {', '.join(state.podCIDRs)}\n"
             f"gateway {state.gateway.name} {state.gateway.mac} {', '.join(state.gateway.addresses) or '-'}"
@@ -102,6 +103,10 @@ def as_table(state: NodeState, bgp: BgpStatus | None = None, conflicts: Sequence
 
         out += (f"\nPod CIDR conflicts ({len(conflicts)}):\n"
                 + "".join(f"  {describe(c, state.node)}\n" for c in conflicts))
+    if wireguard is not None:
+        from .wireguard import status as wg_status
+
+        out += "\n" + wg_status.as_table(wireguard, time.time())
     if bgp is not None:
         from .bgp import status as bgp_status
 

@@ -14,7 +14,7 @@ import ipaddress
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from cni.node.atomicfile import write_atomic
 from routesync.config import Config
@@ -61,8 +61,10 @@ class WireGuardNode:
     def spec(self, wg: WgPlan, gateway_cidrs: Sequence[str], mtu: int) -> WgSpec:
         return WgSpec(device=wg.device, addresses=host_addresses(gateway_cidrs), mtu=mtu)
 
-    def applied(self, wg: WgPlan, implementation: str | None, peer_names: dict[str, str]) -> None:
-        """After the pass that applied ``wg``.  ``peer_names``: public key → Node (for show)."""
+    def applied(self, wg: WgPlan, implementation: str | None, peer_names: dict[str, str],
+                replaced: Mapping[str, str] | None = None) -> None:
+        """After the pass that applied ``wg``.  ``peer_names``: public key → Node; ``replaced``:
+        Node → the path its mode would give it without encryption (both for show)."""
         if wg.promote and keys.finish_rotation(self.wg.key_dir):
             log.info("WireGuard: switched to the next key (public %s)", wg.public_key)
         now = set(wg.refused)
@@ -77,6 +79,7 @@ class WireGuardNode:
             "publicKey": wg.public_key, "rotating": dict(wg.publish).get(SWITCH_AT_ANNOTATION),
             "refused": [{"node": r.peer, "reason": r.reason} for r in wg.refused],
             "waiting": list(wg.waiting),
+            "replaces": dict(sorted((replaced or {}).items())),
             "peers": [{"node": peer_names.get(p.public_key, "?"), "publicKey": p.public_key, "endpoint": p.endpoint,
                        "allowedIPs": list(p.allowed_ips)} for p in wg.device.peers],
         }
