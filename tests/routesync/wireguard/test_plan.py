@@ -1,0 +1,120 @@
+"""routesync.wireguard.plan (pure): the device's peers from Node records, refusals, the key
+rotation's phases, and the change that turns a device's state into the desired one."""
+
+from __future__ import annotations
+
+from routesync.model import NodeRecord
+from routesync.wireguard import keys
+from routesync.wireguard import plan as wgplan
+from routesync.wireguard.model import (
+    NEXT_KEY_ANNOTATION,
+    PORT_ANNOTATION,
+    PUBLIC_KEY_ANNOTATION,
+    SWITCH_AT_ANNOTATION,
+    LocalKeys,
+    WgDevice,
+    WgDeviceState,
+    WgPeer,
+    WgPeerState,
+)
+
+ME = NodeRecord("node-1", ("192.168.77.11", "fd00:77::b"), ("10.244.1.0/24",))
+PRIV = {n: keys.generate() for n in ("node-1", "node-2", "node-3", "next-2", "next-1")}
+PUB = {n: keys.public_of(k) for n, k in PRIV.items()}
+
+
+def peer(name: str, addrs: tuple[str, ...], cidrs: tuple[str, ...], **ann: str) -> NodeRecord:
+    return NodeRecord(name, addrs, cidrs, tuple(sorted(ann.items())))
+
+
+def node2(**extra: str) -> NodeRecord:
+    return peer("node-2", ("192.168.77.12", "fd00:77::c"), ("fd00:10:244:2::/64", "10.244.2.0/24"),
+                **{PUBLIC_KEY_ANNOTATION: PUB["node-2"], **extra})
+
+
+def run(peers: list[NodeRecord], now: float = 100.0, local: LocalKeys | None = None) -> wgplan.WgPlan:
+    return wgplan.plan("ferry-wg0", 51820, ME, peers, local or LocalKeys(PRIV["node-1"]), now)
+
+
+def test_a_peer_is_its_key_its_endpoint_and_its_pod_cidrs() -> None:
+    p = run([node2(), peer("node-3", ("fd00:88::d",), ("10.244.3.0/24",),
+                           **{PUBLIC_KEY_ANNOTATION: PUB["node-3"], PORT_ANNOTATION: "51999"})])
+    by_key = {e.public_key: e for e in p.device.peers}
+    assert by_key[PUB["node-2"]] == WgPeer(PUB["node-2"], "192.168.77.12:51820",
+                                           ("10.244.2.0/24", "fd00:10:244:2::/64"))
+    assert by_key[PUB["node-3"]].endpoint == "[fd00:88::d]:51999"  # no IPv4 transport: IPv6, its own port
+    assert p.public_key == PUB["node-1"] and p.device.private_key == PRIV["node-1"]
+    assert dict(p.publish) == {PUBLIC_KEY_ANNOTATION: PUB["node-1"], PORT_ANNOTATION: "51820"}
+    assert not p.refused and not p.waiting and not p.promote and p.wake_at is None
+    assert PRIV["node-1"] not in repr(p)  # no private key in a log line
+
+
+def test_no_key_yet_waits_and_a_bad_key_or_port_is_refused_naming_it() -> None:
+    p = run([peer("node-3", ("192.168.88.13",), ("10.244.3.0/24",)),
+             node2(**{PUBLIC_KEY_ANNOTATION: "bm90IGEga2V5"}),
+             peer("node-4", ("192.168.88.14",), ("10.244.4.0/24",),
+                  **{PUBLIC_KEY_ANNOTATION: PUB["node-3"], PORT_ANNOTATION: "http"})])
+    assert p.device.peers == ()  # fail closed: none of them is on the device
+    assert p.waiting == ("node-3",)
+    reasons = {r.peer: r.reason for r in p.refused}
+    assert PUBLIC_KEY_ANNOTATION in reasons["node-2"] and PORT_ANNOTATION in reasons["node-4"]
+
+
+def test_two_nodes_with_one_key_are_both_refused() -> None:
+    twin = peer("node-3", ("192.168.88.13",), ("10.244.3.0/24",), **{PUBLIC_KEY_ANNOTATION: PUB["node-2"]})
+    p = run([node2(), twin])
+    assert p.device.peers == () and {r.peer for r in p.refused} == {"node-3"}
+
+
+def test_a_peers_rotation_is_staged_then_switched_at_its_instant() -> None:
+    announced = node2(**{NEXT_KEY_ANNOTATION: PUB["next-2"], SWITCH_AT_ANNOTATION: "102.500"})
+    before = run([announced], now=101.0)
+    entries = {e.public_key: e.allowed_ips for e in before.device.peers}
+    assert entries == {PUB["node-2"]: ("10.244.2.0/24", "fd00:10:244:2::/64"), PUB["next-2"]: ()}
+    assert before.wake_at == 102.5
+    after = run([announced], now=102.5)
+    assert [(e.public_key, e.allowed_ips) for e in after.device.peers] == \
+        [(PUB["next-2"], ("10.244.2.0/24", "fd00:10:244:2::/64"))]
+    assert after.wake_at is None
+    # the switch as one transaction: the old key removed first, the allowed IPs replaced on the new
+    ch = wgplan.change(state_of(before.device), after.device)
+    assert [(c.public_key, c.remove, c.allowed_ips) for c in ch.peers] == [
+        (PUB["node-2"], True, ()), (PUB["next-2"], False, ("10.244.2.0/24", "fd00:10:244:2::/64"))]
+
+
+def test_this_nodes_rotation_is_published_then_switched_and_kicks_every_peer() -> None:
+    lk = LocalKeys(PRIV["node-1"], PRIV["next-1"], 105.0)
+    before = run([node2()], now=103.0, local=lk)
+    assert dict(before.publish)[NEXT_KEY_ANNOTATION] == PUB["next-1"]
+    assert dict(before.publish)[SWITCH_AT_ANNOTATION] == "105.000"
+    assert before.device.private_key == PRIV["node-1"] and not before.promote and before.wake_at == 105.0
+    after = run([node2()], now=105.0, local=lk)
+    assert after.device.private_key == PRIV["next-1"] and after.promote and after.public_key == PUB["next-1"]
+    assert dict(after.publish)[PUBLIC_KEY_ANNOTATION] == PUB["next-1"]
+    assert set(after.unpublish) == {NEXT_KEY_ANNOTATION, SWITCH_AT_ANNOTATION}
+    ch = wgplan.change(state_of(before.device), after.device)
+    assert ch.private_key == PRIV["next-1"] and [c.kick for c in ch.peers] == [True]
+    rec = dict(wgplan.annotate({"other": "x", **dict(before.publish)}, after))
+    assert NEXT_KEY_ANNOTATION not in rec and rec["other"] == "x" and rec[PUBLIC_KEY_ANNOTATION] == PUB["next-1"]
+
+
+def test_a_synced_device_needs_no_change_and_a_drifted_one_is_repaired() -> None:
+    want = run([node2()]).device
+    assert wgplan.change(state_of(want), want).empty
+    drifted = WgDeviceState(keys.public_of(want.private_key), 51820,
+                            (WgPeerState(PUB["node-3"], None, ("10.244.2.0/24",)),), private_key=want.private_key)
+    ch = wgplan.change(drifted, want)
+    assert [(c.public_key, c.remove) for c in ch.peers] == [(PUB["node-3"], True), (PUB["node-2"], False)]
+    assert ch.private_key is None and ch.listen_port is None
+    fresh = wgplan.change(None, want)
+    assert fresh.private_key == want.private_key and fresh.listen_port == 51820 and not any(c.kick for c in fresh.peers)
+
+
+def state_of(d: WgDevice) -> WgDeviceState:
+    return WgDeviceState(keys.public_of(d.private_key), d.listen_port,
+                         tuple(WgPeerState(p.public_key, p.endpoint, p.allowed_ips, p.keepalive) for p in d.peers),
+                         private_key=d.private_key)
+
+
+def test_the_overheads() -> None:
+    assert (wgplan.overhead(False), wgplan.overhead(True)) == (60, 80)
