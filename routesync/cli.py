@@ -111,9 +111,23 @@ def ovs(config_path: str, verbose: bool) -> None:
         if cfg.ovs_daemons != OVS_FERRY:
             sys.exit(watch_host(layout))
         sys.exit(Supervisor(layout, load_module=cfg.datapath_type == SYSTEM,
-                            before_stop=lambda: _restore_uplink(cfg)).run())
+                            before_stop=lambda: _restore_uplink(cfg), extra=_supervised_wireguard(cfg)).run())
     except SupervisorError as e:
         raise click.ClickException(str(e)) from None
+
+
+def _supervised_wireguard(cfg: Config) -> list[tuple[str, list[str]]]:
+    """The userspace WireGuard device, when this container runs it: encryption on, route-sync told
+    not to start it (``wireguard.startUserspace: false``) and no WireGuard in the kernel."""
+    if not cfg.encrypted or cfg.wireguard.start_userspace:
+        return []
+    from .wireguard.device import choose, userspace_argv
+    from .wireguard.model import USERSPACE
+
+    if choose(cfg.wireguard) != USERSPACE:
+        return []
+    os.makedirs(cfg.wireguard.run_dir, mode=0o700, exist_ok=True)
+    return [("wireguard-go", userspace_argv(cfg.wireguard))]
 
 
 def _restore_uplink(cfg: Config) -> None:

@@ -119,6 +119,10 @@ class WireGuardConfig:
     rotation_period: float = 0.0  # seconds between automatic key rotations; 0: only rotate-key
     rotation_lead: float = 2.0  # seconds between announcing a new key and every Node switching to it
     persistent_keepalive: int = 0  # seconds (0: off); behind a NAT a peer needs it
+    # route-sync starts the userspace device itself (the lab, a host without containers); false:
+    # another process does (the DaemonSet's openvswitch container supervises it), route-sync
+    # waits for its socket
+    start_userspace: bool = True
 
 
 @dataclass(frozen=True)
@@ -347,7 +351,7 @@ def _bgp(key: str, v: Any) -> BgpConfig:
 
 
 _WG_KEYS = {"port", "interface", "implementation", "userspaceCommand", "runDir", "keyDir", "rotationPeriod",
-            "rotationLead", "persistentKeepalive"}
+            "rotationLead", "persistentKeepalive", "startUserspace"}
 
 
 def _seconds(key: str, v: Any, lo: float, hi: float) -> float:
@@ -376,6 +380,7 @@ def _wireguard(key: str, v: Any) -> WireGuardConfig:
         rotation_period=float(period),
         rotation_lead=_seconds(f"{key}.rotationLead", g("rotationLead", 2.0), 0, 600),
         persistent_keepalive=_int(f"{key}.persistentKeepalive", g("persistentKeepalive", 0), 0, 65535),
+        start_userspace=_bool(f"{key}.startUserspace", g("startUserspace", True)),
     )
 
 

@@ -78,8 +78,12 @@ def _accepts(path: str) -> bool:
 class Supervisor:
     def __init__(self, layout: Layout, load_module: bool = False, budget: RestartBudget | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 before_stop: Callable[[], None] | None = None) -> None:
+                 before_stop: Callable[[], None] | None = None,
+                 extra: Sequence[tuple[str, Sequence[str]]] = ()) -> None:
         self.layout = layout
+        # further daemons of the Node started after Open vSwitch's and supervised alike (the
+        # userspace WireGuard device, routesync/wireguard/device.py): (name, argv)
+        self.extra = tuple((n, tuple(a)) for n, a in extra)
         # run while the daemons still answer, before they are stopped (the CLI's: put the Node's
         # uplink back off the bridge); an exception is logged, the daemons stop all the same
         self.before_stop = before_stop
@@ -153,8 +157,9 @@ class Supervisor:
         signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
         try:
             p = self.prepare()
-            argv = dict(p.daemons)
-            for name, daemon_argv in p.daemons:
+            daemons = (*p.daemons, *self.extra)
+            argv = dict(daemons)
+            for name, daemon_argv in daemons:
                 self.start(name, daemon_argv)
             log.info("openvswitch: running (database %s, run directory %s)", self.layout.database,
                      self.layout.run_dir)

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET_DIR = "/var/run/wireguard"  # wireguard-go's, fixed at build time
 START_TIMEOUT = 10.0  # s for a started wireguard-go's socket to answer
+WAIT_TIMEOUT = 2.0  # s for another process's device, in one pass (the pass is retried)
 
 
 class DeviceError(RuntimeError):
@@ -124,8 +125,22 @@ class WireGuardDevice:
         assert isinstance(uapi, Uapi)
         if uapi.alive(self.name) and self._link_index(self.name):
             return False
+        if not self.config.start_userspace:
+            self._wait_for_userspace(uapi)
+            return False
         self._start_userspace(uapi)
         return True
+
+    def _wait_for_userspace(self, uapi: Uapi) -> None:
+        """``startUserspace: false``: the device another process runs (the openvswitch container's
+        supervisor) is waited for, briefly; a pass that finds none fails and is retried."""
+        deadline = time.monotonic() + WAIT_TIMEOUT
+        while not (uapi.alive(self.name) and self._link_index(self.name)):
+            if time.monotonic() > deadline:
+                raise DeviceError(f"WireGuard {self.name}: no userspace device answers at "
+                                  f"{socket_path(self.config.run_dir, self.name)} (wireguard.startUserspace is "
+                                  f"false: Ferry's openvswitch container runs it)")
+            time.sleep(0.01)  # polling the socket the other process makes: the event itself
 
     def _start_userspace(self, uapi: Uapi) -> None:
         cfg = self.config
