@@ -38,6 +38,7 @@ ALLOWED_WORDS = {
     ("routesync/model.py", "none"): 1,  # the ferry.io/transport-vlan annotation's "untagged here"
     ("routesync/apply/nft.py", "netdev"): 3,  # nftables' netdev family (the uplink's ingress table)
     ("routesync/config.py", "wireguard"): 1,  # the config's wireguard section key
+    ("routesync/wireguard/kernel.py", "wireguard"): 1,  # the kernel's link kind (RTM_NEWLINK IFLA_INFO_KIND)
     ("lab/cli.py", "route"): 2,  # ip route show
     ("lab/cli.py", "tunnel"): 1,  # the state file's "tunnel" key
     ("lab/check.py", "none"): 1,
