@@ -204,6 +204,8 @@ class WgTool:
             cp = subprocess.run(argv, input=stdin, capture_output=True, env=env, timeout=self.timeout, check=False)
         except FileNotFoundError:
             raise WgToolError(f"{what} {name}: {argv[0]!r} not found (wireguard-tools)") from None
+        except subprocess.TimeoutExpired:
+            raise WgToolError(f"{what} {name}: no answer within {self.timeout:g} s") from None
         err = cp.stderr.decode(errors="replace").strip()
         LOG.debug("wireguard: %s %s: %s argument(s), exit %d in %.1f ms", what, name, len(argv),
                   cp.returncode, (time.monotonic() - t0) * 1000)
