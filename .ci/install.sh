@@ -33,9 +33,11 @@ quiet() {
 }
 
 # What the embedded-registry lab runs (make demo): OVS, the kernel's networking tools, Debian's
-# reference plugins (chaining), Graphviz for the picture, FRR for a topology's BGP router.
+# reference plugins (chaining), Graphviz for the picture, FRR for a topology's BGP router,
+# wireguard-tools (`wg`: the kernel's WireGuard, and a look at wireguard-go's devices).
 apt_pkgs=(openvswitch-switch openvswitch-common iproute2 nftables iptables ethtool iputils-ping arping
-          containernetworking-plugins procps psmisc kmod conntrack python3-venv util-linux graphviz frr)
+          containernetworking-plugins procps psmisc kmod conntrack python3-venv util-linux graphviz frr
+          wireguard-tools)
 [ "$dev" = 0 ] || apt_pkgs+=(iperf3 tcpdump)
 [ "$kubernetes" = 0 ] || apt_pkgs+=(containerd runc busybox-static)
 [ "$dist" = 0 ] || apt_pkgs+=(libpython3.11 podman mmdebstrap)
@@ -62,7 +64,8 @@ fi
 # Go programs from their pinned modules, cached outside the clone: tools/build-go-tools.sh (it
 # prints each module download and each component it builds, with its time).
 command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
-go_sets=(cnitool)
+# cnitool and wireguard-go (the userspace WireGuard: the lab's --encryption wireguard, make demo's too)
+go_sets=(cnitool wireguard-go)
 [ "$bench_peers" = 0 ] || go_sets+=(ovs-cni cni-plugins)
 # The Kubernetes lab's Services and `make conformance`: CoreDNS, e2e.test + agnhost + ginkgo.
 [ "$kubernetes" = 0 ] || go_sets+=(kubernetes kube-e2e coredns)

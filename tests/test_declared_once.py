@@ -34,11 +34,12 @@ DECLARING = (TABLES, MODES)
 ALLOWED_WORDS = {
     ("cni/node/nodestate.py", "tunnel"): 2,  # the state file's "tunnel" key
     ("routesync/show.py", "tunnel"): 1,  # show --json's "tunnel" key
-    ("routesync/show.py", "none"): 1,  # show's text for "no tunnel port"
+    ("routesync/show.py", "none"): 1,
+    ("routesync/show.py", "wireguard"): 1,  # show --json's "wireguard" key  # show's text for "no tunnel port"
     ("routesync/model.py", "none"): 1,  # the ferry.io/transport-vlan annotation's "untagged here"
     ("routesync/apply/nft.py", "netdev"): 3,  # nftables' netdev family (the uplink's ingress table)
     ("routesync/config.py", "wireguard"): 1,  # the config's wireguard section key
-    ("routesync/wireguard/kernel.py", "wireguard"): 2,  # the kernel's link kind
+    ("routesync/wireguard/kernel.py", "wireguard"): 1,  # the kernel's link kind (RTM_NEWLINK IFLA_INFO_KIND)
     ("lab/cli.py", "route"): 2,  # ip route show
     ("lab/cli.py", "tunnel"): 1,  # the state file's "tunnel" key
     ("lab/check.py", "none"): 1,

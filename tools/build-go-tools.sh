@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds the Go programs Ferry's tests, lab and benchmarks run, from the pinned modules under tools/
-# (cnitool; etcd and the Kubernetes components; the benchmarks' peers: ovs-cni's plugin and upstream's
-# bridge + host-local), into a cache that outlives the clone, keyed by go.mod, go.sum and the Go
+# (cnitool; wireguard-go, the userspace WireGuard; etcd and the Kubernetes components; the benchmarks'
+# peers: ovs-cni's plugin and upstream's bridge + host-local), into a cache that outlives the clone, keyed by go.mod, go.sum and the Go
 # version. Idempotent: a cached build is linked, not rebuilt. A name with a slash is linked in a
 # directory of build/tools (a CNI_PATH: build/tools/cni-plugins/{bridge,host-local}).
-#   tools/build-go-tools.sh cnitool|kubernetes|kube-e2e|coredns|ovs-cni|cni-plugins ...
+#   tools/build-go-tools.sh cnitool|wireguard-go|kubernetes|kube-e2e|coredns|ovs-cni|cni-plugins ...
 # Every module is verified against the committed go.sum (-mod=readonly); nothing is fetched but
 # modules through the Go module proxy.
 set -euo pipefail
@@ -17,6 +17,9 @@ command -v go >/dev/null || { echo "build-go-tools: no 'go' on PATH (Go 1.24 or 
 packages_of() {
   case $1 in
     cnitool) echo "cnitool=github.com/containernetworking/cni/cnitool" ;;
+    # route-sync starts it where the kernel has no WireGuard (routesync/wireguard); static: it also
+    # runs in Ferry's image (tools/build-image.sh copies it in), whose C library need not match.
+    wireguard-go) echo "wireguard-go=static:golang.zx2c4.com/wireguard" ;;
     kubernetes) echo "etcd=./cmd/etcd kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kubectl=k8s.io/kubernetes/cmd/kubectl" \
                      "kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager" \
                      "kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler kubelet=k8s.io/kubernetes/cmd/kubelet" \
@@ -31,7 +34,7 @@ packages_of() {
     ovs-cni) echo "ovs-cni/ovs=github.com/k8snetworkplumbingwg/ovs-cni/cmd/plugin" ;;
     cni-plugins) echo "cni-plugins/bridge=github.com/containernetworking/plugins/plugins/main/bridge" \
                       "cni-plugins/host-local=github.com/containernetworking/plugins/plugins/ipam/host-local" ;;
-    *) echo "build-go-tools: unknown tool set '$1' (cnitool, kubernetes, kube-e2e, coredns, ovs-cni, cni-plugins)" >&2; return 1 ;;
+    *) echo "build-go-tools: unknown tool set '$1' (cnitool, wireguard-go, kubernetes, kube-e2e, coredns, ovs-cni, cni-plugins)" >&2; return 1 ;;
   esac
 }
 

@@ -1,4 +1,5 @@
-"""A lean rtnetlink client: links (veth), addresses, routes and neighbours, standard library only.
+"""A lean rtnetlink client: links (veth; kinds without data, e.g. wireguard), addresses, routes and
+neighbours, standard library only.
 
 One ``Netlink`` object wraps one NETLINK_ROUTE socket.  A netlink socket stays bound to the
 network namespace it was created in, so ``Netlink.in_netns(path)`` enters the namespace only
@@ -336,6 +337,12 @@ class Netlink:
         self.request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body,
                       f"create veth {name} (peer {peer_name})")
 
+    def link_add(self, name: str, kind: str) -> None:
+        """Create link ``name`` of ``kind`` (one configured after its creation): :func:`link_add_request`.
+        EEXIST when the name is taken; EOPNOTSUPP (extended ack "Unknown device type") when the
+        kernel has no such kind, not even as a module it can load."""
+        self.request(*link_add_request(name, kind), f"create {kind} link {name}")
+
     def link_get(self, name_or_index: str | int) -> Link | None:
         index, sel = _name_or_index(name_or_index)
         body = (_IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, 0, 0) + sel
@@ -557,6 +564,16 @@ def route_del_request(dst: str, gw: str | None = None, table: int = RT_TABLE_MAI
                       proto: int = 0) -> tuple[int, int, bytes]:
     """An RTM_DELROUTE for :meth:`Netlink.batch`; ``proto`` 0 matches any protocol."""
     return RTM_DELROUTE, 0, _route_body(dst, gw, None, table, proto, 255, 0, None)
+
+
+def link_add_request(name: str, kind: str) -> tuple[int, int, bytes]:
+    """An RTM_NEWLINK creating link ``name`` of ``kind`` with no IFLA_INFO_DATA (a kind whose
+    configuration comes later, e.g. ``wireguard`` over its generic netlink family), for
+    :meth:`Netlink.request` or :meth:`Netlink.batch`: an ifinfomsg, IFLA_IFNAME, IFLA_LINKINFO
+    nesting IFLA_INFO_KIND (without a NUL, as iproute2 sends it); NLM_F_CREATE | NLM_F_EXCL."""
+    body = (_IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + _str(IFLA_IFNAME, name)
+            + pack_attr(IFLA_LINKINFO, pack_attr(IFLA_INFO_KIND, kind.encode())))
+    return RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body
 
 
 def route_get_request(dst: str) -> tuple[int, int, bytes]:

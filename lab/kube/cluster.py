@@ -501,13 +501,14 @@ def build_images(directory: str, tag: str | None, log: Log, services: bool = Fal
 
 def ferry_image(tag: str | None, log: Log) -> str:
     """``build/image/ferry-<tag>.tar``, built (``make dist`` + ``tools/build-image.sh``) when absent
-    or older than the bundle."""
+    or older than the bundle or the wireguard-go it carries."""
     tag = tag or manifests.shipped_image(manifests.load()).rsplit(":", 1)[1]
     path = os.path.join(REPO, "build", "image", f"ferry-{tag}.tar")
     bundle = os.path.join(REPO, "dist", "ferry", "ferry-route-sync")
     if not os.path.exists(bundle):
         raise LabError("no frozen bundle (dist/ferry): run `make dist` (or `make image`) first")
-    if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(bundle):
+    parts = [bundle] + [p for p in (tools.tool("wireguard-go"),) if os.path.exists(p)]
+    if not os.path.exists(path) or os.path.getmtime(path) < max(os.path.getmtime(p) for p in parts):
         log(f"building Ferry's image {tag}")
         cp = subprocess.run(["bash", os.path.join(REPO, "tools", "build-image.sh"), tag], capture_output=True,
                             text=True, check=False)
