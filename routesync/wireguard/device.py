@@ -95,6 +95,11 @@ class WireGuardDevice:
         self._applied_for: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None  # the userspace device this process started
 
+    @property
+    def pid(self) -> int | None:
+        """The userspace device's process, when this object started it."""
+        return self._proc.pid if self._proc is not None else None
+
     def reap(self) -> int | None:
         """The exit status of the userspace device this process started, once it has exited (no
         zombie is left); None while it runs or when none was started."""
@@ -152,6 +157,8 @@ class WireGuardDevice:
         os.makedirs(self.log_dir, exist_ok=True)
         logfile = os.path.join(self.log_dir, f"{cfg.interface}.log")
         argv = userspace_argv(cfg)
+        if self.netns is not None:  # the appliers' namespace (tests; route-sync runs inside its own)
+            argv = ["ip", "netns", "exec", self.netns, *argv]
         env = dict(os.environ, LOG_LEVEL="error")
         t0 = time.monotonic()
         self.reap()
@@ -197,7 +204,8 @@ class WireGuardDevice:
         """Remove the device (a userspace implementation exits when its TUN link goes)."""
         self._applied = None
         if self._link_index(self.name):
-            kernel.delete_link(self.name, self.netns)
+            kernel.delete_link(self.name, self.netns, kernel.KIND if self.implementation == KERNEL else kernel.TUN_KIND)
+        self.reap()
 
 
 def _tail(path: str, limit: int = 400) -> str:

@@ -72,14 +72,18 @@ def create_link(name: str, netns: str | None = None) -> bool:
         return True
 
 
-def delete_link(name: str, netns: str | None = None) -> bool:
-    """Delete WireGuard link ``name``; False when there is none.  A link of another kind is not
-    touched: ValueError naming its kind."""
+TUN_KIND = "tun"  # a userspace implementation's device (wireguard-go exits when it goes)
+
+
+def delete_link(name: str, netns: str | None = None, kind: str = KIND) -> bool:
+    """Delete WireGuard link ``name`` (``kind``: the kernel's, or :data:`TUN_KIND` for a userspace
+    device); False when there is none.  A link of another kind is not touched: ValueError naming
+    its kind."""
     _check_name(name)
     with _netlink(netns) as nl:
         link = nl.link_get(name)
         if link is None:
             return False
-        if link.kind != KIND:
+        if link.kind != kind:
             raise ValueError(f"delete WireGuard link {name}: it is a {link.kind or 'kind-less'} link, not deleted")
         return nl.link_del(link.index)
