@@ -47,6 +47,7 @@ NODE_MOUNTS = (
     ("ferry-run", "/run/ferry"),
     ("ferry-lib", "/var/lib/ferry"),
     ("ferry-log", "/var/log/ferry"),
+    ("wireguard-run", "/run/wireguard"),
     ("containerd", "/var/lib/containerd"),
     ("containerd-run", "/run/containerd"),
     ("kubelet", "/var/lib/kubelet"),
