@@ -8,6 +8,7 @@ link and bridge), and removes the lab's files; it works on a half-built lab too.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -20,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
-from lab import frr, layout, netplan, ovs, segswitch
+from cni.pipeline.modes import ENCRYPTION_NONE, ENCRYPTION_WIREGUARD
+from lab import frr, layout, netplan, ovs, segswitch, tools
 from lab.manifest import MANIFEST, Manifest
 from lab.sh import NETNS_DIR, LabError, cmdline, ip_batch, pids_in, run, running
 from lab.topology import MAX_LAB_NAME, NodeSpec, Topology, check_name, node_netns, router_netns
@@ -51,6 +53,24 @@ def netns_exists(name: str) -> bool:
     return os.path.exists(os.path.join(NETNS_DIR, name))
 
 
+KERNEL_WIREGUARD = "/sys/module/wireguard"  # the kernel's WireGuard is loaded (route-sync's auto picks it)
+
+
+def check_encryption(topo: Topology) -> None:
+    """An encrypted lab needs what encrypts: route-sync on every Node and a WireGuard it can run
+    (the userspace one, unless the kernel has the module).  Refused before anything is built: a lab
+    that came up without them would carry Pod traffic in clear."""
+    if not topo.encrypted:
+        return
+    if topo.kubernetes is None and route_sync_command() is None:
+        raise LabError(f"encryption: {topo.encryption} needs ferry-route-sync (not installed): lone Nodes would "
+                       "send Pod traffic in clear")
+    wg = tools.wireguard_go()
+    if not os.access(wg, os.X_OK) and not os.path.isdir(KERNEL_WIREGUARD):
+        raise LabError(f"encryption: {topo.encryption}: no userspace WireGuard at {wg} and no kernel module; build "
+                       f"it with `bash tools/build-go-tools.sh wireguard-go` or set ${tools.WIREGUARD_GO_ENV}")
+
+
 def up(topo: Topology, topo_doc: dict, name: str, cni_bin: str, root: str | None = None,
        log: Callable[[str], None] | None = None) -> Manifest:
     """Build lab ``name``; on any failure the half-built lab is torn down and the error raised."""
@@ -61,6 +81,7 @@ def up(topo: Topology, topo_doc: dict, name: str, cni_bin: str, root: str | None
         state = _peek_state(directory)
         raise LabError(f"lab {name!r} already exists ({state}) in {directory}; "
                        f"run `ferry-lab down --name {name}` first")
+    check_encryption(topo)
     taken = [ns for ns in plan.namespaces if netns_exists(ns)]
     if taken:
         raise LabError(f"namespaces already exist, not created by a lab named {name!r} on record: "
@@ -176,7 +197,23 @@ def start_route_sync(cmd: str, topo: Topology, node: NodeSpec, name: str, direct
             raise LabError(f"ferry-route-sync on {node.name} wrote no state file {paths.state_file} within "
                            f"{topo.route_sync.startTimeout}s; see {paths.log}/route-sync.out:\n{_tail(paths.log)}")
         time.sleep(0.05)
+    if topo.encrypted:
+        _check_encrypts(paths, node.name)
     return proc.pid
+
+
+def _check_encrypts(paths: layout.NodePaths, node: str) -> None:
+    """An encrypted lab's route-sync says so in its state file (``encryption``), or the lab refuses
+    to go on: a route-sync that ignores trafficEncryptionMode would carry Pods in clear."""
+    try:
+        with open(paths.state_file) as f:
+            said = json.load(f).get("encryption", ENCRYPTION_NONE)
+    except (OSError, ValueError) as e:
+        raise LabError(f"ferry-route-sync on {node}: cannot read its state file {paths.state_file}: {e}") from None
+    if said != ENCRYPTION_WIREGUARD:
+        raise LabError(f"ferry-route-sync on {node} does not encrypt: its state file says encryption {said!r}, "
+                       f"{paths.route_sync_config} asks for trafficEncryptionMode {ENCRYPTION_WIREGUARD}; "
+                       "refusing to carry Pod traffic in clear (this route-sync has no WireGuard yet?)")
 
 
 def route_sync_pid(manifest: Manifest, node: str) -> int | None:
@@ -250,8 +287,19 @@ def down(name: str, root: str | None = None) -> bool:
         from lab.kube import cluster
 
         cluster.teardown(manifest)  # containers, kubelets, containerds: before their namespaces go
-    # Processes first: a namespace with a live process outlives `ip netns del`.
+    # Processes first: a namespace with a live process outlives `ip netns del`.  Those in a Node's
+    # namespace include what route-sync started that outlives it (an encrypted lab's wireguard-go,
+    # which no manifest entry names).
     _stop(set(pids_in(namespaces)) | set(_recorded_pids(manifest, directory)))
+    for _ in range(3):  # a process started meanwhile (a daemon's fork as it was signalled): again
+        survivors = pids_in(namespaces)
+        if not survivors:
+            break
+        _stop(set(survivors))
+    if survivors:  # deleting the names now would hide them: they would keep their namespaces alive
+        manifest.set(state="down-failed")
+        raise LabError(f"processes survived SIGKILL in the lab's namespaces: "
+                       f"{', '.join(f'{p} ({cmdline(p)[:60]})' for p in survivors)}; manifest kept in {directory}")
     present = [ns for ns in namespaces if netns_exists(ns)]
     if present:
         ip_batch(None, [f"netns del {ns}" for ns in present])

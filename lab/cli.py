@@ -8,7 +8,8 @@
     ferry-lab demo [MODE FLAGS] [--picture FILE]   # up + 2 Pods per Node + check + show; leaves the lab up
 
 MODE FLAGS override the topology's keys: --mode encap|noEncap|hybrid|networkPolicyOnly,
---tunnel vxlan|geneve|gre, --fast-path, --family 4|6|dual, --vlan 1..4094 (lab/overrides.py).
+--tunnel vxlan|geneve|gre, --fast-path, --family 4|6|dual, --vlan 1..4094,
+--encryption none|wireguard (lab/overrides.py).
 
 The lab name defaults to $FERRY_LAB_NAME or "demo"."""
 
@@ -24,8 +25,8 @@ from typing import Any
 
 import click
 
-from cni.pipeline.modes import MODES, NETDEV_TUNNEL_TYPES, PATH_TUNNEL
-from lab import build, check, frr, overrides, picture, tools
+from cni.pipeline.modes import ENCRYPTION_NONE, ENCRYPTIONS, MODES, NETDEV_TUNNEL_TYPES, PATH_TUNNEL, PATH_WIREGUARD
+from lab import build, check, frr, overrides, picture, tools, wireguard
 from lab.api import Lab, Node, default_cni_bin, ensure_cni_bin
 from lab.conformance.cli import conformance as conformance_cmd
 from lab.kube.spec import KUBE_PROXY_MODES
@@ -54,6 +55,9 @@ def mode_options(f: Callable[..., None]) -> Callable[..., None]:
                      help="address families of Pods and underlay"),
         click.option("--vlan", type=click.IntRange(1, 4094), default=None,
                      help="vlan: every segment an 802.1Q switch carrying this VLAN, route-sync's transportVLAN"),
+        click.option("--encryption", type=click.Choice(ENCRYPTIONS), default=None,
+                     help="encryption: Pod traffic between Nodes through each Node's WireGuard device "
+                          "(route-sync's trafficEncryptionMode; the userspace wireguard-go here)"),
     )):
         f = opt(f)
     return f
@@ -61,9 +65,12 @@ def mode_options(f: Callable[..., None]) -> Callable[..., None]:
 
 def _doc(topology: str | None, mode: str | None, tunnel: str | None, fast_path: bool, family: str | None,
          kubernetes: bool = False, kube_proxy: str | None = None, ovs_daemons: str | None = None,
-         vlan: int | None = None) -> dict[str, Any]:
-    doc = overrides.load(topology, overrides.Overrides(mode, tunnel, fast_path, family, vlan))
+         vlan: int | None = None, encryption: str | None = None) -> dict[str, Any]:
+    doc = overrides.load(topology, overrides.Overrides(mode, tunnel, fast_path, family, vlan, encryption))
     if kubernetes or kube_proxy or ovs_daemons:
+        if encryption not in (None, ENCRYPTION_NONE):
+            raise TopologyError(f"--encryption {encryption}: not with --kubernetes yet (Ferry's DaemonSet does not "
+                                "deploy WireGuard in the lab)")
         doc["kubernetes"] = dict(doc.get("kubernetes") or {})
         if kube_proxy:
             doc["kubernetes"]["kubeProxy"] = kube_proxy
@@ -133,11 +140,11 @@ def kubectl(name: str, args: tuple[str, ...]) -> None:
 @mode_options
 @kubernetes_option
 def up(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
-       fast_path: bool, family: str | None, vlan: int | None, kubernetes: bool, kube_proxy: str | None,
-       ovs_daemons: str | None) -> None:
+       fast_path: bool, family: str | None, vlan: int | None, encryption: str | None, kubernetes: bool,
+       kube_proxy: str | None, ovs_daemons: str | None) -> None:
     t0 = time.monotonic()
     try:
-        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons, vlan)
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons, vlan, encryption)
         lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
     except (LabError, TopologyError, OSError) as e:
         _fail(e)
@@ -261,6 +268,12 @@ def _node_bgp(n: Node) -> list[str]:
     return out
 
 
+def _wireguard_processes(n: Node) -> str:
+    """The userspace WireGuard processes in the Node's namespace (route-sync starts them), by pid."""
+    pids = wireguard.pids(n.netns)
+    return f"wireguard-go pid {', '.join(map(str, pids))}" if pids else "no wireguard-go process"
+
+
 def render(lab: Lab) -> str:
     out = [f"lab {lab.name} ({lab.dir}), {'route-sync' if lab.route_sync else 'lone-Node mode'}"]
     out.append(f"router {lab.router.netns}: {', '.join(lab.router.addresses)}; "
@@ -287,10 +300,12 @@ def render(lab: Lab) -> str:
         else:
             tun = state.get("tunnel") or {}
             full = state.get("transportMTU") or state.get("mtu")
+            enc = state.get("encryption", ENCRYPTION_NONE)
+            wg = f", encryption {enc}" + (f" ({_wireguard_processes(n)})" if enc != ENCRYPTION_NONE else "")
             out.append(f"    state: mode {state.get('mode')}, mtu {full} (Pods, routed, non-Pod), "
-                       f"{state.get('mtu')} tunnelled, tunnel {tun.get('type', '-')}")
+                       f"{state.get('mtu')} tunnelled, tunnel {tun.get('type', '-')}{wg}")
             for p in state.get("peers") or []:
-                mtu = state.get("mtu") if p["path"] == PATH_TUNNEL else full
+                mtu = state.get("mtu") if p["path"] in (PATH_TUNNEL, PATH_WIREGUARD) else full
                 out.append(f"    peer {p['name']}: path {p['path']} mtu {mtu} via {', '.join(p['addresses'])} "
                            f"for {', '.join(p['podCIDRs'])}" + (f" mac {p['mac']}" if p.get("mac") else ""))
         for p in n.pods():
@@ -307,11 +322,11 @@ def render(lab: Lab) -> str:
 @click.option("--picture", "picture_file", type=click.Path(dir_okay=False), default=None,
               help="also draw the lab into this .svg or .png file")
 def demo(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
-         fast_path: bool, family: str | None, vlan: int | None, kubernetes: bool, kube_proxy: str | None,
-         ovs_daemons: str | None, picture_file: str | None) -> None:
+         fast_path: bool, family: str | None, vlan: int | None, encryption: str | None, kubernetes: bool,
+         kube_proxy: str | None, ovs_daemons: str | None, picture_file: str | None) -> None:
     t0 = time.monotonic()
     try:
-        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons, vlan)
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons, vlan, encryption)
         cni_bin = ensure_cni_bin(os.path.abspath(cni_bin or default_cni_bin()))
         lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
         click.echo(f"lab {name} up in {time.monotonic() - t0:.2f}s")

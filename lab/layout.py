@@ -8,8 +8,10 @@ import os
 from dataclasses import dataclass
 
 from cni.node.atomicfile import write_atomic as write_bytes
-from lab import frr
+from cni.pipeline.modes import ENCRYPTION_WIREGUARD
+from lab import frr, tools
 from lab.topology import NodeSpec, Topology, gateway_address, node_addresses
+from routesync.config import WG_SECTION
 
 DEFAULT_ROOT = "/run/ferry-lab"
 NETWORK_NAME = "ferry"
@@ -73,6 +75,19 @@ class NodePaths:
     @property
     def pods(self) -> str:
         return os.path.join(self.root, "pods")
+
+    @property
+    def wireguard(self) -> str:
+        """The Node's WireGuard files (an encrypted lab): ``run`` and ``keys`` below it."""
+        return os.path.join(self.root, "wireguard")
+
+    @property
+    def wireguard_run(self) -> str:  # wireguard.runDir: the userspace device's UAPI socket
+        return os.path.join(self.wireguard, "run")
+
+    @property
+    def wireguard_keys(self) -> str:  # wireguard.keyDir: the Node's private key (route-sync makes it, 0700)
+        return os.path.join(self.wireguard, "keys")
 
     def pod_result(self, pod: str) -> str:
         return os.path.join(self.pods, f"{pod}.json")
@@ -160,7 +175,16 @@ def route_sync_config(topo: Topology, node: NodeSpec, paths: NodePaths, lab_dire
         "resyncSeconds": rs.resyncSeconds,
         **({"transportVLAN": node.vlan} if node.vlan is not None else {}),
         **({"bgp": frr.node_bgp_config(topo, node)} if topo.router_bgp is not None else {}),
+        **(wireguard_config(paths) if topo.encrypted else {}),
     }
+
+
+def wireguard_config(paths: NodePaths) -> dict:
+    """An encrypted lab's keys of route-sync's config: every Node's own run and key directories
+    under the lab's, and the userspace WireGuard (this kernel has no WireGuard module)."""
+    return {"trafficEncryptionMode": ENCRYPTION_WIREGUARD,
+            WG_SECTION: {"runDir": paths.wireguard_run, "keyDir": paths.wireguard_keys,
+                         "userspaceCommand": tools.wireguard_go()}}
 
 
 def gateway_addresses(node: NodeSpec) -> list[str]:

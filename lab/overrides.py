@@ -12,6 +12,9 @@ topology document in, the same document with those keys overridden out.  Pure.
     --family F      4, 6 or dual: clusterCIDRs, every segment, the external link and explicit
                     Node podCIDRs keep exactly these families; a family added gets the defaults.
     --vlan N        vlan: every segment a tagged switch (lab.segswitch), route-sync's transportVLAN.
+    --encryption E  encryption: none or wireguard (route-sync's trafficEncryptionMode); wireguard
+                    needs route-sync (created, encap, when the topology has none, as --mode does)
+                    and refuses networkPolicyOnly.
 
 A combination that cannot work is refused with :class:`TopologyError` naming the flag and the
 reason; the result is then parsed like any topology (``lab.topology.parse``)."""
@@ -25,6 +28,8 @@ from typing import Any
 
 from cni.pipeline.modes import (
     ENCAP,
+    ENCRYPTION_NONE,
+    ENCRYPTIONS,
     FAST_PATH_MODES,
     MODES,
     NETDEV_TUNNEL_TYPES,
@@ -54,13 +59,16 @@ class Overrides:
     fast_path: bool = False  # True: fastPath on
     family: str | None = None  # "4" | "6" | "dual"
     vlan: int | None = None  # the segments' 802.1Q VLAN and the Nodes' transportVLAN (lab.segswitch)
+    encryption: str | None = None  # "none" | "wireguard": the topology's encryption key
 
 
 def apply(doc: dict[str, Any] | None, o: Overrides) -> dict[str, Any]:
     """``doc`` with ``o`` applied (a new document; ``doc`` is not modified)."""
     out = copy.deepcopy(doc or {})
-    if o.mode or o.tunnel or o.fast_path:
+    if o.mode or o.tunnel or o.fast_path or (o.encryption and o.encryption != ENCRYPTION_NONE):
         _route_sync(out, o)
+    if o.encryption is not None:
+        _encryption(out, o.encryption)
     if o.family:
         _family(out, o.family)
     if o.vlan is not None:
@@ -115,6 +123,16 @@ def _route_sync(doc: dict[str, Any], o: Overrides) -> None:
     if o.fast_path:
         rs["fastPath"] = True
     doc["routeSync"] = rs
+
+
+def _encryption(doc: dict[str, Any], encryption: str) -> None:
+    if encryption not in ENCRYPTIONS:
+        raise TopologyError(f"--encryption {encryption}: one of {', '.join(ENCRYPTIONS)}")
+    # wireguard: _route_sync made routeSync a mapping already
+    if encryption != ENCRYPTION_NONE and doc["routeSync"].get("trafficEncapMode", ENCAP) == NETWORK_POLICY_ONLY:
+        raise TopologyError(f"--encryption {encryption}: not with --mode {NETWORK_POLICY_ONLY} (the primary CNI "
+                            "carries Pod traffic between Nodes; encrypt there)")
+    doc["encryption"] = encryption
 
 
 def _family(doc: dict[str, Any], family: str) -> None:

@@ -4,8 +4,9 @@ Nodes grouped by segment (each segment a box holding its Linux bridge and its No
 with its Pods), the router between the segments, the external host behind it, and one edge per
 pair of Nodes styled by the path their state files name: a tunnel (dashed, one colour per
 tunnel type), routed on the segment (solid), left to the underlay (dotted, the router routes
-Pod CIDRs), the fast path (bold), or no path of Ferry's (networkPolicyOnly: the primary CNI
-routes).  Pairs whose families or directions take different paths say so in the label.
+Pod CIDRs), the fast path (bold), WireGuard (bold teal: an encrypted lab), or no path of
+Ferry's (networkPolicyOnly: the primary CNI routes).  Pairs whose families or directions take
+different paths say so in the label.
 
 :func:`scene` reads the lab (state files, Pod results); :func:`peer_edges` and :func:`graph`
 are pure (a :class:`Scene` in, DOT source out), so the drawing is tested without root;
@@ -29,6 +30,7 @@ from cni.pipeline.modes import (
     PATH_ROUTE,
     PATH_TUNNEL,
     PATH_UNDERLAY,
+    PATH_WIREGUARD,
     STT,
     TUNNELLED_MODES,
     VXLAN,
@@ -49,6 +51,7 @@ PATH_STYLES: dict[str, tuple[str, str, str, str]] = {
     PATH_UNDERLAY: ("#e07b00", "dotted", "2.4", "underlay (the router routes Pod CIDRs)"),
     PATH_FAST: ("#d62728", "bold", "3.2", "fast path (OVS → uplink)"),
     PATH_NONE: ("#666666", "dotted", "1.4", "primary CNI routes (networkPolicyOnly)"),
+    PATH_WIREGUARD: ("#0b7a75", "bold", "3.0", "WireGuard (encrypted, UDP between the Nodes)"),
 }
 
 
@@ -88,7 +91,7 @@ class PeerEdge:
     @property
     def main(self) -> str:
         """The path that styles the edge: the fast path over routed over the rest."""
-        order = (PATH_FAST, PATH_TUNNEL, PATH_ROUTE, PATH_UNDERLAY, PATH_NONE)
+        order = (PATH_WIREGUARD, PATH_FAST, PATH_TUNNEL, PATH_ROUTE, PATH_UNDERLAY, PATH_NONE)
         return min(self.paths, key=order.index) if self.paths else PATH_NONE
 
     @property
@@ -100,7 +103,7 @@ class PeerEdge:
             if path == PATH_TUNNEL:
                 return f"{tunnel or 'tunnel'} tunnel"
             return {PATH_ROUTE: "routed", PATH_UNDERLAY: "underlay", PATH_FAST: "fast path",
-                    PATH_NONE: "no Ferry path"}[path]
+                    PATH_NONE: "no Ferry path", PATH_WIREGUARD: "WireGuard"}[path]
 
         per = {(frm, fam): name(p, t) for frm, fam, p, t in self.legs}
         kinds = set(per.values())

@@ -20,3 +20,12 @@ def tool(name: str) -> str:
 def cnitool() -> str:
     """The pinned cnitool (``tools/cnitool/go.mod``); ``$CNITOOL`` overrides."""
     return os.environ.get("CNITOOL") or tool("cnitool")
+
+
+WIREGUARD_GO_ENV = "FERRY_WIREGUARD_GO"
+
+
+def wireguard_go() -> str:
+    """The userspace WireGuard route-sync runs on an encrypted lab's Nodes (``wireguard.userspaceCommand``):
+    ``$FERRY_WIREGUARD_GO``, else ``build/tools/wireguard-go`` (``tools/build-go-tools.sh wireguard-go``)."""
+    return os.path.abspath(os.environ.get(WIREGUARD_GO_ENV) or tool("wireguard-go"))

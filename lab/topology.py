@@ -23,6 +23,10 @@ YAML (every key optional; ``lab/topologies/default.yaml`` is the default)::
                                          # with the tag to the router), route-sync's transportVLAN;
                                          # a Node's ``vlan: none`` leaves it untagged (misconfigured)
     routeSync: null                      # or {trafficEncapMode: encap, tunnelType: vxlan, ...}
+    encryption: none                     # or wireguard: route-sync's trafficEncryptionMode (every
+                                         # Node's Pod traffic to its peers through its WireGuard
+                                         # device, the userspace wireguard-go here; needs routeSync,
+                                         # not networkPolicyOnly, not kubernetes yet)
     nodePodRoutes: false                 # each Node routes the Pod CIDRs of the other Nodes on its
                                          # segment via them (the primary CNI's routing when Ferry
                                          # runs chained, trafficEncapMode networkPolicyOnly)
@@ -46,6 +50,9 @@ from typing import Any
 from cni.pipeline.modes import (
     DATAPATHS,
     ENCAP,
+    ENCRYPTION_NONE,
+    ENCRYPTION_WIREGUARD,
+    ENCRYPTIONS,
     FAST_PATH_MODES,
     GRE,
     MODES,
@@ -145,6 +152,12 @@ class Topology:
     kubernetes: KubeSpec | None = None  # a real Kubernetes cluster (lab/kube): Ferry from its DaemonSet
     router_bgp: RouterBgp | None = None  # routePodCIDRs: bgp (route_pod_cidrs is then False: nothing static)
     vlan: int | None = None  # every segment carries this 802.1Q VLAN (lab.segswitch); None: plain bridges
+    encryption: str = ENCRYPTION_NONE  # route-sync's trafficEncryptionMode (modes.ENCRYPTIONS)
+
+    @property
+    def encrypted(self) -> bool:
+        """Pod traffic between Nodes through WireGuard (``encryption: wireguard``)."""
+        return self.encryption != ENCRYPTION_NONE
 
     @property
     def chained(self) -> bool:
@@ -296,7 +309,7 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
 def parse(data: Any) -> Topology:
     d = _mapping(data, "topology")
     known = {"datapath", "clusterCIDRs", "segments", "router", "nodes", "routeSync", "bridge", "name",
-             "nodePodRoutes", "kubernetes", "vlan"}
+             "nodePodRoutes", "kubernetes", "vlan", "encryption"}
     unknown = set(d) - known
     if unknown:
         raise TopologyError(f"topology: unknown keys {sorted(unknown)}")
@@ -393,7 +406,27 @@ def parse(data: Any) -> Topology:
         node_pod_routes=bool(d.get("nodePodRoutes", False)),
         kubernetes=_kubernetes(d.get("kubernetes"), route_sync, tuple(n.name for n in nodes)),
         vlan=vlan,
+        encryption=_encryption(d.get("encryption", ENCRYPTION_NONE), route_sync, d.get("kubernetes")),
     )
+
+
+def _encryption(value: Any, route_sync: RouteSyncSpec | None, kubernetes: Any) -> str:
+    """The ``encryption`` key: refused where nothing would encrypt (no route-sync), where route-sync
+    refuses it (networkPolicyOnly) and on a Kubernetes lab (its DaemonSet does not deploy it yet)."""
+    if value not in ENCRYPTIONS:
+        raise TopologyError(f"encryption {value!r}: one of {', '.join(ENCRYPTIONS)}")
+    if value == ENCRYPTION_NONE:
+        return ENCRYPTION_NONE
+    if route_sync is None:
+        raise TopologyError(f"encryption: {value} needs a routeSync block (route-sync runs the WireGuard device; "
+                            "lone Nodes would send Pod traffic in clear)")
+    if route_sync.trafficEncapMode == NETWORK_POLICY_ONLY:
+        raise TopologyError(f"encryption: {value} is not valid with routeSync.trafficEncapMode {NETWORK_POLICY_ONLY} "
+                            "(the primary CNI carries Pod traffic between Nodes; encrypt there)")
+    if kubernetes:
+        raise TopologyError(f"encryption: {value} is not deployed by the lab's DaemonSet yet (embedded-registry "
+                            "labs only)")
+    return ENCRYPTION_WIREGUARD
 
 
 def _vlan(value: Any, where: str) -> int | None:
@@ -538,4 +571,5 @@ def to_doc(topo: Topology) -> dict[str, Any]:
         "nodePodRoutes": topo.node_pod_routes,
         "kubernetes": None if topo.kubernetes is None else topo.kubernetes.to_doc(),
         "vlan": topo.vlan,
+        "encryption": topo.encryption,
     }
