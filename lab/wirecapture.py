@@ -43,11 +43,17 @@ DROPPED = re.compile(r"(\d+) packets? dropped by kernel")
 class WireCapture:
     """tcpdump on ``points`` (default: every port of the lab's segments) until :meth:`stop`."""
 
-    def __init__(self, lab: Lab, points: Sequence[Point] | None = None, ports: pcap.Ports | None = None) -> None:
+    def __init__(self, lab: Lab, points: Sequence[Point] | None = None, ports: pcap.Ports | None = None,
+                 keep: str | None = None) -> None:
+        """``keep``: write the pcap files into this directory and leave them there (else a
+        temporary one, removed at the end)."""
         self.lab = lab
         self.points = list(points if points is not None else wireevidence.points(lab.topology, lab.name))
         self.ports = ports or wireevidence.ports_of(lab.topology)
-        self.dir = tempfile.mkdtemp(prefix="ferry-wire-")
+        self.keep = keep
+        if keep:
+            os.makedirs(keep, exist_ok=True)
+        self.dir = keep or tempfile.mkdtemp(prefix="ferry-wire-")
         self.procs: dict[str, subprocess.Popen[str]] = {}
         self.dropped: dict[str, int] = {}
         try:
@@ -133,7 +139,8 @@ class WireCapture:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self

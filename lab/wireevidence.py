@@ -153,7 +153,7 @@ class Evidence:
         if not self.sightings:
             out.append("Pod addresses on the wire: none")
         else:
-            addrs = sorted(self.pod_addresses, key=ipaddress.ip_address)
+            addrs = sorted(self.pod_addresses, key=lambda a: (":" in a, ipaddress.ip_address(a).packed))
             out.append(f"Pod addresses on the wire: {len(addrs)} ({', '.join(addrs[:limit])}"
                        f"{', ...' if len(addrs) > limit else ''}) in {sum(self.sightings.values())} sightings, e.g.")
             for s, n in self.sightings.most_common(limit):
