@@ -71,13 +71,13 @@ def mode(name: str) -> Mode:
     return next(m for m in MODES if m.name == name)
 
 
-def mode_doc(m: Mode, encryption: str) -> dict:
-    """wireguard.yaml in mode ``m``, ``encryption`` on or off."""
+def mode_doc(m: Mode, encryption: str, family: str | None = None) -> dict:
+    """wireguard.yaml in mode ``m``, ``encryption`` on or off (``family``: ``--family``'s)."""
     with open(WG_TOPOLOGY) as f:
         doc = copy.deepcopy(yaml.safe_load(f))
     if m.bgp:  # before the mode flags: noEncap keeps a router that speaks BGP
         doc["router"] = {"routePodCIDRs": "bgp", "bgp": {"holdTime": 3}}
-    flags = overrides.Overrides(m.flags.mode, m.flags.tunnel, m.flags.fast_path, encryption=encryption)
+    flags = overrides.Overrides(m.flags.mode, m.flags.tunnel, m.flags.fast_path, family, encryption=encryption)
     return overrides.apply(doc, flags)
 
 
@@ -99,11 +99,12 @@ def prerequisites(encryption: str, m: Mode | None = None) -> str | None:
     return None
 
 
-def start(cni_bin: str, m: Mode, encryption: str, pods: tuple[tuple[str, str], ...] = PODS) -> Lab:
+def start(cni_bin: str, m: Mode, encryption: str, pods: tuple[tuple[str, str], ...] = PODS,
+          family: str | None = None) -> Lab:
     reason = prerequisites(encryption, m)
     if reason:
         pytest.skip(reason)
-    return start_lab(cni_bin, mode_doc(m, encryption), pods, name=lab_name())
+    return start_lab(cni_bin, mode_doc(m, encryption, family), pods, name=lab_name())
 
 
 # ------------------------------------------------------------------ settled

@@ -13,7 +13,9 @@ BGP), one lab per mode:
 * a 1500-byte DF ping across every path never black-holes: refused by the sender or answered, and
   one at the MTU it was told crosses; Pods' routes to other Nodes' Pods carry the transport MTU
   minus 60 (WireGuard over the IPv4 underlay);
-* ``ferry-lab down`` leaves no wireguard-go behind.
+* ``ferry-lab down`` leaves no wireguard-go behind, also once route-sync is gone (it outlives it);
+* on a single-family underlay (``--family 4``, ``--family 6``) the WireGuard MTU is exactly the
+  transport MTU minus 60 over IPv4, minus 80 over IPv6, and the capture sees UDP to 51820 alone.
 
 ``tests/e2e/wireguard/test_clear_evidence.py`` is the control: the same capture, unencrypted, sees
 the Pods' addresses."""
@@ -36,6 +38,7 @@ from tests.e2e.wireguard.helpers import (
     Mode,
     df_failures,
     df_paths,
+    mode,
     probe_paths,
     route_mtu,
     settle_encrypted,
@@ -110,10 +113,39 @@ def test_encrypted_matrix_and_the_wire_carries_no_pod_address(wg_lab) -> None:  
 
 
 def test_down_leaves_no_wireguard_go(wg_lab) -> None:  # type: ignore[no-untyped-def]
+    """Even when route-sync, its parent, is gone: no manifest entry names it, its namespace does."""
     m, lab, _ = wg_lab
     pids = [p for n in lab.nodes for p in wireguard.pids(n.netns)]
     assert pids, f"{m.name}: no wireguard-go runs"
+    lab.kill_route_sync("node-1")
+    assert all(running(p) for p in pids), f"{m.name}: a wireguard-go died with route-sync"
     assert build.down(lab.name, lab.root)
     left = [p for p in pids if running(p)]
     assert not left, f"{m.name}: wireguard-go still running after down: {left}"
     assert not any(build.netns_exists(node_netns(lab.name, n.name)) for n in lab.nodes)
+
+
+@pytest.mark.parametrize("family", ["4", "6"])
+def test_wireguard_mtu_per_underlay_family(cni_bin: str, family: str) -> None:
+    lab = start(cni_bin, mode("encap-vxlan"), ENCRYPTION_WIREGUARD, (("node-1", "a"), ("node-2", "a"), ("node-3", "a")),
+                family=family)
+    try:
+        settle_encrypted(lab)
+        with WireCapture(lab) as cap:  # Pod to Pod alone: every flow between Nodes is Pod traffic
+            rows = check.run(lab, POD_TO_POD)
+            dfs = probe_paths(df_paths(lab, DF_POD_TO_POD))
+            ev = cap.evidence()
+        dfs += probe_paths([p for p in df_paths(lab) if p.kind not in DF_POD_TO_POD])
+        assert rows and all(r.ok for r in rows), check.table(lab, rows)
+        assert not ev.sightings and ev.not_wireguard(DEFAULT_WG_PORT) == set(), ev.report()
+        assert not df_failures(dfs), "\n".join(df_failures(dfs))
+        state = lab.node("node-1").state() or {}
+        want = state["transportMTU"] - overhead(ipv6_underlay=family == "6")
+        remote = [r for r in dfs if r.path.kind == "pod-pod-remote"]
+        assert remote and {route_mtu(r.path.netns, r.path.dst) for r in remote} == {want} == {state["mtu"]}
+        assert {(r.full.outcome, r.full.mtu) for r in remote} == {("refused", want)}
+        assert all(r.at_mtu is not None and r.at_mtu.outcome == "crossed" for r in remote)
+        print(f"\nIPv{family} underlay: WireGuard MTU {want}, {len(dfs)} DF paths, none lost; "
+              f"{ev.total} frames, between Nodes {sorted(str(f) for f in ev.flows_between_nodes())[:2]}...")
+    finally:
+        lab.down()
