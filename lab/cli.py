@@ -26,7 +26,7 @@ from typing import Any
 import click
 
 from cni.pipeline.modes import ENCRYPTION_NONE, ENCRYPTIONS, MODES, NETDEV_TUNNEL_TYPES, PATH_TUNNEL, PATH_WIREGUARD
-from lab import build, check, frr, overrides, picture, tools, wireguard
+from lab import build, check, frr, overrides, picture, tools, wirecapture, wireguard
 from lab.api import Lab, Node, default_cni_bin, ensure_cni_bin
 from lab.conformance.cli import conformance as conformance_cmd
 from lab.kube.spec import KUBE_PROXY_MODES
@@ -196,18 +196,38 @@ def pod_del(node: str, pod_name: str, name: str) -> None:
 
 @main.command("check", help="Connectivity matrix (ping + TCP, IPv4 + IPv6); non-zero exit on any failure.")
 @click.option("--only", multiple=True, type=click.Choice(CATEGORIES), help="run only these categories")
+@click.option("--wire", is_flag=True, default=False,
+              help="capture every port of the underlay's segments meanwhile and say what crossed between Nodes "
+                   "and which Pod addresses were on the wire (outer or inside a tunnel); on an encrypted lab any "
+                   "Pod address fails the check")
+@click.option("--pcap-dir", type=click.Path(file_okay=False), default=None,
+              help="with --wire: keep the captures (one pcap per segment port) in this directory")
 @name_option
-def check_cmd(only: tuple[str, ...], name: str) -> None:
+def check_cmd(only: tuple[str, ...], wire: bool, pcap_dir: str | None, name: str) -> None:
+    evidence = None
     try:
         lab = Lab.attach(name)
-        rows = check.run(lab, only)
+        if wire:
+            with wirecapture.WireCapture(lab, keep=pcap_dir) as cap:
+                rows = check.run(lab, only)
+                evidence = cap.evidence()
+        else:
+            rows = check.run(lab, only)
     except LabError as e:
         _fail(e)
     click.echo(check.table(lab, rows))
     if not rows:
         click.echo("no probes: add Pods first (ferry-lab pod add NODE POD)", err=True)
         sys.exit(1)
-    sys.exit(0 if all(r.ok for r in rows) else 1)
+    leaked = False
+    if evidence is not None:
+        click.echo(f"\non the wire meanwhile (encryption {lab.topology.encryption}):\n{evidence.report()}")
+        if pcap_dir:
+            click.echo(f"captures: {os.path.abspath(pcap_dir)}")
+        leaked = lab.topology.encrypted and bool(evidence.sightings)
+        if leaked:
+            click.echo("FAIL: Pod addresses crossed the underlay of an encrypted lab", err=True)
+    sys.exit(0 if all(r.ok for r in rows) and not leaked else 1)
 
 
 @main.command(help="Nodes, Pods, addresses, and per-peer paths from each Node's state file; "
@@ -300,10 +320,12 @@ def render(lab: Lab) -> str:
         else:
             tun = state.get("tunnel") or {}
             full = state.get("transportMTU") or state.get("mtu")
-            enc = state.get("encryption", ENCRYPTION_NONE)
-            wg = f", encryption {enc}" + (f" ({_wireguard_processes(n)})" if enc != ENCRYPTION_NONE else "")
-            out.append(f"    state: mode {state.get('mode')}, mtu {full} (Pods, routed, non-Pod), "
-                       f"{state.get('mtu')} tunnelled, tunnel {tun.get('type', '-')}{wg}")
+            enc = state.get("encryption") or ENCRYPTION_NONE
+            if enc == ENCRYPTION_NONE:
+                other = f"{state.get('mtu')} tunnelled, tunnel {tun.get('type', '-')}"
+            else:  # every peer through the WireGuard device, whatever the mode
+                other = f"{state.get('mtu')} to every peer, encryption {enc} ({_wireguard_processes(n)})"
+            out.append(f"    state: mode {state.get('mode')}, mtu {full} (Pods, routed, non-Pod), {other}")
             for p in state.get("peers") or []:
                 mtu = state.get("mtu") if p["path"] in (PATH_TUNNEL, PATH_WIREGUARD) else full
                 out.append(f"    peer {p['name']}: path {p['path']} mtu {mtu} via {', '.join(p['addresses'])} "

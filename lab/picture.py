@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import graphviz
 
 from cni.pipeline.modes import (
+    ENCRYPTION_NONE,
     GENEVE,
     GRE,
     PATH_FAST,
@@ -164,6 +165,8 @@ def _mode_line(topo: Topology) -> str:
         bits.append("fast path")
     if topo.router_bgp:
         bits.append("router learns Pod CIDRs over BGP")
+    if topo.encrypted:
+        bits.append(f"encrypted ({topo.encryption}: every peer)")
     fams = " + ".join(f"IPv{f}" for f in topo.pod_families)
     return f"route-sync {', '.join(bits)}; Pods {fams}"
 
@@ -219,8 +222,9 @@ def graph(sc: Scene) -> graphviz.Graph:
 def _node(c: graphviz.Graph, n: NodeView) -> None:
     state = n.state or {}
     full = (state or {}).get("transportMTU") or (state or {}).get("mtu")
+    other = "WireGuard" if (state.get("encryption") or ENCRYPTION_NONE) != ENCRYPTION_NONE else "tunnelled"
     detail = (f"{state.get('mode')}, MTU {full}"
-              + (f", tunnelled {state.get('mtu')}" if full != state.get("mtu") else "")
+              + (f", {other} {state.get('mtu')}" if full != state.get("mtu") else "")
               if state else "lone Node (no route-sync)")
     with c.subgraph(name=_id("cluster", "node", n.name)) as nc:
         nc.attr(label="", style="rounded,filled", fillcolor="#f7fbff", color="#8fb3d9")
