@@ -198,11 +198,11 @@ def start_route_sync(cmd: str, topo: Topology, node: NodeSpec, name: str, direct
                            f"{topo.route_sync.startTimeout}s; see {paths.log}/route-sync.out:\n{_tail(paths.log)}")
         time.sleep(0.05)
     if topo.encrypted:
-        _check_encrypts(paths, node.name)
+        check_encrypts(paths, node.name)
     return proc.pid
 
 
-def _check_encrypts(paths: layout.NodePaths, node: str) -> None:
+def check_encrypts(paths: layout.NodePaths, node: str) -> None:
     """An encrypted lab's route-sync says so in its state file (``encryption``), or the lab refuses
     to go on: a route-sync that ignores trafficEncryptionMode would carry Pods in clear."""
     try:

@@ -13,8 +13,8 @@ topology document in, the same document with those keys overridden out.  Pure.
                     Node podCIDRs keep exactly these families; a family added gets the defaults.
     --vlan N        vlan: every segment a tagged switch (lab.segswitch), route-sync's transportVLAN.
     --encryption E  encryption: none or wireguard (route-sync's trafficEncryptionMode); wireguard
-                    needs route-sync (created, encap, when the topology has none, as --mode does)
-                    and refuses networkPolicyOnly.
+                    needs route-sync (a topology without one takes it with --mode) and refuses
+                    networkPolicyOnly.
 
 A combination that cannot work is refused with :class:`TopologyError` naming the flag and the
 reason; the result is then parsed like any topology (``lab.topology.parse``)."""
@@ -65,7 +65,7 @@ class Overrides:
 def apply(doc: dict[str, Any] | None, o: Overrides) -> dict[str, Any]:
     """``doc`` with ``o`` applied (a new document; ``doc`` is not modified)."""
     out = copy.deepcopy(doc or {})
-    if o.mode or o.tunnel or o.fast_path or (o.encryption and o.encryption != ENCRYPTION_NONE):
+    if o.mode or o.tunnel or o.fast_path:
         _route_sync(out, o)
     if o.encryption is not None:
         _encryption(out, o.encryption)
@@ -128,10 +128,14 @@ def _route_sync(doc: dict[str, Any], o: Overrides) -> None:
 def _encryption(doc: dict[str, Any], encryption: str) -> None:
     if encryption not in ENCRYPTIONS:
         raise TopologyError(f"--encryption {encryption}: one of {', '.join(ENCRYPTIONS)}")
-    # wireguard: _route_sync made routeSync a mapping already
-    if encryption != ENCRYPTION_NONE and doc["routeSync"].get("trafficEncapMode", ENCAP) == NETWORK_POLICY_ONLY:
-        raise TopologyError(f"--encryption {encryption}: not with --mode {NETWORK_POLICY_ONLY} (the primary CNI "
-                            "carries Pod traffic between Nodes; encrypt there)")
+    if encryption != ENCRYPTION_NONE:
+        rs = doc.get("routeSync")
+        if not rs:
+            raise TopologyError(f"--encryption {encryption}: the topology runs no route-sync (routeSync), which is "
+                                "what encrypts; add --mode")
+        if isinstance(rs, dict) and rs.get("trafficEncapMode", ENCAP) == NETWORK_POLICY_ONLY:
+            raise TopologyError(f"--encryption {encryption}: not with --mode {NETWORK_POLICY_ONLY} (the primary CNI "
+                                "carries Pod traffic between Nodes; encrypt there)")
     doc["encryption"] = encryption
 
 

@@ -423,7 +423,7 @@ def _encryption(value: Any, route_sync: RouteSyncSpec | None, kubernetes: Any) -
     if route_sync.trafficEncapMode == NETWORK_POLICY_ONLY:
         raise TopologyError(f"encryption: {value} is not valid with routeSync.trafficEncapMode {NETWORK_POLICY_ONLY} "
                             "(the primary CNI carries Pod traffic between Nodes; encrypt there)")
-    if kubernetes:
+    if kubernetes is not None:  # (``kubernetes: {}``, what --kubernetes writes, is a Kubernetes lab too)
         raise TopologyError(f"encryption: {value} is not deployed by the lab's DaemonSet yet (embedded-registry "
                             "labs only)")
     return ENCRYPTION_WIREGUARD
@@ -447,7 +447,7 @@ def _router_bgp(value: Any, on: bool, route_sync: RouteSyncSpec | None, kubernet
     if route_sync is None:
         raise TopologyError("router.routePodCIDRs: bgp needs a routeSync block (route-sync advertises the "
                             "Pod CIDRs)")
-    if kubernetes:
+    if kubernetes is not None:  # ``kubernetes: {}`` (what --kubernetes writes) is a Kubernetes lab too
         raise TopologyError("router.routePodCIDRs: bgp is not deployed by the lab's DaemonSet yet "
                             "(use true: routes from the Node objects)")
     v = _mapping(value, "router.bgp")

@@ -79,6 +79,14 @@ def test_bad_router_keys(router: dict, rs: dict | None, msg: str) -> None:
         topology.parse({"router": router, "routeSync": rs})
 
 
+@pytest.mark.parametrize("kubernetes", [{}, {"kubeProxy": "nftables"}])
+def test_bgp_is_refused_on_a_kubernetes_lab(kubernetes: dict) -> None:
+    """``--kubernetes`` writes ``kubernetes: {}``: a Kubernetes lab as much as one with keys."""
+    with pytest.raises(TopologyError, match="routePodCIDRs: bgp is not deployed by the lab's DaemonSet"):
+        topology.parse({"router": {"routePodCIDRs": "bgp"}, "routeSync": {"trafficEncapMode": "noEncap"},
+                        "kubernetes": kubernetes})
+
+
 def test_mode_flag_keeps_bgp() -> None:
     import yaml
 
