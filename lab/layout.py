@@ -79,7 +79,7 @@ class NodePaths:
     @property
     def wireguard(self) -> str:
         """The Node's WireGuard files (an encrypted lab): ``run`` and ``keys`` below it."""
-        return os.path.join(self.root, "wireguard")
+        return os.path.join(self.root, ENCRYPTION_WIREGUARD)
 
     @property
     def wireguard_run(self) -> str:  # wireguard.runDir: the userspace device's UAPI socket

@@ -14,6 +14,8 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
+from cni.pipeline.modes import GENEVE, GRE, VXLAN
+
 # link types (the file header's "network"): https://www.tcpdump.org/linktypes.html
 LINKTYPE_ETHERNET = 1
 LINKTYPE_LINUX_SLL = 113  # tcpdump -i any
@@ -25,7 +27,8 @@ PCAPNG = b"\x0a\x0d\x0d\x0a"
 ETH_IPV4, ETH_IPV6, ETH_ARP, ETH_TEB = 0x0800, 0x86DD, 0x0806, 0x6558  # TEB: an Ethernet frame follows
 VLAN_TPIDS = (0x8100, 0x88A8)
 IP_ICMP, IP_TCP, IP_UDP, IP_GRE, IP_ICMPV6, IP_ESP = 1, 6, 17, 47, 58, 50
-PROTO_NAMES = {IP_ICMP: "icmp", IP_TCP: "tcp", IP_UDP: "udp", IP_GRE: "gre", IP_ICMPV6: "icmpv6", IP_ESP: "esp"}
+# (GRE's IP protocol and the tunnel type are one word, declared in cni.pipeline.modes)
+PROTO_NAMES = {IP_ICMP: "icmp", IP_TCP: "tcp", IP_UDP: "udp", IP_GRE: GRE, IP_ICMPV6: "icmpv6", IP_ESP: "esp"}
 IPV6_EXT = {0, 43, 60}  # hop-by-hop, routing, destination options: (len + 1) * 8 bytes
 IPV6_FRAG, IPV6_AH = 44, 51
 ICMP_ERRORS = {3, 4, 5, 11, 12}  # they quote the packet that caused them
@@ -107,7 +110,7 @@ def records(blob: bytes) -> tuple[int, list[Record]]:
     if blob[:4] == PCAPNG:
         raise PcapError("a pcapng file (tcpdump -w writes pcap unless told otherwise)")
     if len(blob) < 24 or blob[:4] not in MAGICS:
-        raise PcapError(f"not a pcap file (magic {blob[:4].hex() or 'none'})")
+        raise PcapError(f"not a pcap file (magic {blob[:4].hex() or 'empty'})")
     order, unit = MAGICS[blob[:4]]
     linktype = struct.unpack(order + "I", blob[20:24])[0] & 0x0FFFFFFF
     out: list[Record] = []
@@ -274,14 +277,14 @@ def _udp_tunnel(sport: int, dport: int, data: bytes, depth: int, w: _Walk) -> No
             w.truncated = True
             return
         inner, _vids, payload = _ethernet(data[8:], w)
-        _l3(inner, payload, depth + 1, "vxlan", w)
+        _l3(inner, payload, depth + 1, VXLAN, w)
     elif dport in w.ports.geneve:
         if len(data) < 8:
             w.truncated = True
             return
         opts = (data[0] & 0x3F) * 4
         proto = struct.unpack_from("!H", data, 2)[0]
-        _l3(proto, data[8 + opts:], depth + 1, "geneve", w)
+        _l3(proto, data[8 + opts:], depth + 1, GENEVE, w)
 
 
 def _gre(data: bytes, depth: int, w: _Walk) -> None:
@@ -290,7 +293,7 @@ def _gre(data: bytes, depth: int, w: _Walk) -> None:
         return
     flags, proto = struct.unpack_from("!HH", data, 0)
     pos = 4 + 4 * sum(1 for bit in (0x8000, 0x2000, 0x1000) if flags & bit)  # checksum, key, sequence
-    _l3(proto, data[pos:], depth + 1, "gre", w)
+    _l3(proto, data[pos:], depth + 1, GRE, w)
 
 
 def _arp(data: bytes, depth: int, w: _Walk) -> None:
