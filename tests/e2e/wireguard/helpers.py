@@ -27,7 +27,9 @@ from cni.pipeline.modes import ENCRYPTION_NONE, ENCRYPTION_WIREGUARD, PATH_WIREG
 from lab import build, frr, layout, overrides, tools
 from lab.api import Lab
 from lab.topology import DEFAULT_TOPOLOGY
+from routesync.config import WireGuardConfig
 from routesync.wireguard.model import PUBLIC_KEY_ANNOTATION
+from routesync.wireguard.uapi import Uapi
 from tests.e2e.bgp.helpers import all_learned
 from tests.e2e.fastpath.helpers import settled as fast_settled
 from tests.support.labs import PODS, can_run, start_lab
@@ -130,9 +132,27 @@ def wireguard_to_every_peer(lab: Lab) -> bool:
     return True
 
 
+def devices_hold_every_peer(lab: Lab) -> bool:
+    """Every Node's WireGuard device (read over its UAPI socket) has every other Node's published
+    public key as a peer."""
+    keys = published_keys(lab)
+    for n in lab.nodes:
+        try:
+            state = Uapi(n.paths.wireguard_run).read(WireGuardConfig().interface)
+        except (LookupError, OSError):
+            return False
+        want = {k for m, k in keys.items() if m != n.name}
+        if None in want or not want <= {p.public_key for p in state.peers}:
+            return False
+    return True
+
+
 def settle_encrypted(lab: Lab) -> None:
+    """Every peer published its key, every state file sends every peer through WireGuard, and
+    every device holds every peer: what a Pod's first packet to another Node needs."""
     until(lambda: all(published_keys(lab).values()), "every Node's public key in the registry")
     until(lambda: wireguard_to_every_peer(lab), "every Node's state file: every peer through WireGuard")
+    until(lambda: devices_hold_every_peer(lab), "every Node's WireGuard device: every peer's key")
 
 
 def settle_clear(lab: Lab, m: Mode) -> None:
