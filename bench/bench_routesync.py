@@ -200,6 +200,9 @@ class TimedAppliers:
     def wireguard_implementation(self) -> str | None:
         return self.inner.wireguard_implementation()
 
+    def switch_wireguard(self, spec: Any) -> None:
+        self.inner.switch_wireguard(spec)
+
     def teardown(self, config: Any) -> None:
         self.inner.teardown(config)
 

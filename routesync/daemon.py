@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from .apply.pods import PodSyncReport
     from .config import Config
     from .policy.model import Pod
+    from .wireguard.model import WgSpec
     from .wireguard.node import WireGuardNode
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,11 @@ class Appliers(Protocol):
 
     def wireguard_implementation(self) -> str | None:
         """kernel | userspace (None: no encryption)."""
+        ...
+
+    def switch_wireguard(self, spec: WgSpec) -> None:
+        """Between passes, at a key rotation's switch time: the WireGuard device to ``spec`` (its
+        difference from what the last pass applied), nothing else."""
         ...
 
     def ovs_generation(self) -> int:
@@ -295,6 +301,7 @@ class Daemon:
 
             self.wireguard = WireGuardNode(config)
         self.wall_clock: Callable[[], float] = time.time  # the key rotation's switch times are wall-clock
+        self._wg_ahead: tuple[float, WgSpec] | None = None  # (switch time, the device then): see run()
 
     # -- one pass ------------------------------------------------------------------------------
     def reconcile(self, full: bool = True) -> ReconcileResult:
@@ -345,6 +352,9 @@ class Daemon:
                 names = {dict(n.annotations).get(PUBLIC_KEY_ANNOTATION, ""): n.name for n in peers}
                 replaced = {p.peer: p.fallback for p in desired.peers if p.fallback is not None}
                 self.wireguard.applied(wg, self.appliers.wireguard_implementation(), names, replaced)
+                ahead = self.wireguard.plan_ahead(me, peers, wg)
+                self._wg_ahead = None if ahead is None else (
+                    ahead[0], self.wireguard.spec(ahead[1], desired.gateway_addresses, desired.mtu))
             if policies is not None:
                 self.appliers.release_pending(policies.local_pods, full)
             state = planner.node_state(cfg, me, desired, facts, self._state_rows,
@@ -364,6 +374,18 @@ class Daemon:
             log.log(level, "reconcile failed (%s: %s); will retry", type(e).__name__, e,
                     exc_info=level == logging.ERROR)
             return ReconcileResult(False, self.clock() - t0, error=f"{type(e).__name__}: {e}")
+
+    def _switch_wireguard(self) -> None:
+        """A key rotation's switch time: the device as the last pass planned it for that instant."""
+        assert self._wg_ahead is not None
+        at, spec = self._wg_ahead
+        self._wg_ahead = None
+        try:
+            self.appliers.switch_wireguard(spec)
+            log.info("WireGuard: switched at the rotation's instant (%.1f ms after it)",
+                     (self.wall_clock() - at) * 1e3)
+        except Exception as e:  # noqa: BLE001 - the pass right after applies it again
+            log.warning("WireGuard: the rotation's switch not applied ahead of the pass: %s", e)
 
     def _wireguard_generation(self) -> int:
         if self.wireguard is None:
@@ -607,7 +629,7 @@ class Daemon:
                         backoff = min(backoff * 2, BACKOFF_MAX)
                         next_resync = now + cfg.resync_seconds
                 deadline = min(next_resync, next_ovs_check, retry_at if dirty else next_resync)
-                wake = self.wireguard.wake_at() if self.wireguard is not None else None
+                wake = self._wg_ahead[0] if self._wg_ahead is not None else None
                 if wake is not None:  # a key rotation's switch: on time, not at the next look
                     deadline = min(deadline, self.clock() + max(0.0, wake - self.wall_clock()))
                 pending = self._state_pending is not None
@@ -615,6 +637,9 @@ class Daemon:
                     deadline = min(deadline, self.clock() + STATE_IDLE,
                                    self._state_pending_since + STATE_MAX_DELAY)
                 changed = self._wait_for_change(max(0.0, deadline - self.clock()))
+                if self._wg_ahead is not None and self.wall_clock() >= self._wg_ahead[0]:
+                    self._switch_wireguard()
+                    dirty = True  # the pass of the new instant: publish, finish the rotation
                 if pending and (not changed or self.clock() >= self._state_pending_since + STATE_MAX_DELAY):
                     self.flush_state()
                 if changed:

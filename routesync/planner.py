@@ -385,7 +385,9 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     local_addrs = local_transport_addresses(config, local, facts)
 
     ipv6_underlay = False
-    if tunnel is not None or config.encrypted:
+    if config.encrypted:  # WireGuard's endpoints are IPv4 where the Node has an IPv4 transport address
+        ipv6_underlay = bool(local_addrs) and not any(_family(a) == 4 for a in local_addrs)
+    elif tunnel is not None:
         used = {_underlay_for(_family(c), local_addrs) for c in pod_cidrs}
         ipv6_underlay = any(a is not None and _family(a) == 6 for a in used)
     mtu = mtu_mod.pod_mtu(facts.transport_mtu, config.mode, config.tunnel_type, ipv6_underlay,

@@ -297,6 +297,13 @@ class NodeAppliers:
             self.routes.set_gateway_addresses(name, spec.addresses)  # and the link up
         self.wireguard.sync(spec, full)
 
+    def switch_wireguard(self, spec: WgSpec) -> None:
+        """The device alone to ``spec`` (a rotation's instant), against what was applied last."""
+        if self.wireguard is not None:
+            self.wireguard.sync(spec, full=False)
+            if self._applied is not None:
+                self._applied = dataclasses.replace(self._applied, wireguard=spec)
+
     def wireguard_generation(self) -> int:
         return self.wireguard.generation() if self.wireguard is not None else 0
 

@@ -58,6 +58,16 @@ class WireGuardNode:
         local_keys = keys.local_keys(self.wg.key_dir, now, self.wg.rotation_lead)
         return plan(self.wg.interface, self.wg.port, local, peers, local_keys, now, self.wg.persistent_keepalive)
 
+    def plan_ahead(self, local: NodeRecord, peers: Sequence[NodeRecord], wg: WgPlan) -> tuple[float, WgPlan] | None:
+        """The plan of the instant ``wg`` changes by itself (a rotation's switch), computed now, so
+        that at that instant only its difference is applied (:meth:`Daemon.run`): every Node
+        switches within a millisecond or two of the time, not a pass later."""
+        if wg.wake_at is None:
+            return None
+        local_keys = keys.local_keys(self.wg.key_dir, wg.wake_at, self.wg.rotation_lead)
+        return wg.wake_at, plan(self.wg.interface, self.wg.port, local, peers, local_keys, wg.wake_at,
+                                self.wg.persistent_keepalive)
+
     def spec(self, wg: WgPlan, gateway_cidrs: Sequence[str], mtu: int) -> WgSpec:
         return WgSpec(device=wg.device, addresses=host_addresses(gateway_cidrs), mtu=mtu)
 

@@ -190,12 +190,13 @@ def change(have: WgDeviceState | None, want: WgDevice, kick: Sequence[str] = ())
     they differ, each peer that is missing or differs (its allowed IPs replaced), each peer that
     is not wanted removed.  An endpoint that is right already is not set again (a set endpoint
     would undo what the device learnt from a roaming peer only if it differed).  ``kick``: peers
-    (public keys) that must send a keepalive now, changed or not; a new private key on a device
-    that had one kicks every peer (its sessions ended: each makes its new handshake at once,
-    rather than when its next packet waits for one)."""
+    (public keys) that must send a keepalive now, changed or not.  A new private key, or a new
+    device (a killed userspace implementation made again), kicks every peer: its sessions ended,
+    and a peer that still sends on them would only notice after WireGuard's 15 s without an
+    answer; a handshake made at once tells it."""
     peers: list[PeerChange] = []
     kicked = set(kick)
-    if have is not None and have.private_key is not None and have.private_key != want.private_key:
+    if have is None or have.private_key != want.private_key:
         kicked |= {p.public_key for p in want.peers}
     if have is None:
         return WgChange(private_key=want.private_key, listen_port=want.listen_port,

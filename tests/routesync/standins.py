@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from cni.ovs.openflow.ofctl import DumpedFlow
     from routesync.config import Config
     from routesync.policy.model import Pod
+    from routesync.wireguard.model import WgSpec
 
 
 class RecordingAppliers(Appliers):
@@ -75,6 +76,9 @@ class RecordingAppliers(Appliers):
 
     def wireguard_implementation(self) -> str | None:
         return None
+
+    def switch_wireguard(self, spec: WgSpec) -> None:
+        pass
 
     def teardown(self, config: Config) -> None:
         pass

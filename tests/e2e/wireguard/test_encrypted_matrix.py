@@ -100,11 +100,11 @@ def test_encrypted_matrix_and_the_wire_carries_no_pod_address(wg_lab) -> None:  
     dfs = df1 + df2
     assert not df_failures(dfs), "\n".join(df_failures(dfs))
     # the Pods' routes to other Nodes' Pods carry what route-sync says (its state file's mtu),
-    # which fits WireGuard over the IPv4 endpoints the wire showed
+    # which is WireGuard's over the IPv4 endpoints the wire showed (60 bytes)
     state = lab.node("node-1").state() or {}
     mtus = {(r.path.label, r.path.dst): route_mtu(r.path.netns, r.path.dst) for r in df1}
     assert set(mtus.values()) == {state.get("mtu")}, f"{m.name}: Pods' route MTUs to remote Pods {mtus}"
-    assert state["mtu"] <= state["transportMTU"] - overhead(ipv6_underlay=False), state
+    assert state["mtu"] == state["transportMTU"] - overhead(ipv6_underlay=False), state  # IPv4 endpoints: 60
     print(f"\n{m.name} (wireguard): up + settled {up_s:.1f} s, matrix + evidence + DF {took:.1f} s; "
           f"{len(rows)} probes ok, {len(dfs)} DF paths ({sum(r.full.outcome == 'crossed' for r in dfs)} crossed "
           f"at 1500, the rest refused at {sorted({r.full.mtu for r in dfs if r.full.mtu})}); on the wire "

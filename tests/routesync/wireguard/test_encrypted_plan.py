@@ -104,3 +104,11 @@ def test_bad_encryption_config_names_the_key(raw: dict, key: str) -> None:
 def test_clear_is_the_default() -> None:
     c = from_dict({"nodeName": "n"})
     assert c.encryption == "none" and not c.encrypted and c.tunnelled
+
+
+def test_a_dual_stack_node_encrypts_over_ipv4_at_60_bytes() -> None:
+    local = NodeRecord("node-a", ("192.168.77.11", "fd00:77::11"), ("10.244.1.0/24", "fd00:10:244:1::/64"))
+    facts = LocalFacts(2, "02:00:00:00:01:01", None, "eth0", ("192.168.77.11/24", "fd00:77::11/64"), 1500)
+    d = plan(cfg(trafficEncapMode="encap", clusterCIDRs=["10.244.0.0/16", "fd00:10:244::/48"]), local,
+             [local, OTHER], facts)
+    assert d.mtu == 1440  # the endpoints are IPv4 (routesync.wireguard.plan.endpoint): 60 bytes

@@ -107,7 +107,10 @@ def test_a_synced_device_needs_no_change_and_a_drifted_one_is_repaired() -> None
     assert [(c.public_key, c.remove) for c in ch.peers] == [(PUB["node-3"], True), (PUB["node-2"], False)]
     assert ch.private_key is None and ch.listen_port is None
     fresh = wgplan.change(None, want)
-    assert fresh.private_key == want.private_key and fresh.listen_port == 51820 and not any(c.kick for c in fresh.peers)
+    # a new device (made again after its process was killed): every peer kicked into a handshake
+    assert fresh.private_key == want.private_key and fresh.listen_port == 51820 and all(c.kick for c in fresh.peers)
+    empty = WgDeviceState(None, 0)
+    assert all(c.kick for c in wgplan.change(empty, want).peers)
 
 
 def state_of(d: WgDevice) -> WgDeviceState:
