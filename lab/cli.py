@@ -68,9 +68,6 @@ def _doc(topology: str | None, mode: str | None, tunnel: str | None, fast_path: 
          vlan: int | None = None, encryption: str | None = None) -> dict[str, Any]:
     doc = overrides.load(topology, overrides.Overrides(mode, tunnel, fast_path, family, vlan, encryption))
     if kubernetes or kube_proxy or ovs_daemons:
-        if encryption not in (None, ENCRYPTION_NONE):
-            raise TopologyError(f"--encryption {encryption}: not with --kubernetes yet (Ferry's DaemonSet does not "
-                                "deploy WireGuard in the lab)")
         doc["kubernetes"] = dict(doc.get("kubernetes") or {})
         if kube_proxy:
             doc["kubernetes"]["kubeProxy"] = kube_proxy

@@ -412,7 +412,8 @@ def parse(data: Any) -> Topology:
 
 def _encryption(value: Any, route_sync: RouteSyncSpec | None, kubernetes: Any) -> str:
     """The ``encryption`` key: refused where nothing would encrypt (no route-sync), where route-sync
-    refuses it (networkPolicyOnly) and on a Kubernetes lab (its DaemonSet does not deploy it yet)."""
+    refuses it (networkPolicyOnly).  On a Kubernetes lab the DaemonSet's ConfigMap turns it on
+    (``lab.kube.lab_cluster.route_sync_keys``)."""
     if value not in ENCRYPTIONS:
         raise TopologyError(f"encryption {value!r}: one of {', '.join(ENCRYPTIONS)}")
     if value == ENCRYPTION_NONE:
@@ -423,9 +424,6 @@ def _encryption(value: Any, route_sync: RouteSyncSpec | None, kubernetes: Any) -
     if route_sync.trafficEncapMode == NETWORK_POLICY_ONLY:
         raise TopologyError(f"encryption: {value} is not valid with routeSync.trafficEncapMode {NETWORK_POLICY_ONLY} "
                             "(the primary CNI carries Pod traffic between Nodes; encrypt there)")
-    if kubernetes is not None:  # (``kubernetes: {}``, what --kubernetes writes, is a Kubernetes lab too)
-        raise TopologyError(f"encryption: {value} is not deployed by the lab's DaemonSet yet (embedded-registry "
-                            "labs only)")
     return ENCRYPTION_WIREGUARD
 
 

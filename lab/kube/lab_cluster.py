@@ -24,6 +24,13 @@ def route_sync_keys(topo: Topology) -> dict[str, Any]:
         keys["tunnelPort"] = rs.tunnelPort
     if topo.vlan is not None:  # one ConfigMap: a Node's own VLAN is its ferry.io/transport-vlan annotation
         keys["transportVLAN"] = topo.vlan
+    if topo.encrypted:
+        # the image's wireguard-go (the kernel's WireGuard where the Node has it): Ferry's
+        # openvswitch container runs it when it runs Open vSwitch, so it outlives route-sync's
+        # container; with the host's Open vSwitch route-sync starts it itself
+        keys["trafficEncryptionMode"] = topo.encryption
+        ferry_runs_ovs = topo.kubernetes is not None and topo.kubernetes.ferry_runs_ovs
+        keys["wireguard"] = {"startUserspace": not ferry_runs_ovs}
     if topo.kubernetes is not None and topo.kubernetes.services:
         keys["serviceCIDRs"] = list(plan.service_cidrs(topo, topo.kubernetes))
     return keys

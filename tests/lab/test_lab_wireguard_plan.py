@@ -60,11 +60,23 @@ def test_each_nodes_route_sync_config_encrypts_with_its_own_dirs(monkeypatch: py
     ({"encryption": "wireguard", "routeSync": None}, "encryption: wireguard needs a routeSync block"),
     ({"encryption": "wireguard", "routeSync": {"trafficEncapMode": "networkPolicyOnly"}},
      "encryption: wireguard is not valid with routeSync.trafficEncapMode networkPolicyOnly"),
-    ({"encryption": "wireguard", "kubernetes": {}}, "encryption: wireguard is not deployed by the lab's DaemonSet"),
 ])
 def test_what_cannot_be_encrypted_is_refused_naming_the_key(doc: dict, message: str) -> None:
     with pytest.raises(TopologyError, match=message):
         topology.parse({"routeSync": {"trafficEncapMode": "encap"}, **doc})
+
+
+def test_a_kubernetes_lab_turns_encryption_on_in_the_daemonsets_configmap() -> None:
+    from lab.kube.lab_cluster import route_sync_keys
+
+    ferry = topology.parse(overrides.load(WG_YAML, Overrides()) | {"kubernetes": {"ovsDaemons": "ferry"}})
+    keys = route_sync_keys(ferry)
+    # Ferry's openvswitch container runs wireguard-go: it outlives route-sync's container
+    assert keys["trafficEncryptionMode"] == "wireguard" and keys["wireguard"] == {"startUserspace": False}
+    host = topology.parse(overrides.load(WG_YAML, Overrides()) | {"kubernetes": {"ovsDaemons": "host"}})
+    assert route_sync_keys(host)["wireguard"] == {"startUserspace": True}
+    clear = topology.parse(overrides.load(WG_YAML, Overrides(encryption="none")) | {"kubernetes": {}})
+    assert "trafficEncryptionMode" not in route_sync_keys(clear)
 
 
 def test_the_encryption_flag() -> None:
@@ -89,8 +101,6 @@ def test_the_encryption_flag() -> None:
 
 @pytest.mark.parametrize("args, message", [
     (["--mode", "networkPolicyOnly", "--encryption", "wireguard"], "--encryption wireguard: not with --mode"),
-    (["--encryption", "wireguard", "--kubernetes"], "--encryption wireguard: not with --kubernetes"),
-    (["-f", WG_YAML, "--kubernetes"], "encryption: wireguard is not deployed by the lab's DaemonSet"),
     (["--encryption", "ipsec"], "'ipsec' is not one of 'none', 'wireguard'"),
 ])
 @pytest.mark.parametrize("command", ["up", "demo"])

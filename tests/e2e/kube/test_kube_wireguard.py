@@ -1,0 +1,115 @@
+"""WireGuard on a real Kubernetes cluster (issue 30), encap (VXLAN) on Nodes without Open vSwitch of
+their own: Ferry's DaemonSet gets ``trafficEncryptionMode: wireguard`` through its ConfigMap, the
+openvswitch container runs the userspace device (this kernel has no WireGuard) and route-sync
+configures it from the public keys the Nodes publish in their Node objects.
+
+* every Node object carries a valid ``ferry.io/wireguard-public-key``; each Node runs one
+  wireguard-go, a child of Ferry's openvswitch container, not of route-sync's;
+* the connectivity matrix passes, and a capture of every segment port while it runs sees no Pod
+  address in any frame, and WireGuard transport data between every pair of Nodes;
+* route-sync's container killed (the kubelet restarts it): the device and its sessions stay, a 10 ms
+  ping between Pods on two Nodes loses nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from cni.pipeline.modes import ENCRYPTION_WIREGUARD
+from lab import check
+from lab.api import Lab
+from lab.kube.cluster import wait_for
+from lab.sh import pids_named
+from lab.wirecapture import WireCapture
+from routesync.config import OVS_FERRY
+from routesync.wireguard import keys
+from routesync.wireguard.model import PUBLIC_KEY_ANNOTATION
+from tests.e2e.kube.helpers import topology
+from tests.support.liveping import LivePing
+from tests.support.waiting import HANG
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+ROUTE_SYNC = "ferry-route-syn"  # the frozen ferry-route-sync's command name (15 characters: comm's limit)
+
+
+def node_keys(lab: Lab) -> dict[str, str | None]:
+    doc = json.loads(lab.kube().kubectl("get", "nodes", "-o", "json").stdout)
+    return {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(PUBLIC_KEY_ANNOTATION)
+            for n in doc["items"]}
+
+
+def parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def ancestors(pid: int) -> list[str]:
+    """The command names of ``pid``'s parents, nearest first."""
+    out = []
+    while pid > 1:
+        try:
+            pid = parent(pid)
+            with open(f"/proc/{pid}/comm") as f:
+                out.append(f.read().strip())
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
+def route_sync_restarts(lab: Lab, node: str) -> int:
+    doc = json.loads(lab.kube().kubectl("-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=ferry",
+                                        "-o", "json").stdout)
+    pod = next(p for p in doc["items"] if p["spec"]["nodeName"] == node)
+    return next((s.get("restartCount", 0) for s in pod["status"].get("containerStatuses", [])
+                 if s["name"] == "route-sync"), 0)
+
+
+def test_encrypted_cluster(kube_lab_of) -> None:  # type: ignore[no-untyped-def]
+    topo = topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}, ovs_daemons=OVS_FERRY)
+    topo["encryption"] = ENCRYPTION_WIREGUARD
+    lab: Lab = kube_lab_of(topo)
+    wait_for("every Node's public key in its Node object",
+             lambda: all(keys.valid_public(k) for k in node_keys(lab).values()), HANG)
+    for n in lab.nodes:
+        (pid,) = pids_named(n.netns, "wireguard-go")
+        chain = ancestors(pid)
+        # its parent is the openvswitch container's supervisor (ferry-route-sync ovs), the container's first
+        assert chain[0] == ROUTE_SYNC and chain[1].startswith("containerd-shim"), (n.name, chain)
+    for node in ("node-1", "node-2", "node-3"):
+        lab.add_pod(node, "a")
+    with WireCapture(lab) as cap:
+        rows = check.run(lab)
+        ev = cap.evidence()
+    failed = [r for r in rows if r.configured and not r.ok]
+    assert not failed, check.table(lab, failed)
+    assert not any(ev.dropped.values()), ev.dropped
+    assert not ev.sightings, f"Pod addresses on the wire, encrypted:\n{ev.report()}"
+    addr = {n.name: n.address(4) for n in lab.nodes}
+    data = {(s, d) for (s, d, kind) in ev.wireguard if kind == "transport-data"}
+    missing = [(a, b) for a in addr for b in addr if a != b and (addr[a], addr[b]) not in data]
+    assert not missing, f"no WireGuard data {missing}:\n{ev.report()}"
+    print(f"\nKubernetes, encap + WireGuard: {len(rows)} probes ok, {ev.total} frames on the wire, no Pod address")
+
+    # route-sync's container killed: the openvswitch container's wireguard-go and its sessions stay
+    n1 = lab.node("node-1")
+    (wg_before,) = pids_named(n1.netns, "wireguard-go")
+    before = route_sync_restarts(lab, "node-1")
+    src, dst = lab.pod("node-1", "a"), lab.pod("node-3", "a")
+    assert dst.ipv4
+    with LivePing(src.netns, dst.ipv4, interval=0.01) as ping:
+        ping.more_replies(20, "before")
+        supervisor = parent(wg_before)
+        (rs,) = [p for p in pids_named(n1.netns, ROUTE_SYNC) if p != supervisor]  # route-sync's container
+        os.kill(rs, signal.SIGKILL)
+        wait_for("the kubelet to restart route-sync", lambda: route_sync_restarts(lab, "node-1") == before + 1, HANG)
+        assert ping.reply_after(time.time())
+        ping.more_replies(20, "after")
+        res = ping.stop()
+    print(f"route-sync's container killed: {res.lost} of {res.transmitted} lost, longest gap {res.gap * 1e3:.0f} ms")
+    assert res.lost == 0
+    assert pids_named(n1.netns, "wireguard-go") == [wg_before]
