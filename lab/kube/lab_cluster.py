@@ -9,6 +9,7 @@ from lab import tools
 from lab.kube import cluster, plan
 from lab.manifest import Manifest
 from lab.topology import Topology, router_netns
+from routesync.config import WG_SECTION
 
 
 def route_sync_keys(topo: Topology) -> dict[str, Any]:
@@ -30,7 +31,7 @@ def route_sync_keys(topo: Topology) -> dict[str, Any]:
         # container; with the host's Open vSwitch route-sync starts it itself
         keys["trafficEncryptionMode"] = topo.encryption
         ferry_runs_ovs = topo.kubernetes is not None and topo.kubernetes.ferry_runs_ovs
-        keys["wireguard"] = {"startUserspace": not ferry_runs_ovs}
+        keys[WG_SECTION] = {"startUserspace": not ferry_runs_ovs}
     if topo.kubernetes is not None and topo.kubernetes.services:
         keys["serviceCIDRs"] = list(plan.service_cidrs(topo, topo.kubernetes))
     return keys
