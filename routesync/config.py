@@ -248,6 +248,15 @@ def _cidrs(key: str, v: Any, host_bits: bool) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _section(key: str, v: Any, allowed: set[str], expected: str) -> None:
+    """A nested mapping of known keys: ``key`` itself or ``key.<unknown>`` named otherwise."""
+    if not isinstance(v, dict):
+        raise ConfigError(key, f"expected {expected}, got {v!r}")
+    for k in v:
+        if k not in allowed:
+            raise ConfigError(f"{key}.{k}", "unknown key")
+
+
 def _abspath(key: str, v: Any) -> str:
     s = _str(key, v)
     if not os.path.isabs(s):
@@ -263,12 +272,7 @@ def _ovsdb(key: str, v: Any) -> str:
 
 
 def _node_source(key: str, v: Any) -> NodeSourceConfig:
-    if not isinstance(v, dict):
-        raise ConfigError(key, f"expected a mapping, got {v!r}")
-    allowed = {"type", "registryDir", "kubeconfig", "pollInterval"}
-    for k in v:
-        if k not in allowed:
-            raise ConfigError(f"{key}.{k}", "unknown key")
+    _section(key, v, {"type", "registryDir", "kubeconfig", "pollInterval"}, "a mapping")
     kind = _choice(f"{key}.type", v.get("type", "registry"), SOURCE_TYPES)
     if kind == "registry" and "kubeconfig" in v:
         raise ConfigError(f"{key}.kubeconfig", "only valid with type kubernetes")
@@ -307,11 +311,7 @@ def _hold_time(key: str, v: Any) -> int:
 
 
 def _bgp_peer(key: str, v: Any) -> BgpPeer:
-    if not isinstance(v, dict):
-        raise ConfigError(key, f"expected a mapping with address and asn, got {v!r}")
-    for k in v:
-        if k not in _PEER_KEYS:
-            raise ConfigError(f"{key}.{k}", "unknown key")
+    _section(key, v, _PEER_KEYS, "a mapping with address and asn")
     for k in ("address", "asn"):
         if k not in v:
             raise ConfigError(f"{key}.{k}", "missing")
@@ -325,11 +325,7 @@ def _bgp_peer(key: str, v: Any) -> BgpPeer:
 
 
 def _bgp(key: str, v: Any) -> BgpConfig:
-    if not isinstance(v, dict):
-        raise ConfigError(key, f"expected a mapping (localASN, peers, ...), got {v!r}")
-    for k in v:
-        if k not in _BGP_KEYS:
-            raise ConfigError(f"{key}.{k}", "unknown key")
+    _section(key, v, _BGP_KEYS, "a mapping (localASN, peers, ...)")
     if "localASN" not in v:
         raise ConfigError(f"{key}.localASN", "missing")
     local_asn = _int(f"{key}.localASN", v["localASN"], 1, MAX_ASN)
@@ -361,11 +357,7 @@ def _seconds(key: str, v: Any, lo: float, hi: float) -> float:
 
 
 def _wireguard(key: str, v: Any) -> WireGuardConfig:
-    if not isinstance(v, dict):
-        raise ConfigError(key, f"expected a mapping (port, interface, ...), got {v!r}")
-    for k in v:
-        if k not in _WG_KEYS:
-            raise ConfigError(f"{key}.{k}", "unknown key")
+    _section(key, v, _WG_KEYS, "a mapping (port, interface, ...)")
     g = v.get
     period = g("rotationPeriod", 0)
     if period != 0:

@@ -64,6 +64,25 @@ def topology(route_sync: dict[str, Any], route_pod_cidrs: bool = False, nodes: i
             "kubernetes": {"joinLater": list(join_later), "ovsDaemons": ovs_daemons}}
 
 
+def parent(pid: int) -> int:
+    """``pid``'s parent (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def ancestors(pid: int) -> list[str]:
+    """The command names of ``pid``'s parents, nearest first."""
+    out = []
+    while pid > 1:
+        try:
+            pid = parent(pid)
+            with open(f"/proc/{pid}/comm") as f:
+                out.append(f.read().strip())
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
 def lab_factory(cni_bin: str) -> Iterator[Callable[[dict[str, Any]], Lab]]:
     labs: list[Lab] = []
 

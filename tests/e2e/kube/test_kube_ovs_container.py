@@ -22,7 +22,7 @@ from lab.api import Lab
 from lab.kube.cluster import Cluster, wait_for
 from lab.sh import pids_named
 from routesync.config import OVS_FERRY
-from tests.e2e.kube.helpers import topology
+from tests.e2e.kube.helpers import ancestors, parent, topology
 from tests.support.liveping import LivePing
 from tests.support.waiting import HANG
 
@@ -37,24 +37,6 @@ def lab(kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
     lab.add_pod("node-1", "a")
     lab.add_pod("node-3", "a")
     yield lab
-
-
-def parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def ancestors(pid: int) -> list[str]:
-    """The command names of ``pid``'s parents, nearest first."""
-    out = []
-    while pid > 1:
-        try:
-            pid = parent(pid)
-            with open(f"/proc/{pid}/comm") as f:
-                out.append(f.read().strip())
-        except (OSError, ValueError, IndexError):
-            break
-    return out
 
 
 def flows(lab: Lab, node: str) -> list[str]:

@@ -28,7 +28,7 @@ from lab.wirecapture import WireCapture
 from routesync.config import OVS_FERRY
 from routesync.wireguard import keys
 from routesync.wireguard.model import PUBLIC_KEY_ANNOTATION
-from tests.e2e.kube.helpers import topology
+from tests.e2e.kube.helpers import ancestors, parent, topology
 from tests.support.liveping import LivePing
 from tests.support.waiting import HANG
 
@@ -41,24 +41,6 @@ def node_keys(lab: Lab) -> dict[str, str | None]:
     doc = json.loads(lab.kube().kubectl("get", "nodes", "-o", "json").stdout)
     return {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(PUBLIC_KEY_ANNOTATION)
             for n in doc["items"]}
-
-
-def parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def ancestors(pid: int) -> list[str]:
-    """The command names of ``pid``'s parents, nearest first."""
-    out = []
-    while pid > 1:
-        try:
-            pid = parent(pid)
-            with open(f"/proc/{pid}/comm") as f:
-                out.append(f.read().strip())
-        except (OSError, ValueError, IndexError):
-            break
-    return out
 
 
 def route_sync_restarts(lab: Lab, node: str) -> int:
