@@ -95,6 +95,7 @@ class WireGuardNode:
         }
         if status != self._status:
             try:
+                os.makedirs(os.path.dirname(status_path(self.config.state_file)), exist_ok=True)
                 write_atomic(status_path(self.config.state_file), json.dumps(status, indent=1, sort_keys=True).encode())
                 self._status = status
             except OSError as e:
