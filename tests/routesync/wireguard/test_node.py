@@ -38,7 +38,7 @@ def test_the_rotation_period_rotates_and_the_switch_is_planned_ahead(tmp_path: s
     assert pub[SWITCH_AT_ANNOTATION] == f"{now + 2:.3f}" and pub[NEXT_KEY_ANNOTATION] != pub[PUBLIC_KEY_ANNOTATION]
     ahead = n.plan_ahead(ME, [PEER], announced)
     assert ahead is not None and ahead[0] == now + 2
-    at, switched = ahead
+    _, switched = ahead
     assert switched.public_key == pub[NEXT_KEY_ANNOTATION] and switched.promote
     n.applied(switched, "userspace", {})
     assert keys.read(n.wg.key_dir, keys.NEXT) is None  # finished: next.key is current.key now
