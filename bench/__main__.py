@@ -2,8 +2,11 @@
 
     python -m bench [--quick] [--out results/DATE] [--cni-bin DIR] [--only startup,cni,...] [--docs DIR]
 
-Runs, each as its own process with ``--json``: ``startup`` (bench_startup), ``cni`` (bench_cni),
-``ipam`` (bench_ipam), ``routesync`` (bench_routesync), ``dataplane`` (bench_dataplane), ``services``
+Runs, each as its own process with ``--json``: ``startup`` (bench_startup), ``cni`` (bench_cni, with
+its encryption phase: ADD through a state file that says encryption wireguard against one in
+clear, issue 30), ``ipam`` (bench_ipam), ``routesync`` (bench_routesync), ``dataplane``
+(bench_dataplane: every path it knows, the WireGuard ones ``wg-vxlan`` and ``wg-gateway`` beside
+their clear references, with TCP round trips after each iperf3 run), ``services``
 (bench_services: on Kubernetes clusters with kube-proxy), ``policy`` (bench_policy: NetworkPolicy's
 planner on a simulated 10,000-Pod cluster, and 1,000 policies' flows on a real bridge), ``system``
 (bench_system: the plugin's netlink, OVSDB and OpenFlow calls against pyroute2, ovsdbapp and
@@ -12,8 +15,8 @@ outputs are collected into ``OUT/results.json`` (``meta`` + ``benchmarks``: stat
 error, data), then ``bench.report`` writes ``OUT/report.md`` and the PNG plots.  A failing
 benchmark is marked failed in the report and the others still run; the exit status is non-zero
 when any failed.  ``--quick`` (or ``BENCH_QUICK=1``): 10 Pods, 100 peers, 2 s iperf and small
-sample counts, IPAM on a /22 instead of the /16, 1,000 Pods and 100 policies, 5 timings per system
-call.  Each benchmark's own output goes to ``OUT/<name>.log``."""
+sample counts (300 TCP round trips per data-plane run), IPAM on a /22 instead of the /16, 1,000 Pods
+and 100 policies, 5 timings per system call.  Each benchmark's own output goes to ``OUT/<name>.log``."""
 
 from __future__ import annotations
 

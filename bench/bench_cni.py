@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -58,8 +59,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import cni_encryption as enc
 from bench import cpu, peers
 from bench.util import percentile, table
+from cni.pipeline.modes import ENCRYPTION_NONE, ENCRYPTION_WIREGUARD, NO_ENCAP
+from cni.pipeline.tables import GATEWAY_PORT
 from lab import tools
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,6 +82,9 @@ OVS_CNI_CACHE = "/var/lib/cni/ovs-cni/cache"  # ovs-cni's fixed cache (container
 KEYS = ("bridge", "bridge-upstream", "ferry", "ferry-frozen", "ovs-cni", "ovs-cni-poll10")
 OVS_KEYS = ("ferry", "ferry-frozen", "ovs-cni", "ovs-cni-poll10")
 CNITOOL_KEYS = ("bridge", "ferry")
+# The encryption phase's two Ferrys (bench.cni_encryption): the same launcher on the OVS node, a
+# state file in clear and one encrypted; they take turns call by call, in no other phase.
+ENC_KEYS = {ENCRYPTION_NONE: "ferry-clear", ENCRYPTION_WIREGUARD: "ferry-wireguard"}
 CNI_VERSION = "1.0.0"
 # Issue 3's targets: (figure, comparison, bound).  Ratios are Ferry / reference.
 TARGETS = (("ADD p50", "<=", 1.5), ("ADD p99", "<=", 2.0), ("DEL p50", "<=", 1.2),
@@ -346,7 +353,22 @@ def render(res: dict[str, Any]) -> str:
               ("pass" if c["pass"] else "short") if "pass" in c else ""] for c in res.get("comparisons", [])]
     cmp_table = table(["issue 18", "ours", "reference", "ratio", "target", ""], crows)
     return ("\n".join(head) + "\n\n" + seq + "\n\n" + conc + "\n\n" + prof + "\n\n" + rat + "\n\n"
-            + cmp_table + "\n")
+            + cmp_table + "\n" + render_encryption(res.get("encryption")))
+
+
+def render_encryption(e: dict[str, Any] | None) -> str:
+    """The encryption phase's table and ratios (issue 30)."""
+    if not e:
+        return ""
+    rows = [[f"state file encryption {side} {op.upper()}", *_cols(e[op][side])]
+            for op in ("add", "del") for side in enc.SIDES]
+    r = e["ratios"]
+    per_pair = f", ADD per pair (median) {r['ADD per pair, median']:.3f}x" if r["ADD per pair, median"] else ""
+    return ("\n" + table([f"encryption phase, {e['mode']}, interleaved (ms)", "n", "p50", "p90", "p99", "max",
+                          "mean"], rows)
+            + f"\nwireguard / clear (issue 30): ADD p50 {r['ADD p50']:.3f}x ({r['target']}: "
+            f"{'pass' if r['pass'] else 'short'}), ADD p99 {r['ADD p99']:.3f}x, DEL p50 {r['DEL p50']:.3f}x"
+            f"{per_pair}\n")
 
 
 def _cols(s: dict[str, Any]) -> list[object]:
@@ -511,6 +533,7 @@ class Testbed:
     pod_ns: dict[str, list[str]]  # plugin key -> its Pods' namespaces (shared by a node's plugins)
     ovs_dir: str
     not_built: dict[str, str]  # plugin key -> why it is not in this run
+    ovs: Any = None  # the OVS node's tests.support.ovs_instance.OvsInstance
 
     def daemon_pids(self) -> dict[str, int]:
         pids = {}
@@ -559,8 +582,10 @@ def testbed(tag: str, pods: int, src: Sources) -> Iterator[Testbed]:
         fnode, rnode = f"{tag}-fnode", f"{tag}-rnode"
         fpods = [f"{tag}-f{i:03d}" for i in range(1, pods + 1)]
         rpods = [f"{tag}-r{i:03d}" for i in range(1, pods + 1)]
+        wpods = [f"{tag}-w{i:03d}" for i in range(1, pods + 1)]  # the encrypted side of the encryption phase
         pod_ns = {key: fpods if key in OVS_KEYS else rpods for key in KEYS}
-        all_ns = [fnode, rnode, *fpods, *rpods]
+        pod_ns.update({ENC_KEYS[ENCRYPTION_NONE]: fpods, ENC_KEYS[ENCRYPTION_WIREGUARD]: wpods})
+        all_ns = [fnode, rnode, *fpods, *rpods, *wpods]
         stack.callback(netns_batch, "del", all_ns, False)  # runs last: after OVS has stopped
         netns_batch("add", all_ns)
         for node in (fnode, rnode):
@@ -621,7 +646,7 @@ def testbed(tag: str, pods: int, src: Sources) -> Iterator[Testbed]:
                 json.dump(p.conflist(), f, indent=2)
         verifiers = {key: Verifier(p, ovs if key in OVS_KEYS else None, tag=tag) for key, p in plugins.items()}
         stack.callback(signal.signal, signal.SIGINT, signal.SIG_IGN)  # runs first: let clean-up finish
-        yield Testbed(tag, work, pods, plugins, verifiers, pod_ns, ovs.dir, not_built)
+        yield Testbed(tag, work, pods, plugins, verifiers, pod_ns, ovs.dir, not_built, ovs)
 
 
 def _remove_ovs_cni_cache(tag: str) -> None:
@@ -657,6 +682,72 @@ def run_phase(tb: Testbed, key: str, mode: str, conc: int, count: int,
     return out
 
 
+def _pod_routes(pod: str) -> set[tuple[str, str, int]]:
+    """The IPv4 routes through a gateway that Pod ``pod``'s kernel holds."""
+    return enc.kernel_routes(json.loads(_run(["ip", "-n", pod, "-j", "-4", "route", "show"]).stdout or "[]"))
+
+
+def encryption_phase(tb: Testbed) -> dict[str, Any]:
+    """Issue 30's "ADD unchanged": ``tb.pods`` ADDs then DELs on the OVS node through a state file
+    in clear and as many through one that says ``encryption: wireguard`` (bench.cni_encryption),
+    the two sides taking turns call by call.  Every ADD verified as the other phases' are, and
+    every Pod holds the routes its state file gives it (the encrypted side's differ: the cluster
+    prefix at WireGuard's MTU), so neither side can skip its work."""
+    ferry, ovs = tb.plugins["ferry"], tb.ovs
+    gw_ofport = int(ovs.vsctl("get", "Interface", GATEWAY_PORT, "ofport").strip())
+    gw_mac = ovs.vsctl("get", "Interface", GATEWAY_PORT, "mac_in_use").strip().strip('"')
+    fnode = ferry.node
+    ipam_dir = os.path.join(tb.work, "ferry-ipam-encryption")  # one store: the sides share the Node's CIDR
+    plugins: dict[str, Plugin] = {}
+    expected: dict[str, set[tuple[str, str, int]]] = {}
+    for side in enc.SIDES:
+        state = enc.node_state(side, gw_mac, gw_ofport, ovs.db, ovs.run_dir)
+        state_file = os.path.join(tb.work, f"state-{side}", "node-state.json")
+        os.makedirs(os.path.dirname(state_file))
+        with open(state_file, "w") as f:
+            f.write(state.to_json())
+        expected[side] = enc.expected_routes(state)
+        key = ENC_KEYS[side]
+        conf = {"type": "ferry", "stateFile": state_file, "logFile": os.path.join(tb.work, f"ferry-{side}.log"),
+                "ipam": {"type": "ferry-ipam", "dataDir": ipam_dir}}
+        # one network name: the sides are one Node's network, its addresses from one store
+        plugins[side] = Plugin(key, "ferry", f"ferry, state file encryption {side}", ferry.version, ferry.exe,
+                               ferry.cni_path, fnode, f"{tb.tag}-ferry-encryption", conf, "", "")
+    if expected[ENCRYPTION_NONE] == expected[ENCRYPTION_WIREGUARD]:
+        raise BenchError(f"the encryption phase's state files give the same routes: {expected}")
+    # one verifier for both sides: they share the node, the bridge and the IPAM store
+    both = dataclasses.replace(plugins[ENCRYPTION_NONE], key="ferry-encryption")
+    verifier = tb.verifiers["ferry-encryption"] = Verifier(both, ovs, tag=tb.tag)
+    calls = enc.order(tb.pods)
+    pods = {side: tb.pod_ns[ENC_KEYS[side]] for side in enc.SIDES}
+    # the Node as its state files describe it: the gateway holds their Pod CIDR's gateway address
+    _run(["ip", "-n", fnode, "addr", "add", enc.GATEWAY, "dev", GATEWAY_PORT])
+    out: dict[str, Any] = {"mode": NO_ENCAP, "routes": {side: sorted(expected[side]) for side in enc.SIDES}}
+    ms: dict[str, dict[str, list[float]]] = {}
+    try:
+        for op in ("add", "del"):
+            log(f"encryption {op.upper()} x{tb.pods} per side, interleaved")
+            res = _checked(run_driver(fnode, [direct_call(plugins[side], op, pods[side][i],
+                                                          f"{tb.tag}-enc-{side}-{i:03d}") for side, i in calls]),
+                           f"encryption {op.upper()}")
+            ms[op] = enc.by_side([r["ms"] for r in res], calls)
+            out[op] = {side: stats(ms[op][side]) for side in enc.SIDES}
+            if op == "add":
+                verifier.added("encryption", [r["stdout"] for r in res])
+                for side, i in calls:
+                    have = _pod_routes(pods[side][i])
+                    if have != expected[side]:
+                        raise BenchError(f"encryption {side}: Pod {pods[side][i]} holds routes {sorted(have)}, "
+                                         f"its state file gives {sorted(expected[side])}")
+                verifier.log.append(f"{both.key} encryption: {len(calls)} Pods hold their state file's routes")
+            else:
+                verifier.deleted("encryption", [pods[side][i] for side, i in calls])
+    finally:
+        _run(["ip", "-n", fnode, "addr", "del", enc.GATEWAY, "dev", GATEWAY_PORT], check=False)
+    out["ratios"] = enc.ratios(ms)
+    return out
+
+
 def measure(tb: Testbed, conc: int, cnitool: str | None, cnitool_pods: int) -> dict[str, Any]:
     keys = [k for k in KEYS if k in tb.plugins]
     figs: dict[str, dict[str, Any]] = {k: {} for k in keys}
@@ -689,6 +780,7 @@ def measure(tb: Testbed, conc: int, cnitool: str | None, cnitool_pods: int) -> d
         floors["ferry start + every per-Pod import, no work"] = stats([r["ms"] for r in res])
     for key in keys:
         figs[key]["sequential"] = run_phase(tb, key, "sequential", 1, tb.pods, direct(key, "seq"))
+    encryption = encryption_phase(tb)
     if cnitool and cnitool_pods > 0:
         tool = cnitool
 
@@ -700,7 +792,7 @@ def measure(tb: Testbed, conc: int, cnitool: str | None, cnitool_pods: int) -> d
                 figs[key]["cnitool"] = run_phase(tb, key, "cnitool", 1, min(cnitool_pods, tb.pods), via_cnitool(key))
     for key in keys:
         figs[key]["concurrent"] = run_phase(tb, key, "concurrent", conc, tb.pods, direct(key, "conc"))
-    return {"floor": stats([r["ms"] for r in floor]), "floors": floors, "plugins": figs}
+    return {"floor": stats([r["ms"] for r in floor]), "floors": floors, "plugins": figs, "encryption": encryption}
 
 
 def _commit() -> str:

@@ -157,6 +157,34 @@ def _throughput(path: str, ref: str) -> Callable[[dict[str, Any]], tuple[float, 
     return get
 
 
+def _dp_cost(path: str, ref: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    """CPU seconds per Gbit of two data-plane paths (bench_dataplane's medians)."""
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        p = {x["path"]: x for x in d.get("paths", []) if "median" in x}
+        if path not in p or ref not in p:
+            return None
+        return p[path]["cpu_s_per_gbit_median"], p[ref]["cpu_s_per_gbit_median"]
+    return get
+
+
+def _dp_latency(path: str, ref: str, pct: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    """The TCP round trips' ``pct`` (p50, p99) of two data-plane paths, µs."""
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        p = {x["path"]: x.get("latency_us") for x in d.get("paths", []) if "median" in x}
+        if not p.get(path) or not p.get(ref):
+            return None
+        return p[path][pct], p[ref][pct]
+    return get
+
+
+def _cni_encryption(d: dict[str, Any]) -> tuple[float, float] | None:
+    """bench_cni's encryption phase: ADD p50 through the state file that encrypts, and in clear."""
+    e = d.get("encryption")
+    if not e:
+        return None
+    return e["add"]["wireguard"]["p50"], e["add"]["none"]["p50"]
+
+
 def _service(mode: str, what: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
     """bench_services: ClusterIP against Pod IP on the same pair, ``what`` = gbps or rtt_ms."""
     def get(d: dict[str, Any]) -> tuple[float, float] | None:
@@ -196,6 +224,18 @@ def _policy_dataplane(what: str) -> Callable[[dict[str, Any]], tuple[float, floa
         ours, ref = dp["policy"].get(key), dp["none"].get(key)
         return (ours, ref) if ours is not None and ref else None
     return get
+
+
+def _encryption_goals(path: str, ref: str, label: str, ref_label: str) -> tuple[Goal, ...]:
+    """Issue 30's cost of encryption on one pair of data-plane paths: reported, no bound."""
+    return (Goal(30, "dataplane", f"{label}: throughput", None, None, _throughput(path, ref), paths=(path, ref),
+                 unit="Gbit/s", reference=ref_label),
+            Goal(30, "dataplane", f"{label}: CPU s per Gbit", None, None, _dp_cost(path, ref), paths=(path, ref),
+                 unit="s", reference=ref_label),
+            Goal(30, "dataplane", f"{label}: TCP round trip p50", None, None, _dp_latency(path, ref, "p50"),
+                 paths=(path, ref), unit="µs", reference=ref_label),
+            Goal(30, "dataplane", f"{label}: TCP round trip p99", None, None, _dp_latency(path, ref, "p99"),
+                 paths=(path, ref), unit="µs", reference=ref_label))
 
 
 GOALS: tuple[Goal, ...] = (
@@ -242,6 +282,10 @@ GOALS: tuple[Goal, ...] = (
          unit="Gbit/s", reference="encap vxlan"),
     Goal(6, "dataplane", "encap gre / vxlan", None, None, _throughput("gre", "vxlan"), paths=("gre", "vxlan"),
          unit="Gbit/s", reference="encap vxlan"),
+    Goal(30, "cni", "ADD p50, state file encryption wireguard / clear", "<=", 1.05, _cni_encryption,
+         reference="the same Ferry, noEncap state file in clear, interleaved"),
+    *_encryption_goals("wg-vxlan", "vxlan", "encap vxlan + WireGuard / clear", "encap vxlan"),
+    *_encryption_goals("wg-gateway", "gateway", "noEncap + WireGuard / clear", "noEncap via gateway"),
     Goal(26, "services", "Pod → ClusterIP / Pod → Pod IP throughput, encap vxlan", None, None,
          _service("encap", "gbps"), unit="Gbit/s", reference="the same pair by Pod IP"),
     Goal(26, "services", "Pod → ClusterIP / Pod → Pod IP throughput, fast path", None, None,
@@ -394,7 +438,24 @@ def _section_cni(d: dict[str, Any]) -> str:
     return (f"{meta.get('pods')} Pods, concurrency {meta.get('conc')}; wall time per plugin process "
             f"(fork+exec+run+exit).  Plugins:\n\n" + "\n".join(who) + "\n\n"
             + _md_table(["plugin", "phase", "op", "n", "p50 ms", "p90 ms", "p99 ms", "max ms", "Pods/s"], rows)
-            + floor_table + cmp_table + _section_cni_profile(d))
+            + floor_table + cmp_table + _section_cni_encryption(d.get("encryption")) + _section_cni_profile(d))
+
+
+def _section_cni_encryption(e: dict[str, Any] | None) -> str:
+    """bench_cni's encryption phase (issue 30): the same ADD and DEL through two state files."""
+    if not e:
+        return ""
+    rows = [[f"encryption {side}", op.upper(), str(e[op][side]["n"]), _f(e[op][side]["p50"]), _f(e[op][side]["p90"]),
+             _f(e[op][side]["p99"]), _f(e[op][side]["max"])] for op in ("add", "del") for side in ("none", "wireguard")]
+    r = e.get("ratios") or {}
+    routes = "; ".join(f"{side}: " + ", ".join(f"{dst} mtu {mtu}" for dst, _gw, mtu in rs)
+                       for side, rs in (e.get("routes") or {}).items())
+    return (f"\n\nEncryption (issue 30): the same Ferry on one {e.get('mode')} Node whose state file says encryption "
+            "none or wireguard, the two taking turns call by call (the order alternating per pair); every Pod's "
+            f"routes checked ({routes}).  wireguard / clear: ADD p50 {_f(r.get('ADD p50'), 3)}x "
+            f"({r.get('target')}), ADD p99 {_f(r.get('ADD p99'), 3)}x, DEL p50 {_f(r.get('DEL p50'), 3)}x, "
+            f"per pair (median) {_f(r.get('ADD per pair, median'), 3)}x.\n\n"
+            + _md_table(["state file", "op", "n", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows))
 
 
 def _section_ipam(d: dict[str, Any]) -> str:
@@ -424,19 +485,35 @@ def _section_dataplane(d: dict[str, Any]) -> str:
     for p in d.get("paths", []):
         if "median" in p:
             retrans = p.get("retransmits") or []
+            lat = p.get("latency_us") or {}
+            check = p.get("path_check") or f"{p['counter_port']} {p['counter_packets']:,} pkts"
             rows.append([p["label"], _f(p["median"]), _f(p["min"]), _f(p["max"]), str(len(p["gbps"])),
-                         _f(p.get("cpu_s_per_gbit_median")),
-                         f"{sorted(retrans)[len(retrans) // 2]:,}" if retrans else "—",
-                         f"{p['counter_port']} {p['counter_packets']:,} pkts"])
+                         _f(p.get("cpu_s_per_gbit_median")), _f(lat.get("p50"), 0), _f(lat.get("p99"), 0),
+                         f"{sorted(retrans)[len(retrans) // 2]:,}" if retrans else "—", check])
         else:
             why = p.get("reason") or f"FAILED: {p.get('error')}"
-            rows.append([p["label"], "—", "—", "—", "0", "—", "—", why.replace("|", "/").replace("\n", " ")[:200]])
+            rows.append([p["label"], "—", "—", "—", "0", "—", "—", "—", "—",
+                         why.replace("|", "/").replace("\n", " ")[:200]])
     how = " (interleaved rounds, the same iperf3 parameters for every path)" if d.get("interleaved") else ""
+    lat = d.get("latency") or {}
+    rtt = (f"  Round trips: {lat.get('method')}, {lat.get('round_trips'):,} after each iperf3 run, p50 / p99 of a "
+           "path's repetitions pooled." if lat.get("round_trips") else "")
+    ratio_rows = [[k, _f(v.get("median")) + "x" if v.get("median") is not None else "—",
+                   _f(v.get("cpu_per_gbit")) + "x" if v.get("cpu_per_gbit") is not None else "—",
+                   _f(v.get("latency_p50")) + "x" if v.get("latency_p50") is not None else "—",
+                   _f(v.get("latency_p99")) + "x" if v.get("latency_p99") is not None else "—",
+                   ", ".join(f"{x:.2f}" for x in v.get("per_repetition") or [])]
+                  for k, v in (d.get("ratios") or {}).items()]
+    ratio_table = ("\n\nPath / reference, same run (CPU per Gbit and round trips: > 1 costs more).\n\n"
+                   + _md_table(["pair", "throughput", "CPU s / Gbit", "RTT p50", "RTT p99",
+                                "throughput per repetition"], ratio_rows)) if ratio_rows else ""
     return (f"{d.get('pair')}; {d.get('repetitions')} x {d.get('seconds'):g} s each{how}.  CPU s / Gbit: both "
-            "Nodes' ovs-vswitchd and both iperf3 processes per Gbit received.  Where the cycles go and what "
+            "Nodes' ovs-vswitchd (and, encrypted, both Nodes' wireguard-go) and both iperf3 processes per Gbit "
+            f"received.{rtt}  Where the cycles go and what "
             "was tried for issue 7: docs/design.md, \"The fast path on the userspace datapath\".\n\n"
-            + _md_table(["path", "median Gbit/s", "min", "max", "reps", "CPU s / Gbit", "retransmits (median run)",
-                         "path check (node-1 counters)"], rows))
+            + _md_table(["path", "median Gbit/s", "min", "max", "reps", "CPU s / Gbit", "RTT p50 µs", "RTT p99 µs",
+                         "retransmits (median run)", "path check (node-1 counters)"], rows)
+            + ratio_table)
 
 
 def _section_services(d: dict[str, Any]) -> str:
@@ -524,7 +601,8 @@ SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "cni": ("CNI ADD/DEL: Ferry (launcher, frozen) vs ovs-cni and bridge + host-local (issues 3, 18)", _section_cni),
     "ipam": ("IPAM on a /16 vs host-local (issue 5)", _section_ipam),
     "routesync": ("route-sync reconcile (issue 6)", _section_routesync),
-    "dataplane": ("Data plane: iperf3 Pod↔Pod across Nodes (issues 6, 7)", _section_dataplane),
+    "dataplane": ("Data plane: iperf3 Pod↔Pod across Nodes, clear and encrypted (issues 6, 7, 30)",
+                  _section_dataplane),
     "services": ("Services: Pod → ClusterIP against Pod → Pod IP, kube-proxy on a real cluster (issue 26)",
                  _section_services),
     "policy": ("NetworkPolicy: the planner at 10,000 Pods / 1,000 policies, and the data plane under them (issue 27)",

@@ -88,6 +88,16 @@ def test_quick_run_reports_every_plugin_and_leaves_nothing(tmp_path: Path) -> No
             n = 1 if mode == "warm-up" else pods
             assert f"{key} {mode}: {n} ADDs verified" in res["checks"]
             assert f"{key} {mode}: {n} DELs left nothing" in res["checks"]
+    # The encryption phase (issue 30): both state files' sides measured, every ADD verified, every Pod's
+    # routes its state file's (the encrypted side's own), nothing left.
+    e = res["encryption"]
+    for op in ("add", "del"):
+        assert [e[op][side]["n"] for side in ("none", "wireguard")] == [pods, pods], (op, e[op])
+    assert e["routes"]["none"] != e["routes"]["wireguard"]
+    assert e["ratios"]["ADD p50"] > 0 and isinstance(e["ratios"]["pass"], bool)
+    for line in ("ADDs verified", "Pods hold their state file's routes", "DELs left nothing"):
+        assert f"ferry-encryption encryption: {2 * pods} {line}" in res["checks"], line
+    assert "wireguard / clear (issue 30)" in p.stdout
     figures = {c["figure"]: c for c in res["comparisons"]}
     assert len(figures) == len(bench_cni.COMPARISONS)
     assert all(c.get("ratio", 0) > 0 or c.get("not_built") for c in figures.values())

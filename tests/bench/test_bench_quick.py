@@ -57,9 +57,12 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     assert [s["peers"] for s in data["routesync"]["sizes"]] == [100]
     assert data["routesync"]["sizes"][0]["routes"] == 100 and data["routesync"]["change"]["n"] > 0
     paths = {x["path"]: x for x in data["dataplane"]["paths"]}
-    assert set(paths) == {"vxlan", "geneve", "gre", "gateway", "fast"}
-    for key in ("vxlan", "geneve", "gre", "gateway"):
+    assert set(paths) == {"vxlan", "geneve", "gre", "gateway", "fast", "wg-vxlan", "wg-gateway"}
+    for key in ("vxlan", "geneve", "gre", "gateway", "wg-vxlan", "wg-gateway"):
         assert len(paths[key]["gbps"]) >= 3 and paths[key]["median"] > 0, paths[key]
+        assert paths[key]["latency_us"]["n"] == 3 * 300 and paths[key]["latency_us"]["p50"] > 0, paths[key]
+    assert {"wg-vxlan/vxlan", "wg-gateway/gateway"} <= set(data["dataplane"]["ratios"])
+    assert data["cni"]["encryption"]["add"]["wireguard"]["n"] == 10
     assert data["dataplane"]["seconds"] == 2
     encap = data["services"]["modes"]["encap"]  # a Kubernetes cluster with kube-proxy: both targets measured
     assert encap["pod"]["gbps_median"] > 0 and encap["service"]["gbps_median"] > 0, encap

@@ -1,0 +1,107 @@
+"""bench_cni's encryption phase (issue 30: "ADD unchanged", <= 1.05x), its pure parts: the two
+node state files, the order of the interleaved calls, what each Pod must hold afterwards, and
+the ratios.
+
+The plugin's only WireGuard-dependent work in an ADD is the Pod's routes' MTU
+(``cni.pipeline.podnet``): with ``encryption: wireguard`` every other Node's Pods are behind
+WireGuard's MTU, as behind encap's tunnel.  So the two Nodes are the same Node in **noEncap**, the
+mode where encryption changes the most: in clear its Pods hold one default route at the full
+MTU; encrypted, the default route plus the cluster prefix at the WireGuard MTU (1500 - 60).  Both
+state files are what route-sync would write for this Node (``cni.node.nodestate.NodeState``, the
+MTU from ``routesync.mtu.pod_mtu`` with WireGuard's overhead), one peer each, its path ``route``
+in clear and ``wireguard`` encrypted; they differ in nothing else."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from bench.util import percentile
+from cni.node import nodestate
+from cni.pipeline import podnet
+from cni.pipeline.modes import ENCRYPTION_NONE, ENCRYPTION_WIREGUARD, NO_ENCAP, PATH_ROUTE, PATH_WIREGUARD, VXLAN
+from cni.pipeline.tables import GATEWAY_PORT
+
+if TYPE_CHECKING:
+    from cni.pipeline.modes import Encryption
+
+SIDES: tuple[Encryption, ...] = (ENCRYPTION_NONE, ENCRYPTION_WIREGUARD)
+# The Node of the phase: its own Pod CIDR (room for 999 Pods a side, sharing one IPAM store), the
+# cluster's, one peer on the same segment.
+POD_CIDR = "10.245.0.0/21"
+GATEWAY = "10.245.0.1/21"
+CLUSTER_CIDR = "10.245.0.0/16"
+PEER_CIDR = "10.245.8.0/21"
+PEER_ADDRESS = "192.168.77.12"
+TRANSPORT_MTU = 1500
+TARGET = 1.05  # issue 30: ADD p50 encrypted / clear
+
+
+def node_state(encryption: Encryption, gateway_mac: str, gateway_ofport: int, ovsdb: str,
+               ovs_run_dir: str) -> nodestate.NodeState:
+    """The state file route-sync would write for the phase's Node, in clear or encrypted."""
+    from routesync.mtu import pod_mtu
+    from routesync.wireguard.plan import overhead
+
+    encrypted = encryption != ENCRYPTION_NONE
+    return nodestate.NodeState(
+        node="fbn-node", mode=NO_ENCAP, bridge="br-int", datapath="netdev", ovsdb=ovsdb, ovsRunDir=ovs_run_dir,
+        mtu=pod_mtu(TRANSPORT_MTU, NO_ENCAP, VXLAN, encryption_overhead=overhead(False) if encrypted else 0),
+        transportMTU=TRANSPORT_MTU, podCIDRs=[POD_CIDR], clusterCIDRs=[CLUSTER_CIDR],
+        gateway=nodestate.Gateway(name=GATEWAY_PORT, mac=gateway_mac, ofport=gateway_ofport, addresses=[GATEWAY]),
+        peers=[nodestate.Peer(name="fbn-peer", addresses=[PEER_ADDRESS], podCIDRs=[PEER_CIDR],
+                              path=PATH_WIREGUARD if encrypted else PATH_ROUTE)],
+        encryption=encryption)
+
+
+def expected_routes(state: nodestate.NodeState) -> set[tuple[str, str, int]]:
+    """The routes through the gateway ``(dst, gw, mtu)`` an IPv4 Pod of ``state``'s Node holds
+    after ADD: the plugin's own plan (``cni.pipeline.podnet``)."""
+    gw = GATEWAY.split("/")[0]
+    return {(r.dst, r.gw, r.mtu) for r in podnet.for_state(state, {4: gw}).routes}
+
+
+def kernel_routes(ip_json: Sequence[dict[str, Any]]) -> set[tuple[str, str, int]]:
+    """``ip -j -4 route show`` in a Pod: its routes through a gateway as ``(dst, gw, mtu)`` (the
+    kernel's connected route has none and is left out; mtu 0: none on the route)."""
+    out = set()
+    for r in ip_json:
+        if "gateway" not in r:
+            continue
+        mtu = next((int(m["mtu"]) for m in r.get("metrics") or [] if "mtu" in m), 0)
+        dst = "0.0.0.0/0" if r["dst"] == "default" else r["dst"] if "/" in r["dst"] else f"{r['dst']}/32"
+        out.add((dst, r["gateway"], mtu))
+    return out
+
+
+def order(pairs: int) -> list[tuple[Encryption, int]]:
+    """The interleaved calls: pair i is one ADD (or DEL) of each side, the clear one first in even
+    pairs and the encrypted one first in odd pairs, so neither side always runs on a bridge one
+    Pod fuller or right after the other's work."""
+    out: list[tuple[Encryption, int]] = []
+    for i in range(pairs):
+        sides = SIDES if i % 2 == 0 else SIDES[::-1]
+        out += [(side, i) for side in sides]
+    return out
+
+
+def by_side(samples: Sequence[float], calls: Sequence[tuple[Encryption, int]]) -> dict[str, list[float]]:
+    """The samples of the calls of :func:`order`, per side, in pair order."""
+    out: dict[str, list[float]] = {side: [] for side in SIDES}
+    for ms, (side, _) in sorted(zip(samples, calls, strict=True), key=lambda x: x[1][1]):
+        out[side].append(ms)
+    return out
+
+
+def ratios(ms: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    """encrypted / clear: ADD p50 (the issue's figure, with its target), ADD p99, DEL p50, and the
+    median of the per-pair ADD ratios (each pair ran back to back)."""
+    add, dele = ms["add"], ms["del"]
+    wg, clear = ENCRYPTION_WIREGUARD, ENCRYPTION_NONE
+    add_p50 = percentile(add[wg], 50) / percentile(add[clear], 50)
+    pairs = [w / c for w, c in zip(add[wg], add[clear], strict=True) if c]
+    return {"ADD p50": add_p50, "ADD p99": percentile(add[wg], 99) / percentile(add[clear], 99),
+            "DEL p50": percentile(dele[wg], 50) / percentile(dele[clear], 50),
+            "ADD per pair, median": statistics.median(pairs) if pairs else None,
+            "target": f"ADD p50 <= {TARGET}x", "pass": add_p50 <= TARGET}
