@@ -48,6 +48,7 @@ class WireGuardNode:
         self.wg = config.wireguard
         self.last: WgPlan | None = None
         self._refused: set[Refused] = set()
+        self._waiting: set[str] = set()
         self._status: dict | None = None
 
     def plan_for(self, local: NodeRecord, peers: Sequence[NodeRecord], now: float) -> WgPlan:
@@ -83,6 +84,13 @@ class WireGuardNode:
         for r in sorted(self._refused - now, key=repr):
             log.info("WireGuard: peer %s accepted again", r.peer)
         self._refused = now
+        waiting = set(wg.waiting)
+        for n in sorted(waiting - self._waiting):
+            log.warning("WireGuard: peer %s has published no public key yet (its Pods are unreachable until it does; "
+                        "nothing is sent to it in clear)", n)
+        for n in sorted(self._waiting - waiting):
+            log.info("WireGuard: peer %s published its key", n)
+        self._waiting = waiting
         self.last = wg
         status = {
             "implementation": implementation, "interface": wg.device.name, "listenPort": wg.device.listen_port,

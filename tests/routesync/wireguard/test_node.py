@@ -45,7 +45,7 @@ def test_the_rotation_period_rotates_and_the_switch_is_planned_ahead(tmp_path: s
     assert keys.public_of(keys.read(n.wg.key_dir, keys.CURRENT) or "") == switched.public_key
 
 
-def test_the_status_file_says_what_show_prints_and_no_private_key(tmp_path: str) -> None:
+def test_the_status_file_says_what_show_prints_and_no_private_key(tmp_path: str, caplog) -> None:  # type: ignore[no-untyped-def]
     n = node(tmp_path)
     bad = NodeRecord("node-3", ("192.168.88.13",), ("10.244.3.0/24",), ((PUBLIC_KEY_ANNOTATION, "bm90"),))
     plan = n.plan_for(ME, [PEER, bad, NodeRecord("node-4", ("192.168.88.14",), ("10.244.4.0/24",))], 5.0)
@@ -57,3 +57,9 @@ def test_the_status_file_says_what_show_prints_and_no_private_key(tmp_path: str)
     assert [p["node"] for p in doc["peers"]] == ["node-2"] and doc["waiting"] == ["node-4"]
     assert [r["node"] for r in doc["refused"]] == ["node-3"]
     assert keys.read(n.wg.key_dir, keys.CURRENT) not in text
+    # the log names the refused Node (with the key) and the one without a key, once each
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("peer node-3 refused" in m and "wireguard-public-key" in m for m in lines)
+    assert any("peer node-4 has published no public key" in m for m in lines)
+    n.applied(plan, "userspace", {})
+    assert len([r for r in caplog.records if "node-4" in r.getMessage()]) == 1
