@@ -23,12 +23,11 @@ import shlex
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from routesync.config import WG_KERNEL, WG_USERSPACE, WireGuardConfig
 
-from . import kernel
-from .model import KERNEL, USERSPACE, WgBackend, WgChange, WgDeviceState, WgSpec
+from . import kernel, keys
+from .model import KERNEL, USERSPACE, WgBackend, WgChange, WgDeviceState, WgPeerState, WgSpec
 from .plan import change as plan_change
 from .uapi import Uapi, socket_path
 
@@ -41,15 +40,6 @@ WAIT_TIMEOUT = 2.0  # s for another process's device, in one pass (the pass is r
 
 class DeviceError(RuntimeError):
     """The device cannot be made (the message says what was tried)."""
-
-
-@dataclass(frozen=True)
-class DeviceStatus:
-    """What ``show`` prints: the implementation and the device as it is."""
-
-    implementation: str
-    interface: str
-    state: WgDeviceState | None
 
 
 def choose(config: WireGuardConfig, netns: str | None = None) -> str:
@@ -197,9 +187,6 @@ class WireGuardDevice:
         self._applied, self._applied_for = spec, gen
         return change
 
-    def status(self) -> DeviceStatus:
-        return DeviceStatus(self.implementation, self.name, self.read())
-
     def delete(self) -> None:
         """Remove the device (a userspace implementation exits when its TUN link goes)."""
         self._applied = None
@@ -220,11 +207,7 @@ def _tail(path: str, limit: int = 400) -> str:
 
 def _as_state(spec: WgSpec) -> WgDeviceState:
     """The state a device holds once ``spec`` was applied (an incremental pass's "before")."""
-    from .model import WgPeerState
-
     d = spec.device
-    from . import keys
-
     return WgDeviceState(public_key=keys.public_of(d.private_key), listen_port=d.listen_port,
                          peers=tuple(WgPeerState(p.public_key, p.endpoint, p.allowed_ips, p.keepalive)
                                      for p in d.peers), private_key=d.private_key)
