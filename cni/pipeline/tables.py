@@ -170,6 +170,7 @@ class EgressDefault(Ladder):
     TABLE = Table.EGRESS_DEFAULT
     MISS_GOTO = Table.INGRESS_RULE
     ISOLATED = 200  # a Pod a policy isolates for egress: what no rule allowed is dropped
+    REMOTE_ISOLATED = 190  # a remote Pod isolated for egress, to a local Pod: the same (below: never a local source)
 
 
 class IngressRule(Ladder):
