@@ -20,7 +20,15 @@ a named port never matches an ``ipBlock`` peer.
 A Pod that some policy isolates in a direction gets a drop in that direction's Default table
 (what no rule allowed); the Node's own addresses may always reach its Pods (kubelet probes);
 egress to the Service CIDRs is judged after the host's DNAT, when the packet comes back into
-OVS with the backend's address.  Cookies are per flow (:func:`cni.pipeline.tables.policy_cookie`
+OVS with the backend's address.
+
+A *remote* Pod isolated for egress is judged here too, on what it sends to this Node's Pods: in
+routed modes a DNATed Service connection to a backend on another Node leaves the client's Node
+through its host without re-entering OVS there.  Its policies' egress rules become conjunctions
+of their own (``Plan.remote_rules``) whose clause 2 holds only the peers that can be here (this
+Node's Pods; ``ipBlock``s as they are), and one conjunction in EgressDefault
+(``REMOTE_ISOLATED``, below the local drops) drops the rest: those Pods as sources, this Node's
+Pods as destinations; sums again.  Cookies are per flow (:func:`cni.pipeline.tables.policy_cookie`
 of its identity), so a change replaces exactly the flows whose actions or existence change."""
 
 from __future__ import annotations
@@ -399,13 +407,14 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
     fl = _Flows(ids.cookies)
     iso: dict[str, list[bool]] = {p.key: [False, False] for p in local}
     remote_isolated: dict[str, Pod] = {}  # remote Pods isolated for egress, judged here too
+    local_ips = {ip for p in local for ip in p.ips}  # a remote Pod that holds one (a stale record) is not judged here
     for policy in sorted(inputs.policies, key=lambda p: p.key):
         if policy.errors:
             out.errors += [f"{policy.key}: {e}" for e in policy.errors]
         selected = index.in_namespace(policy.namespace, policy.pod_selector)
         applied = tuple(p for p in selected if p.node == here)
         if policy.isolates_egress and local and len(applied) < len(selected):
-            remote = tuple(p for p in selected if p.node != here)
+            remote = tuple(p for p in selected if p.node != here and local_ips.isdisjoint(p.ips))
             for p in remote:
                 remote_isolated[p.key] = p
             for i, rule in enumerate(policy.egress):

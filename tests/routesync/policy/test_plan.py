@@ -205,6 +205,10 @@ def test_remote_egress_only_for_remote_pods_a_policy_isolates_for_egress() -> No
     away = plan(pods[:2], [policy("a", "out", {"matchLabels": {"app": "cli"}}, egress=to_srv, types=("Egress",))])
     assert not away.remote_rules and away.remote_isolated == ["a/cli"]
     assert f"conj_id={away.remote_isolation_id},actions=drop" in in_table(away, Table.EGRESS_DEFAULT)
+    # a remote record holding a local Pod's address (its Pod gone, the address reused here) is not judged here
+    stale = plan(pods + [pod("a", "old", "10.0.1.5", node="n2", app="cli")],
+                 [policy("a", "out", {"matchLabels": {"app": "cli"}}, egress=to_srv, types=("Egress",))])
+    assert stale.remote_isolated == ["a/cli"]
 
 
 def test_host_and_service_flows() -> None:
