@@ -35,9 +35,8 @@ from cni.pipeline.flows import pending_flows
 from cni.pipeline.tables import Cookie, Owner, Table, policy_cookie
 from routesync.policy import plan as pp
 from routesync.policy.model import NamedPort, Pod, policy_from
-from tests.support.podnode import Node
+from tests.support.podnode import Node, run
 from tests.support.podnode import Pod as NetPod
-from tests.support.podnode import run
 
 pytestmark = pytest.mark.root
 
