@@ -23,6 +23,7 @@ is no longer wanted is removed."""
 from __future__ import annotations
 
 import collections
+import ipaddress
 import logging
 import threading
 import time
@@ -431,7 +432,9 @@ class Daemon:
             return None
         facts = policy_plan.NodeFacts(self.config.node_name,
                                       tuple(a.split("/")[0] for a in desired.gateway_addresses),
-                                      self.config.service_cidrs)
+                                      self.config.service_cidrs,
+                                      # the gateway holds the first address of each local Pod CIDR
+                                      tuple(str(ipaddress.ip_interface(a).network) for a in desired.gateway_addresses))
         if self.policy_plan is not None and self._policy_key == (self.policy.generation(), facts):
             return self.policy_plan
         gen, inputs = self.policy.inputs()

@@ -78,6 +78,7 @@ class NodeFacts:
     node: str
     host_addresses: tuple[str, ...] = ()  # the gateway's addresses: what the Node's own traffic comes from
     service_cidrs: tuple[str, ...] = ()
+    pod_cidrs: tuple[str, ...] = ()  # the Node's own Pod CIDRs (none in networkPolicyOnly): its Pods' addresses
 
 
 @dataclass(frozen=True)
@@ -434,7 +435,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
                 for part in _parts(direction, policy, rule, applied, index):
                     _add_rule(fl, out, ids, direction, policy, i, part)
     if remote_isolated:
-        _remote_isolation(fl, out, ids, list(remote_isolated.values()), local)
+        _remote_isolation(fl, out, ids, list(remote_isolated.values()), local_destinations(local, facts.pod_cidrs))
     ids.sweep()
     for pod in local:
         ingress, egress = iso[pod.key]
@@ -457,18 +458,32 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
 REMOTE_ISOLATION_KEY = "|remote-egress-isolated|"  # the conjunction id of :func:`_remote_isolation`
 
 
-def _remote_isolation(fl: _Flows, out: Plan, ids: ConjIds, remote: list[Pod], local: list[Pod]) -> None:
-    """The drop of what no rule allowed a remote egress-isolated Pod to send to a local Pod:
-    one conjunction (its sources × this Node's Pods, in the sum of their flows) below the local
-    Pods' own drops in EgressDefault, so it never meets a packet from a local Pod."""
+def local_destinations(local: Iterable[Pod], pod_cidrs: Sequence[str]) -> list[str]:
+    """This Node's Pods as destinations: its Pod CIDRs (a Pod route-sync has not seen yet is
+    covered too), and the address of each local Pod outside them (networkPolicyOnly: every one)."""
+    nets = [ipaddress.ip_network(c, strict=False) for c in pod_cidrs]
+    out = [_block_text(n) for n in nets]
+    for pod in local:
+        for ip in pod.ips:
+            addr = ipaddress.ip_address(ip)
+            if not any(addr in n for n in nets):
+                out.append(ip)
+    return list(dict.fromkeys(out))
+
+
+def _remote_isolation(fl: _Flows, out: Plan, ids: ConjIds, remote: list[Pod], destinations: list[str]) -> None:
+    """The drop of what no rule allowed a remote egress-isolated Pod to send to this Node's Pods
+    (:func:`local_destinations`): one conjunction (its sources × those, in the sum of their
+    flows) below the local Pods' own drops in EgressDefault, so it never meets a local source."""
+    if not destinations:
+        return
     n = ids.get(REMOTE_ISOLATION_KEY)
     out.remote_isolated = sorted(p.key for p in remote)
     out.remote_isolation_id = n
     prio = EgressDefault.REMOTE_ISOLATED
     fl.conjunction(Table.EGRESS_DEFAULT, prio, dict.fromkeys(ip for p in remote for ip in p.ips), True,
                    Conjunction(n, 1, 2))
-    fl.conjunction(Table.EGRESS_DEFAULT, prio, dict.fromkeys(ip for p in local for ip in p.ips), False,
-                   Conjunction(n, 2, 2))
+    fl.conjunction(Table.EGRESS_DEFAULT, prio, destinations, False, Conjunction(n, 2, 2))
     fl.add(Table.EGRESS_DEFAULT, prio, (m.CONJ_ID(n),), DROP)
 
 

@@ -22,6 +22,7 @@ Pods a, b, c; an echo server on b.  What the Pods see, for each of:
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,11 +49,12 @@ def _pod(p: NetPod, labels: dict[str, str], ports: tuple[NamedPort, ...] = ()) -
     return Pod("default", p.name, NODE, tuple(sorted(labels.items())), (p.ip(4), p.ip(6)), ports)
 
 
-def _install(node: Node, pods: list[Pod], policies: list[dict], of: OpenFlow) -> pp.Plan:
+def _install(node: Node, pods: list[Pod], policies: list[dict], of: OpenFlow,
+             pod_cidrs: tuple[str, ...] = ()) -> pp.Plan:
     """Replace every POLICY flow with the plan for ``policies``."""
     inputs = pp.Inputs(tuple(pods), {"default": ()}, tuple(policy_from(d) for d in policies))
     gw = (node.pods[0].gateway(4), node.pods[0].gateway(6))
-    plan = pp.plan(inputs, pp.NodeFacts(NODE, gw))
+    plan = pp.plan(inputs, pp.NodeFacts(NODE, gw, pod_cidrs=pod_cidrs))
     of.del_flows(Cookie.owner_match(Owner.POLICY))
     of.add_flows(plan.flows)
     node.ovs.appctl("revalidator/wait")  # the cached megaflows of earlier probes re-checked: the new verdicts hold
@@ -255,7 +257,10 @@ def remote_client(node: Node) -> Iterator[NetPod]:
         run(["ip", "netns", "del", name], check=False)
 
 
-def test_a_remote_clients_egress_is_judged_at_the_destination(node: Node) -> None:
+@pytest.mark.parametrize("by_cidr", [True, False], ids=["pod-cidrs", "pod-addresses"])
+def test_a_remote_clients_egress_is_judged_at_the_destination(node: Node, by_cidr: bool) -> None:
+    """``by_cidr``: the Node's Pod CIDRs stand for its Pods as destinations (routed modes), or
+    each Pod's address (networkPolicyOnly, where the Node has none of its own)."""
     b, c = node.add_pod("rb"), node.add_pod("rc")
     of = OpenFlow(node.bridge, node.ovs.dir)
     with remote_client(node) as r:
@@ -266,7 +271,8 @@ def test_a_remote_clients_egress_is_judged_at_the_destination(node: Node) -> Non
             for family in (4, 6):
                 assert _reach(r, b, family, 10) and _reach(r, c, family, 10), family
             to_b = [{"to": [{"podSelector": {"matchLabels": {"app": "b"}}}], "ports": [{"port": PORT}]}]
-            plan = _install(node, pods, [_policy("r-to-b", {"app": "r"}, egress=to_b, types=("Egress",))], of)
+            cidrs = tuple(str(ipaddress.ip_interface(a["address"]).network) for a in b.result["ips"]) if by_cidr else ()
+            plan = _install(node, pods, [_policy("r-to-b", {"app": "r"}, egress=to_b, types=("Egress",))], of, cidrs)
             assert [r_.pods for r_ in plan.remote_rules] == [("default/rm",)] and not plan.rules
             for family in (4, 6):
                 assert _reach(r, b, family, 10), family  # its rule allows it

@@ -186,6 +186,16 @@ def test_a_200_remote_by_200_local_egress_rule_costs_the_sum() -> None:
     # 200 remote sources + 200 local destinations + 1 conj_id
     assert len(isolation) == 200 + 200 + 1
     assert len(p.remote_rules) == 1 and len(p.remote_rules[0].pods) == 200
+    # with the Node's Pod CIDRs known, they stand for its Pods: 200 remote sources + 2 CIDRs + 1 conj_id
+    by_cidr = plan(clients + servers + far, [policy("c", "out", {"matchLabels": {"app": "cli"}}, egress=rule,
+                                                    types=("Egress",))], pod_cidrs=("10.1.0.0/16", "fd00:1::/64"))
+    assert len(remote_egress(by_cidr)[1]) == 200 + 2 + 1
+
+
+def test_local_destinations_are_the_pod_cidrs_and_any_pod_outside_them() -> None:
+    local = [pod("a", "in", "10.1.0.5"), pod("a", "out", "10.9.0.5"), pod("a", "six", "fd00:1::5")]
+    assert pp.local_destinations(local, ("10.1.0.0/16", "fd00:1::/64")) == ["10.1.0.0/16", "fd00:1::/64", "10.9.0.5"]
+    assert pp.local_destinations(local, ()) == ["10.1.0.5", "10.9.0.5", "fd00:1::5"]  # networkPolicyOnly
 
 
 def test_remote_egress_only_for_remote_pods_a_policy_isolates_for_egress() -> None:
