@@ -431,7 +431,7 @@ class Daemon:
             return None
         facts = policy_plan.NodeFacts(self.config.node_name,
                                       tuple(a.split("/")[0] for a in desired.gateway_addresses),
-                                      self.config.service_cidrs)
+                                      self.config.service_cidrs, self.config.denied_log.enabled)
         if self.policy_plan is not None and self._policy_key == (self.policy.generation(), facts):
             return self.policy_plan
         gen, inputs = self.policy.inputs()
@@ -456,7 +456,9 @@ class Daemon:
         return plan
 
     def _log_denied(self) -> None:
-        """Every ``DENIED_LOG_INTERVAL`` s: what isolation dropped since the last look, per Pod
+        """Every ``DENIED_LOG_INTERVAL`` s: the policy counters for the metrics and, when the
+        per-connection log (``networkPolicyDeniedLog``, ``routesync.policy.listener``) is off,
+        a line per Pod whose isolation dropped packets since the last look
         (``routesync.policy.stats.DeniedLog``: bounded per Node)."""
         plan, dl = self.policy_plan, self._denied_log
         if plan is None or dl is None or self.clock() < self._next_denied_log:
@@ -467,8 +469,10 @@ class Daemon:
         except Exception as e:  # noqa: BLE001 - a log that cannot be read is not a reconcile failure
             log.debug("policy counters not read: %s", e)
             return
-        for line in dl.lines({p.key: list(p.ips) for p in plan.local_pods}, plan.policies_of, flows):
-            log.info("%s", line)
+        lines = dl.lines({p.key: list(p.ips) for p in plan.local_pods}, plan.policies_of, flows)
+        if not self.config.denied_log.enabled:
+            for line in lines:
+                log.info("%s", line)
         if self.observer is not None:
             self.observer.policy_counters(plan, flows)
 

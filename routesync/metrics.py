@@ -39,6 +39,9 @@ rule}`` and ``..._bytes_total``                                  a NetworkPolicy
 ``ferry_route_sync_policy_denied_packets_total{pod,direction}``  packets of new connections a local Pod's
                                                                  isolation dropped (no rule allowed them)
 ``ferry_route_sync_policy_flows``                                NetworkPolicy flows installed
+``ferry_route_sync_policy_denied_log_lines_total``               denied connections logged, one line each
+``ferry_route_sync_policy_denied_log_suppressed_total``          denied connections the log's per-Node bound
+                                                                 (``networkPolicyDeniedLog``) left out
 ==============================================================  ==========================================
 
 The policy figures are the switch's own counters, read every 10 s (``routesync.daemon``)."""
@@ -138,6 +141,7 @@ class PolicyCounters:
         self.rules: list[tuple[str, str, str, int, int]] = []  # policy, direction, rule, packets, bytes
         self.denied: dict[tuple[str, str], int] = {}
         self.flows = 0
+        self.denied_log: Any = None  # routesync.policy.deniedlog.DeniedLog, when the per-connection log is on
 
     def describe(self) -> list[Any]:
         return []
@@ -160,7 +164,16 @@ class PolicyCounters:
             denied.add_metric([pod, direction], n)
         flows = GaugeMetricFamily(f"{PREFIX}_policy_flows", "NetworkPolicy flows installed")
         flows.add_metric([], self.flows)
-        return [packets, octets, denied, flows]
+        out = [packets, octets, denied, flows]
+        dl = self.denied_log
+        if dl is not None:
+            lines = CounterMetricFamily(f"{PREFIX}_policy_denied_log_lines", "Denied connections logged")
+            lines.add_metric([], dl.logged)
+            left = CounterMetricFamily(f"{PREFIX}_policy_denied_log_suppressed",
+                                       "Denied connections the per-Node bound kept out of the log")
+            left.add_metric([], dl.suppressed)
+            out += [lines, left]
+        return out
 
 
 class Observer:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from cni.pipeline.modes import NETDEV, PATH_TUNNEL
 from cni.pipeline.tables import (
+    DENIED_LOG_METER,
     EXT_CONTAINER_ID,
     EXT_IFNAME,
     EXT_IPS,
@@ -191,6 +192,8 @@ class NodeAppliers:
     def prepare(self, config: Config, tunnel: TunnelSpec | None, uplink: UplinkSpec | None,
                 gateway_addresses: tuple[str, ...]) -> LocalFacts:
         self.ovs.ensure_bridge(config.datapath_type)
+        if config.network_policy and config.denied_log.enabled:  # before any flow uses it
+            self.ovs.ensure_meter(DENIED_LOG_METER, *config.denied_log.meter)
         gw_ofport, gw_mac = self.ovs.ensure_gateway(GATEWAY_PORT)
         self._gateway_mac = gw_mac
         self._gateway_ofport = gw_ofport

@@ -540,6 +540,31 @@ class OvsApplier:
         LOG.info("per-Pod flows replayed for %d Pods", done)
         return done
 
+    def ensure_meter(self, meter_id: int, packets_per_second: int, burst: int) -> None:
+        """OpenFlow meter ``meter_id`` as given (added, or modified when it is there: a flow using
+        it keeps it), over the persistent session (opened again once when ovs-vswitchd restarted)."""
+        from cni.ovs.openflow import codec
+        from cni.ovs.openflow.session import ConnectionLost
+
+        def send(command: int) -> None:
+            msg = [codec.meter_mod(meter_id, packets_per_second, burst, 0, command)]
+            try:
+                self.session.transact(msg)
+            except ConnectionLost:
+                self.session.close()
+                self.session.transact(msg)
+
+        try:
+            try:
+                send(codec.OFPMC_ADD)
+            except codec.SwitchRefused as e:
+                if (e.etype, e.code) != (codec.OFPET_METER_MOD_FAILED, codec.OFPMMFC_METER_EXISTS):
+                    raise
+                send(codec.OFPMC_MODIFY)
+        except OpenFlowError as e:
+            raise OvsError(f"meter {meter_id} on {self.bridge} ({packets_per_second} packets/s, burst {burst}): {e}"
+                           " (networkPolicyDeniedLog: {enabled: false} does without it)") from None
+
     # -- flows
     def _ofctl(self, command: str, *opts: str, extra: tuple[str, ...] = (),
                stdin: str | None = None) -> str:
