@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from typing import Self
 
 from cni.ovs.openflow import codec, packetin
@@ -39,8 +40,10 @@ POLL = 0.5  # s: how long a read waits before looking at the stop flag
 class DeniedListener:
     """Packet-ins of ``bridge`` (``unix:<run_dir>/<bridge>.mgmt``) into ``denied``."""
 
-    def __init__(self, bridge: str, run_dir: str, denied: DeniedLog) -> None:
+    def __init__(self, bridge: str, run_dir: str, denied: DeniedLog,
+                 emit: Callable[[str], None] | None = None) -> None:
         self.bridge = bridge
+        self.emit = emit if emit is not None else _log_line  # where a line goes (tests: a list)
         self.path = f"{run_dir.rstrip('/')}/{bridge}.mgmt"
         self.denied = denied
         self.stop = threading.Event()
@@ -113,4 +116,8 @@ class DeniedListener:
             self.packet_ins += 1
             line = self.denied.offer(packetin.connection(pin.packet), pin.userdata)
             if line is not None:
-                DENIED.info("%s", line)
+                self.emit(line)
+
+
+def _log_line(line: str) -> None:
+    DENIED.info("%s", line)
