@@ -44,7 +44,8 @@ CONNECT = ("import socket, sys\n"
 FLOOD = ("import socket, sys\n"
          "socks = []\n"
          "for _ in range(int(sys.argv[3])):\n"
-         "    s = socket.socket(); s.setblocking(False); s.connect_ex((sys.argv[1], int(sys.argv[2]))); socks.append(s)\n")
+         "    s = socket.socket(); s.setblocking(False)\n"
+         "    s.connect_ex((sys.argv[1], int(sys.argv[2]))); socks.append(s)\n")
 
 
 def _connect(src: NetPod, dst: str, sport: int, timeout: float = 1.0) -> bool:
@@ -168,11 +169,11 @@ def test_the_listener_comes_back_after_an_ovs_vswitchd_restart(node: Node) -> No
         # the Pods' own flows are gone with the restart (route-sync replays them); a packet that
         # enters conntrack and table 51 as c's SYN to b would is enough for the isolation's flows
         frame = _syn(c, b, 41300)
-        node.ovs.ofctl("packet-out", node.bridge,
-                       f"in_port=controller packet={frame.hex()} actions=ct(zone={CT_ZONE},table={int(Table.INGRESS_DEFAULT)})")
+        into = f"ct(zone={CT_ZONE},table={int(Table.INGRESS_DEFAULT)})"
+        node.ovs.ofctl("packet-out", node.bridge, f"in_port=controller packet={frame.hex()} actions={into}")
         until(lambda: lines, "a line after the restart")
-        assert lines == [f"denied: TCP {c.ip(4)}:41300 -> {b.ip(4)}:{PORT}, ingress to default/pb, "
-                         "isolated by default/allow-a"]
+        assert lines == [(f"denied: TCP {c.ip(4)}:41300 -> {b.ip(4)}:{PORT}, ingress to default/pb, "
+                          "isolated by default/allow-a")]
     finally:
         listener.close()
 
