@@ -339,7 +339,7 @@ class Daemon:
                 hops = self.next_hops.resolve(planner.fast_candidates(cfg, peers, facts))
             desired = planner.plan(cfg, me, peers, facts, hops, memo=self._memo)
             desired.full = full
-            policies = self._plan_policy(desired)
+            policies = self._plan_policy(desired, facts)
             if policies is not None:
                 desired.flows = desired.flows + policies.flows
                 desired.policy_namespaces = tuple(policies.policy_namespaces)
@@ -424,14 +424,15 @@ class Daemon:
         except Exception as e:  # noqa: BLE001 - the next full pass tries again
             log.info("tunnel neighbours not retried: %s", e)
 
-    def _plan_policy(self, desired: DesiredState) -> policy_plan.Plan | None:
+    def _plan_policy(self, desired: DesiredState, local: LocalFacts) -> policy_plan.Plan | None:
         """This Node's NetworkPolicy flows, planned again only when the cluster's Pods,
         Namespaces or policies moved, or this Node's addresses (``routesync.policy.plan``)."""
         if self.policy is None:
             return None
         facts = policy_plan.NodeFacts(self.config.node_name,
                                       tuple(a.split("/")[0] for a in desired.gateway_addresses),
-                                      self.config.service_cidrs, self.config.denied_log.enabled)
+                                      self.config.service_cidrs,
+                                      self.config.denied_log.enabled and local.denied_log_meter)
         if self.policy_plan is not None and self._policy_key == (self.policy.generation(), facts):
             return self.policy_plan
         gen, inputs = self.policy.inputs()
