@@ -108,7 +108,7 @@ def _denied_listener(cfg: Config, observer: Any) -> Any:
     listener = DeniedListener(cfg.bridge, cfg.ovs_run_dir,
                               DeniedLog(cfg.denied_log.rate, cfg.denied_log.burst, time.monotonic))
     if observer is not None:
-        observer.metrics.policy.denied_log = listener.denied
+        observer.metrics.policy.denied_log = listener
     return listener.start()
 
 

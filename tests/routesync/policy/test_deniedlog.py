@@ -94,3 +94,22 @@ def test_each_isolation_drop_gets_a_metered_new_connection_flow_above_it() -> No
                 ("egress", "ns/c"): ("ns/out",)}
         assert d.policies == want[(d.direction, d.pod)]
     assert len({f.cookie for f in on.flows}) == len(on.flows)
+
+
+def test_the_counters_are_in_prometheus() -> None:
+    from routesync.metrics import RouteSyncMetrics
+    from routesync.policy.listener import DeniedListener
+
+    clock = Clock()
+    listener = DeniedListener("br-int", "/nonexistent", dl.DeniedLog(1, 1, clock))
+    data = dl.userdata("ingress", "ns/pod", ["ns/deny"])
+    for port in (1, 2, 3):
+        listener.denied.offer(Connection(4, 6, "10.0.0.1", "10.0.0.2", port, 80), data)
+    metrics = RouteSyncMetrics()
+    text = metrics.exposition()[0].decode()
+    assert "denied_log" not in text  # the log off: no series
+    metrics.policy.denied_log = listener
+    text = metrics.exposition()[0].decode()
+    assert "ferry_route_sync_policy_denied_log_lines_total 1.0" in text
+    assert "ferry_route_sync_policy_denied_log_suppressed_total 2.0" in text
+    assert "ferry_route_sync_policy_denied_log_listening 0.0" in text
