@@ -372,6 +372,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
     fl = _Flows(ids.cookies)
     local_keys = {p.key for p in local}
     iso: dict[str, list[bool]] = {p.key: [False, False] for p in local}
+    isolated_by: dict[tuple[str, str], list[str]] = defaultdict(list)  # (Pod, direction) -> policies (denied log)
     for policy in sorted(inputs.policies, key=lambda p: p.key):
         if policy.errors:
             out.errors += [f"{policy.key}: {e}" for e in policy.errors]
@@ -382,6 +383,9 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
             out.policies_of.setdefault(p.key, []).append(policy.key)
             iso[p.key][0] |= policy.isolates_ingress
             iso[p.key][1] |= policy.isolates_egress
+            for direction, on in ((INGRESS, policy.isolates_ingress), (EGRESS, policy.isolates_egress)):
+                if on:
+                    isolated_by[(p.key, direction)].append(policy.key)
         for direction, rules, isolating in ((INGRESS, policy.ingress, policy.isolates_ingress),
                                             (EGRESS, policy.egress, policy.isolates_egress)):
             if not isolating:
@@ -399,7 +403,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
             if egress:
                 fl.address(Table.EGRESS_DEFAULT, EgressDefault.ISOLATED, ip, True, DROP)
         if facts.denied_log:
-            _denied_log_flows(fl, pod, ingress, egress, out.policies_of.get(pod.key, []))
+            _denied_log_flows(fl, pod, isolated_by)
     for a in facts.host_addresses:
         fl.address(Table.INGRESS_RULE, IngressRule.HOST, str(ipaddress.ip_interface(a).ip), True,
                    (goto(Table.CONNTRACK_COMMIT),))
@@ -410,14 +414,16 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
     return out
 
 
-def _denied_log_flows(fl: _Flows, pod: Pod, ingress: bool, egress: bool, policies: list[str]) -> None:
+def _denied_log_flows(fl: _Flows, pod: Pod, isolating: Mapping[tuple[str, str], list[str]]) -> None:
     """Above each isolation drop, its new connections' drop that also sends the first packet up to
     route-sync (``controller()``, at most 128 bytes of it, through the denied log's meter), with
-    the Pod, the direction and the policies that isolate it (:func:`deniedlog.userdata`)."""
+    the Pod, the direction and the policies that isolate it in that direction
+    (:func:`deniedlog.userdata`)."""
     new = m.ct_state(m.CT_NEW | m.CT_TRK)
-    for direction, on, table, rung in ((INGRESS, ingress, Table.INGRESS_DEFAULT, IngressDefault.ISOLATED_NEW),
-                                       (EGRESS, egress, Table.EGRESS_DEFAULT, EgressDefault.ISOLATED_NEW)):
-        if not on:
+    for direction, table, rung in ((INGRESS, Table.INGRESS_DEFAULT, IngressDefault.ISOLATED_NEW),
+                                   (EGRESS, Table.EGRESS_DEFAULT, EgressDefault.ISOLATED_NEW)):
+        policies = isolating.get((pod.key, direction))
+        if not policies:
             continue
         up = (Controller(deniedlog.userdata(direction, pod.key, policies), DENIED_LOG_MAX_LEN, DENIED_LOG_METER),)
         for ip in pod.ips:
