@@ -298,6 +298,7 @@ class OvsApplier:
         # the flow list the last sync installed and its groups (the next delta starts from it)
         self._last: tuple[list[Flow], dict[int, tuple[Flow, ...]]] | None = None
         self.native_bundles = self.ofctl_bundles = 0  # how bundles went (tests, metrics)
+        self._meters: dict[int, tuple[int | None, int, int]] = {}  # id -> (vswitchd instance, rate, burst) made
 
     # -- connection
     @property
@@ -542,9 +543,14 @@ class OvsApplier:
 
     def ensure_meter(self, meter_id: int, packets_per_second: int, burst: int) -> None:
         """OpenFlow meter ``meter_id`` as given (added, or modified when it is there: a flow using
-        it keeps it), over the persistent session (opened again once when ovs-vswitchd restarted)."""
+        it keeps it), over the persistent session (opened again once when ovs-vswitchd restarted).
+        Once per ovs-vswitchd instance and value (meters are not in the database: a restart loses them)."""
         from cni.ovs.openflow import codec
         from cni.ovs.openflow.session import ConnectionLost
+
+        made = (self.vswitchd_instance(), packets_per_second, burst)
+        if made[0] is not None and self._meters.get(meter_id) == made:
+            return
 
         def send(command: int) -> None:
             msg = [codec.meter_mod(meter_id, packets_per_second, burst, 0, command)]
@@ -564,6 +570,7 @@ class OvsApplier:
         except OpenFlowError as e:
             raise OvsError(f"meter {meter_id} on {self.bridge} ({packets_per_second} packets/s, burst {burst}): {e}"
                            " (networkPolicyDeniedLog: {enabled: false} does without it)") from None
+        self._meters[meter_id] = made
 
     # -- flows
     def _ofctl(self, command: str, *opts: str, extra: tuple[str, ...] = (),

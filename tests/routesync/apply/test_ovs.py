@@ -204,6 +204,9 @@ def test_the_denied_log_meter_and_flows_sync_like_any_other() -> None:
         app.ensure_meter(DENIED_LOG_METER, 20, 50)  # there already: modified
         meters = n.ovs.ofctl("dump-meters", "br-int")
         assert "meter=1 pktps burst stats" in meters and "rate=20 burst_size=50" in meters, meters
+        connects = app.session.connects
+        app.ensure_meter(DENIED_LOG_METER, 20, 50)  # made already for this ovs-vswitchd: nothing sent
+        assert app.session.connects == connects
         deny = policy_from({"metadata": {"namespace": "ns", "name": "deny"},
                             "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}})
         pod = Pod("ns", "p", "n1", (), ("10.244.1.5", "fd00:10:244:1::5"), ())
