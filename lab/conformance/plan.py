@@ -65,6 +65,28 @@ NETPOL_CI_SPECS = (
 )
 NETPOL_CI_FOCUS = r"\[sig-network\] Netpol (" + "|".join(literal(s) for s in NETPOL_CI_SPECS) + ")"
 
+# One [Conformance] spec outside sig-network per image the all-conformance suite adds, and the two
+# kinds of webhook the API server calls (each by its full name): the all-conformance-ci suite.
+ALL_CONFORMANCE_CI_SPECS = (
+    # httpd 2.4.38-4: readiness on /index.html, which the spec moves away and back
+    ("[sig-apps] StatefulSet Basic StatefulSet functionality [StatefulSetBasic] Burst scaling should run to "
+     "completion even with unhealthy pods [Slow] [Conformance]"),
+    # httpd 2.4.38-4 replaced by agnhost
+    "[sig-apps] Deployment RollingUpdateDeployment should delete old pods and create new ones [Conformance]",
+    # nonewprivs: setuid nnp under no_new_privs
+    ("[sig-node] Security Context when creating containers with AllowPrivilegeEscalation should not allow "
+     "privilege escalation when false [LinuxOnly] [NodeConformance] [Conformance]"),
+    # nautilus: data.json through the Pod proxy
+    "[sig-cli] Kubectl client Update Demo should create and stop a replication controller [Conformance]",
+    # httpd through kubectl run
+    "[sig-cli] Kubectl client Kubectl run pod should create a pod from an image when restart is Never [Conformance]",
+    # the API server calls an admission webhook's and a conversion webhook's endpoints
+    "[sig-api-machinery] AdmissionWebhook [Privileged:ClusterAdmin] should mutate configmap [Conformance]",
+    ("[sig-api-machinery] CustomResourceConversionWebhook [Privileged:ClusterAdmin] should be able to convert from "
+     "CR v1 to CR v2 [Conformance]"),
+)
+ALL_CONFORMANCE_CI_FOCUS = "|".join(literal(s) for s in ALL_CONFORMANCE_CI_SPECS)
+
 SUITES = (
     Suite("conformance", DEFAULT_FOCUS, "sig-network's Conformance specs"),
     Suite("netpol", NETPOL_FOCUS, "sig-network's NetworkPolicy specs"),
@@ -72,6 +94,8 @@ SUITES = (
     Suite("all", f"{DEFAULT_FOCUS}|{NETPOL_FOCUS}", "conformance and netpol"),
     Suite("ci", f"{DEFAULT_FOCUS}|{NETPOL_CI_FOCUS}", "conformance and netpol-ci, on one cluster (what CI runs)"),
     Suite("all-conformance", ALL_CONFORMANCE_FOCUS, "every SIG's Conformance specs, not only sig-network's"),
+    Suite("all-conformance-ci", ALL_CONFORMANCE_CI_FOCUS,
+          "7 of them: one per image all-conformance adds, and the API server's webhooks"),
 )
 SUITE_NAMES = tuple(s.name for s in SUITES)
 DEFAULT_SUITE = SUITES[0]

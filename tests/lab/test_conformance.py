@@ -140,10 +140,12 @@ OTHER_SIGS = (
 
 
 def test_suites_and_their_focus() -> None:
-    assert plan.SUITE_NAMES == ("conformance", "netpol", "netpol-ci", "all", "ci", "all-conformance")
+    assert plan.SUITE_NAMES == ("conformance", "netpol", "netpol-ci", "all", "ci", "all-conformance",
+                                "all-conformance-ci")
     assert plan.DEFAULT_SUITE.name == "conformance" and plan.DEFAULT_SUITE.focus == plan.DEFAULT_FOCUS
     assert plan.suite("netpol").focus == r"\[sig-network\] Netpol\b"
-    with pytest.raises(KeyError, match="suites: conformance, netpol, netpol-ci, all, ci, all-conformance"):
+    with pytest.raises(KeyError, match="suites: conformance, netpol, netpol-ci, all, ci, all-conformance, "
+                                       "all-conformance-ci"):
         plan.suite("Netpol")
     netpol = (NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP, *NETPOL_SCTP)
     assert tuple(plan.focused(ALL_SPECS, plan.suite("netpol").focus)) == netpol
@@ -191,6 +193,9 @@ def test_all_conformance_against_e2e_itself() -> None:
                                                           "aggregator": 1}
     assert len(sel.run) == 421
     assert plan.select(specs, plan.DEFAULT_FOCUS, rules).skipped["aggregator"] == ()
+    ci = plan.select(specs, plan.suite("all-conformance-ci").focus, rules)  # each spec once, none skipped
+    assert sorted(ci.run) == sorted(plan.ALL_CONFORMANCE_CI_SPECS) and not any(ci.skipped.values())
+    assert set(ci.run) <= set(sel.run)
 
 
 def test_sctp_rule_skips_what_needs_sctp_sockets_and_no_more() -> None:
