@@ -36,3 +36,23 @@ def test_sig_network_conformance_and_netpol_in_the_default_mode(tmp_path: Path) 
     summary = (out / "summary.md").read_text() if (out / "summary.md").exists() else ""
     print(summary or cp.stdout[-3000:])
     assert cp.returncode == 0, f"{cp.stdout[-4000:]}\n{cp.stderr[-2000:]}"
+
+
+def test_the_images_and_webhooks_of_the_whole_conformance_set_in_the_default_mode(tmp_path: Path) -> None:
+    """The all-conformance-ci suite (7 [Conformance] specs outside sig-network: one per image the
+    whole set adds, httpd, nautilus, nonewprivs, and an admission and a conversion webhook the API
+    server calls): ``make conformance CONFORMANCE="--suite all-conformance-ci --mode encap-vxlan"``."""
+    reason = can_run()
+    if reason:
+        pytest.skip(reason)
+    for t in ("e2e.test", "ginkgo", "nnp"):
+        if not os.access(tools.tool(t), os.X_OK):
+            pytest.skip(f"{t} not built (tools/build-go-tools.sh kube-e2e kube-e2e-images)")
+    out = tmp_path / "conformance"
+    cp = subprocess.run([sys.executable, "-m", "lab.conformance", "--suite", "all-conformance-ci", "--mode",
+                         "encap-vxlan", "--kube-proxy", "iptables", "--out", str(out)], cwd=tools.REPO,
+                        capture_output=True, text=True, timeout=1800, check=False)
+    summary = (out / "summary.md").read_text() if (out / "summary.md").exists() else ""
+    print(summary or cp.stdout[-3000:])
+    assert cp.returncode == 0, f"{cp.stdout[-4000:]}\n{cp.stderr[-2000:]}"
+    assert "| encap-vxlan | iptables | 7 | 0 | 0 |" in summary
