@@ -151,9 +151,13 @@ def test_suites_and_their_focus() -> None:
     assert tuple(plan.focused(ALL_SPECS, plan.suite("netpol").focus)) == netpol
     assert plan.focused(ALL_SPECS, plan.suite("conformance").focus) == [CONFORMANCE_SPEC]
     assert tuple(plan.focused(ALL_SPECS, plan.suite("all").focus)) == (CONFORMANCE_SPEC, *netpol)
-    ci = plan.focused(ALL_SPECS, plan.suite("ci").focus)  # Conformance, and of Netpol only the CI subset
+    # Conformance, of Netpol only the CI subset, and of the other SIGs' Conformance specs the
+    # all-conformance-ci ones (their images and webhooks): one cluster in CI
+    specs = [*ALL_SPECS, *plan.ALL_CONFORMANCE_CI_SPECS, *OTHER_SIGS]
+    ci = plan.focused(specs, plan.suite("ci").focus)
     assert CONFORMANCE_SPEC in ci \
-        and set(ci) - {CONFORMANCE_SPEC} == set(plan.focused(ALL_SPECS, plan.suite("netpol-ci").focus))
+        and set(ci) - {CONFORMANCE_SPEC} == set(plan.focused(ALL_SPECS, plan.suite("netpol-ci").focus)) \
+        | set(plan.ALL_CONFORMANCE_CI_SPECS)
 
 
 def test_all_conformance_is_every_sigs_conformance_specs_and_each_skip_names_its_rule() -> None:
