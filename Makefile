@@ -63,7 +63,7 @@ demo-down:
 # --suite netpol runs the NetworkPolicy specs ([sig-network] Netpol) instead, --suite all both.
 CONFORMANCE ?=
 conformance: bin image
-	bash tools/build-go-tools.sh kubernetes kube-e2e coredns
+	bash tools/build-go-tools.sh kubernetes kube-e2e kube-e2e-images coredns
 	$(PY) -m lab.conformance $(CONFORMANCE)
 
 # The pictures docs/ and README show, drawn by the command: the default demo and a hybrid demo.

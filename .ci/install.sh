@@ -68,7 +68,7 @@ command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 go_sets=(cnitool wireguard-go)
 [ "$bench_peers" = 0 ] || go_sets+=(ovs-cni cni-plugins)
 # The Kubernetes lab's Services and `make conformance`: CoreDNS, e2e.test + agnhost + ginkgo.
-[ "$kubernetes" = 0 ] || go_sets+=(kubernetes kube-e2e coredns)
+[ "$kubernetes" = 0 ] || go_sets+=(kubernetes kube-e2e kube-e2e-images coredns)
 step go "${go_sets[*]}"
 bash "$here/tools/build-go-tools.sh" "${go_sets[@]}"
 step_done

@@ -65,12 +65,14 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
         from .bgp.speaker import Speaker
 
         speaker = Speaker(cfg, observer).start()
-    policy = None
+    policy = listener = None
     if cfg.network_policy and cfg.node_source.type == "kubernetes":
         from .policy.watch import PolicySource
         from .sources.kube import api_client
 
         policy = PolicySource(api_client(cfg.node_source.kubeconfig), on_change=source.wake)
+        if cfg.denied_log.enabled:
+            listener = _denied_listener(cfg, observer)
     daemon = Daemon(cfg, source, appliers, observer=observer, bgp=speaker, policy=policy)
 
     def _stop(signum: int, _frame: Any) -> None:
@@ -87,11 +89,27 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
         if speaker is not None:  # first: withdraw while the Node still forwards
             speaker.stop()
         source.close()
+        if listener is not None:
+            listener.close()
         if policy is not None:
             policy.close()
         appliers.close()
         if server is not None:
             server.close()
+
+
+def _denied_listener(cfg: Config, observer: Any) -> Any:
+    """The denied log's listener (``routesync.policy.listener``), started: its thread beside the loop."""
+    import time
+
+    from .policy.deniedlog import DeniedLog
+    from .policy.listener import DeniedListener
+
+    listener = DeniedListener(cfg.bridge, cfg.ovs_run_dir,
+                              DeniedLog(cfg.denied_log.rate, cfg.denied_log.burst, time.monotonic))
+    if observer is not None:
+        observer.metrics.policy.denied_log = listener
+    return listener.start()
 
 
 @main.command()

@@ -125,6 +125,30 @@ class WireGuardConfig:
     start_userspace: bool = True
 
 
+DENIED_LOG_SECTION = "networkPolicyDeniedLog"
+_DENIED_LOG_KEYS = {"enabled", "rate", "burst"}
+METER_FACTOR = 10  # the switch's meter admits this many times the log's rate and burst
+
+
+@dataclass(frozen=True)
+class DeniedLogConfig:
+    """The ``networkPolicyDeniedLog`` section: a log line per connection a Pod's isolation denied
+    (routesync/policy/deniedlog.py), on by default with NetworkPolicy, at most ``burst`` lines at
+    once and ``rate`` a second on average per Node (a token bucket; what it leaves out is counted,
+    ``ferry_route_sync_policy_denied_log_suppressed_total``).  The switch's meter lets
+    ``METER_FACTOR`` times that many packet-ins a second up to route-sync and drops the rest in
+    the datapath, so a flood reaches neither ovs-vswitchd nor route-sync."""
+
+    enabled: bool = True
+    rate: int = 10  # lines per second, on average
+    burst: int = 100  # lines at once
+
+    @property
+    def meter(self) -> tuple[int, int]:
+        """The meter's (packets per second, burst)."""
+        return METER_FACTOR * self.rate, METER_FACTOR * self.burst
+
+
 @dataclass(frozen=True)
 class Config:
     node_name: str
@@ -155,6 +179,7 @@ class Config:
     # CIDRs' egress is judged after kube-proxy's DNAT (empty: judged on the ClusterIP)
     network_policy: bool = True
     service_cidrs: tuple[str, ...] = ()
+    denied_log: DeniedLogConfig = field(default_factory=DeniedLogConfig)
     # who runs ovsdb-server and ovs-vswitchd (routesync/openvswitch): the host (its own packages or
     # service) or Ferry's own ``openvswitch`` container (deploy/ferry.yaml), which keeps the
     # database at ovs_database and the daemons' logs in ovs_log_dir
@@ -381,8 +406,16 @@ _KEYS = {
     "transportInterfaceCIDRs", "noSNAT", "defaultMTU", "bridge", "datapathType", "ovsdb", "ovsRunDir",
     "stateFile", "podCIDRs", "clusterCIDRs", "nodeSource", "fastPath", "macSource", "resyncSeconds",
     "logFile", "bgp", "serviceCIDRs", "networkPolicy", "ovsDaemons", "ovsDatabase", "ovsLogDir",
-    "transportVLAN", "trafficEncryptionMode", WG_SECTION,
+    "transportVLAN", "trafficEncryptionMode", WG_SECTION, DENIED_LOG_SECTION,
 }
+
+
+def _denied_log(key: str, v: Any) -> DeniedLogConfig:
+    _section(key, v, _DENIED_LOG_KEYS, "a mapping (enabled, rate, burst)")
+    d = DeniedLogConfig()
+    return DeniedLogConfig(enabled=_bool(f"{key}.enabled", v.get("enabled", d.enabled)),
+                           rate=_int(f"{key}.rate", v.get("rate", d.rate), 1, 10_000),
+                           burst=_int(f"{key}.burst", v.get("burst", d.burst), 1, 100_000))
 
 
 def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
@@ -461,6 +494,7 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         bgp=_bgp("bgp", g("bgp")) if g("bgp") is not None else None,
         network_policy=_bool("networkPolicy", g("networkPolicy", True)),
         service_cidrs=_cidrs("serviceCIDRs", g("serviceCIDRs", []), False),
+        denied_log=_denied_log(DENIED_LOG_SECTION, {} if g(DENIED_LOG_SECTION) is None else g(DENIED_LOG_SECTION)),
         ovs_daemons=_choice("ovsDaemons", g("ovsDaemons", OVS_HOST), OVS_DAEMONS),
         ovs_database=_abspath("ovsDatabase", g("ovsDatabase", "/var/lib/ferry/openvswitch/conf.db")),
         ovs_log_dir=_abspath("ovsLogDir", g("ovsLogDir", "/var/log/ferry")),

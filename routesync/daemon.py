@@ -340,7 +340,7 @@ class Daemon:
                 hops = self.next_hops.resolve(planner.fast_candidates(cfg, peers, facts))
             desired = planner.plan(cfg, me, peers, facts, hops, memo=self._memo)
             desired.full = full
-            policies = self._plan_policy(desired)
+            policies = self._plan_policy(desired, facts)
             if policies is not None:
                 desired.flows = desired.flows + policies.flows
                 desired.policy_namespaces = tuple(policies.policy_namespaces)
@@ -425,7 +425,7 @@ class Daemon:
         except Exception as e:  # noqa: BLE001 - the next full pass tries again
             log.info("tunnel neighbours not retried: %s", e)
 
-    def _plan_policy(self, desired: DesiredState) -> policy_plan.Plan | None:
+    def _plan_policy(self, desired: DesiredState, local: LocalFacts) -> policy_plan.Plan | None:
         """This Node's NetworkPolicy flows, planned again only when the cluster's Pods,
         Namespaces or policies moved, or this Node's addresses (``routesync.policy.plan``)."""
         if self.policy is None:
@@ -433,6 +433,7 @@ class Daemon:
         facts = policy_plan.NodeFacts(self.config.node_name,
                                       tuple(a.split("/")[0] for a in desired.gateway_addresses),
                                       self.config.service_cidrs,
+                                      self.config.denied_log.enabled and local.denied_log_meter,
                                       # the gateway holds the first address of each local Pod CIDR
                                       tuple(str(ipaddress.ip_interface(a).network) for a in desired.gateway_addresses))
         if self.policy_plan is not None and self._policy_key == (self.policy.generation(), facts):
@@ -459,7 +460,9 @@ class Daemon:
         return plan
 
     def _log_denied(self) -> None:
-        """Every ``DENIED_LOG_INTERVAL`` s: what isolation dropped since the last look, per Pod
+        """Every ``DENIED_LOG_INTERVAL`` s: the policy counters for the metrics and, when the
+        per-connection log (``networkPolicyDeniedLog``, ``routesync.policy.listener``) is off,
+        a line per Pod whose isolation dropped packets since the last look
         (``routesync.policy.stats.DeniedLog``: bounded per Node)."""
         plan, dl = self.policy_plan, self._denied_log
         if plan is None or dl is None or self.clock() < self._next_denied_log:
@@ -470,8 +473,10 @@ class Daemon:
         except Exception as e:  # noqa: BLE001 - a log that cannot be read is not a reconcile failure
             log.debug("policy counters not read: %s", e)
             return
-        for line in dl.lines({p.key: list(p.ips) for p in plan.local_pods}, plan.policies_of, flows):
-            log.info("%s", line)
+        lines = dl.lines({p.key: list(p.ips) for p in plan.local_pods}, plan.policies_of, flows)
+        if not self.config.denied_log.enabled:
+            for line in lines:
+                log.info("%s", line)
         if self.observer is not None:
             self.observer.policy_counters(plan, flows)
 

@@ -39,6 +39,11 @@ rule}`` and ``..._bytes_total``                                  a NetworkPolicy
 ``ferry_route_sync_policy_denied_packets_total{pod,direction}``  packets of new connections a local Pod's
                                                                  isolation dropped (no rule allowed them)
 ``ferry_route_sync_policy_flows``                                NetworkPolicy flows installed
+``ferry_route_sync_policy_denied_log_lines_total``               denied connections logged, one line each
+``ferry_route_sync_policy_denied_log_suppressed_total``          denied connections the log's per-Node bound
+                                                                 (``networkPolicyDeniedLog``) left out
+``ferry_route_sync_policy_denied_log_listening``                 1 while the denied log's OpenFlow connection
+                                                                 listens for packet-ins
 ==============================================================  ==========================================
 
 The policy figures are the switch's own counters, read every 10 s (``routesync.daemon``)."""
@@ -138,6 +143,7 @@ class PolicyCounters:
         self.rules: list[tuple[str, str, str, int, int]] = []  # policy, direction, rule, packets, bytes
         self.denied: dict[tuple[str, str], int] = {}
         self.flows = 0
+        self.denied_log: Any = None  # routesync.policy.listener.DeniedListener, when the per-connection log is on
 
     def describe(self) -> list[Any]:
         return []
@@ -160,7 +166,19 @@ class PolicyCounters:
             denied.add_metric([pod, direction], n)
         flows = GaugeMetricFamily(f"{PREFIX}_policy_flows", "NetworkPolicy flows installed")
         flows.add_metric([], self.flows)
-        return [packets, octets, denied, flows]
+        out = [packets, octets, denied, flows]
+        listener = self.denied_log
+        if listener is not None:
+            lines = CounterMetricFamily(f"{PREFIX}_policy_denied_log_lines", "Denied connections logged")
+            lines.add_metric([], listener.denied.logged)
+            left = CounterMetricFamily(f"{PREFIX}_policy_denied_log_suppressed",
+                                       "Denied connections the per-Node bound kept out of the log")
+            left.add_metric([], listener.denied.suppressed)
+            up = GaugeMetricFamily(f"{PREFIX}_policy_denied_log_listening",
+                                   "1 while route-sync's OpenFlow connection for the denied log listens")
+            up.add_metric([], 1 if listener.listening.is_set() else 0)
+            out += [lines, left, up]
+        return out
 
 
 class Observer:

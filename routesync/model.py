@@ -162,6 +162,9 @@ class LocalFacts:
     uplink_mac: str | None = None
     uplink_ofport: int | None = None  # the physical uplink's OVS port while moved onto the bridge
     uplink_host_ofport: int | None = None  # the internal port that took the uplink's name (moved)
+    # the denied log's meter (cni.pipeline.tables.DENIED_LOG_METER) is on the bridge: without it
+    # no isolation flow sends packets up (a log must not open a flood's way to route-sync)
+    denied_log_meter: bool = False
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 # peers: ovs-cni's plugin and upstream's bridge + host-local), into a cache that outlives the clone, keyed by go.mod, go.sum and the Go
 # version. Idempotent: a cached build is linked, not rebuilt. A name with a slash is linked in a
 # directory of build/tools (a CNI_PATH: build/tools/cni-plugins/{bridge,host-local}).
-#   tools/build-go-tools.sh cnitool|wireguard-go|kubernetes|kube-e2e|coredns|ovs-cni|cni-plugins ...
+#   tools/build-go-tools.sh cnitool|wireguard-go|kubernetes|kube-e2e|kube-e2e-images|coredns|ovs-cni|cni-plugins ...
 # Every module is verified against the committed go.sum (-mod=readonly); nothing is fetched but
 # modules through the Go module proxy.
 set -euo pipefail
@@ -30,11 +30,14 @@ packages_of() {
     # agnhost, which e2e's Pods run), which carry no C library.
     kube-e2e) echo "e2e.test=test:k8s.io/kubernetes/test/e2e agnhost=static:k8s.io/kubernetes/test/images/agnhost" \
                    "ginkgo=github.com/onsi/ginkgo/v2/ginkgo" ;;
+    # What the e2e images carry besides agnhost (lab/kube/e2eimages.py): nonewprivs' nnp, which
+    # prints its effective uid (the image sets it setuid root); static, as agnhost.
+    kube-e2e-images) echo "nnp=static:k8s.io/kubernetes/test/images/nonewprivs" ;;
     coredns) echo "coredns=static:github.com/coredns/coredns" ;;
     ovs-cni) echo "ovs-cni/ovs=github.com/k8snetworkplumbingwg/ovs-cni/cmd/plugin" ;;
     cni-plugins) echo "cni-plugins/bridge=github.com/containernetworking/plugins/plugins/main/bridge" \
                       "cni-plugins/host-local=github.com/containernetworking/plugins/plugins/ipam/host-local" ;;
-    *) echo "build-go-tools: unknown tool set '$1' (cnitool, wireguard-go, kubernetes, kube-e2e, coredns, ovs-cni, cni-plugins)" >&2; return 1 ;;
+    *) echo "build-go-tools: unknown tool set '$1' (cnitool, wireguard-go, kubernetes, kube-e2e, kube-e2e-images, coredns, ovs-cni, cni-plugins)" >&2; return 1 ;;
   esac
 }
 
@@ -58,7 +61,7 @@ ldflags_of() {
 
 build_set() {
   local set=$1 mod=$here/tools/$1 key dest tmp spec name pkg t0 t1 cgo
-  case $set in kube-e2e) mod=$here/tools/kubernetes ;; esac
+  case $set in kube-e2e|kube-e2e-images) mod=$here/tools/kubernetes ;; esac
   key=$( (cat "$mod/go.mod" "$mod/go.sum" "$mod"/cmd/*/*.go 2>/dev/null; go version; ldflags_of "$set"; packages_of "$set") \
         | sha256sum | cut -c1-16)
   dest=$cache/$set-$key

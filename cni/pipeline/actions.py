@@ -182,10 +182,37 @@ class Conjunction:
         return f"conjunction({self.id},{self.clause}/{self.n_clauses})"
 
 
+@record(frozen=True)
+class Controller:
+    """Send the packet to the controllers (NXAST_CONTROLLER2: a packet-in, reason ``action``) with
+    ``userdata`` (at most 1,024 bytes), at most ``max_len`` bytes of it, through OpenFlow meter
+    ``meter_id`` first (None: unmetered), so a flood of them is dropped in the datapath instead
+    of reaching ovs-vswitchd and the controller.  The packet itself goes on with the next action."""
+
+    userdata: bytes
+    max_len: int = 0xFFFF
+    meter_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.userdata, bytes) and len(self.userdata) <= 1024 and 0 <= self.max_len <= 0xFFFF
+                and (self.meter_id is None or 1 <= self.meter_id <= 0xFFFF0000)):
+            raise ValueError(f"controller: userdata is bytes (<= 1024), max_len 16 bits, meter_id 1..0xffff0000 "
+                             f"(got {len(self.userdata)} bytes, {self.max_len}, {self.meter_id})")
+
+    def text(self) -> str:
+        parts = [] if self.max_len == 0xFFFF else [f"max_len={self.max_len}"]
+        if self.userdata:
+            parts.append("userdata=" + ".".join(f"{b:02x}" for b in self.userdata))
+        if self.meter_id is not None:
+            parts.append(f"meter_id={self.meter_id}")
+        return f"controller({','.join(parts)})"
+
+
 from cni.lean.typecheck import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    Action = Output | Goto | SetField | Move | Load | DecTtl | Resubmit | Ct | Conjunction | PushVlan | PopVlan
+    Action = (Output | Goto | SetField | Move | Load | DecTtl | Resubmit | Ct | Conjunction | PushVlan | PopVlan
+              | Controller)
 
 TO_IN_PORT = Output(OFPP_IN_PORT)  # back out of the port the packet came in on
 DEC_TTL = DecTtl()

@@ -169,6 +169,7 @@ class EgressRule(Ladder):
 class EgressDefault(Ladder):
     TABLE = Table.EGRESS_DEFAULT
     MISS_GOTO = Table.INGRESS_RULE
+    ISOLATED_NEW = 210  # its new connection's packet also goes up to route-sync (metered): the denied log
     ISOLATED = 200  # a Pod a policy isolates for egress: what no rule allowed is dropped
     REMOTE_ISOLATED = 190  # a remote Pod isolated for egress, to a local Pod: the same (below: never a local source)
 
@@ -183,6 +184,7 @@ class IngressRule(Ladder):
 class IngressDefault(Ladder):
     TABLE = Table.INGRESS_DEFAULT
     MISS_GOTO = Table.CONNTRACK_COMMIT
+    ISOLATED_NEW = 210
     ISOLATED = 200
 
 
@@ -221,6 +223,9 @@ def ladder(table: Table) -> type[Ladder]:
         if decl.TABLE == table:
             return decl
     raise KeyError(f"no table {int(table)} in the pipeline")
+
+# The OpenFlow meter (route-sync's) that bounds the packet-ins of NetworkPolicy's denied log.
+DENIED_LOG_METER = 1
 
 # Ferry's conntrack zone in OVS (apart from the host's zone 0 on the kernel datapath, where both
 # share one table), and the ct_mark bits of a connection the host forwarded: which port of the

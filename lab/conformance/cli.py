@@ -1,12 +1,14 @@
 """``conformance``: Kubernetes' own e2e specs on the lab, per Ferry traffic mode (``make
 conformance``; ``python -m lab.conformance``).
 
-    conformance [--suite conformance|netpol|all] [--mode M ...] [--kube-proxy iptables|nftables ...]
-                [--focus REGEX] [--procs N] [--out DIR] [--family 4|6|dual] [--keep] [--list]
+    conformance [--suite conformance|netpol|netpol-ci|all|ci|all-conformance|all-conformance-ci]
+                [--mode M ...] [--kube-proxy iptables|nftables ...] [--focus REGEX] [--procs N]
+                [--out DIR] [--family 4|6|dual] [--keep] [--list]
 
 The suite names the specs: ``conformance`` (the default) sig-network's ``[Conformance]`` specs,
-``netpol`` the NetworkPolicy specs (``[sig-network] Netpol``), ``all`` both; ``--focus`` replaces
-the suite's focus. Every mode by default, kube-proxy in iptables mode; prints the skip rules and
+``netpol`` the NetworkPolicy specs (``[sig-network] Netpol``), ``all`` both, ``all-conformance``
+every SIG's ``[Conformance]`` specs; ``--focus`` replaces the suite's focus. Every mode by
+default, kube-proxy in iptables mode; prints the skip rules and
 the specs each skips first, then per mode the passed / failed / skipped specs (each skip with its reason), and writes
 JUnit per mode plus ``summary.md`` into ``--out``. Exits non-zero when a spec failed, a spec was
 skipped without a rule or reason, or a mode did not run."""

@@ -21,6 +21,8 @@ from lab.kube.spec import KUBE_PROXY_MODES as _ALL_PROXY_MODES
 from lab.topology import DEFAULT_TOPOLOGY
 
 DEFAULT_FOCUS = r"\[sig-network\].*\[Conformance\]"
+# Every SIG's Conformance specs (424 at v1.34.4): what a certified cluster passes.
+ALL_CONFORMANCE_FOCUS = r"\[Conformance\]"
 # Every NetworkPolicy spec of e2e v1.34.4 is under "[sig-network] Netpol" (test/e2e/network/netpol:
 # 48 enforcement specs, 2 API ones); the older "NetworkPolicyLegacy" specs are gone from this binary.
 NETPOL_FOCUS = r"\[sig-network\] Netpol\b"
@@ -63,12 +65,38 @@ NETPOL_CI_SPECS = (
 )
 NETPOL_CI_FOCUS = r"\[sig-network\] Netpol (" + "|".join(literal(s) for s in NETPOL_CI_SPECS) + ")"
 
+# One [Conformance] spec outside sig-network per image the all-conformance suite adds, and the two
+# kinds of webhook the API server calls (each by its full name): the all-conformance-ci suite.
+ALL_CONFORMANCE_CI_SPECS = (
+    # httpd 2.4.38-4: readiness on /index.html, which the spec moves away and back
+    ("[sig-apps] StatefulSet Basic StatefulSet functionality [StatefulSetBasic] Burst scaling should run to "
+     "completion even with unhealthy pods [Slow] [Conformance]"),
+    # httpd 2.4.38-4 replaced by agnhost
+    "[sig-apps] Deployment RollingUpdateDeployment should delete old pods and create new ones [Conformance]",
+    # nonewprivs: setuid nnp under no_new_privs
+    ("[sig-node] Security Context when creating containers with AllowPrivilegeEscalation should not allow "
+     "privilege escalation when false [LinuxOnly] [NodeConformance] [Conformance]"),
+    # nautilus: data.json through the Pod proxy
+    "[sig-cli] Kubectl client Update Demo should create and stop a replication controller [Conformance]",
+    # httpd through kubectl run
+    "[sig-cli] Kubectl client Kubectl run pod should create a pod from an image when restart is Never [Conformance]",
+    # the API server calls an admission webhook's and a conversion webhook's endpoints
+    "[sig-api-machinery] AdmissionWebhook [Privileged:ClusterAdmin] should mutate configmap [Conformance]",
+    ("[sig-api-machinery] CustomResourceConversionWebhook [Privileged:ClusterAdmin] should be able to convert from "
+     "CR v1 to CR v2 [Conformance]"),
+)
+ALL_CONFORMANCE_CI_FOCUS = "|".join(literal(s) for s in ALL_CONFORMANCE_CI_SPECS)
+
 SUITES = (
     Suite("conformance", DEFAULT_FOCUS, "sig-network's Conformance specs"),
     Suite("netpol", NETPOL_FOCUS, "sig-network's NetworkPolicy specs"),
     Suite("netpol-ci", NETPOL_CI_FOCUS, "7 of them, one per part of the API"),
     Suite("all", f"{DEFAULT_FOCUS}|{NETPOL_FOCUS}", "conformance and netpol"),
-    Suite("ci", f"{DEFAULT_FOCUS}|{NETPOL_CI_FOCUS}", "conformance and netpol-ci, on one cluster (what CI runs)"),
+    Suite("ci", f"{DEFAULT_FOCUS}|{NETPOL_CI_FOCUS}|{ALL_CONFORMANCE_CI_FOCUS}",
+          "conformance, netpol-ci and all-conformance-ci, on one cluster (what CI runs)"),
+    Suite("all-conformance", ALL_CONFORMANCE_FOCUS, "every SIG's Conformance specs, not only sig-network's"),
+    Suite("all-conformance-ci", ALL_CONFORMANCE_CI_FOCUS,
+          "7 of them: one per image all-conformance adds, and the API server's webhooks"),
 )
 SUITE_NAMES = tuple(s.name for s in SUITES)
 DEFAULT_SUITE = SUITES[0]
@@ -162,6 +190,17 @@ SCTP = SkipRule(
     "EPROTONOSUPPORT)")
 
 
+# The one [Conformance] spec outside sig-network that cannot run here (e2e v1.34.4's
+# test/e2e/apimachinery/aggregator.go): it deploys e2e's sample-apiserver with an etcd sidecar and
+# registers it as an APIService, which the API server then proxies to with its front-proxy client
+# certificate.
+AGGREGATOR = SkipRule(
+    "aggregator", r"\[sig-api-machinery\] Aggregator ",
+    "needs e2e's sample-apiserver:1.29.2 and etcd:3.6.4-0 images, which are not made here (no registry, and "
+    "lab.kube.e2eimages does not build k8s.io/sample-apiserver), and an API server started with a front-proxy "
+    "client certificate (--proxy-client-cert-file, --requestheader-*), which the lab's is not")
+
+
 def kernel_has_sctp() -> bool:
     """Whether this kernel opens SCTP sockets (the lab's Nodes share it)."""
     import socket
@@ -174,8 +213,10 @@ def kernel_has_sctp() -> bool:
 
 
 def skip_rules(sctp: bool) -> tuple[SkipRule, ...]:
-    """The rules that hold on this machine: ``sctp`` is whether the kernel has SCTP sockets."""
-    return (DISRUPTIVE, LOAD_BALANCER) + (() if sctp else (SCTP,))
+    """The rules that hold on this machine: ``sctp`` is whether the kernel has SCTP sockets. Each
+    rule skips only specs of its kind, so every suite takes them all (a rule that skips none of a
+    suite's specs says so in :func:`describe`)."""
+    return (DISRUPTIVE, LOAD_BALANCER) + (() if sctp else (SCTP,)) + (AGGREGATOR,)
 
 
 def ginkgo_args(focus: str, rules: Sequence[SkipRule]) -> list[str]:

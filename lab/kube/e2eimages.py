@@ -1,19 +1,28 @@
 """The images Kubernetes' e2e tests run, made on this machine (no registry is reachable), under the
 exact names and tags e2e v1.34.4 asks for (``test/utils/image/manifest.go``); what the
-``[sig-network] ... [Conformance]`` specs pull, with everything those Pods run inside them:
+``[Conformance]`` specs pull (every SIG's, not only sig-network's), with everything those Pods run
+inside them:
 
 | image | made of | used by |
 |---|---|---|
-| ``e2e-test-images/agnhost:2.56`` | Debian root file system (dig, curl, nc, ss, ip, ping, bash, getent) + the agnhost binary, ``/coredns``, porter's TLS pair | almost every spec: servers (netexec, porter, serve-hostname), exec clients (curl, nc), DNS probes (dig) |
+| ``e2e-test-images/agnhost:2.56`` | Debian root file system (dig, curl, nc, ss, ip, ping, bash, getent) + the agnhost binary, ``/coredns``, porter's TLS pair | almost every spec: servers (netexec, porter, serve-hostname, webhook, crd-conversion-webhook), exec clients (curl, nc), DNS probes (dig), mounttest |
 | ``e2e-test-images/jessie-dnsutils:1.7`` | the same Debian root file system (+ ``/coredns``) | the DNS specs' second prober (dig, getent) |
-| ``e2e-test-images/nginx:1.14-4`` | the same, ``nginx -g 'daemon off;'`` (Debian's nginx-light) | EndpointSlice specs (Pods that only have to run) |
+| ``e2e-test-images/nginx:1.14-4``, ``nginx:1.15-4`` | the same, ``nginx -g 'daemon off;'`` (Debian's nginx-light) | EndpointSlice, garbage collector, Pods, RC specs (Pods that only have to run) |
+| ``e2e-test-images/httpd:2.4.38-4``, ``httpd:2.4.39-4`` | the same + Apache (Debian's apache2-bin) laid out as upstream's (``/usr/local/apache2/{conf,htdocs,logs}``, ``bin/httpd``), serving upstream's ``index.html`` ("It works!") on port 80 | Deployment, StatefulSet (readiness on ``/index.html``, which the specs ``mv`` away and back), DaemonSet, kubectl specs; 2.4.39-4 is the "new" image of rolling updates |
+| ``e2e-test-images/nautilus:1.7``, ``kitten:1.7`` | agnhost's image + ``/data.json`` and the picture from the module's ``test/images/<name>/html``, ``agnhost test-webserver`` | kubectl's Update Demo (reads ``data.json`` through the Pod proxy) |
+| ``e2e-test-images/nonewprivs:1.3`` | busybox + ``/usr/local/bin/nnp`` (``test/images/nonewprivs``, setuid root) | Security Context's AllowPrivilegeEscalation specs ("Effective uid: N") |
+| ``e2e-test-images/nonroot:1.4`` | busybox, ``User 1234`` | Security Context's runAsNonRoot specs |
 | ``e2e-test-images/busybox:1.37.0-1`` | busybox-static with every applet | the framework's default test image (``e2epod.GetDefaultTestImage``) |
-| ``registry.k8s.io/pause:3.10.1`` | agnhost alone, ``agnhost pause`` (a pause that ends on SIGTERM) | the Service latency spec's Deployment |
+| ``registry.k8s.io/pause:3.10.1`` | agnhost alone, ``agnhost pause`` (a pause that ends on SIGTERM) | scheduling, quota, namespace, Service latency specs |
+
+Not made: ``e2e-test-images/sample-apiserver:1.29.2`` and ``etcd:3.6.4-0``, the Aggregator spec's
+(:data:`lab.conformance.plan.AGGREGATOR` skips it and says why).
 
 Upstream agnhost is Alpine with bind-tools, curl, netcat-openbsd, iproute2 and bash
-(``test/images/agnhost/Dockerfile``); jessie-dnsutils is Debian with dnsutils.  Here every
-Debian-based image shares one root file system (``mmdebstrap``, as ``tools/build-image.sh`` makes
-Ferry's, cached by the same key scheme under ``/var/cache/ferry/image``), so a Node stores it once.
+(``test/images/agnhost/Dockerfile``); jessie-dnsutils is Debian with dnsutils; httpd is Alpine's
+Apache 2.4.  Here every Debian-based image shares one root file system (``mmdebstrap``, as
+``tools/build-image.sh`` makes Ferry's, cached by the same key scheme under
+``/var/cache/ferry/image``), so a Node stores it once; so are agnhost's and busybox's layers.
 
 :func:`build` writes one OCI archive holding all of them (``ctr images import`` imports every
 name), cached under ``/var/cache/ferry/e2e-images`` by its inputs; importing it after the lab's
@@ -29,7 +38,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from lab import tools
 from lab.kube import ociimage
@@ -38,17 +47,27 @@ E2E_REGISTRY = "registry.k8s.io/e2e-test-images"
 AGNHOST = f"{E2E_REGISTRY}/agnhost:2.56"
 JESSIE_DNSUTILS = f"{E2E_REGISTRY}/jessie-dnsutils:1.7"
 NGINX = f"{E2E_REGISTRY}/nginx:1.14-4"
+NGINX_NEW = f"{E2E_REGISTRY}/nginx:1.15-4"
+HTTPD = f"{E2E_REGISTRY}/httpd:2.4.38-4"
+HTTPD_NEW = f"{E2E_REGISTRY}/httpd:2.4.39-4"
+NAUTILUS = f"{E2E_REGISTRY}/nautilus:1.7"
+KITTEN = f"{E2E_REGISTRY}/kitten:1.7"
+NONEWPRIVS = f"{E2E_REGISTRY}/nonewprivs:1.3"
+NONROOT = f"{E2E_REGISTRY}/nonroot:1.4"
 BUSYBOX = f"{E2E_REGISTRY}/busybox:1.37.0-1"
 PAUSE = "registry.k8s.io/pause:3.10.1"
-NAMES = (AGNHOST, JESSIE_DNSUTILS, NGINX, BUSYBOX, PAUSE)
+NAMES = (AGNHOST, JESSIE_DNSUTILS, NGINX, NGINX_NEW, HTTPD, HTTPD_NEW, NAUTILUS, KITTEN, NONEWPRIVS, NONROOT,
+         BUSYBOX, PAUSE)
+NONROOT_USER = "1234"  # upstream's Dockerfile: USER 1234
 
 DEBIAN_SUITE = "bookworm"
-# dig/nslookup, curl, nc (OpenBSD's, as upstream's), ss/ip, ping, nginx; bash, coreutils, getent
-# come with the essential set.
-ROOTFS_PACKAGES = ("bind9-dnsutils", "curl", "iproute2", "iputils-ping", "netcat-openbsd", "nginx-light")
+# dig/nslookup, curl, nc (OpenBSD's, as upstream's), ss/ip, ping, nginx, Apache (the binary and its
+# modules, without Debian's configuration and service scripts: httpd_conf() is the configuration);
+# bash, coreutils, getent come with the essential set.
+ROOTFS_PACKAGES = ("apache2-bin", "bind9-dnsutils", "curl", "iproute2", "iputils-ping", "netcat-openbsd", "nginx-light")
 IMAGE_CACHE = os.environ.get("FERRY_IMAGE_CACHE", "/var/cache/ferry/image")
 E2E_CACHE = os.environ.get("FERRY_E2E_IMAGE_CACHE", "/var/cache/ferry/e2e-images")
-FORMAT = 1  # bump when the images' make-up changes: the cached archive is keyed by it
+FORMAT = 2  # bump when the images' make-up changes: the cached archive is keyed by it
 Log = Callable[[str], None]
 
 
@@ -69,6 +88,8 @@ class Parts:
     porter_key: str
     busybox: str  # busybox-static
     applets: Sequence[str]  # what ``busybox --list`` names
+    nnp: str  # nonewprivs' static binary (tools/build-go-tools.sh kube-e2e-images)
+    images_src: str  # the module's test/images: httpd/index.html, nautilus/html, kitten/html
 
 
 def agnhost_layer(p: Parts) -> tuple[ociimage.ImageSpec, tuple[str, ...]]:
@@ -85,14 +106,91 @@ def busybox_layer(p: Parts) -> ociimage.ImageSpec:
                               symlinks={f"bin/{a}": "busybox" for a in p.applets if a != "busybox"})
 
 
-def images(rootfs: str, agnhost: str, busybox: str) -> list[ociimage.LayeredImage]:
-    """The images from their layer files (pure)."""
+APACHE_ROOT = "usr/local/apache2"  # upstream httpd's ServerRoot: the StatefulSet specs mv its htdocs/index.html
+APACHE_MODULES = ("mpm_event", "authz_core", "dir")  # what Debian's apache2 does not compile in and httpd_conf needs
+
+
+def httpd_conf() -> str:
+    """Apache's whole configuration (pure): upstream's defaults that the specs see (port 80, the
+    document root ``/usr/local/apache2/htdocs``, ``index.html``), logs to the container's stdout and
+    stderr as upstream's image does, children as www-data."""
+    loads = "".join(f"LoadModule {m}_module /usr/lib/apache2/modules/mod_{m}.so\n" for m in APACHE_MODULES)
+    return (f"ServerRoot /{APACHE_ROOT}\n{loads}ServerName localhost\nListen 80\nUser www-data\nGroup www-data\n"
+            f"PidFile logs/httpd.pid\nDefaultRuntimeDir logs\nErrorLog /proc/self/fd/2\nLogLevel warn\n"
+            'LogFormat "%h %l %u %t \\"%r\\" %>s %b" common\nCustomLog /proc/self/fd/1 common\n'
+            f"DocumentRoot /{APACHE_ROOT}/htdocs\nDirectoryIndex index.html\n"
+            f"<Directory />\n    Require all denied\n</Directory>\n"
+            f"<Directory /{APACHE_ROOT}/htdocs>\n    Require all granted\n</Directory>\n")
+
+
+def httpd_layer(conf: str, index_html: str) -> tuple[ociimage.ImageSpec, tuple[str, ...]]:
+    """Upstream httpd's layout over the Debian root file system: ``conf/httpd.conf``,
+    ``htdocs/index.html``, ``logs/``, and ``bin/httpd`` (Debian's ``/usr/sbin/apache2``)."""
+    spec = ociimage.ImageSpec(name="", files={f"{APACHE_ROOT}/conf/httpd.conf": conf,
+                                              f"{APACHE_ROOT}/htdocs/index.html": index_html},
+                              symlinks={f"{APACHE_ROOT}/bin/httpd": "/usr/sbin/apache2"},
+                              modes={f"{APACHE_ROOT}/conf/httpd.conf": 0o644,
+                                     f"{APACHE_ROOT}/htdocs/index.html": 0o644})
+    return spec, (f"{APACHE_ROOT}/logs",)
+
+
+def picture_layer(html_dir: str) -> ociimage.ImageSpec:
+    """nautilus's or kitten's: the files of the module's ``test/images/<name>/html`` in ``/``,
+    where ``agnhost test-webserver`` serves them."""
+    names = sorted(os.listdir(html_dir))
+    return ociimage.ImageSpec(name="", files={n: os.path.join(html_dir, n) for n in names},
+                              modes=dict.fromkeys(names, 0o644))
+
+
+def nnp_layer(nnp: str) -> ociimage.ImageSpec:
+    """``/usr/local/bin/nnp``, setuid root as upstream's ``chmod +s``: it prints its effective uid,
+    0 unless no_new_privs (allowPrivilegeEscalation: false) kept the Pod's."""
+    return ociimage.ImageSpec(name="", files={"usr/local/bin/nnp": nnp}, modes={"usr/local/bin/nnp": 0o6755})
+
+
+@dataclass(frozen=True)
+class Layers:
+    """The layer files the images are made of (tar files on disk)."""
+
+    rootfs: str
+    agnhost: str
+    busybox: str
+    httpd: str
+    nautilus: str
+    kitten: str
+    nnp: str
+
+
+def layer_names() -> Layers:
+    """Each layer as its own name: what :func:`images` makes of them, without files."""
+    return Layers(*(f.name for f in fields(Layers)))
+
+
+def images(layers: Layers) -> list[ociimage.LayeredImage]:
+    """The images from their layer files (pure), in :data:`NAMES`' order."""
+    r, a, b = layers.rootfs, layers.agnhost, layers.busybox
+    nginx = ("nginx", "-g", "daemon off;")
+    httpd_env = (f"PATH=/{APACHE_ROOT}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+    httpd = ("httpd", "-f", f"/{APACHE_ROOT}/conf/httpd.conf", "-DFOREGROUND")
+
+    def httpd_image(name: str) -> ociimage.LayeredImage:
+        version = name.rpartition(":")[2]
+        return ociimage.LayeredImage(name, (r, layers.httpd), cmd=httpd, env=(*httpd_env, f"HTTPD_VERSION={version}"),
+                                     workdir=f"/{APACHE_ROOT}")
+
     return [
-        ociimage.LayeredImage(AGNHOST, (rootfs, agnhost), entrypoint=("/agnhost",), cmd=("pause",)),
-        ociimage.LayeredImage(JESSIE_DNSUTILS, (rootfs, agnhost), cmd=("/bin/sh",)),
-        ociimage.LayeredImage(NGINX, (rootfs,), cmd=("nginx", "-g", "daemon off;")),
-        ociimage.LayeredImage(BUSYBOX, (busybox,), cmd=("sh",), env=("PATH=/bin",)),
-        ociimage.LayeredImage(PAUSE, (agnhost,), entrypoint=("/agnhost", "pause")),
+        ociimage.LayeredImage(AGNHOST, (r, a), entrypoint=("/agnhost",), cmd=("pause",)),
+        ociimage.LayeredImage(JESSIE_DNSUTILS, (r, a), cmd=("/bin/sh",)),
+        ociimage.LayeredImage(NGINX, (r,), cmd=nginx),
+        ociimage.LayeredImage(NGINX_NEW, (r,), cmd=nginx),
+        httpd_image(HTTPD),
+        httpd_image(HTTPD_NEW),
+        ociimage.LayeredImage(NAUTILUS, (r, a, layers.nautilus), entrypoint=("/agnhost",), cmd=("test-webserver",)),
+        ociimage.LayeredImage(KITTEN, (r, a, layers.kitten), entrypoint=("/agnhost",), cmd=("test-webserver",)),
+        ociimage.LayeredImage(NONEWPRIVS, (b, layers.nnp), cmd=("nnp",), env=("PATH=/usr/local/bin:/bin",)),
+        ociimage.LayeredImage(NONROOT, (b,), cmd=("sh",), env=("PATH=/bin",), user=NONROOT_USER),
+        ociimage.LayeredImage(BUSYBOX, (b,), cmd=("sh",), env=("PATH=/bin",)),
+        ociimage.LayeredImage(PAUSE, (a,), entrypoint=("/agnhost", "pause")),
     ]
 
 
@@ -105,10 +203,14 @@ def rootfs_key(packages: Sequence[str] = ROOTFS_PACKAGES, suite: str = DEBIAN_SU
 def inputs_key(p: Parts) -> str:
     """The cached archive's key: the files it is made of (path, size, mtime; Go builds live in
     directories keyed by their inputs), the applets, the image definitions and :data:`FORMAT`."""
-    files = [p.rootfs, p.agnhost, p.coredns, p.porter_crt, p.porter_key, p.busybox]
+    files = [p.rootfs, p.agnhost, p.coredns, p.porter_crt, p.porter_key, p.busybox, p.nnp,
+             os.path.join(p.images_src, "httpd", "index.html"),
+             *(os.path.join(p.images_src, n, "html", f) for n in ("nautilus", "kitten")
+               for f in sorted(os.listdir(os.path.join(p.images_src, n, "html"))))]
     stamp = [(os.path.realpath(f), os.path.getsize(f), int(os.path.getmtime(f))) for f in files]
-    defs = [(i.name, i.entrypoint, i.cmd, i.env, len(i.layers)) for i in images("r", "a", "b")]
-    doc = json.dumps({"files": stamp, "applets": list(p.applets), "images": defs, "format": FORMAT})
+    defs = [(i.name, i.entrypoint, i.cmd, i.env, i.workdir, i.user, i.layers) for i in images(layer_names())]
+    doc = json.dumps({"files": stamp, "applets": list(p.applets), "images": defs, "httpd": httpd_conf(),
+                      "format": FORMAT})
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
 
 
@@ -159,13 +261,15 @@ def busybox_applets(busybox: str = ociimage.BUSYBOX) -> list[str]:
 
 
 def parts(log: Log) -> Parts:
-    for name in ("agnhost", "coredns"):
+    for name in ("agnhost", "coredns", "nnp"):
         if not os.access(tools.tool(name), os.X_OK):
-            raise ImageBuildError(f"{tools.tool(name)} missing: run `tools/build-go-tools.sh kube-e2e coredns`")
-    porter = os.path.join(kubernetes_module_dir(), "test", "images", "agnhost", "porter")
+            raise ImageBuildError(f"{tools.tool(name)} missing: run "
+                                  "`tools/build-go-tools.sh kube-e2e kube-e2e-images coredns`")
+    src = os.path.join(kubernetes_module_dir(), "test", "images")
+    porter = os.path.join(src, "agnhost", "porter")
     return Parts(rootfs=ensure_rootfs(log), agnhost=tools.tool("agnhost"), coredns=tools.tool("coredns"),
                  porter_crt=os.path.join(porter, "localhost.crt"), porter_key=os.path.join(porter, "localhost.key"),
-                 busybox=ociimage.BUSYBOX, applets=busybox_applets())
+                 busybox=ociimage.BUSYBOX, applets=busybox_applets(), nnp=tools.tool("nnp"), images_src=src)
 
 
 def build(log: Log, cache: str = E2E_CACHE) -> str:
@@ -177,12 +281,23 @@ def build(log: Log, cache: str = E2E_CACHE) -> str:
     if os.path.exists(path):
         return path
     os.makedirs(cache, exist_ok=True)
-    log("writing the e2e images archive (agnhost, jessie-dnsutils, nginx, busybox, pause)")
+    log(f"writing the e2e images archive ({', '.join(n.rpartition('/')[2] for n in NAMES)})")
     with tempfile.TemporaryDirectory(dir=cache, prefix=".layers-") as tmp:
+        def layer(spec: ociimage.ImageSpec, name: str, dirs: Sequence[str] = ()) -> str:
+            return ociimage.write_layer(spec, os.path.join(tmp, f"{name}.tar"), dirs)
+
+        conf = os.path.join(tmp, "httpd.conf")
+        with open(conf, "w", encoding="utf-8") as f:
+            f.write(httpd_conf())
         spec, dirs = agnhost_layer(p)
-        agnhost = ociimage.write_layer(spec, os.path.join(tmp, "agnhost.tar"), dirs)
-        busybox = ociimage.write_layer(busybox_layer(p), os.path.join(tmp, "busybox.tar"))
-        ociimage.write_layered_archive(images(p.rootfs, agnhost, busybox), path)
+        hspec, hdirs = httpd_layer(conf, os.path.join(p.images_src, "httpd", "index.html"))
+        layers = Layers(rootfs=p.rootfs, agnhost=layer(spec, "agnhost", dirs),
+                        busybox=layer(busybox_layer(p), "busybox"),
+                        httpd=layer(hspec, "httpd", hdirs),
+                        nautilus=layer(picture_layer(os.path.join(p.images_src, "nautilus", "html")), "nautilus"),
+                        kitten=layer(picture_layer(os.path.join(p.images_src, "kitten", "html")), "kitten"),
+                        nnp=layer(nnp_layer(p.nnp), "nnp"))
+        ociimage.write_layered_archive(images(layers), path)
     for old in os.listdir(cache):
         if old.startswith("e2e-images-") and old.endswith(".tar") and old != os.path.basename(path):
             os.unlink(os.path.join(cache, old))

@@ -36,6 +36,7 @@ class ImageSpec:
     entrypoint: Sequence[str] = ()
     cmd: Sequence[str] = ()
     env: Sequence[str] = ("PATH=/bin:/usr/bin:/sbin:/usr/sbin",)
+    modes: Mapping[str, int] = field(default_factory=dict)  # a file's mode when not 0o755 (e.g. setuid)
 
 
 def busybox_image(name: str, cmd: Sequence[str] = ("sh",)) -> ImageSpec:
@@ -56,7 +57,7 @@ def _layer(spec: ImageSpec) -> bytes:
             with open(spec.files[path], "rb") as f:
                 data = f.read()
             info = tarfile.TarInfo(path)
-            info.size, info.mode, info.mtime = len(data), 0o755, 0
+            info.size, info.mode, info.mtime = len(data), spec.modes.get(path, 0o755), 0
             tar.addfile(info, io.BytesIO(data))
         for path in sorted(spec.symlinks):
             info = tarfile.TarInfo(path)
@@ -132,6 +133,7 @@ class LayeredImage:
     cmd: Sequence[str] = ()
     env: Sequence[str] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
     workdir: str = ""
+    user: str = ""  # the config's User (a uid, or uid:gid); empty: root
 
 
 def write_layer(spec: ImageSpec, path: str, dirs: Sequence[str] = ()) -> str:
@@ -146,7 +148,7 @@ def write_layer(spec: ImageSpec, path: str, dirs: Sequence[str] = ()) -> str:
             tar.addfile(info)
         for p in sorted(spec.files):
             info = tarfile.TarInfo(p)
-            info.size, info.mode, info.mtime = os.path.getsize(spec.files[p]), 0o755, 0
+            info.size, info.mode, info.mtime = os.path.getsize(spec.files[p]), spec.modes.get(p, 0o755), 0
             with open(spec.files[p], "rb") as f:
                 tar.addfile(info, f)
         for p in sorted(spec.symlinks):
@@ -184,7 +186,8 @@ def layered_index(images: Sequence[LayeredImage], digests: Mapping[str, str]
         layer_files.update(zip(ids, im.layers))
         config: dict = {"architecture": "amd64", "os": "linux", "config": {"Env": list(im.env)},
                         "rootfs": {"type": "layers", "diff_ids": ids}}
-        for key, value in (("Entrypoint", list(im.entrypoint)), ("Cmd", list(im.cmd)), ("WorkingDir", im.workdir)):
+        for key, value in (("Entrypoint", list(im.entrypoint)), ("Cmd", list(im.cmd)), ("WorkingDir", im.workdir),
+                           ("User", im.user)):
             if value:
                 config["config"][key] = value
         config_digest, config_bytes = _blob(json.dumps(config, sort_keys=True).encode())

@@ -228,6 +228,11 @@ def plan(lab: str, lab_dir: str, topo: Topology, spec: KubeSpec, tools_dir: str)
         f"--kubelet-client-key={p('apiserver-kubelet-client.key')}",
         f"--kubelet-certificate-authority={p('ca.crt')}",
         "--kubelet-preferred-address-types=InternalIP", "--profiling=false",
+        # Admission and conversion webhooks (and aggregated APIs) are Services: the API server dials
+        # one of their endpoints' Pod IPs, which its host (the external one) routes to, instead of
+        # the ClusterIP, which only a host running kube-proxy can (upstream's advice for an API
+        # server without kube-proxy).
+        "--enable-aggregator-routing=true",
     ), ext, os.path.join(logs, "kube-apiserver.log"))
     kcm = Process("kube-controller-manager", (
         tool("kube-controller-manager"), f"--kubeconfig={kc('controller-manager')}",

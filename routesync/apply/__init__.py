@@ -13,11 +13,13 @@ only the difference.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from typing import TYPE_CHECKING
 
 from cni.pipeline.modes import NETDEV, PATH_TUNNEL
 from cni.pipeline.tables import (
+    DENIED_LOG_METER,
     EXT_CONTAINER_ID,
     EXT_IFNAME,
     EXT_IPS,
@@ -33,7 +35,7 @@ from cni.pipeline.tables import (
 )
 from routesync.apply.nexthops import NextHops
 from routesync.apply.nft import NftApplier
-from routesync.apply.ovs import OvsApplier
+from routesync.apply.ovs import OvsApplier, OvsError
 from routesync.apply.pods import NetnsGone, PodMtuApplier, PodSyncReport
 from routesync.apply.routes import RouteApplier
 from routesync.apply.tnlneigh import TunnelNeighbors, tunnel_endpoints
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from routesync.wireguard.device import WireGuardDevice
     from routesync.wireguard.model import WgSpec
 
+LOG = logging.getLogger(__name__)
 TNL_RETRY_INTERVAL = 1.0  # s between retries of unresolved tunnel next hops (each an ARP/ND probe)
 
 __all__ = [
@@ -83,6 +86,7 @@ class NodeAppliers:
         self._uplink: UplinkSpec | None = None
         self._gateway_mac: str | None = None
         self._gateway_ofport: int | None = None
+        self._meter_error = ""  # the denied log's meter could not be made: why (logged once)
         from concurrent.futures import ThreadPoolExecutor
 
         self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ferry-apply")
@@ -191,6 +195,7 @@ class NodeAppliers:
     def prepare(self, config: Config, tunnel: TunnelSpec | None, uplink: UplinkSpec | None,
                 gateway_addresses: tuple[str, ...]) -> LocalFacts:
         self.ovs.ensure_bridge(config.datapath_type)
+        meter = config.network_policy and config.denied_log.enabled and self._denied_log_meter(config)
         gw_ofport, gw_mac = self.ovs.ensure_gateway(GATEWAY_PORT)
         self._gateway_mac = gw_mac
         self._gateway_ofport = gw_ofport
@@ -215,7 +220,22 @@ class NodeAppliers:
             uplink_name=name,
             uplink_addresses=tuple(sorted(self.routes.addresses(name))) if info else (),
             transport_mtu=moved_mtu or (info[1] if info else 1500), uplink_mac=info[0] if info else None,
-            uplink_ofport=uplink_ofport, uplink_host_ofport=host_ofport)
+            uplink_ofport=uplink_ofport, uplink_host_ofport=host_ofport, denied_log_meter=meter)
+
+    def _denied_log_meter(self, config: Config) -> bool:
+        """The denied log's meter made (before any flow uses it); a switch that cannot (a kernel
+        datapath without meters) is logged once, and the log is off (no flow sends packets up)."""
+        try:
+            self.ovs.ensure_meter(DENIED_LOG_METER, *config.denied_log.meter)
+        except OvsError as e:
+            if str(e) != self._meter_error:
+                LOG.warning("NetworkPolicy's denied log off: %s", e)
+                self._meter_error = str(e)
+            return False
+        if self._meter_error:
+            LOG.info("NetworkPolicy's denied log on: meter %d made", DENIED_LOG_METER)
+            self._meter_error = ""
+        return True
 
     def _restore_uplink(self, config: Config) -> None:
         """A move recorded by an earlier run but no longer wanted is undone."""

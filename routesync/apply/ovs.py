@@ -298,6 +298,7 @@ class OvsApplier:
         # the flow list the last sync installed and its groups (the next delta starts from it)
         self._last: tuple[list[Flow], dict[int, tuple[Flow, ...]]] | None = None
         self.native_bundles = self.ofctl_bundles = 0  # how bundles went (tests, metrics)
+        self._meters: dict[int, tuple[int | None, int, int]] = {}  # id -> (vswitchd instance, rate, burst) made
 
     # -- connection
     @property
@@ -539,6 +540,37 @@ class OvsApplier:
                 done += 1
         LOG.info("per-Pod flows replayed for %d Pods", done)
         return done
+
+    def ensure_meter(self, meter_id: int, packets_per_second: int, burst: int) -> None:
+        """OpenFlow meter ``meter_id`` as given (added, or modified when it is there: a flow using
+        it keeps it), over the persistent session (opened again once when ovs-vswitchd restarted).
+        Once per ovs-vswitchd instance and value (meters are not in the database: a restart loses them)."""
+        from cni.ovs.openflow import codec
+        from cni.ovs.openflow.session import ConnectionLost
+
+        made = (self.vswitchd_instance(), packets_per_second, burst)
+        if made[0] is not None and self._meters.get(meter_id) == made:
+            return
+
+        def send(command: int) -> None:
+            msg = [codec.meter_mod(meter_id, packets_per_second, burst, 0, command)]
+            try:
+                self.session.transact(msg)
+            except ConnectionLost:
+                self.session.close()
+                self.session.transact(msg)
+
+        try:
+            try:
+                send(codec.OFPMC_ADD)
+            except codec.SwitchRefused as e:
+                if (e.etype, e.code) != (codec.OFPET_METER_MOD_FAILED, codec.OFPMMFC_METER_EXISTS):
+                    raise
+                send(codec.OFPMC_MODIFY)
+        except OpenFlowError as e:
+            raise OvsError(f"meter {meter_id} on {self.bridge} ({packets_per_second} packets/s, burst {burst}): {e}"
+                           " (networkPolicyDeniedLog: {enabled: false} does without it)") from None
+        self._meters[meter_id] = made
 
     # -- flows
     def _ofctl(self, command: str, *opts: str, extra: tuple[str, ...] = (),

@@ -18,7 +18,9 @@ Named ports resolve per Pod: on the Pods the rule applies to (ingress) or on the
 a named port never matches an ``ipBlock`` peer.
 
 A Pod that some policy isolates in a direction gets a drop in that direction's Default table
-(what no rule allowed); the Node's own addresses may always reach its Pods (kubelet probes);
+(what no rule allowed), and with the denied log on (``NodeFacts.denied_log``) one above it for
+its new connections that also sends their first packet up to route-sync, metered
+(:mod:`.deniedlog`); the Node's own addresses may always reach its Pods (kubelet probes);
 egress to the Service CIDRs is judged after the host's DNAT, when the packet comes back into
 OVS with the backend's address.
 
@@ -40,9 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cni.pipeline import match as m
-from cni.pipeline.actions import DROP, Conjunction, goto
+from cni.pipeline.actions import DROP, Conjunction, Controller, goto
 from cni.pipeline.match import IP, IPV6
 from cni.pipeline.tables import (
+    DENIED_LOG_METER,
     Cookie,
     EgressDefault,
     EgressRule,
@@ -53,11 +56,12 @@ from cni.pipeline.tables import (
     policy_cookie,
 )
 
-from . import ranges
+from . import deniedlog, ranges
 from . import selector as sel
 from .model import Peer, Pod, Policy, Rule
 
-INGRESS, EGRESS = "ingress", "egress"
+INGRESS, EGRESS = deniedlog.INGRESS, deniedlog.EGRESS
+DENIED_LOG_MAX_LEN = 128  # bytes of a denied packet sent up: Ethernet, IPv6 (with an extension header), ports
 
 _PROTOS = {("TCP", 4): m.TCP, ("UDP", 4): m.UDP, ("SCTP", 4): m.SCTP,
            ("TCP", 6): m.TCP6, ("UDP", 6): m.UDP6, ("SCTP", 6): m.SCTP6}
@@ -78,6 +82,7 @@ class NodeFacts:
     node: str
     host_addresses: tuple[str, ...] = ()  # the gateway's addresses: what the Node's own traffic comes from
     service_cidrs: tuple[str, ...] = ()
+    denied_log: bool = False  # isolation also sends each new connection's first packet up (routesync.policy.deniedlog)
     pod_cidrs: tuple[str, ...] = ()  # the Node's own Pod CIDRs (none in networkPolicyOnly): its Pods' addresses
 
 
@@ -409,6 +414,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
     iso: dict[str, list[bool]] = {p.key: [False, False] for p in local}
     remote_isolated: dict[str, Pod] = {}  # remote Pods isolated for egress, judged here too
     local_ips = {ip for p in local for ip in p.ips}  # a remote Pod that holds one (a stale record) is not judged here
+    isolated_by: dict[tuple[str, str], list[str]] = defaultdict(list)  # (Pod, direction) -> policies (denied log)
     for policy in sorted(inputs.policies, key=lambda p: p.key):
         if policy.errors:
             out.errors += [f"{policy.key}: {e}" for e in policy.errors]
@@ -427,6 +433,9 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
             out.policies_of.setdefault(p.key, []).append(policy.key)
             iso[p.key][0] |= policy.isolates_ingress
             iso[p.key][1] |= policy.isolates_egress
+            for direction, on in ((INGRESS, policy.isolates_ingress), (EGRESS, policy.isolates_egress)):
+                if on:
+                    isolated_by[(p.key, direction)].append(policy.key)
         for direction, rules, isolating in ((INGRESS, policy.ingress, policy.isolates_ingress),
                                             (EGRESS, policy.egress, policy.isolates_egress)):
             if not isolating:
@@ -445,6 +454,8 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
                 fl.address(Table.INGRESS_DEFAULT, IngressDefault.ISOLATED, ip, False, DROP)
             if egress:
                 fl.address(Table.EGRESS_DEFAULT, EgressDefault.ISOLATED, ip, True, DROP)
+        if facts.denied_log:
+            _denied_log_flows(fl, pod, isolated_by)
     for a in facts.host_addresses:
         fl.address(Table.INGRESS_RULE, IngressRule.HOST, str(ipaddress.ip_interface(a).ip), True,
                    (goto(Table.CONNTRACK_COMMIT),))
@@ -453,6 +464,23 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
                    (goto(Table.CONNTRACK_COMMIT),))
     out.flows = fl.flows()
     return out
+
+
+def _denied_log_flows(fl: _Flows, pod: Pod, isolating: Mapping[tuple[str, str], list[str]]) -> None:
+    """Above each isolation drop, its new connections' drop that also sends the first packet up to
+    route-sync (``controller()``, at most 128 bytes of it, through the denied log's meter), with
+    the Pod, the direction and the policies that isolate it in that direction
+    (:func:`deniedlog.userdata`)."""
+    new = m.ct_state(m.CT_NEW | m.CT_TRK)
+    for direction, table, rung in ((INGRESS, Table.INGRESS_DEFAULT, IngressDefault.ISOLATED_NEW),
+                                   (EGRESS, Table.EGRESS_DEFAULT, EgressDefault.ISOLATED_NEW)):
+        policies = isolating.get((pod.key, direction))
+        if not policies:
+            continue
+        up = (Controller(deniedlog.userdata(direction, pod.key, policies), DENIED_LOG_MAX_LEN, DENIED_LOG_METER),)
+        for ip in pod.ips:
+            match, text = fl.addresses.match(ip, direction == EGRESS)
+            fl.add(table, rung, (*match, new), up, f"{text},{new.text()}")
 
 
 REMOTE_ISOLATION_KEY = "|remote-egress-isolated|"  # the conjunction id of :func:`_remote_isolation`

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cni.ovs.openflow.ofctl import DumpedFlow
-from cni.pipeline.tables import Cookie, EgressDefault, IngressDefault, Owner, Table
+from cni.pipeline.tables import Cookie, EgressDefault, Owner, Table
 
 from .plan import EGRESS, INGRESS, Plan, RuleInfo
 
@@ -81,9 +81,9 @@ def denied(pods: dict[str, list[str]], flows: Iterable[DumpedFlow]) -> dict[tupl
             owner[str(ipaddress.ip_address(ip))] = key
     out: dict[tuple[str, str], int] = {}
     for f in flows:
-        if not (f.table == Table.INGRESS_DEFAULT and f.priority == IngressDefault.ISOLATED
-                or f.table == Table.EGRESS_DEFAULT and f.priority == EgressDefault.ISOLATED):
-            continue  # a remote Pod's isolation (EgressDefault.REMOTE_ISOLATED) names a local Pod as its destination
+        if (f.table not in (Table.INGRESS_DEFAULT, Table.EGRESS_DEFAULT)
+                or f.table == Table.EGRESS_DEFAULT and f.priority == EgressDefault.REMOTE_ISOLATED):
+            continue  # a remote Pod's isolation names a local Pod as its destination: not that Pod's drops
         for part in f.match.split(","):
             k, _, v = part.partition("=")
             if k in ("nw_dst", "ipv6_dst", "nw_src", "ipv6_src") and v in owner:

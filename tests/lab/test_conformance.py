@@ -79,12 +79,13 @@ def test_family_passes_through() -> None:
 
 def test_skip_rules_name_their_reason_and_sctp_follows_the_kernel() -> None:
     with_sctp, without = plan.skip_rules(sctp=True), plan.skip_rules(sctp=False)
-    assert [r.name for r in with_sctp] == ["disruptive", "load-balancer"]
-    assert [r.name for r in without] == ["disruptive", "load-balancer", "sctp"]
+    assert [r.name for r in with_sctp] == ["disruptive", "load-balancer", "aggregator"]
+    assert [r.name for r in without] == ["disruptive", "load-balancer", "sctp", "aggregator"]
     assert all(r.reason and re.compile(r.pattern) for r in without)
     assert plan.ginkgo_args(plan.DEFAULT_FOCUS, without) == [
         r"--ginkgo.focus=\[sig-network\].*\[Conformance\]", r"--ginkgo.skip=\[Disruptive\]",
-        "--ginkgo.skip=LoadBalancer", r"--ginkgo.skip=\[Feature:SCTPConnectivity\]|SCTP HostPort|SCTP service"]
+        "--ginkgo.skip=LoadBalancer", r"--ginkgo.skip=\[Feature:SCTPConnectivity\]|SCTP HostPort|SCTP service",
+        r"--ginkgo.skip=\[sig-api-machinery\] Aggregator "]
 
 
 # ---------------------------------------------------------------- suites
@@ -120,21 +121,85 @@ NEITHER = ("[sig-network] Services should work after restarting kube-proxy [Disr
            "ValidatingAdmissionPolicy API operations [Conformance]"))
 ALL_SPECS = [CONFORMANCE_SPEC, NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP, *NETPOL_SCTP, *OTHER_SCTP,
              *NEITHER]
+# [Conformance] specs of other SIGs (e2e v1.34.4), for the all-conformance suite: the one the
+# aggregator rule skips, one of NoExecuteTaintManager's two [Disruptive] ones, and some that run
+# (one [Serial]; one that only shares its words with the Aggregator's).
+AGGREGATOR_SPEC = ("[sig-api-machinery] Aggregator Should be able to support the 1.17 Sample API Server using the "
+                   "current Aggregator [Conformance]")
+TAINT_SPEC = ("[sig-node] NoExecuteTaintManager Single Pod [Serial] removing taint cancels eviction [Disruptive] "
+              "[Conformance]")
+OTHER_SIGS = (
+    "[sig-apps] Deployment deployment should support rollover [Conformance]",
+    ("[sig-node] Security Context when creating containers with AllowPrivilegeEscalation should not allow "
+     "privilege escalation when false [LinuxOnly] [NodeConformance] [Conformance]"),
+    "[sig-api-machinery] Namespaces [Serial] should patch a Namespace [Conformance]",
+    ("[sig-api-machinery] AdmissionWebhook [Privileged:ClusterAdmin] should include webhook resources in discovery "
+     "documents [Conformance]"),
+    "[sig-cli] Kubectl client Update Demo should scale a replication controller [Conformance]",
+)
 
 
 def test_suites_and_their_focus() -> None:
-    assert plan.SUITE_NAMES == ("conformance", "netpol", "netpol-ci", "all", "ci")
+    assert plan.SUITE_NAMES == ("conformance", "netpol", "netpol-ci", "all", "ci", "all-conformance",
+                                "all-conformance-ci")
     assert plan.DEFAULT_SUITE.name == "conformance" and plan.DEFAULT_SUITE.focus == plan.DEFAULT_FOCUS
     assert plan.suite("netpol").focus == r"\[sig-network\] Netpol\b"
-    with pytest.raises(KeyError, match="suites: conformance, netpol, netpol-ci, all, ci"):
+    with pytest.raises(KeyError, match="suites: conformance, netpol, netpol-ci, all, ci, all-conformance, "
+                                       "all-conformance-ci"):
         plan.suite("Netpol")
     netpol = (NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP, *NETPOL_SCTP)
     assert tuple(plan.focused(ALL_SPECS, plan.suite("netpol").focus)) == netpol
     assert plan.focused(ALL_SPECS, plan.suite("conformance").focus) == [CONFORMANCE_SPEC]
     assert tuple(plan.focused(ALL_SPECS, plan.suite("all").focus)) == (CONFORMANCE_SPEC, *netpol)
-    ci = plan.focused(ALL_SPECS, plan.suite("ci").focus)  # Conformance, and of Netpol only the CI subset
+    # Conformance, of Netpol only the CI subset, and of the other SIGs' Conformance specs the
+    # all-conformance-ci ones (their images and webhooks): one cluster in CI
+    specs = [*ALL_SPECS, *plan.ALL_CONFORMANCE_CI_SPECS, *OTHER_SIGS]
+    ci = plan.focused(specs, plan.suite("ci").focus)
     assert CONFORMANCE_SPEC in ci \
-        and set(ci) - {CONFORMANCE_SPEC} == set(plan.focused(ALL_SPECS, plan.suite("netpol-ci").focus))
+        and set(ci) - {CONFORMANCE_SPEC} == set(plan.focused(ALL_SPECS, plan.suite("netpol-ci").focus)) \
+        | set(plan.ALL_CONFORMANCE_CI_SPECS)
+
+
+def test_all_conformance_is_every_sigs_conformance_specs_and_each_skip_names_its_rule() -> None:
+    specs = [*ALL_SPECS, AGGREGATOR_SPEC, TAINT_SPEC, *OTHER_SIGS]
+    focus = plan.suite("all-conformance").focus
+    assert focus == r"\[Conformance\]"
+    conformance = [s for s in specs if s.endswith("[Conformance]")]
+    assert plan.focused(specs, focus) == conformance  # no Netpol spec, no spec without the tag
+    assert set(plan.focused(specs, plan.DEFAULT_FOCUS)) < set(conformance)  # sig-network's are a part
+    rules = plan.skip_rules(sctp=False)
+    sel = plan.select(specs, focus, rules)
+    assert sel.skipped == {"disruptive": (TAINT_SPEC,), "load-balancer": (), "sctp": (),
+                           "aggregator": (AGGREGATOR_SPEC,)}
+    assert sel.run == (CONFORMANCE_SPEC, NEITHER[1], *OTHER_SIGS)  # webhooks and [Serial] specs run
+    assert plan.rule_of(AGGREGATOR_SPEC, rules) is plan.AGGREGATOR
+    assert "sample-apiserver" in plan.AGGREGATOR.reason and "front-proxy" in plan.AGGREGATOR.reason
+    text = plan.describe(sel, rules, focus)
+    assert text.startswith(r"focus \[Conformance\]: 9 specs; skip rules:") and text.endswith("7 specs run per mode")
+    rule = plan.AGGREGATOR
+    assert f"  aggregator /{rule.pattern}/: {rule.reason}\n    skips 1:\n      {AGGREGATOR_SPEC}" in text
+
+
+def test_all_conformance_against_e2e_itself() -> None:
+    """Against e2e.test v1.34.4 (when built): 424 [Conformance] specs, 2 [Disruptive] and the
+    Aggregator's skipped, and the sig-network suite loses nothing to the new rule."""
+    from lab import tools
+
+    if not os.access(tools.tool("e2e.test"), os.X_OK):
+        pytest.skip("e2e.test not built (tools/build-go-tools.sh kube-e2e)")
+    cp = subprocess.run([tools.tool("e2e.test"), "--list-tests"], capture_output=True, text=True, check=True,
+                        timeout=300)
+    specs = plan.list_tests(cp.stdout)
+    rules = plan.skip_rules(sctp=False)
+    sel = plan.select(specs, plan.suite("all-conformance").focus, rules)
+    assert len(sel.run) + sum(map(len, sel.skipped.values())) == 424
+    assert {k: len(v) for k, v in sel.skipped.items()} == {"disruptive": 2, "load-balancer": 0, "sctp": 0,
+                                                          "aggregator": 1}
+    assert len(sel.run) == 421
+    assert plan.select(specs, plan.DEFAULT_FOCUS, rules).skipped["aggregator"] == ()
+    ci = plan.select(specs, plan.suite("all-conformance-ci").focus, rules)  # each spec once, none skipped
+    assert sorted(ci.run) == sorted(plan.ALL_CONFORMANCE_CI_SPECS) and not any(ci.skipped.values())
+    assert set(ci.run) <= set(sel.run)
 
 
 def test_sctp_rule_skips_what_needs_sctp_sockets_and_no_more() -> None:
@@ -199,7 +264,7 @@ def test_select_and_describe_every_rule_with_what_it_skips() -> None:
     rules = plan.skip_rules(sctp=False)
     sel = plan.select(SPECS, plan.DEFAULT_FOCUS, rules)
     assert sel.run == (SPECS[0], SPECS[1], SPECS[3])
-    assert sel.skipped == {"disruptive": (), "load-balancer": (SPECS[2],), "sctp": (SPECS[4],)}
+    assert sel.skipped == {"disruptive": (), "load-balancer": (SPECS[2],), "sctp": (SPECS[4],), "aggregator": ()}
     text = plan.describe(sel, rules, plan.DEFAULT_FOCUS)
     assert "5 specs; skip rules:" in text and "3 specs run per mode" in text
     assert "load-balancer /LoadBalancer/: needs a cloud's load balancer" in text
@@ -315,7 +380,55 @@ def test_image_names_are_the_ones_e2e_asks_for() -> None:
     names = {f"{registries[reg]}/{name}:{tag}"
              for reg, name, tag in re.findall(r'Config\{list\.(\w+), "([^"]+)", "([^"]+)"\}', src)}
     assert set(e2eimages.NAMES) <= names, set(e2eimages.NAMES) - names
-    assert [i.name for i in e2eimages.images("r", "a", "b")] == list(e2eimages.NAMES)
+    assert [i.name for i in e2eimages.images(e2eimages.layer_names())] == list(e2eimages.NAMES)
+
+
+def test_images_are_made_of_the_shared_layers_and_look_like_upstreams() -> None:
+    by = {i.name: i for i in e2eimages.images(e2eimages.layer_names())}
+    # every Debian-based image starts from the one root file system; agnhost's layer is shared too
+    assert {n for n, i in by.items() if i.layers[0] == "rootfs"} == {
+        e2eimages.AGNHOST, e2eimages.JESSIE_DNSUTILS, e2eimages.NGINX, e2eimages.NGINX_NEW, e2eimages.HTTPD,
+        e2eimages.HTTPD_NEW, e2eimages.NAUTILUS, e2eimages.KITTEN}
+    assert by[e2eimages.HTTPD].layers == by[e2eimages.HTTPD_NEW].layers == ("rootfs", "httpd")
+    assert by[e2eimages.HTTPD_NEW].env[-1] == "HTTPD_VERSION=2.4.39-4"
+    assert by[e2eimages.HTTPD].cmd[0] == "httpd"
+    assert by[e2eimages.HTTPD].env[0].startswith("PATH=/usr/local/apache2/bin:")
+    assert by[e2eimages.NAUTILUS].layers == ("rootfs", "agnhost", "nautilus")
+    assert by[e2eimages.NAUTILUS].entrypoint == ("/agnhost",) and by[e2eimages.NAUTILUS].cmd == ("test-webserver",)
+    assert by[e2eimages.NONEWPRIVS].layers == ("busybox", "nnp") and by[e2eimages.NONEWPRIVS].cmd == ("nnp",)
+    assert by[e2eimages.NONROOT].user == "1234" and all(i.user == "" for n, i in by.items() if n != e2eimages.NONROOT)
+
+
+def test_httpd_serves_from_where_the_statefulset_specs_move_index_html() -> None:
+    """test/e2e/apps/statefulset.go breaks and restores readiness with ``mv -v
+    /usr/local/apache2/htdocs/index.html /tmp/`` and back; the readiness probe GETs /index.html on 80."""
+    conf = e2eimages.httpd_conf()
+    lines = conf.splitlines()
+    assert "Listen 80" in lines and "DocumentRoot /usr/local/apache2/htdocs" in lines
+    assert "DirectoryIndex index.html" in lines
+    assert [ln.split()[1] for ln in lines if ln.startswith("LoadModule")] == [
+        f"{m}_module" for m in e2eimages.APACHE_MODULES]
+    assert "ErrorLog /proc/self/fd/2" in lines  # logs to the container's stderr, as upstream's image
+
+
+def test_nonewprivs_nnp_is_setuid_root_in_its_layer(tmp_path: Path) -> None:
+    nnp = tmp_path / "nnp"
+    nnp.write_bytes(b"\x7fELF nnp")
+    layer = ociimage.write_layer(e2eimages.nnp_layer(str(nnp)), str(tmp_path / "nnp.tar"))
+    with tarfile.open(layer) as tar:
+        m = tar.getmember("usr/local/bin/nnp")
+    assert (m.mode, m.uid, m.gid) == (0o6755, 0, 0)
+
+
+def test_nonroot_user_reaches_the_image_config(tmp_path: Path) -> None:
+    base = tmp_path / "b.tar"
+    with tarfile.open(base, "w"):
+        pass
+    out = ociimage.write_layered_archive([ociimage.LayeredImage("x/nonroot:1", (str(base),), user="1234"),
+                                          ociimage.LayeredImage("x/root:1", (str(base),))], str(tmp_path / "o.tar"))
+    files = _members(Path(out))
+    configs = [json.loads(v) for k, v in files.items() if k.startswith("blobs/") and b'"diff_ids"' in v]
+    assert sorted(c["config"].get("User", "") for c in configs) == ["", "1234"]
 
 
 def test_rootfs_key_is_build_image_sh_s() -> None:
@@ -386,6 +499,7 @@ class _FakeRun:
     (["--suite", "all"], f"{plan.DEFAULT_FOCUS}|{plan.NETPOL_FOCUS}", 6),
     (["--suite", "netpol-ci"], plan.NETPOL_CI_FOCUS, 2),
     (["--suite", "netpol", "--focus", "default-deny"], "default-deny", 1),
+    (["--suite", "all-conformance"], plan.ALL_CONFORMANCE_FOCUS, 2),
 ])
 def test_list_prints_the_suites_selection(monkeypatch: pytest.MonkeyPatch, argv: list[str], focus: str,
                                           runs: int) -> None:

@@ -47,12 +47,24 @@ def test_defaults_and_case_insensitive_mode() -> None:
     ({"macSource": "arp"}, "macSource"),
     ({"resyncSeconds": 0}, "resyncSeconds"),
     ({"nodeName": ""}, "nodeName"),
+    ({"networkPolicyDeniedLog": False}, "networkPolicyDeniedLog"),
+    ({"networkPolicyDeniedLog": {"rate": 0}}, "networkPolicyDeniedLog.rate"),
+    ({"networkPolicyDeniedLog": {"burst": "10"}}, "networkPolicyDeniedLog.burst"),
+    ({"networkPolicyDeniedLog": {"enabled": "no"}}, "networkPolicyDeniedLog.enabled"),
+    ({"networkPolicyDeniedLog": {"limit": 5}}, "networkPolicyDeniedLog.limit"),
 ])
 def test_bad_values_name_the_key(raw: dict, key: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ConfigError) as e:
         from_dict(raw)
     assert e.value.key == key
     assert repr(key) in str(e.value)
+
+
+def test_the_denied_log_is_on_by_default_and_bounded() -> None:
+    d = from_dict({"nodeName": "n"}).denied_log
+    assert (d.enabled, d.rate, d.burst, d.meter) == (True, 10, 100, (100, 1000))
+    c = from_dict({"nodeName": "n", "networkPolicyDeniedLog": {"enabled": False, "rate": 2, "burst": 5}}).denied_log
+    assert (c.enabled, c.rate, c.burst, c.meter) == (False, 2, 5, (20, 50))
 
 
 def test_noSNAT_and_fastPath_accepted_where_valid() -> None:

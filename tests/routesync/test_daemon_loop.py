@@ -178,3 +178,52 @@ def test_unresolved_tunnel_next_hops_are_retried_between_passes(tmp_path) -> Non
     finally:
         d.stop.set()
         t.join(HANG)
+
+
+class _Policies:
+    """The cluster as policy sees it: node-a's Pod b, isolated for ingress by ns/deny."""
+
+    def __init__(self) -> None:
+        from routesync.policy import plan as pp
+        from routesync.policy.model import Pod, policy_from
+
+        deny = policy_from({"metadata": {"namespace": "ns", "name": "deny"},
+                            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}})
+        self.value = pp.Inputs((Pod("ns", "b", "node-a", (), ("10.244.1.5",), ()),), {"ns": ()}, (deny,))
+
+    def generation(self) -> tuple[int, int, int]:
+        return (1, 1, 1)
+
+    def inputs(self):  # type: ignore[no-untyped-def]
+        return (1, 1, 1), self.value
+
+
+def test_the_denied_log_flows_only_with_its_meter_on_the_bridge(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The isolation's flows send packets up (controller) only when the appliers made the meter
+    and the config has the log on; otherwise the drops are all there is."""
+    import dataclasses
+
+    from cni.pipeline.actions import Controller
+
+    class MeterAppliers(RecordingAppliers):
+        def __init__(self, meter: bool) -> None:
+            super().__init__()
+            self.meter = meter
+
+        def prepare(self, *a):  # type: ignore[no-untyped-def]
+            return dataclasses.replace(super().prepare(*a), denied_log_meter=self.meter)
+
+    def controllers(meter: bool, **kw) -> int:  # type: ignore[no-untyped-def]
+        cfg = from_dict({"nodeName": "node-a", "podCIDRs": ["10.244.1.0/24"],
+                         "stateFile": str(tmp_path / f"s{meter}{len(kw)}.json"),
+                         "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}, **kw})
+        apl = MeterAppliers(meter)
+        d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a"), apl, policy=_Policies())
+        assert d.reconcile().ok
+        flows = apl.applied[-1].flows
+        assert sum(1 for f in flows if f.text().endswith("actions=drop") and "table=51" in f.text()) == 1
+        return sum(1 for f in flows for a in f.actions if isinstance(a, Controller))
+
+    assert controllers(True) == 1
+    assert controllers(False) == 0  # no meter: no way up for a flood
+    assert controllers(True, networkPolicyDeniedLog={"enabled": False}) == 0

@@ -1,7 +1,8 @@
 """OpenFlow 1.3 messages as bytes: FLOW_MODs from :class:`cni.pipeline.tables.Flow` values (their
 typed match and actions, never their text), HELLO, BARRIER, ECHO, ONF bundles (EXT-230, what
-``ovs-ofctl -O OpenFlow13 --bundle`` sends), and the framing and errors of what the switch
-answers.  A field or action it cannot express raises :class:`OpenFlowError`: there is no other
+``ovs-ofctl -O OpenFlow13 --bundle`` sends), METER_MODs and what asks for packet-ins (the async
+config, Nicira's packet-in format; their decoding: :mod:`.packetin`), and the framing and errors
+of what the switch answers.  A field or action it cannot express raises :class:`OpenFlowError`: there is no other
 path to the switch.  Standard library only (the plugin encodes a Pod's flows on every ADD)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import struct
 from cni.lean.typecheck import TYPE_CHECKING
 from cni.pipeline.actions import (
     Conjunction,
+    Controller,
     Ct,
     DecTtl,
     Goto,
@@ -35,7 +37,16 @@ if TYPE_CHECKING:
 OFP_VERSION = 4  # OpenFlow 1.3
 OFPT_HELLO, OFPT_ERROR, OFPT_ECHO_REQUEST, OFPT_ECHO_REPLY, OFPT_EXPERIMENTER = 0, 1, 2, 3, 4
 OFPT_FLOW_MOD, OFPT_BARRIER_REQUEST, OFPT_BARRIER_REPLY = 14, 20, 21
+OFPT_SET_ASYNC, OFPT_METER_MOD = 28, 29
 OFPFC_ADD, OFPFC_DELETE = 0, 3
+OFPMC_ADD, OFPMC_MODIFY = 0, 1
+OFPMF_PKTPS, OFPMF_BURST, OFPMF_STATS = 0x2, 0x4, 0x8
+OFPMBT_DROP = 1
+OFPET_METER_MOD_FAILED, OFPMMFC_METER_EXISTS = 12, 1
+OFPR_ACTION = 1
+NXT_SET_PACKET_IN_FORMAT, NXPIF_NXT_PACKET_IN2 = 16, 2
+NXAST_CONTROLLER2 = 37
+NXAC2PT_MAX_LEN, NXAC2PT_USERDATA, NXAC2PT_METER_ID = 0, 3, 5
 OFPTT_ALL, OFPP_ANY, OFPG_ANY = 0xFF, 0xFFFFFFFF, 0xFFFFFFFF
 OFP_NO_BUFFER = 0xFFFFFFFF
 OFPIT_GOTO_TABLE, OFPIT_APPLY_ACTIONS = 1, 4
@@ -63,6 +74,14 @@ _POP_VLAN = struct.pack("!HH4x", OFPAT_POP_VLAN, 8)
 
 class OpenFlowError(Exception):
     """The switch refused a message, or a flow holds something this encoder does not express."""
+
+
+class SwitchRefused(OpenFlowError):
+    """An OFPT_ERROR the switch answered: its type and code (``OFPET_*``, ``OFPxxx_*``)."""
+
+    def __init__(self, text: str, etype: int, code: int) -> None:
+        super().__init__(text)
+        self.etype, self.code = etype, code
 
 
 # ---------------------------------------------------------------- match
@@ -205,9 +224,27 @@ def _conjunction(a: Conjunction) -> bytes:
                        a.n_clauses, a.id)
 
 
+def _prop(ptype: int, value: bytes) -> bytes:
+    """An OpenFlow property: type, length (without padding), value, padded to 8 bytes."""
+    size = 4 + len(value)
+    return struct.pack("!HH", ptype, size) + value + b"\0" * (-size % 8)
+
+
+def _controller(a: Controller) -> bytes:
+    """NXAST_CONTROLLER2: 6 zero bytes, then its properties (only those not at their default)."""
+    props = b""
+    if a.max_len != 0xFFFF:
+        props += _prop(NXAC2PT_MAX_LEN, struct.pack("!H", a.max_len))
+    if a.userdata:
+        props += _prop(NXAC2PT_USERDATA, a.userdata)
+    if a.meter_id is not None:
+        props += _prop(NXAC2PT_METER_ID, _U32.pack(a.meter_id))
+    return struct.pack("!HHIH6x", OFPAT_EXPERIMENTER, 16 + len(props), NX_VENDOR_ID, NXAST_CONTROLLER2) + props
+
+
 _ACTIONS: dict[type, Callable[[Any], bytes]] = {
     Output: _output, SetField: _set_field, Move: _move, Load: _load, DecTtl: _dec_ttl, Resubmit: _resubmit,
-    Ct: _ct, Conjunction: _conjunction, PushVlan: _push_vlan, PopVlan: _pop_vlan,
+    Ct: _ct, Conjunction: _conjunction, PushVlan: _push_vlan, PopVlan: _pop_vlan, Controller: _controller,
 }
 
 
@@ -284,6 +321,25 @@ def bundle_add(bundle_id: int, msg: bytes, flags: int = OFPBF_ATOMIC | OFPBF_ORD
             + _BUNDLE.pack(ONF_EXPERIMENTER_ID, ONFT_BUNDLE_ADD_MESSAGE, bundle_id, 0, flags) + msg)
 
 
+def meter_mod(meter_id: int, packets_per_second: int, burst: int, xid: int, command: int = OFPMC_ADD) -> bytes:
+    """OFPT_METER_MOD: meter ``meter_id`` in packets per second with a burst, one drop band."""
+    band = struct.pack("!HHII4x", OFPMBT_DROP, 16, packets_per_second, burst)
+    return message(OFPT_METER_MOD, xid, struct.pack("!HHI", command, OFPMF_PKTPS | OFPMF_BURST | OFPMF_STATS,
+                                                    meter_id) + band)
+
+
+def set_packet_in2(xid: int) -> bytes:
+    """NXT_SET_PACKET_IN_FORMAT nxt_packet_in2: packet-ins as NXT_PACKET_IN2 (they carry userdata)."""
+    return message(OFPT_EXPERIMENTER, xid, struct.pack("!III", NX_VENDOR_ID, NXT_SET_PACKET_IN_FORMAT,
+                                                       NXPIF_NXT_PACKET_IN2))
+
+
+def set_async(xid: int, packet_in_reasons: int = 1 << OFPR_ACTION) -> bytes:
+    """OFPT_SET_ASYNC: packet-ins of ``packet_in_reasons`` (a bit per OFPR_*) in either role, no
+    port-status or flow-removed messages (a management-socket connection gets none by default)."""
+    return message(OFPT_SET_ASYNC, xid, struct.pack("!IIIIII", packet_in_reasons, packet_in_reasons, 0, 0, 0, 0))
+
+
 def bundle_reply(msg: bytes) -> tuple[int, int] | None:
     """(bundle id, control type) of an ONF bundle control message, else None."""
     if len(msg) < 24 or msg[1] != OFPT_EXPERIMENTER:
@@ -314,3 +370,9 @@ def error_text(msg: bytes) -> str:
     """What an OFPT_ERROR says, for a message naming the refused request."""
     etype, code = struct.unpack_from("!HH", msg, 8)
     return f"switch refused message {HEADER.unpack_from(msg)[3]} (OpenFlow error type {etype} code {code})"
+
+
+def refused(msg: bytes, context: str) -> SwitchRefused:
+    """The error to raise for an OFPT_ERROR, ``context`` first."""
+    etype, code = struct.unpack_from("!HH", msg, 8)
+    return SwitchRefused(f"{context}: {error_text(msg)}", etype, code)

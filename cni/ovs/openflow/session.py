@@ -131,7 +131,7 @@ class Session:
                 for i, msg in enumerate(messages):
                     version, mtype, _length, xid = codec.HEADER.unpack_from(msg)
                     if mtype == OFPT_ERROR:
-                        raise OpenFlowError(f"bridge {self.bridge}: {codec.error_text(msg)}")
+                        raise codec.refused(msg, f"bridge {self.bridge}")
                     if mtype == OFPT_HELLO and version < OFP_VERSION:
                         raise OpenFlowError(f"bridge {self.bridge}: OpenFlow 1.3 not enabled on the bridge")
                     if mtype == OFPT_ECHO_REQUEST:

@@ -49,6 +49,14 @@ def every_planned_flow() -> list[pl.Flow]:
     tagged = FastPort(6, "02:aa:bb:cc:dd:ef", ("10.244.1.0/24", "fd00:10:244:1::/64"), host_ofport=7, vlan=4094)
     flows += peer_flows(PeerPlan("p6", 4, "fast", "192.168.1.6", ("10.244.7.0/24",),
                                  next_hop_mac="02:00:00:00:00:66"), GW.mac, 3, tagged)
+    # NetworkPolicy isolation with the denied log: ct_state, controller(max_len, userdata, meter_id)
+    from routesync.policy import plan as pp
+    from routesync.policy.model import Pod, policy_from
+
+    deny = policy_from({"metadata": {"namespace": "ns", "name": "deny"},
+                        "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}})
+    pod = Pod("ns", "p", "n1", (), ("10.244.1.5", "fd00:10:244:1::5"), ())
+    flows += pp.plan(pp.Inputs((pod,), {"ns": ()}, (deny,)), pp.NodeFacts("n1", denied_log=True)).flows
     return flows
 
 
@@ -63,7 +71,7 @@ def test_the_sample_covers_every_kind_of_match_and_action() -> None:
     assert {"Output", "Goto", "Move", "Load", "DecTtl", "Resubmit", "Ct", "set_field:eth_src", "set_field:eth_dst",
             "set_field:tun_dst", "set_field:tun_ipv6_dst", "set_field:nd_tll", "set_field:nd_reserved",
             "set_field:nd_options_type", "set_field:nw_ttl", "set_field:ipv6_src", "set_field:icmpv6_type",
-            "set_field:icmpv6_code", "PushVlan", "PopVlan", "set_field:vlan_vid"} <= actions
+            "set_field:icmpv6_code", "PushVlan", "PopVlan", "set_field:vlan_vid", "Controller"} <= actions
     assert any(not f.actions for f in flows) and any(not f.match for f in flows)
     assert any(isinstance(i, m.Field) and i.prefix is not None for f in flows for i in f.match)
 

@@ -68,7 +68,8 @@ def policy_flows() -> list[Flow]:
                           "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress", "Egress"],
                                    "ingress": [rule], "egress": [out]}})
     inputs = pp.Inputs(pods, {"web": (), "c": ()}, (policy,))
-    return list(pp.plan(inputs, pp.NodeFacts("n1", ("10.244.1.1", "fd00:10:244:1::1"), ("10.96.0.0/12",))).flows)
+    facts = pp.NodeFacts("n1", ("10.244.1.1", "fd00:10:244:1::1"), ("10.96.0.0/12",), denied_log=True)
+    return list(pp.plan(inputs, facts).flows)
 
 
 def sections() -> dict[str, list[Flow]]:

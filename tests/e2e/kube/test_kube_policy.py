@@ -19,6 +19,7 @@ by a connection that completes or not:
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Self
@@ -31,6 +32,7 @@ from lab.kube import services as svc
 from lab.kube.pods import api_name
 from tests.e2e.kube.helpers import topology
 from tests.e2e.kube.servicecheck import pod_ip, v4
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -57,6 +59,12 @@ class Policies:
 
     def delete(self, name: str) -> None:
         self.cluster.kubectl("delete", "networkpolicy", "-n", NS, name, "--wait=true")
+
+
+def _route_sync_log(cluster, node: str) -> str:  # type: ignore[no-untyped-def]
+    pod = json.loads(cluster.kubectl("-n", "kube-system", "get", "pods", "-l", "app.kubernetes.io/name=ferry",
+                                     "--field-selector", f"spec.nodeName={node}", "-o", "json").stdout)["items"][0]
+    return str(cluster.kubectl("-n", "kube-system", "logs", pod["metadata"]["name"], "-c", "route-sync").stdout)
 
 
 def _reached(lab: Lab, src: Pod, addr: str, port: int = 80) -> bool:
@@ -103,6 +111,11 @@ def test_ingress_and_egress_rules_hold_through_services(lab: Lab) -> None:
     expect("ingress podSelector: other -> srv Pod IP", other, sip, False, ECHO_PORT)
     expect("ingress podSelector: other -> srv ClusterIP", other, cip, False)
     expect("ingress: node-3's host -> srv (the Node's own traffic)", lab.node("node-3"), sip, True, ECHO_PORT)  # type: ignore[arg-type]
+    # the denied log: node-3's route-sync logged other's denied connections, 5-tuple, Pod, policy
+    denied = re.compile(rf"denied: TCP {re.escape(oip)}:\d+ -> {re.escape(sip)}:{ECHO_PORT}, ingress to "
+                        rf"{NS}/{re.escape(api_name('node-3', 'srv'))}, isolated by {NS}/srv-from-client")
+    logged = until(lambda: denied.findall(_route_sync_log(cluster, "node-3")), "node-3's denied log line", 30)
+    print(f"node-3's route-sync: {len(logged)} denied lines for other -> srv, e.g. {logged[0]!r}")
     by_block = [{"from": [{"ipBlock": {"cidr": f"{pod_ip(client)}/32"}}]}]
     pol.apply(_policy("srv-from-client", srv_sel, ingress=by_block))
     expect("ingress ipBlock of the client: client -> srv ClusterIP", client, cip, True)

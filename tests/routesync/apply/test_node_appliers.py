@@ -41,6 +41,8 @@ def test_prepare_apply_teardown() -> None:
             facts = ap.prepare(cfg, tunnel, UplinkSpec("eth0", "eth0~"), ("10.244.1.1/24",))
             assert facts.uplink_addresses == ("192.168.80.1/24",) and facts.tunnel_ofport
             assert facts.gateway_mac and facts.transport_mtu == 1500
+            assert facts.denied_log_meter  # NetworkPolicy's denied log: its meter is on the bridge
+            assert "type=drop rate=100 burst_size=1000" in n.ovs.ofctl("dump-meters", "br-int")
             desired = DesiredState(
                 mtu=1450, gateway_addresses=("10.244.1.1/24",), tunnel=tunnel,
                 uplink=UplinkSpec("eth0", "eth0~"),

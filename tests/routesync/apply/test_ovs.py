@@ -191,6 +191,35 @@ def _answers(app: OvsApplier) -> bool:
 
 
 @pytest.mark.root
+def test_the_denied_log_meter_and_flows_sync_like_any_other() -> None:
+    """The meter is made, then changed in place; the policy flows that use it (controller with
+    userdata and meter_id) read back as their canonical text, so a second sync sends nothing."""
+    from cni.pipeline.tables import DENIED_LOG_METER
+    from routesync.policy import plan as pp
+    from routesync.policy.model import Pod, policy_from
+
+    with node("fb-dl1") as n:
+        app = n.applier
+        app.ensure_meter(DENIED_LOG_METER, 100, 1000)
+        app.ensure_meter(DENIED_LOG_METER, 20, 50)  # there already: modified
+        meters = n.ovs.ofctl("dump-meters", "br-int")
+        assert "meter=1 pktps burst stats" in meters and "rate=20 burst_size=50" in meters, meters
+        connects = app.session.connects
+        app.ensure_meter(DENIED_LOG_METER, 20, 50)  # made already for this ovs-vswitchd: nothing sent
+        assert app.session.connects == connects
+        deny = policy_from({"metadata": {"namespace": "ns", "name": "deny"},
+                            "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}})
+        pod = Pod("ns", "p", "n1", (), ("10.244.1.5", "fd00:10:244:1::5"), ())
+        flows = pp.plan(pp.Inputs((pod,), {"ns": ()}, (deny,)), pp.NodeFacts("n1", denied_log=True)).flows
+        desired = base_flows() + flows
+        first = app.sync_flows(desired)
+        assert len(first.added) == 2 + len(flows)  # the base flows: 2 cookies; a policy flow: its own
+        assert any("controller(" in f for f in n.ovs.ofctl("dump-flows", "br-int").splitlines())
+        again = app.sync_flows(desired)
+        assert not again.changed, again
+
+
+@pytest.mark.root
 def test_vswitchd_restart_detected_and_flows_reinstalled() -> None:
     with node("fb-or1") as n:
         app = n.applier
