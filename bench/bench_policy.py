@@ -117,6 +117,19 @@ def node_name(i: int) -> str:
     return f"node-{i + 1}"
 
 
+def pod_cidrs(node: int) -> tuple[str, str]:
+    """Node ``node``'s Pod CIDRs, which :func:`pod_ips` draws from (route-sync passes a Node's own
+    to the planner: ``NodeFacts.pod_cidrs``)."""
+    return f"10.{64 + node}.0.0/16", f"fd00:64:{node}::/64"
+
+
+def local_facts() -> Any:
+    """node-1 as route-sync plans it: its name and its Pod CIDRs."""
+    from routesync.policy.plan import NodeFacts
+
+    return NodeFacts(LOCAL, pod_cidrs=pod_cidrs(0))
+
+
 def pod_ips(node: int, j: int) -> tuple[str, str]:
     """The ``j``-th Pod of Node ``node``: 10.(64+node).x.y and fd00:64:<node>::<j+1>."""
     v4 = ipaddress.IPv4Address((10 << 24) | ((64 + node) << 16)) + j + 1
@@ -318,7 +331,7 @@ def profile_plan(inputs: Any, top: int = 15) -> list[dict[str, Any]]:
 
     prof = cProfile.Profile(time.process_time)  # CPU, not wall: a busy machine inflates wall time
     prof.enable()
-    pp.plan(inputs, pp.NodeFacts(LOCAL))
+    pp.plan(inputs, local_facts())
     prof.disable()
     st = pstats.Stats(prof)
     rows = []
@@ -337,7 +350,7 @@ def rss_child(args: argparse.Namespace) -> dict[str, Any]:
 
     inputs = parse(generate(args.pods, args.namespaces, args.policies, args.nodes, args.seed))
     inputs_kb, inputs_now = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, vm_rss_kb()
-    p = pp.plan(inputs, pp.NodeFacts(LOCAL))
+    p = pp.plan(inputs, local_facts())
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"inputs_rss_mb": inputs_kb / 1024, "peak_rss_mb": peak_kb / 1024,
             "plan_rss_mb": (peak_kb - inputs_kb) / 1024, "flows": len(p.flows),
@@ -370,7 +383,7 @@ def measure_planning(args: argparse.Namespace) -> dict[str, Any]:
     parsed = timed(lambda _i: parse(cluster), args.runs)
     inputs = parsed.last
     log(f"parse: median {parsed.wall_median:.3f} s wall, {parsed.cpu_median:.3f} s CPU, of {args.runs}")
-    facts = pp.NodeFacts(LOCAL)
+    facts = local_facts()
     ids = [pp.ConjIds() for _ in range(args.runs)]  # fresh ids per run: every run a first plan
     planned = timed(lambda i: pp.plan(inputs, facts, ids[i]), args.runs)
     plan = planned.last

@@ -23,6 +23,7 @@ is no longer wanted is removed."""
 from __future__ import annotations
 
 import collections
+import ipaddress
 import logging
 import threading
 import time
@@ -432,7 +433,9 @@ class Daemon:
         facts = policy_plan.NodeFacts(self.config.node_name,
                                       tuple(a.split("/")[0] for a in desired.gateway_addresses),
                                       self.config.service_cidrs,
-                                      self.config.denied_log.enabled and local.denied_log_meter)
+                                      self.config.denied_log.enabled and local.denied_log_meter,
+                                      # the gateway holds the first address of each local Pod CIDR
+                                      tuple(str(ipaddress.ip_interface(a).network) for a in desired.gateway_addresses))
         if self.policy_plan is not None and self._policy_key == (self.policy.generation(), facts):
             return self.policy_plan
         gen, inputs = self.policy.inputs()

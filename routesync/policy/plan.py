@@ -22,7 +22,15 @@ A Pod that some policy isolates in a direction gets a drop in that direction's D
 its new connections that also sends their first packet up to route-sync, metered
 (:mod:`.deniedlog`); the Node's own addresses may always reach its Pods (kubelet probes);
 egress to the Service CIDRs is judged after the host's DNAT, when the packet comes back into
-OVS with the backend's address.  Cookies are per flow (:func:`cni.pipeline.tables.policy_cookie`
+OVS with the backend's address.
+
+A *remote* Pod isolated for egress is judged here too, on what it sends to this Node's Pods: in
+routed modes a DNATed Service connection to a backend on another Node leaves the client's Node
+through its host without re-entering OVS there.  Its policies' egress rules become conjunctions
+of their own (``Plan.remote_rules``) whose clause 2 holds only the peers that can be here (this
+Node's Pods; ``ipBlock``s as they are), and one conjunction in EgressDefault
+(``REMOTE_ISOLATED``, below the local drops) drops the rest: those Pods as sources, this Node's
+Pods as destinations; sums again.  Cookies are per flow (:func:`cni.pipeline.tables.policy_cookie`
 of its identity), so a change replaces exactly the flows whose actions or existence change."""
 
 from __future__ import annotations
@@ -75,6 +83,7 @@ class NodeFacts:
     host_addresses: tuple[str, ...] = ()  # the gateway's addresses: what the Node's own traffic comes from
     service_cidrs: tuple[str, ...] = ()
     denied_log: bool = False  # isolation also sends each new connection's first packet up (routesync.policy.deniedlog)
+    pod_cidrs: tuple[str, ...] = ()  # the Node's own Pod CIDRs (none in networkPolicyOnly): its Pods' addresses
 
 
 @dataclass(frozen=True)
@@ -85,7 +94,7 @@ class RuleInfo:
     policy: str  # namespace/name
     direction: str
     index: int  # the rule's position in the policy's ingress/egress list
-    pods: tuple[str, ...]  # namespace/name of the local Pods it applies to
+    pods: tuple[str, ...]  # namespace/name of the local Pods it applies to (remote ones: Plan.remote_rules)
     port: str = ""  # a named port's resolution, "http=8080/TCP" ("" for the rest)
 
 
@@ -98,6 +107,11 @@ class Plan:
     local_pods: list[Pod] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # policies Ferry could not read whole
     policy_namespaces: list[str] = field(default_factory=list)  # every namespace with a policy
+    # A remote client's egress, judged where it arrives (:func:`plan`): its rules (``pods``: the
+    # remote Pods), the remote Pods isolated for egress, and the conjunction that drops the rest.
+    remote_rules: list[RuleInfo] = field(default_factory=list)
+    remote_isolated: list[str] = field(default_factory=list)
+    remote_isolation_id: int | None = None
 
 
 class ConjIds:
@@ -136,7 +150,9 @@ class PodIndex:
     """Pods by namespace and by (namespace, label, value): a selector's candidates without a
     pass over every Pod, and each selector's answer computed once per plan."""
 
-    def __init__(self, pods: Iterable[Pod], namespaces: Mapping[str, tuple[tuple[str, str], ...]]) -> None:
+    def __init__(self, pods: Iterable[Pod], namespaces: Mapping[str, tuple[tuple[str, str], ...]],
+                 node: str = "") -> None:
+        self.node = node  # this Node: :meth:`local_peers` keeps its Pods
         self.by_ns: dict[str, list[Pod]] = defaultdict(list)
         self.by_label: dict[tuple[str, str, str], list[Pod]] = defaultdict(list)
         for p in pods:
@@ -147,6 +163,8 @@ class PodIndex:
         self._cache: dict[tuple[str, sel.Selector], tuple[Pod, ...]] = {}
         self._ns_cache: dict[sel.Selector, tuple[str, ...]] = {}
         self._addr_cache: dict[tuple[str, Peer], tuple[str, ...]] = {}
+        self._local_cache: dict[tuple[str, Peer], tuple[Pod, ...]] = {}
+        self._local_addr_cache: dict[tuple[str, Peer], tuple[str, ...]] = {}
         self._block_cache: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
 
     def in_namespace(self, ns: str, selector: sel.Selector) -> tuple[Pod, ...]:
@@ -186,6 +204,22 @@ class PodIndex:
         hit = self._addr_cache.get(key)
         if hit is None:
             hit = self._addr_cache[key] = tuple(ip for p in self.peers(policy_ns, peer) for ip in p.ips)
+        return hit
+
+    def local_peers(self, policy_ns: str, peer: Peer) -> tuple[Pod, ...]:
+        """:meth:`peers` on this Node only, once per (namespace, peer) in a plan."""
+        key = (policy_ns, peer)
+        hit = self._local_cache.get(key)
+        if hit is None:
+            node = self.node
+            hit = self._local_cache[key] = tuple(p for p in self.peers(policy_ns, peer) if p.node == node)
+        return hit
+
+    def local_peer_addresses(self, policy_ns: str, peer: Peer) -> tuple[str, ...]:
+        key = (policy_ns, peer)
+        hit = self._local_addr_cache.get(key)
+        if hit is None:
+            hit = self._local_addr_cache[key] = tuple(ip for p in self.local_peers(policy_ns, peer) for ip in p.ips)
         return hit
 
     def peers(self, policy_ns: str, peer: Peer) -> tuple[Pod, ...]:
@@ -247,7 +281,10 @@ class _Part:
     tag: str = ""
 
 
-def _parts(direction: str, policy: Policy, rule: Rule, applied: tuple[Pod, ...], index: PodIndex) -> list[_Part]:
+def _parts(direction: str, policy: Policy, rule: Rule, applied: tuple[Pod, ...], index: PodIndex,
+           peers_here: bool = False) -> list[_Part]:
+    """``rule`` as conjunctions; ``peers_here``: its Pod peers only those of this Node (a remote
+    client's egress, judged where it arrives: :func:`plan`)."""
     numeric = [(p.protocol, p.port if isinstance(p.port, int) else None, p.end_port)
                for p in rule.ports if not isinstance(p.port, str)]
     named = [p for p in rule.ports if isinstance(p.port, str)]
@@ -257,6 +294,8 @@ def _parts(direction: str, policy: Policy, rule: Rule, applied: tuple[Pod, ...],
         for peer in rule.peers:
             if peer.ip_block is not None:
                 addrs += index.block(peer.ip_block.cidr, peer.ip_block.excepts)
+            elif peers_here:
+                addrs += index.local_peer_addresses(policy.namespace, peer)
             else:
                 addrs += index.peer_addresses(policy.namespace, peer)
         all_peers = tuple(dict.fromkeys(addrs))
@@ -268,10 +307,11 @@ def _parts(direction: str, policy: Policy, rule: Rule, applied: tuple[Pod, ...],
     if direction == INGRESS:  # the name is the applied-to Pod's port
         candidates: Iterable[Pod] = applied
     elif rule.peers is not None:  # egress: the peer Pod's (an ipBlock has no named ports)
+        peers_of = index.local_peers if peers_here else index.peers
         candidates = dict.fromkeys(p for peer in rule.peers if peer.ip_block is None
-                                   for p in index.peers(policy.namespace, peer))
+                                   for p in peers_of(policy.namespace, peer))
     else:
-        candidates = index_all(index)
+        candidates = [p for p in index_all(index) if p.node == index.node] if peers_here else index_all(index)
     for pm in named:
         assert isinstance(pm.port, str)
         groups: dict[int, list[Pod]] = defaultdict(list)
@@ -366,17 +406,27 @@ def _conj_order(a: Conjunction) -> tuple[int, int]:
 
 def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
     ids = ids if ids is not None else ConjIds()
-    index = PodIndex(inputs.pods, inputs.namespaces)
-    local = [p for p in inputs.pods if p.node == facts.node]
+    index = PodIndex(inputs.pods, inputs.namespaces, facts.node)
+    here = facts.node
+    local = [p for p in inputs.pods if p.node == here]
     out = Plan(local_pods=local, policy_namespaces=policy_namespaces(inputs.policies))
     fl = _Flows(ids.cookies)
-    local_keys = {p.key for p in local}
     iso: dict[str, list[bool]] = {p.key: [False, False] for p in local}
+    remote_isolated: dict[str, Pod] = {}  # remote Pods isolated for egress, judged here too
+    local_ips = {ip for p in local for ip in p.ips}  # a remote Pod that holds one (a stale record) is not judged here
     isolated_by: dict[tuple[str, str], list[str]] = defaultdict(list)  # (Pod, direction) -> policies (denied log)
     for policy in sorted(inputs.policies, key=lambda p: p.key):
         if policy.errors:
             out.errors += [f"{policy.key}: {e}" for e in policy.errors]
-        applied = tuple(p for p in index.in_namespace(policy.namespace, policy.pod_selector) if p.key in local_keys)
+        selected = index.in_namespace(policy.namespace, policy.pod_selector)
+        applied = tuple(p for p in selected if p.node == here)
+        if policy.isolates_egress and local and len(applied) < len(selected):
+            remote = tuple(p for p in selected if p.node != here and local_ips.isdisjoint(p.ips))
+            for p in remote:
+                remote_isolated[p.key] = p
+            for i, rule in enumerate(policy.egress):
+                for part in _parts(EGRESS, policy, rule, remote, index, peers_here=True):
+                    _add_rule(fl, out, ids, EGRESS, policy, i, part, remote=True)
         if not applied:
             continue
         for p in applied:
@@ -393,6 +443,8 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
             for i, rule in enumerate(rules):
                 for part in _parts(direction, policy, rule, applied, index):
                     _add_rule(fl, out, ids, direction, policy, i, part)
+    if remote_isolated:
+        _remote_isolation(fl, out, ids, list(remote_isolated.values()), local_destinations(local, facts.pod_cidrs))
     ids.sweep()
     for pod in local:
         ingress, egress = iso[pod.key]
@@ -431,15 +483,51 @@ def _denied_log_flows(fl: _Flows, pod: Pod, isolating: Mapping[tuple[str, str], 
             fl.add(table, rung, (*match, new), up, f"{text},{new.text()}")
 
 
-def _add_rule(fl: _Flows, out: Plan, ids: ConjIds, direction: str, policy: Policy, index: int, part: _Part) -> None:
+REMOTE_ISOLATION_KEY = "|remote-egress-isolated|"  # the conjunction id of :func:`_remote_isolation`
+
+
+def local_destinations(local: Iterable[Pod], pod_cidrs: Sequence[str]) -> list[str]:
+    """This Node's Pods as destinations: its Pod CIDRs (a Pod route-sync has not seen yet is
+    covered too), and the address of each local Pod outside them (networkPolicyOnly: every one)."""
+    nets = [ipaddress.ip_network(c, strict=False) for c in pod_cidrs]
+    out = [_block_text(n) for n in nets]
+    for pod in local:
+        for ip in pod.ips:
+            addr = ipaddress.ip_address(ip)
+            if not any(addr in n for n in nets):
+                out.append(ip)
+    return list(dict.fromkeys(out))
+
+
+def _remote_isolation(fl: _Flows, out: Plan, ids: ConjIds, remote: list[Pod], destinations: list[str]) -> None:
+    """The drop of what no rule allowed a remote egress-isolated Pod to send to this Node's Pods
+    (:func:`local_destinations`): one conjunction (its sources × those, in the sum of their
+    flows) below the local Pods' own drops in EgressDefault, so it never meets a local source."""
+    if not destinations:
+        return
+    n = ids.get(REMOTE_ISOLATION_KEY)
+    out.remote_isolated = sorted(p.key for p in remote)
+    out.remote_isolation_id = n
+    prio = EgressDefault.REMOTE_ISOLATED
+    fl.conjunction(Table.EGRESS_DEFAULT, prio, dict.fromkeys(ip for p in remote for ip in p.ips), True,
+                   Conjunction(n, 1, 2))
+    fl.conjunction(Table.EGRESS_DEFAULT, prio, destinations, False, Conjunction(n, 2, 2))
+    fl.add(Table.EGRESS_DEFAULT, prio, (m.CONJ_ID(n),), DROP)
+
+
+def _add_rule(fl: _Flows, out: Plan, ids: ConjIds, direction: str, policy: Policy, index: int, part: _Part,
+              remote: bool = False) -> None:
+    """One conjunction for ``part``; ``remote``: a remote client's egress, judged here on what
+    it sends to this Node's Pods (recorded in ``Plan.remote_rules``)."""
     if part.peers is not None and not part.peers or part.ports is not None and not part.ports or not part.applied:
         return  # it allows nothing
     table = Table.INGRESS_RULE if direction == INGRESS else Table.EGRESS_RULE
     conj = IngressRule.CONJ if direction == INGRESS else EgressRule.CONJ
     then = goto(Table.CONNTRACK_COMMIT) if direction == INGRESS else goto(Table.INGRESS_RULE)
-    n = ids.get(f"{policy.key}|{direction}|{index}|{part.tag}")
+    n = ids.get(f"{policy.key}|{direction}{'-remote' if remote else ''}|{index}|{part.tag}")
     clauses = 3 if part.ports is not None else 2
-    out.rules.append(RuleInfo(n, policy.key, direction, index, tuple(p.key for p in part.applied), part.tag))
+    info = RuleInfo(n, policy.key, direction, index, tuple(p.key for p in part.applied), part.tag)
+    (out.remote_rules if remote else out.rules).append(info)
     applied_is_src = direction == EGRESS
     fl.conjunction(table, conj, [ip for pod in part.applied for ip in pod.ips], applied_is_src,
                    Conjunction(n, 1, clauses))

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cni.ovs.openflow.ofctl import DumpedFlow
-from cni.pipeline.tables import Cookie, Owner, Table
+from cni.pipeline.tables import Cookie, EgressDefault, Owner, Table
 
 from .plan import EGRESS, INGRESS, Plan, RuleInfo
 
@@ -41,7 +41,9 @@ def report(plan: Plan) -> dict[str, Any]:
             "isolated": {k: {"ingress": i, "egress": e} for k, (i, e) in sorted(plan.isolated.items())},
             "policiesOf": dict(sorted(plan.policies_of.items())),
             "pods": {p.key: list(p.ips) for p in plan.local_pods},
-            "errors": plan.errors}
+            "errors": plan.errors,
+            # remote clients' egress judged here (their Pods are not this Node's)
+            "remoteRules": [asdict(r) for r in plan.remote_rules], "remoteIsolated": plan.remote_isolated}
 
 
 def write_report(plan: Plan, state_file: str) -> None:
@@ -79,8 +81,9 @@ def denied(pods: dict[str, list[str]], flows: Iterable[DumpedFlow]) -> dict[tupl
             owner[str(ipaddress.ip_address(ip))] = key
     out: dict[tuple[str, str], int] = {}
     for f in flows:
-        if f.table not in (Table.INGRESS_DEFAULT, Table.EGRESS_DEFAULT):
-            continue
+        if (f.table not in (Table.INGRESS_DEFAULT, Table.EGRESS_DEFAULT)
+                or f.table == Table.EGRESS_DEFAULT and f.priority == EgressDefault.REMOTE_ISOLATED):
+            continue  # a remote Pod's isolation names a local Pod as its destination: not that Pod's drops
         for part in f.match.split(","):
             k, _, v = part.partition("=")
             if k in ("nw_dst", "ipv6_dst", "nw_src", "ipv6_src") and v in owner:

@@ -14,9 +14,18 @@ Pods a, b, c; an echo server on b.  What the Pods see, for each of:
 * an established connection (a stream kept open across the change) stops when a policy starts
   to deny it: its next exchange fails; a reply direction alone never is judged;
 * a Pod's pending block (``cni.pipeline.flows.pending_flows``): nothing new in or out until its
-  flows in ConntrackState are deleted by cookie, as route-sync's release does."""
+  flows in ConntrackState are deleted by cookie, as route-sync's release does;
+* a remote client isolated for egress (a netns behind the Node's host, with an address of another
+  Node's Pod CIDR, its packets forwarded by the host into the gateway as noEncap's are): what its
+  egress allows reaches a local Pod, what it does not is dropped here, at the destination, and a
+  local Pod's connection to it still gets its replies."""
 
 from __future__ import annotations
+
+import ipaddress
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -27,7 +36,7 @@ from cni.pipeline.flows import pending_flows
 from cni.pipeline.tables import Cookie, Owner, Table, policy_cookie
 from routesync.policy import plan as pp
 from routesync.policy.model import NamedPort, Pod, policy_from
-from tests.support.podnode import Node
+from tests.support.podnode import Node, run
 from tests.support.podnode import Pod as NetPod
 
 pytestmark = pytest.mark.root
@@ -40,11 +49,12 @@ def _pod(p: NetPod, labels: dict[str, str], ports: tuple[NamedPort, ...] = ()) -
     return Pod("default", p.name, NODE, tuple(sorted(labels.items())), (p.ip(4), p.ip(6)), ports)
 
 
-def _install(node: Node, pods: list[Pod], policies: list[dict], of: OpenFlow) -> pp.Plan:
+def _install(node: Node, pods: list[Pod], policies: list[dict], of: OpenFlow,
+             pod_cidrs: tuple[str, ...] = ()) -> pp.Plan:
     """Replace every POLICY flow with the plan for ``policies``."""
     inputs = pp.Inputs(tuple(pods), {"default": ()}, tuple(policy_from(d) for d in policies))
     gw = (node.pods[0].gateway(4), node.pods[0].gateway(6))
-    plan = pp.plan(inputs, pp.NodeFacts(NODE, gw))
+    plan = pp.plan(inputs, pp.NodeFacts(NODE, gw, pod_cidrs=pod_cidrs))
     of.del_flows(Cookie.owner_match(Owner.POLICY))
     of.add_flows(plan.flows)
     node.ovs.appctl("revalidator/wait")  # the cached megaflows of earlier probes re-checked: the new verdicts hold
@@ -212,3 +222,68 @@ def test_sctp_rules_match_in_the_switch(node: Node) -> None:
     assert f"output:{b_port}" in trace(a, 9000)
     for out in (trace(c, 9000), trace(a, 9001), trace(a, 9000, "tcp")):
         assert f"output:{b_port}" not in out and "Datapath actions: drop" in out, out
+
+
+# Another Node's Pod, as this Node's host sees it in noEncap: behind a route, forwarded by the host
+# into the gateway port (the DNATed Service connection of issue 27's gap takes this path).
+REMOTE_NODE = "n2"
+REMOTE = {4: ("10.244.2.5", "10.244.2.1", 24), 6: ("fd00:10:244:2::5", "fd00:10:244:2::1", 64)}
+
+
+@contextmanager
+def remote_client(node: Node) -> Iterator[NetPod]:
+    """A netns ``<node>-rm`` with REMOTE's addresses, reached from the Node's netns through a veth
+    and routed (forwarding on) to the Node's Pods through the gateway: a Pod of another Node as
+    a routed mode delivers it.  Not plugged by the plugin: it is not this Node's Pod."""
+    name = f"{node.name}-rm"
+    host_end = f"rm{secrets.token_hex(3)}"
+    run(["ip", "netns", "add", name])
+    try:
+        run(["ip", "-n", node.name, "link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", name])
+        for k, v in (("net.ipv4.ip_forward", "1"), ("net.ipv6.conf.all.forwarding", "1")):
+            run(["ip", "netns", "exec", node.name, "sysctl", "-qw", f"{k}={v}"])
+        for ns, dev in ((node.name, host_end), (name, "eth0"), (name, "lo")):
+            run(["ip", "-n", ns, "link", "set", dev, "up"])
+        ips = []
+        for family, (addr, gw, plen) in REMOTE.items():
+            nodad = ["nodad"] if family == 6 else []
+            run(["ip", "-n", node.name, "addr", "add", f"{gw}/{plen}", "dev", host_end, *nodad])
+            run(["ip", "-n", name, "addr", "add", f"{addr}/{plen}", "dev", "eth0", *nodad])
+            run(["ip", "-n", name, f"-{family}", "route", "add", "default", "via", gw])
+            ips.append({"address": f"{addr}/{plen}", "gateway": gw})
+        yield NetPod("rm", name, {"ips": ips, "interfaces": []})
+    finally:
+        run(["ip", "-n", node.name, "link", "del", host_end], check=False)
+        run(["ip", "netns", "del", name], check=False)
+
+
+@pytest.mark.parametrize("by_cidr", [True, False], ids=["pod-cidrs", "pod-addresses"])
+def test_a_remote_clients_egress_is_judged_at_the_destination(node: Node, by_cidr: bool) -> None:
+    """``by_cidr``: the Node's Pod CIDRs stand for its Pods as destinations (routed modes), or
+    each Pod's address (networkPolicyOnly, where the Node has none of its own)."""
+    b, c = node.add_pod("rb"), node.add_pod("rc")
+    of = OpenFlow(node.bridge, node.ovs.dir)
+    with remote_client(node) as r:
+        pods = [Pod("default", "rm", REMOTE_NODE, (("app", "r"),), (r.ip(4), r.ip(6))),
+                _pod(b, {"app": "b"}), _pod(c, {"app": "c"})]
+        servers = [b.serve(PORT), c.serve(PORT), r.serve(PORT)]
+        try:
+            for family in (4, 6):
+                assert _reach(r, b, family, 10) and _reach(r, c, family, 10), family
+            to_b = [{"to": [{"podSelector": {"matchLabels": {"app": "b"}}}], "ports": [{"port": PORT}]}]
+            cidrs = tuple(str(ipaddress.ip_interface(a["address"]).network) for a in b.result["ips"]) if by_cidr else ()
+            plan = _install(node, pods, [_policy("r-to-b", {"app": "r"}, egress=to_b, types=("Egress",))], of, cidrs)
+            assert [r_.pods for r_ in plan.remote_rules] == [("default/rm",)] and not plan.rules
+            for family in (4, 6):
+                assert _reach(r, b, family, 10), family  # its rule allows it
+                assert not _reach(r, c, family), family  # dropped here: nothing of r's egress allows it
+                assert _reach(c, r, family, 10), family  # c's own connection to r, and r's replies
+            drop = [f for f in node.flows() if f"conj_id={plan.remote_isolation_id} " in f]
+            assert len(drop) == 1 and "n_packets=0" not in drop[0] and "actions=drop" in drop[0], drop
+            allowed = [f for f in node.flows() if f"conj_id={plan.remote_rules[0].conj_id} " in f]
+            assert len(allowed) == 1 and "n_packets=0" not in allowed[0], allowed
+            _install(node, pods, [], of)
+            for family in (4, 6):
+                assert _reach(r, c, family, 10), family
+        finally:
+            _stop(servers)

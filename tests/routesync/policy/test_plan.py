@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cni.pipeline.actions import Conjunction
-from cni.pipeline.tables import Table
+from cni.pipeline.tables import EgressDefault, Flow, Table
 from routesync.policy import plan as pp
 from routesync.policy import ranges
 from routesync.policy import selector as sel
@@ -120,6 +120,107 @@ def test_ip_block_except_and_port_ranges_become_prefixes_and_masks() -> None:
     assert "sctp,tp_dst=0x3e8/0xfffc" in text or "sctp,tp_dst=1000/0xfffc" in text
 
 
+def remote_egress(p: pp.Plan) -> tuple[list[str], list[str]]:
+    """The flows that judge remote Pods' egress here: EgressRule's whose conjunctions are remote
+    rules', and EgressDefault's remote isolation."""
+    ids = {r.conj_id for r in p.remote_rules}
+
+    def remote(f: Flow) -> bool:
+        return (f.match_text() in {f"conj_id={n}" for n in ids}
+                or any(isinstance(a, Conjunction) and a.id in ids for a in f.actions))
+
+    rules = [f.text().split(",", 3)[3] for f in p.flows if f.table == Table.EGRESS_RULE and remote(f)]
+    return rules, in_table(p, Table.EGRESS_DEFAULT)
+
+
+def test_a_remote_clients_egress_is_judged_on_what_it_sends_here() -> None:
+    """The Service gap of routed modes: a DNATed connection may reach this Node without having
+    crossed the client's OVS after the DNAT, so the client's egress is judged here too, on this
+    Node's Pods only (its rule's peers on other Nodes are that Node's business)."""
+    pods = [pod("a", "cli", "10.0.2.5", node="n2", app="cli"),
+            pod("b", "srv", "10.0.1.5", ports=(NamedPort("http", "TCP", 8080),), app="srv"),
+            pod("b", "other", "10.0.1.6", app="other"),
+            pod("b", "srv-far", "10.0.3.5", node="n3", app="srv")]
+    rule = [{"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "srv"}}}],
+             "ports": [{"port": 80}]},
+            {"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "srv"}}}],
+             "ports": [{"port": "http"}]},
+            {"to": [{"ipBlock": {"cidr": "10.0.1.6/32"}}], "ports": [{"port": 53, "protocol": "UDP"}]}]
+    p = plan(pods, [policy("a", "out", {"matchLabels": {"app": "cli"}}, egress=rule, types=("Egress",))])
+    assert p.rules == [] and p.isolated == {"b/srv": (False, False), "b/other": (False, False)}
+    assert [(r.policy, r.direction, r.index, r.pods, r.port) for r in p.remote_rules] == [
+        ("a/out", "egress", 0, ("a/cli",), ""), ("a/out", "egress", 1, ("a/cli",), "http=8080/TCP"),
+        ("a/out", "egress", 2, ("a/cli",), "")]
+    r0, r1, r2 = (r.conj_id for r in p.remote_rules)
+    assert len({r0, r1, r2, p.remote_isolation_id}) == 4
+    allow, isolation = remote_egress(p)
+    assert sorted(allow) == sorted([
+        f"conj_id={r0},actions=goto_table:50", f"conj_id={r1},actions=goto_table:50",
+        f"conj_id={r2},actions=goto_table:50",
+        f"ip,nw_dst=10.0.1.5,actions=conjunction({r0},2/3),conjunction({r1},2/3)",  # srv here; srv-far is not
+        f"ip,nw_dst=10.0.1.6,actions=conjunction({r2},2/3)",  # the ipBlock, as it is
+        f"ip,nw_src=10.0.2.5,actions=conjunction({r0},1/3),conjunction({r1},1/3),conjunction({r2},1/3)",
+        f"tcp,tp_dst=80,actions=conjunction({r0},3/3)", f"tcp6,tp_dst=80,actions=conjunction({r0},3/3)",
+        f"tcp,tp_dst=8080,actions=conjunction({r1},3/3)", f"tcp6,tp_dst=8080,actions=conjunction({r1},3/3)",
+        f"udp,tp_dst=53,actions=conjunction({r2},3/3)", f"udp6,tp_dst=53,actions=conjunction({r2},3/3)"])
+    n = p.remote_isolation_id
+    assert isolation == [f"conj_id={n},actions=drop", f"ip,nw_dst=10.0.1.5,actions=conjunction({n},2/2)",
+                         f"ip,nw_dst=10.0.1.6,actions=conjunction({n},2/2)",
+                         f"ip,nw_src=10.0.2.5,actions=conjunction({n},1/2)"]
+    assert all(f.priority == EgressDefault.REMOTE_ISOLATED < EgressDefault.ISOLATED
+               for f in p.flows if f.table == Table.EGRESS_DEFAULT)
+    assert p.remote_isolated == ["a/cli"]
+
+
+def test_a_200_remote_by_200_local_egress_rule_costs_the_sum() -> None:
+    clients = [pod("c", f"cli{i}", f"10.2.{i // 250}.{i % 250 + 1}", node="n2", app="cli") for i in range(200)]
+    servers = [pod("s", f"srv{i}", f"10.1.{i // 250}.{i % 250 + 1}", app="srv") for i in range(200)]
+    far = [pod("s", f"far{i}", f"10.3.{i // 250}.{i % 250 + 1}", node="n3", app="srv") for i in range(200)]
+    rule = [{"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "srv"}}}],
+             "ports": [{"port": 80}]}]
+    p = plan(clients + servers + far, [policy("c", "out", {"matchLabels": {"app": "cli"}}, egress=rule,
+                                              types=("Egress",))])
+    allow, isolation = remote_egress(p)
+    # 200 remote clients + 200 local servers (not the 200 on n3) + tcp, tcp6 + 1 conj_id
+    assert len(allow) == len(in_table(p, Table.EGRESS_RULE)) == 200 + 200 + 2 + 1
+    # 200 remote sources + 200 local destinations + 1 conj_id
+    assert len(isolation) == 200 + 200 + 1
+    assert len(p.remote_rules) == 1 and len(p.remote_rules[0].pods) == 200
+    # with the Node's Pod CIDRs known, they stand for its Pods: 200 remote sources + 2 CIDRs + 1 conj_id
+    by_cidr = plan(clients + servers + far, [policy("c", "out", {"matchLabels": {"app": "cli"}}, egress=rule,
+                                                    types=("Egress",))], pod_cidrs=("10.1.0.0/16", "fd00:1::/64"))
+    assert len(remote_egress(by_cidr)[1]) == 200 + 2 + 1
+
+
+def test_local_destinations_are_the_pod_cidrs_and_any_pod_outside_them() -> None:
+    local = [pod("a", "in", "10.1.0.5"), pod("a", "out", "10.9.0.5"), pod("a", "six", "fd00:1::5")]
+    assert pp.local_destinations(local, ("10.1.0.0/16", "fd00:1::/64")) == ["10.1.0.0/16", "fd00:1::/64", "10.9.0.5"]
+    assert pp.local_destinations(local, ()) == ["10.1.0.5", "10.9.0.5", "fd00:1::5"]  # networkPolicyOnly
+
+
+def test_remote_egress_only_for_remote_pods_a_policy_isolates_for_egress() -> None:
+    pods = [pod("a", "cli", "10.0.2.5", node="n2", app="cli"), pod("a", "loc", "10.0.1.7", app="cli"),
+            pod("b", "srv", "10.0.1.5", app="srv")]
+    to_srv = [{"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "srv"}}}]}]
+    ingress_only = policy("a", "in", {"matchLabels": {"app": "cli"}}, [{}], egress=to_srv, types=("Ingress",))
+    p = plan(pods, [ingress_only])
+    assert not p.remote_rules and not p.remote_isolated and not in_table(p, Table.EGRESS_DEFAULT)
+    # no Pod on this Node: nothing to judge a remote Pod's egress on
+    assert not plan([pods[0]], [policy("a", "out", {}, egress=to_srv, types=("Egress",))]).remote_rules
+    # a Pod of the policy here and one elsewhere: one conjunction each, apart
+    both = plan(pods, [policy("a", "out", {}, egress=to_srv, types=("Egress",))])
+    assert [r.pods for r in both.rules] == [("a/loc",)] and [r.pods for r in both.remote_rules] == [("a/cli",)]
+    assert both.rules[0].conj_id != both.remote_rules[0].conj_id
+    # every peer of the rule elsewhere: it allows nothing here, the isolation still drops
+    away = plan(pods[:2], [policy("a", "out", {"matchLabels": {"app": "cli"}}, egress=to_srv, types=("Egress",))])
+    assert not away.remote_rules and away.remote_isolated == ["a/cli"]
+    assert f"conj_id={away.remote_isolation_id},actions=drop" in in_table(away, Table.EGRESS_DEFAULT)
+    # a remote record holding a local Pod's address (its Pod gone, the address reused here) is not judged here
+    stale = plan(pods + [pod("a", "old", "10.0.1.5", node="n2", app="cli")],
+                 [policy("a", "out", {"matchLabels": {"app": "cli"}}, egress=to_srv, types=("Egress",))])
+    assert stale.remote_isolated == ["a/cli"]
+
+
 def test_host_and_service_flows() -> None:
     p = plan([pod("a", "x", "10.0.0.1")], [], host_addresses=("10.0.0.254",), service_cidrs=("10.96.0.0/12",))
     assert in_table(p, Table.INGRESS_RULE) == ["ip,nw_src=10.0.0.254,actions=goto_table:60"]
@@ -179,7 +280,8 @@ def test_block_minus_is_the_set_difference(plen: int, octets: list[int]) -> None
 
 @pytest.mark.skipif(shutil.which("ovs-ofctl") is None, reason="ovs-ofctl not installed")
 def test_ovs_takes_every_planned_flow() -> None:
-    pods = [pod("a", "x", "10.0.0.1", ports=(NamedPort("h", "TCP", 80),), app="x"), pod("a", "y", "fd00::2", app="y")]
+    pods = [pod("a", "x", "10.0.0.1", ports=(NamedPort("h", "TCP", 80),), app="x"), pod("a", "y", "fd00::2", app="y"),
+            pod("a", "r", "10.0.9.1", node="n2", app="r"), pod("a", "r6", "fd00:9::1", node="n2", app="r")]
     rules = [{"from": [{"podSelector": {}}, {"ipBlock": {"cidr": "10.8.0.0/16", "except": ["10.8.1.0/24"]}}],
               "ports": [{"port": "h"}, {"port": 1000, "endPort": 2000, "protocol": "UDP"}, {"protocol": "SCTP"}]},
              {}]
@@ -188,3 +290,4 @@ def test_ovs_takes_every_planned_flow() -> None:
     out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "parse-flows", "-"],
                          input="\n".join(f.text() for f in p.flows), capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
+    assert p.remote_rules and p.remote_isolation_id is not None  # the remote Pods' flows are among them

@@ -46,3 +46,13 @@ def test_show_policy_table_names_rules_and_counters() -> None:
     assert "a/web   ingress    0     http=80/TCP  4        7        518" in text
     assert "denied ingress: 3 packets" in text
     assert "not a Pod of this Node" in stats.pod_table("a/y", doc, flows())
+
+
+def test_a_remote_pods_isolation_is_not_counted_on_the_local_destination() -> None:
+    remote = """\
+ cookie=0x5000000000000b1, duration=3s, table=41, n_packets=0, n_bytes=0, priority=190,ip,nw_dst=10.0.0.1 \
+actions=conjunction(9,2/2)
+ cookie=0x5000000000000b2, duration=3s, table=41, n_packets=4, n_bytes=296, priority=190,conj_id=9 actions=drop
+"""
+    assert stats.denied({"a/x": ["10.0.0.1", "fd00::1"]}, flows(DUMP + remote)) == {
+        ("a/x", "ingress"): 3, ("a/x", "egress"): 2}
