@@ -74,5 +74,6 @@ def test_resolve_fails_naming_the_peer() -> None:
         gateway.resolve(cfg({"address": "192.168.99.1", "asn": 1}, GW4), lambda af: [route("::/0", "fd00::1")])
     assert e.value.key == "bgp.peers[1].address" and "no IPv4 default route" in str(e.value)
     with pytest.raises(ConfigError) as e:
-        gateway.resolve(cfg({"address": "192.168.77.1", "asn": 1}, GW4), lambda af: [route("0.0.0.0/0", "192.168.77.1")])
+        gateway.resolve(cfg({"address": "192.168.77.1", "asn": 1}, GW4),
+                        lambda af: [route("0.0.0.0/0", "192.168.77.1")])
     assert e.value.key == "bgp.peers[1].address" and "listed twice" in str(e.value)
