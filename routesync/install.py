@@ -23,9 +23,10 @@ What it does (plan as data, then apply; every step idempotent):
 * networkPolicyOnly (``--config``: route-sync's config, whose ``trafficEncapMode`` says so): Ferry
   runs chained after the Node's primary CNI.  The primary's conf is the first non-Ferry one in
   the conf dir in libcni's order; install-cni writes ``00-ferry-chained.conflist``, the primary's
-  plugins (its name and cniVersion) with ``ferry`` appended and no IPAM of Ferry's, so the
-  runtime loads it first.  No primary conf yet: an error (the init container is retried), never
-  a Ferry conf without it.
+  plugins (its name and cniVersion) with ``ferry`` appended and no IPAM of Ferry's, then
+  ``portmap``/``bandwidth`` as above when the primary has none of its own, so the runtime loads
+  it first and hostPort works as with Ferry's own conflist.  No primary conf yet: an error (the
+  init container is retried), never a Ferry conf without it.
 
 ``--uninstall`` removes exactly what an install writes: the conflist (when it is ours), the two
 links (when they point into the bundle dir) and the bundle dir."""
@@ -134,9 +135,11 @@ def primary_conf(conf_dir: str) -> tuple[str, dict[str, Any]] | None:
 
 
 def render_chained(templates: dict[str, dict[str, Any]], primary: tuple[str, dict[str, Any]],
-                   overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+                   overrides: dict[str, Any] | None = None, chained: Iterable[str] = ()) -> dict[str, Any]:
     """networkPolicyOnly: the primary's plugins (a conflist's, or a single ``.conf``'s) with the
-    ferry entry appended, without Ferry's IPAM (the primary's owns the addresses)."""
+    ferry entry appended, without Ferry's IPAM (the primary's owns the addresses), then those of
+    ``chained`` (portmap, bandwidth) the primary does not run itself: hostPort and the bandwidth
+    annotations work as with Ferry's own conflist."""
     path, doc = primary
     version = doc.get("cniVersion")
     if version not in SUPPORTED_CNI_VERSIONS:
@@ -151,7 +154,9 @@ def render_chained(templates: dict[str, dict[str, Any]], primary: tuple[str, dic
         plugins = [{k: v for k, v in doc.items() if k not in ("cniVersion", "name")}]
     ferry = merge_ferry(templates["ferry"], overrides or {})
     ferry.pop("ipam", None)
-    return {"cniVersion": version, "name": doc.get("name") or NETWORK_NAME, "plugins": [*plugins, ferry]}
+    have = {p["type"] for p in plugins}
+    more = [json.loads(json.dumps(templates[p])) for p in CHAINED if p in set(chained) and p not in have]
+    return {"cniVersion": version, "name": doc.get("name") or NETWORK_NAME, "plugins": [*plugins, ferry, *more]}
 
 
 def chained_mode(config_path: str | None) -> bool:
@@ -416,8 +421,10 @@ def plan_install(bundle: str, cni_bin_dir: str, cni_conf_dir: str, cni_version: 
         if primary is None:
             raise InstallError(f"networkPolicyOnly: no primary CNI conf in {cni_conf_dir} to chain Ferry after "
                                "(install the primary CNI first)")
-        doc = render_chained(templates or load_templates(), primary, overrides)
-        name, notes = CHAINED_CONFLIST_NAME, [f"networkPolicyOnly: chained after {primary[0]}"]
+        chained, notes = chainable(cni_bin_dir, str(primary[1].get("cniVersion")), versions_of)
+        doc = render_chained(templates or load_templates(), primary, overrides, chained)
+        name = CHAINED_CONFLIST_NAME
+        notes.insert(0, f"networkPolicyOnly: chained after {primary[0]}")
     else:
         chained, notes = chainable(cni_bin_dir, cni_version, versions_of)
         doc = render_conflist(templates or load_templates(), cni_version, chained, overrides)

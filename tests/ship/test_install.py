@@ -324,9 +324,12 @@ def test_chained_after_the_primary_conf(fake_bundle: Path, tmp_path: Path) -> No
 def test_chained_single_conf_and_bad_inputs(tmp_path: Path) -> None:
     t = install.load_templates()
     single = ("/d/10-bridge.conf", {"cniVersion": "0.3.1", "name": "br", "type": "bridge", "bridge": "cni0"})
-    doc = install.render_chained(t, single, {"bridge": "br-x"})
+    doc = install.render_chained(t, single, {"bridge": "br-x"}, ["portmap", "bandwidth"])
     assert doc["cniVersion"] == "0.3.1" and doc["name"] == "br"
-    assert [p["type"] for p in doc["plugins"]] == ["bridge", "ferry"] and doc["plugins"][0] == {
+    assert [p["type"] for p in doc["plugins"]] == ["bridge", "ferry", "portmap", "bandwidth"]
+    assert [p["type"] for p in install.render_chained(t, ("/d/p.conflist", PTP), None, ["portmap"])["plugins"]] == [
+        "ptp", "portmap", "ferry"]  # the primary's own portmap, not a second one
+    assert doc["plugins"][0] == {
         "type": "bridge", "bridge": "cni0"}
     assert doc["plugins"][1]["bridge"] == "br-x" and "ipam" not in doc["plugins"][1]
     with pytest.raises(install.InstallError, match="cniVersion '0.2.0'"):
