@@ -326,8 +326,14 @@ class Lab:
     def kube(self) -> Cluster:
         if self.topology.kubernetes is None:
             raise LabError(f"lab {self.name} is not a Kubernetes cluster (ferry-lab up --kubernetes)")
-        return Cluster(lab_cluster.cluster_plan(self.topology, self.name, self.dir), self.manifest, lambda s: None,
-                       router_netns(self.name) if self.topology.route_pod_cidrs else None)
+        t = self.topology
+        assert t.kubernetes is not None
+        # as lab.kube.cluster.up: the router follows the Nodes' Pod CIDRs on a cluster running Ferry
+        # (static routes from the Node objects; with BGP, learned from route-sync)
+        follows = t.route_pod_cidrs or t.router_bgp is not None or t.kubernetes.cni == "ferry"
+        return Cluster(lab_cluster.cluster_plan(t, self.name, self.dir), self.manifest, lambda s: None,
+                       router_netns(self.name) if follows else None, bgp=t.router_bgp is not None,
+                       chained=t.chained)
 
     def _add_kube_pod(self, node: str, name: str, timeout: float) -> Pod:
         n = self.node(node)

@@ -3,14 +3,19 @@
 ``down`` works from this file alone, so a lab whose ``up`` was killed half-way is still torn
 down completely: an entry for something never created is simply absent at teardown.  Each
 update rewrites the JSON atomically (temp file + rename), under a lock, because ``up`` builds
-Nodes in parallel threads."""
+Nodes in parallel threads; and re-reads the file first, under a file lock beside it, because two
+processes may add to one lab's record (``ferry-lab up`` and a test joining a Node, ``ferry-lab
+join``): each keeps the other's entries instead of overwriting them with its own stale copy."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,12 +72,30 @@ class Manifest:
             os.fsync(f.fileno())
         os.rename(tmp, self.path)
 
+    @contextlib.contextmanager
+    def _updating(self) -> Iterator[None]:
+        """This process's lock and the file's (``<manifest>.lock``), with what is on disk read
+        back first (another process may have added entries since this one last wrote)."""
+        with self._lock, open(f"{self.path}.lock", "a") as lockf:
+            fcntl.flock(lockf, fcntl.LOCK_EX)
+            try:
+                with open(self.path) as f:
+                    text = f.read()
+                d = json.loads(text) if text.strip() else {}
+            except (OSError, ValueError):
+                d = {}
+            if d:
+                self.state = d.get("state", self.state)
+                self.entries = list(d.get("entries", self.entries))
+                self.info = dict(d.get("info", self.info))
+            yield
+
     def record(self, kind: str, **fields: Any) -> None:
         """Note that ``kind`` (netns/pidfile/pid/dir/file) is about to be created; persisted now."""
         if kind not in KINDS:
             raise ValueError(kind)
         entry = {"kind": kind, **fields}
-        with self._lock:
+        with self._updating():
             if entry not in self.entries:
                 self.entries.append(entry)
                 self.save()
@@ -80,13 +103,13 @@ class Manifest:
 
     def forget(self, kind: str, **fields: Any) -> None:
         entry = {"kind": kind, **fields}
-        with self._lock:
+        with self._updating():
             if entry in self.entries:
                 self.entries.remove(entry)
                 self.save()
 
     def set(self, state: str | None = None, **info: Any) -> None:
-        with self._lock:
+        with self._updating():
             if state:
                 self.state = state
             self.info.update(info)

@@ -87,7 +87,9 @@ def plan(lab: str, topo: Topology) -> NetPlan:
         config[nodes[n.name]] = ["link set eth0 up",
                                  *_addresses("eth0", (s.ipv4, s.ipv6), NODE_HOST_BASE + n.index),
                                  *_default_routes(router_address(topo, n.segment))]
-        if topo.node_pod_routes:  # the underlay routes Pods (networkPolicyOnly): peers on the segment
+        # the underlay routes Pods (networkPolicyOnly): peers on the segment.  Not on Kubernetes,
+        # where the controller-manager picks the Pod CIDRs: the router routes them (lab.kube)
+        if topo.node_pod_routes and topo.kubernetes is None:
             for m in topo.nodes:
                 if m.name != n.name and m.segment == n.segment:
                     config[nodes[n.name]] += _pod_routes(node_addresses(topo, m), m.pod_cidrs)

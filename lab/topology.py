@@ -394,7 +394,7 @@ def parse(data: Any) -> Topology:
     rpc = router.get("routePodCIDRs", False)
     if rpc not in (True, False, "bgp"):
         raise TopologyError(f"router.routePodCIDRs {rpc!r}: true (static routes), false, or bgp")
-    router_bgp = _router_bgp(router.get("bgp"), rpc == "bgp", route_sync, d.get("kubernetes"))
+    router_bgp = _router_bgp(router.get("bgp"), rpc == "bgp", route_sync, d.get("kubernetes"), segments)
     if vlan is not None and route_sync is None:
         raise TopologyError("vlan: needs a routeSync block (route-sync tags the Nodes' traffic; a Node "
                             "without it cannot reach a tagged segment)")
@@ -437,7 +437,8 @@ def _vlan(value: Any, where: str) -> int | None:
     return value
 
 
-def _router_bgp(value: Any, on: bool, route_sync: RouteSyncSpec | None, kubernetes: Any) -> RouterBgp | None:
+def _router_bgp(value: Any, on: bool, route_sync: RouteSyncSpec | None, kubernetes: Any,
+                segments: list[Segment]) -> RouterBgp | None:
     if not on:
         if value is not None:
             raise TopologyError("router.bgp: only with router.routePodCIDRs: bgp")
@@ -445,9 +446,12 @@ def _router_bgp(value: Any, on: bool, route_sync: RouteSyncSpec | None, kubernet
     if route_sync is None:
         raise TopologyError("router.routePodCIDRs: bgp needs a routeSync block (route-sync advertises the "
                             "Pod CIDRs)")
-    if kubernetes is not None:  # ``kubernetes: {}`` (what --kubernetes writes) is a Kubernetes lab too
-        raise TopologyError("router.routePodCIDRs: bgp is not deployed by the lab's DaemonSet yet "
-                            "(use true: routes from the Node objects)")
+    # ``kubernetes: {}`` (what --kubernetes writes) is a Kubernetes lab too: one ConfigMap for every
+    # Node, whose peer is ``defaultGateway`` (IPv4) and whose router ID is the Node's IPv4 address
+    if kubernetes is not None and not all(s.ipv4 for s in segments):
+        raise TopologyError("router.routePodCIDRs: bgp on a Kubernetes lab needs IPv4 on every segment (the "
+                            "DaemonSet's one config peers with each Node's IPv4 default gateway and takes the "
+                            "Node's IPv4 address as its BGP router ID)")
     v = _mapping(value, "router.bgp")
     unknown = set(v) - set(BGP_KEYS)
     if unknown:
@@ -476,9 +480,6 @@ def _kubernetes(value: Any, route_sync: RouteSyncSpec | None, node_names: tuple[
         raise TopologyError(str(e)) from None
     if spec is not None and route_sync is None:
         raise TopologyError("kubernetes: needs a routeSync block (route-sync runs in Ferry's DaemonSet)")
-    if spec is not None and route_sync is not None and route_sync.trafficEncapMode == NETWORK_POLICY_ONLY:
-        raise TopologyError("kubernetes: networkPolicyOnly (chained after a primary CNI) is not deployed "
-                            "by the lab's DaemonSet yet")
     unknown = [n for n in (spec.join_later if spec else ()) if n not in node_names]
     if unknown:
         raise TopologyError(f"kubernetes.joinLater: no Node named {', '.join(unknown)}")

@@ -62,8 +62,18 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
     appliers = make_appliers(cfg)
     speaker = None
     if cfg.bgp is not None:
+        from cni.kernel.netlink import Netlink
+
+        from .bgp import gateway
         from .bgp.speaker import Speaker
 
+        try:
+            with Netlink() as nl:
+                cfg = gateway.resolve(cfg, nl.routes)  # bgp.peers[].address: defaultGateway
+        except ConfigError as e:
+            raise click.ClickException(str(e)) from None
+        assert cfg.bgp is not None
+        logging.getLogger(__name__).info("BGP peers: %s", ", ".join(p.address for p in cfg.bgp.peers))
         speaker = Speaker(cfg, observer).start()
     policy = listener = None
     if cfg.network_policy and cfg.node_source.type == "kubernetes":

@@ -75,10 +75,17 @@ class NodeSourceConfig:
 class BgpPeer:
     """One BGP neighbour (the underlay router): ``bgp.peers[i]``."""
 
-    address: str  # "192.168.77.1" or "fd00:77::1"
+    address: str  # "192.168.77.1" or "fd00:77::1"; or DEFAULT_GATEWAY (resolved at start)
     asn: int
     password: str | None = None  # TCP MD5 signature (RFC 2385)
     hold_time: int = DEFAULT_HOLD_TIME  # seconds; 0: no keepalives (the peer's choice may be lower)
+    address_family: int | None = None  # with DEFAULT_GATEWAY: whose default route (4 or 6)
+
+    @property
+    def default_gateway(self) -> bool:
+        """The peer is the Node's default gateway of ``address_family``, looked up at start: one
+        ConfigMap then serves Nodes on different segments (``routesync.bgp.gateway``)."""
+        return self.address == DEFAULT_GATEWAY
 
 
 @dataclass(frozen=True)
@@ -326,7 +333,9 @@ def _ip(key: str, v: Any, version: int | None = None) -> str:
 
 
 _BGP_KEYS = {"localASN", "routerID", "peers", "prefixes", "gracefulRestart", "runDir"}
-_PEER_KEYS = {"address", "asn", "password", "holdTime"}
+_PEER_KEYS = {"address", "asn", "password", "holdTime", "addressFamily"}
+DEFAULT_GATEWAY: Final = "defaultGateway"  # bgp.peers[].address: the Node's default gateway
+ADDRESS_FAMILIES = {"ipv4": 4, "ipv6": 6}
 
 
 def _hold_time(key: str, v: Any) -> int:
@@ -345,8 +354,24 @@ def _bgp_peer(key: str, v: Any) -> BgpPeer:
         password = _str(f"{key}.password", password)
         if len(password.encode()) > MAX_MD5_KEY or '"' in password or "\n" in password:
             raise ConfigError(f"{key}.password", f"at most {MAX_MD5_KEY} bytes, no '\"' or newline")
-    return BgpPeer(address=_ip(f"{key}.address", v["address"]), asn=_int(f"{key}.asn", v["asn"], 1, MAX_ASN),
-                   password=password, hold_time=_hold_time(f"{key}.holdTime", v.get("holdTime", DEFAULT_HOLD_TIME)))
+    family = None
+    if v["address"] == DEFAULT_GATEWAY:
+        fam = v.get("addressFamily", "ipv4")
+        if fam not in ADDRESS_FAMILIES:
+            raise ConfigError(f"{key}.addressFamily", f"expected ipv4 or ipv6 (whose default gateway), got {fam!r}")
+        family, address = ADDRESS_FAMILIES[fam], DEFAULT_GATEWAY
+    else:
+        if "addressFamily" in v:
+            raise ConfigError(f"{key}.addressFamily", f"only with address: {DEFAULT_GATEWAY} (an address names "
+                                                      "its family)")
+        try:
+            address = _ip(f"{key}.address", v["address"])
+        except ConfigError:
+            raise ConfigError(f"{key}.address", f"expected an IP address or {DEFAULT_GATEWAY}, "
+                                                f"got {v['address']!r}") from None
+    return BgpPeer(address=address, asn=_int(f"{key}.asn", v["asn"], 1, MAX_ASN), password=password,
+                   hold_time=_hold_time(f"{key}.holdTime", v.get("holdTime", DEFAULT_HOLD_TIME)),
+                   address_family=family)
 
 
 def _bgp(key: str, v: Any) -> BgpConfig:
@@ -360,9 +385,10 @@ def _bgp(key: str, v: Any) -> BgpConfig:
     peers = tuple(_bgp_peer(f"{key}.peers[{i}]", p) for i, p in enumerate(peers_in))
     seen: set[str] = set()
     for i, p in enumerate(peers):
-        if p.address in seen:
-            raise ConfigError(f"{key}.peers[{i}].address", f"{p.address} is listed twice")
-        seen.add(p.address)
+        ident = f"{p.address} ipv{p.address_family}" if p.default_gateway else p.address
+        if ident in seen:
+            raise ConfigError(f"{key}.peers[{i}].address", f"{ident} is listed twice")
+        seen.add(ident)
     router_id = _ip(f"{key}.routerID", v["routerID"], 4) if v.get("routerID") is not None else None
     prefixes = _cidrs(f"{key}.prefixes", v["prefixes"], False) if v.get("prefixes") is not None else None
     gr = _int(f"{key}.gracefulRestart", v.get("gracefulRestart", 0), 0, 4095)  # a 12-bit field (RFC 4724)

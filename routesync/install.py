@@ -19,7 +19,14 @@ What it does (plan as data, then apply; every step idempotent):
   explicit ``--cni-version`` above what a known runtime reads is refused unless ``--force``: the
   runtime would refuse every Pod's result;
 * removes stale Ferry confs (any other conf in the conf dir whose plugins include ``ferry``) and
-  older bundle copies.
+  older bundle copies;
+* networkPolicyOnly (``--config``: route-sync's config, whose ``trafficEncapMode`` says so): Ferry
+  runs chained after the Node's primary CNI.  The primary's conf is the first non-Ferry one in
+  the conf dir in libcni's order; install-cni writes ``00-ferry-chained.conflist``, the primary's
+  plugins (its name and cniVersion) with ``ferry`` appended and no IPAM of Ferry's, then
+  ``portmap``/``bandwidth`` as above when the primary has none of its own, so the runtime loads
+  it first and hostPort works as with Ferry's own conflist.  No primary conf yet: an error (the
+  init container is retried), never a Ferry conf without it.
 
 ``--uninstall`` removes exactly what an install writes: the conflist (when it is ours), the two
 links (when they point into the bundle dir) and the bundle dir."""
@@ -42,11 +49,13 @@ from cni.node.atomicfile import write_atomic as write_bytes
 from . import runtimes
 
 CONFLIST_NAME = "10-ferry.conflist"
+CHAINED_CONFLIST_NAME = "00-ferry-chained.conflist"  # networkPolicyOnly: sorts before the primary's
 NETWORK_NAME = "ferry"
 BUNDLE_DIR_NAME = ".ferry-bundle"
 LINKED = ("ferry", "ferry-ipam")
 CHAINED = ("portmap", "bandwidth")
 CNI_VERSIONS = ("1.1.0", "1.0.0", "0.4.0")  # what install-cni writes, newest first
+SUPPORTED_CNI_VERSIONS = ("1.1.0", "1.0.0", "0.4.0", "0.3.1", "0.3.0")  # a primary's Ferry can follow
 AUTO = "auto"
 DEFAULT_CNI_VERSION = AUTO
 CONF_SUFFIXES = (".conf", ".conflist", ".json")  # what libcni loads from a conf dir
@@ -102,6 +111,66 @@ def render_conflist(templates: dict[str, dict[str, Any]], cni_version: str, chai
     plugins = [merge_ferry(templates["ferry"], overrides or {})]
     plugins += [json.loads(json.dumps(templates[p])) for p in CHAINED if p in set(chained)]
     return {"cniVersion": cni_version, "name": name, "plugins": plugins}
+
+
+def primary_conf(conf_dir: str) -> tuple[str, dict[str, Any]] | None:
+    """The primary CNI's conf: the first one libcni would load (file names sorted) that is not
+    Ferry's; None when there is none."""
+    try:
+        names = sorted(os.listdir(conf_dir))
+    except FileNotFoundError:
+        return None
+    for fn in names:
+        path = os.path.join(conf_dir, fn)
+        if not fn.endswith(CONF_SUFFIXES) or not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and not is_ferry_conf(doc) and (doc.get("type") or doc.get("plugins")):
+            return path, doc
+    return None
+
+
+def render_chained(templates: dict[str, dict[str, Any]], primary: tuple[str, dict[str, Any]],
+                   overrides: dict[str, Any] | None = None, chained: Iterable[str] = ()) -> dict[str, Any]:
+    """networkPolicyOnly: the primary's plugins (a conflist's, or a single ``.conf``'s) with the
+    ferry entry appended, without Ferry's IPAM (the primary's owns the addresses), then those of
+    ``chained`` (portmap, bandwidth) the primary does not run itself: hostPort and the bandwidth
+    annotations work as with Ferry's own conflist."""
+    path, doc = primary
+    version = doc.get("cniVersion")
+    if version not in SUPPORTED_CNI_VERSIONS:
+        raise InstallError(f"primary CNI conf {path}: cniVersion {version!r} is not one Ferry answers in "
+                           f"({', '.join(SUPPORTED_CNI_VERSIONS)})")
+    if "plugins" in doc:
+        plugins = doc["plugins"]
+        if not isinstance(plugins, list) or not all(isinstance(p, dict) and p.get("type") for p in plugins):
+            raise InstallError(f"primary CNI conf {path}: plugins must be a list of objects with a type")
+        plugins = json.loads(json.dumps(plugins))
+    else:
+        plugins = [{k: v for k, v in doc.items() if k not in ("cniVersion", "name")}]
+    ferry = merge_ferry(templates["ferry"], overrides or {})
+    ferry.pop("ipam", None)
+    have = {p["type"] for p in plugins}
+    more = [json.loads(json.dumps(templates[p])) for p in CHAINED if p in set(chained) and p not in have]
+    return {"cniVersion": version, "name": doc.get("name") or NETWORK_NAME, "plugins": [*plugins, ferry, *more]}
+
+
+def chained_mode(config_path: str | None) -> bool:
+    """route-sync's config at ``config_path`` says networkPolicyOnly (no path: not chained)."""
+    if not config_path:
+        return False
+    from cni.pipeline.modes import NETWORK_POLICY_ONLY
+
+    from .config import ConfigError, load
+
+    try:
+        return load(config_path).mode == NETWORK_POLICY_ONLY
+    except (ConfigError, OSError) as e:
+        raise InstallError(f"--config {config_path}: {e}") from None
 
 
 def conflist_text(doc: dict[str, Any]) -> str:
@@ -340,18 +409,30 @@ def stale_confs(conf_dir: str, keep: str) -> list[str]:
 
 def plan_install(bundle: str, cni_bin_dir: str, cni_conf_dir: str, cni_version: str = runtimes.FALLBACK,
                  overrides: dict[str, Any] | None = None, templates: dict[str, dict[str, Any]] | None = None,
-                 versions_of: Callable[[str], tuple[str, ...]] = supported_versions) -> InstallPlan:
+                 versions_of: Callable[[str], tuple[str, ...]] = supported_versions,
+                 chained_after_primary: bool = False) -> InstallPlan:
     check_bundle(bundle)
     digest = bundle_digest(bundle)
     root = os.path.join(cni_bin_dir, BUNDLE_DIR_NAME)
     dest = os.path.join(root, digest)
     links = tuple((os.path.join(cni_bin_dir, n), os.path.join(BUNDLE_DIR_NAME, digest, n)) for n in LINKED)
-    chained, notes = chainable(cni_bin_dir, cni_version, versions_of)
-    doc = render_conflist(templates or load_templates(), cni_version, chained, overrides)
+    if chained_after_primary:
+        primary = primary_conf(cni_conf_dir)
+        if primary is None:
+            raise InstallError(f"networkPolicyOnly: no primary CNI conf in {cni_conf_dir} to chain Ferry after "
+                               "(install the primary CNI first)")
+        chained, notes = chainable(cni_bin_dir, str(primary[1].get("cniVersion")), versions_of)
+        doc = render_chained(templates or load_templates(), primary, overrides, chained)
+        name = CHAINED_CONFLIST_NAME
+        notes.insert(0, f"networkPolicyOnly: chained after {primary[0]}")
+    else:
+        chained, notes = chainable(cni_bin_dir, cni_version, versions_of)
+        doc = render_conflist(templates or load_templates(), cni_version, chained, overrides)
+        name = CONFLIST_NAME
     old_bundles = [os.path.join(root, d) for d in sorted(os.listdir(root)) if d != digest] \
         if os.path.isdir(root) else []
-    return InstallPlan(bundle, dest, links, os.path.join(cni_conf_dir, CONFLIST_NAME), conflist_text(doc),
-                       tuple(stale_confs(cni_conf_dir, CONFLIST_NAME) + old_bundles), tuple(notes))
+    return InstallPlan(bundle, dest, links, os.path.join(cni_conf_dir, name), conflist_text(doc),
+                       tuple(stale_confs(cni_conf_dir, name) + old_bundles), tuple(notes))
 
 
 # --- applying ----------------------------------------------------------------------------------
@@ -458,7 +539,7 @@ def install_cni(cni_bin_dir: str, cni_conf_dir: str, bundle_dir: str | None = No
                 cni_version: str = DEFAULT_CNI_VERSION, ferry_conf: str | None = None,
                 do_uninstall: bool = False, log: Callable[[str], None] = print, *,
                 runtime_version: str | None = None, node_name: str | None = None,
-                kubeconfig: str | None = None, force: bool = False,
+                kubeconfig: str | None = None, force: bool = False, config_path: str | None = None,
                 versions_of: Callable[[str], tuple[str, ...]] = supported_versions,
                 local: Callable[[], list[tuple[runtimes.RuntimeVersion, str]]] = runtimes.local_runtimes) -> int:
     """The command: 0 on success; :class:`InstallError` when it cannot proceed."""
@@ -473,12 +554,15 @@ def install_cni(cni_bin_dir: str, cni_conf_dir: str, bundle_dir: str | None = No
         raise InstallError("not running from a frozen bundle: give --bundle-dir (see `make dist`)")
     overrides = load_overrides(ferry_conf)
     versions_of = functools.cache(versions_of)  # the choice and the plan ask the same plugins
-    found = find_runtimes(runtime_version, node_name, kubeconfig, log, local=local)
-    version, why = resolve_cni_version(cni_version, found, chained_present(cni_bin_dir, versions_of), force)
-    for line in why:
-        log(f"note: {line}")
+    chained = chained_mode(config_path)
+    version = runtimes.FALLBACK
+    if not chained:  # chained: the primary's cniVersion, which the runtime reads already
+        found = find_runtimes(runtime_version, node_name, kubeconfig, log, local=local)
+        version, why = resolve_cni_version(cni_version, found, chained_present(cni_bin_dir, versions_of), force)
+        for line in why:
+            log(f"note: {line}")
     plan = plan_install(os.path.realpath(bundle), cni_bin_dir, cni_conf_dir, version, overrides,
-                        versions_of=versions_of)
+                        versions_of=versions_of, chained_after_primary=chained)
     for note in plan.notes:
         log(f"note: {note}")
     changed = apply_install(plan)
@@ -513,14 +597,18 @@ def click_command() -> Any:
     @click.option("--ferry-conf", default=None,
                   help="JSON object overriding keys of the ferry entry (ipam merged one level deep)")
     @click.option("--uninstall", is_flag=True, help="remove what install-cni wrote")
+    @click.option("--config", "config_path", default=None, metavar="PATH",
+                  help="route-sync's config: with trafficEncapMode networkPolicyOnly, Ferry is chained after "
+                       "the primary CNI's conf (00-ferry-chained.conflist)")
     def install_cni_cmd(cni_bin_dir: str, cni_conf_dir: str, bundle_dir: str | None, cni_version: str,
                         runtime_version: str | None, node_name: str | None, kubeconfig: str | None,
-                        force: bool, ferry_conf: str | None, uninstall: bool) -> None:
-        """Copy the bundle, link ferry/ferry-ipam into the CNI bin dir, write 10-ferry.conflist."""
+                        force: bool, ferry_conf: str | None, uninstall: bool, config_path: str | None) -> None:
+        """Copy the bundle, link ferry/ferry-ipam into the CNI bin dir, write 10-ferry.conflist
+        (networkPolicyOnly: 00-ferry-chained.conflist, after the primary CNI)."""
         try:
             install_cni(cni_bin_dir, cni_conf_dir, bundle_dir, cni_version, ferry_conf, uninstall,
                         log=click.echo, runtime_version=runtime_version, node_name=node_name,
-                        kubeconfig=kubeconfig, force=force)
+                        kubeconfig=kubeconfig, force=force, config_path=config_path)
         except (InstallError, OSError) as e:
             raise click.ClickException(str(e)) from None
 

@@ -396,7 +396,10 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     route_mtu = mtu if mtu < full_mtu else 0  # host routes to tunnelled peers
 
     tunnel_ofport = facts.tunnel_ofport if tunnel is not None else None
-    flows = base_flows(GatewayPort(facts.gateway_ofport, facts.gateway_mac, gw_addrs))
+    # networkPolicyOnly: the host un-DNATs a Service's reply only if it sees it; Pod sources that
+    # come in through the gateway are flagged so their replies go back to it (docs/design.md)
+    returned = config.cluster_cidrs if config.mode == NETWORK_POLICY_ONLY else ()
+    flows = base_flows(GatewayPort(facts.gateway_ofport, facts.gateway_mac, gw_addrs), returned)
 
     fast = fast_path_ready(config, facts)
     fast_port = None

@@ -209,8 +209,13 @@ class GatewayPort:
     addresses: tuple[str, ...]  # CIDRs or plain addresses of the gateway
 
 
-def base_flows(gw: GatewayPort) -> list[Flow]:
-    """Flows every bridge needs once: table misses, the gateway's own traffic and neighbours."""
+def base_flows(gw: GatewayPort, via_gateway_cidrs: Sequence[str] = ()) -> list[Flow]:
+    """Flows every bridge needs once: table misses, the gateway's own traffic and neighbours.
+
+    ``via_gateway_cidrs``: the sources whose packets from the gateway are flagged (and their
+    connections' replies sent back to the host), besides the gateway's own Pod CIDRs.
+    networkPolicyOnly names the cluster CIDRs: its gateway has no Pod CIDR, and a Service's
+    DNATed packet to a backend on the same Node comes back in through the gateway."""
     gmac = mac(gw.mac)
     port = int(gw.ofport)
     v4, v6 = _split(gw.addresses)
@@ -244,7 +249,7 @@ def base_flows(gw: GatewayPort) -> list[Flow]:
     for ip in v6 + [link_local(gmac)]:
         flows.append(Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.ANSWER,
                           (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(ip)), to_gw, c))
-    return flows + conntrack_flows(gw, _networks(gw.addresses))
+    return flows + conntrack_flows(gw, _networks(gw.addresses) + _networks(via_gateway_cidrs))
 
 
 @record(frozen=True)

@@ -25,12 +25,14 @@ from lab.kube.plan import (
     KUBE_PROXY_USER,
     NODE_CNI_PLUGINS,
     PAUSE_IMAGE,
+    PRIMARY_CONFLIST,
     WORKLOAD_IMAGE,
     ClusterPlan,
     NodePlan,
     Process,
     bridge_conflist,
     kubeconfig,
+    ptp_conflist,
     server_names,
 )
 from lab.manifest import Manifest
@@ -262,11 +264,14 @@ def kubectl_argv(plan: ClusterPlan, args: list[str]) -> list[str]:
 class Cluster:
     """Applies a :class:`ClusterPlan` for the lab whose manifest is ``manifest``."""
 
-    def __init__(self, plan: ClusterPlan, manifest: Manifest, log: Log, router_netns: str | None = None) -> None:
+    def __init__(self, plan: ClusterPlan, manifest: Manifest, log: Log, router_netns: str | None = None,
+                 bgp: bool = False, chained: bool = False) -> None:
         self.plan = plan
         self.manifest = manifest
         self.log = log
         self.router_netns = router_netns  # set: the router follows the Nodes' Pod CIDRs (routePodCIDRs)
+        self.bgp = bgp  # routePodCIDRs: bgp: the router learns them from route-sync, nothing static
+        self.chained = chained  # networkPolicyOnly: each Node gets a primary CNI (ptp) for Ferry to follow
 
     # -- certificates and kubeconfigs
     def credentials(self, topo_names: tuple[str, ...]) -> None:
@@ -436,11 +441,20 @@ class Cluster:
             out[name] = (tuple(n["spec"].get("podCIDRs") or ()), ips)
         return out
 
-    def route_pod_cidrs(self, router_netns: str) -> list[str]:
+    def route_pod_cidrs(self, router_netns: str, timeout: float = 60.0) -> list[str]:
         """What a cloud's route controller does for noEncap: the router gets a route to every
-        Node's Pod CIDRs (from the Node objects) via that Node's address. Returns the routes."""
+        Node's Pod CIDRs (from the Node objects) via that Node's address. Returns the routes.
+        With BGP nothing is written: this waits until FRR has learned them all from route-sync."""
         routes = router_routes(self.node_pod_cidrs())
-        ip_batch(router_netns, [f"route replace {r}" for r in routes])
+        if not self.bgp:
+            ip_batch(router_netns, [f"route replace {r}" for r in routes])
+            return routes
+        from lab import frr
+
+        want = {r.split()[0] for r in routes}
+        wait_for(f"the router to learn {sorted(want)} over BGP",
+                 lambda: want <= {str(r["dst"]) for r in frr.routes(router_netns)}, timeout,
+                 lambda: f"learned: {frr.routes(router_netns)}")
         return routes
 
     def retag_ferry_image(self, tag: str) -> str:
@@ -453,19 +467,31 @@ class Cluster:
             ctr(n, "images", "tag", "--force", src, f"docker.io/{new}")
         return new
 
+    def write_conflists(self, nodes: list[NodePlan], name: str,
+                        make: Callable[[tuple[str, ...]], dict], timeout: float = 120.0) -> None:
+        """``name`` in each of ``nodes``' conf dirs: ``make(its Pod CIDRs)``, once the
+        controller-manager has given them."""
+        names = {n.name for n in nodes}
+        wait_for(f"Pod CIDRs on {sorted(names)}",
+                 lambda: set(self.nodes()) >= names and all(
+                     len(c) == len(self.plan.cluster_cidrs) for k, (c, _a) in self.node_pod_cidrs().items()
+                     if k in names), timeout)
+        cidrs = self.node_pod_cidrs()
+        for n in nodes:
+            conf_dir = {dst: src for src, dst in n.binds}["/etc/cni/net.d"]
+            layout.write_json(os.path.join(conf_dir, name), make(cidrs[n.name][0]))
+
     def install_bridge(self, timeout: float = 120.0) -> None:
         """The reference CNI instead of Ferry: each Node's conflist is Debian's bridge + host-local
         on the Pod CIDRs the controller-manager gave it; waits until every Node is Ready."""
         names = {n.name for n in self.started_nodes()}
-        wait_for("Pod CIDRs on every Node",
-                 lambda: all(len(c) == len(self.plan.cluster_cidrs) for k, (c, _a) in self.node_pod_cidrs().items()
-                             if k in names) and set(self.nodes()) >= names, timeout)
-        cidrs = self.node_pod_cidrs()
-        for n in self.started_nodes():
-            conf_dir = {dst: src for src, dst in n.binds}["/etc/cni/net.d"]
-            layout.write_json(os.path.join(conf_dir, "10-bridge.conflist"), bridge_conflist(cidrs[n.name][0]))
+        self.write_conflists(self.started_nodes(), "10-bridge.conflist", bridge_conflist, timeout)
         wait_for("every Node to be Ready",
                  lambda: all(self.ready(n) for k, n in self.nodes().items() if k in names), timeout)
+
+    def install_primary(self, nodes: list[NodePlan]) -> None:
+        """networkPolicyOnly: the primary CNI Ferry chains itself after (install-cni reads it)."""
+        self.write_conflists(nodes, PRIMARY_CONFLIST, ptp_conflist)
 
     def images(self) -> list[str]:
         d = os.path.join(self.plan.directory, "images")
@@ -475,6 +501,8 @@ class Cluster:
         """Start ``node``'s containerd and kubelet (a ``joinLater`` Node): it registers, gets its
         Pod CIDRs from the controller-manager, Ferry's DaemonSet lands on it."""
         self.node_up(self.plan.node(node), self.images())
+        if self.chained:
+            self.install_primary([self.plan.node(node)])
         self.wait_converged(timeout)
         if self.router_netns:
             self.route_pod_cidrs(self.router_netns)
@@ -519,7 +547,7 @@ def ferry_image(tag: str | None, log: Log) -> str:
 
 def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, image_tag: str | None,
        join_later: tuple[str, ...], route_pod_cidrs: bool, router_netns: str, manifest: Manifest,
-       log: Log, cni: str = "ferry") -> Cluster:
+       log: Log, cni: str = "ferry", bgp: bool = False, chained: bool = False) -> Cluster:
     t0 = time.monotonic()
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"):
         if not os.access(tools.tool(name), os.X_OK):
@@ -527,7 +555,8 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
     # The router follows the Nodes' Pod CIDRs on every cluster running Ferry, not only in noEncap:
     # the API server dials Pod IPs (pods/proxy, webhooks, aggregated APIs), as it does from a
     # control-plane Node on the Pod network; here it runs on the external host, behind the router.
-    cluster = Cluster(plan, manifest, log, router_netns if route_pod_cidrs or cni == "ferry" else None)
+    cluster = Cluster(plan, manifest, log, router_netns if route_pod_cidrs or cni == "ferry" else None,
+                      bgp=bgp, chained=chained)
     os.makedirs(plan.directory, exist_ok=True)
     cluster.credentials(topo_server_names)
     services = plan.kube_proxy != "none"
@@ -547,6 +576,9 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
         cluster.install_bridge()
         log(f"bridge + host-local on every Node: {time.monotonic() - t0:.1f}s")
         return cluster
+    if chained:
+        cluster.install_primary(now)
+        log(f"primary CNI (ptp + host-local) on every Node: {time.monotonic() - t0:.1f}s")
     image = None
     if image_tag:
         image = manifests.shipped_image(manifests.load()).rsplit(":", 1)[0] + f":{image_tag}"

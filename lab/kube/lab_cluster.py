@@ -9,7 +9,7 @@ from lab import tools
 from lab.kube import cluster, plan
 from lab.manifest import Manifest
 from lab.topology import Topology, router_netns
-from routesync.config import WG_SECTION
+from routesync.config import DEFAULT_GATEWAY, WG_SECTION
 
 
 def route_sync_keys(topo: Topology) -> dict[str, Any]:
@@ -32,9 +32,24 @@ def route_sync_keys(topo: Topology) -> dict[str, Any]:
         keys["trafficEncryptionMode"] = topo.encryption
         ferry_runs_ovs = topo.kubernetes is not None and topo.kubernetes.ferry_runs_ovs
         keys[WG_SECTION] = {"startUserspace": not ferry_runs_ovs}
+    if topo.router_bgp is not None:
+        keys["bgp"] = bgp_keys(topo)
     if topo.kubernetes is not None and topo.kubernetes.services:
         keys["serviceCIDRs"] = list(plan.service_cidrs(topo, topo.kubernetes))
     return keys
+
+
+def bgp_keys(topo: Topology) -> dict[str, Any]:
+    """route-sync's ``bgp`` section for every Node at once (``routePodCIDRs: bgp``): each Node
+    peers with its IPv4 default gateway, its segment's router (FRR listens on every segment's
+    range, ``lab.frr``), as ``lab.frr.node_bgp_config`` names it per Node without Kubernetes."""
+    rb = topo.router_bgp
+    assert rb is not None
+    out: dict[str, Any] = {"localASN": rb.node_asn, "peers": [
+        {"address": DEFAULT_GATEWAY, "addressFamily": "ipv4", "asn": rb.asn, "holdTime": rb.hold_time}]}
+    if rb.graceful_restart:
+        out["gracefulRestart"] = rb.graceful_restart
+    return out
 
 
 def cluster_plan(topo: Topology, name: str, directory: str) -> plan.ClusterPlan:
@@ -48,4 +63,4 @@ def up(topo: Topology, name: str, directory: str, manifest: Manifest, log: Calla
     manifest.set(kubeconfig=p.admin_kubeconfig)
     cluster.up(p, plan.server_names(topo, topo.kubernetes), route_sync_keys(topo), topo.kubernetes.image_tag,
                topo.kubernetes.join_later, topo.route_pod_cidrs, router_netns(name), manifest, log,
-               topo.kubernetes.cni)
+               topo.kubernetes.cni, bgp=topo.router_bgp is not None, chained=topo.chained)

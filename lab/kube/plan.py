@@ -57,7 +57,8 @@ NODE_MOUNTS = (
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"  # as the Node sees it
 # Debian's reference plugins a Node's OS package brings: containerd's CRI runs `loopback` for
 # every sandbox; install-cni chains portmap and bandwidth when present.
-NODE_CNI_PLUGINS = ("loopback", "portmap", "bandwidth", "bridge", "host-local")
+NODE_CNI_PLUGINS = ("loopback", "portmap", "bandwidth", "bridge", "host-local", "ptp")
+PRIMARY_CONFLIST = "10-ptp.conflist"  # networkPolicyOnly's primary CNI (after install-cni's 00-ferry-chained)
 
 
 def bridge_conflist(pod_cidrs: tuple[str, ...]) -> dict[str, Any]:
@@ -66,6 +67,16 @@ def bridge_conflist(pod_cidrs: tuple[str, ...]) -> dict[str, Any]:
     return {"cniVersion": "1.0.0", "name": "bridge",
             "plugins": [{"type": "bridge", "bridge": "cni0", "isGateway": True, "ipMasq": False,
                          "ipam": {"type": "host-local", "ranges": [[{"subnet": c}] for c in pod_cidrs]}}]}
+
+
+def ptp_conflist(pod_cidrs: tuple[str, ...]) -> dict[str, Any]:
+    """networkPolicyOnly's primary CNI on a Node: Debian's ptp + host-local on the Node's Pod
+    CIDRs, a default route per family via the host end (as ``lab.layout.chained_conflist`` for
+    the non-Kubernetes lab); Ferry's install-cni chains itself after it."""
+    return {"cniVersion": "1.0.0", "name": "ptp",
+            "plugins": [{"type": "ptp", "ipMasq": False,
+                         "ipam": {"type": "host-local", "ranges": [[{"subnet": c}] for c in pod_cidrs],
+                                  "routes": [{"dst": "::/0" if ":" in c else "0.0.0.0/0"} for c in pod_cidrs]}}]}
 
 
 @dataclass(frozen=True)

@@ -178,3 +178,24 @@ def test_certificates_name_who_each_client_is(tmp_path: Path) -> None:
     assert [str(i) for i in san.get_values_for_type(x509.IPAddress)] == ["192.168.99.2"]
     # the CA is reused, not regenerated, by a second Authority on the same directory
     assert pki.Authority(str(tmp_path)).cert == ca.cert
+
+
+def test_network_policy_only_on_kubernetes_has_a_primary_cni() -> None:
+    """networkPolicyOnly on a Kubernetes lab: accepted; each Node gets Debian's ptp + host-local on
+    the Pod CIDRs the API gave it (install-cni chains Ferry after it), and no nodePodRoutes from
+    the topology's own Pod CIDRs (the controller-manager picks them: the router routes them)."""
+    from lab import netplan
+
+    doc = topology({"trafficEncapMode": "networkPolicyOnly"}, True)
+    doc["nodePodRoutes"] = True
+    t = topo_mod.parse(doc)
+    assert t.chained and t.kubernetes is not None
+    assert "ptp" in plan.NODE_CNI_PLUGINS and plan.PRIMARY_CONFLIST > "00-ferry-chained.conflist"
+    conf = plan.ptp_conflist(("10.244.3.0/24", "fd00:10:244:3::/64"))
+    (ptp,) = conf["plugins"]
+    assert (conf["cniVersion"], ptp["type"], ptp["ipMasq"]) == ("1.0.0", "ptp", False)
+    assert ptp["ipam"] == {"type": "host-local",
+                           "ranges": [[{"subnet": "10.244.3.0/24"}], [{"subnet": "fd00:10:244:3::/64"}]],
+                           "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}
+    cmds = netplan.plan("tp", t).stages[1][topo_mod.node_netns("tp", "node-1")]
+    assert [c for c in cmds if "10.244." in c] == [], cmds

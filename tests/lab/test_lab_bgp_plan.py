@@ -80,11 +80,35 @@ def test_bad_router_keys(router: dict, rs: dict | None, msg: str) -> None:
 
 
 @pytest.mark.parametrize("kubernetes", [{}, {"kubeProxy": "nftables"}])
-def test_bgp_is_refused_on_a_kubernetes_lab(kubernetes: dict) -> None:
-    """``--kubernetes`` writes ``kubernetes: {}``: a Kubernetes lab as much as one with keys."""
-    with pytest.raises(TopologyError, match="routePodCIDRs: bgp is not deployed by the lab's DaemonSet"):
-        topology.parse({"router": {"routePodCIDRs": "bgp"}, "routeSync": {"trafficEncapMode": "noEncap"},
-                        "kubernetes": kubernetes})
+def test_bgp_on_a_kubernetes_lab_is_one_config_for_every_node(kubernetes: dict) -> None:
+    """``--kubernetes`` writes ``kubernetes: {}``: a Kubernetes lab as much as one with keys.  The
+    DaemonSet's one ConfigMap peers each Node with its IPv4 default gateway (its segment's router
+    address, where FRR listens), and route-sync's parser takes it; an IPv6-only segment is refused
+    (no per-Node router ID in one ConfigMap)."""
+    from lab.kube import lab_cluster
+    from routesync.config import from_dict
+
+    t = topology.parse({"router": {"routePodCIDRs": "bgp", "bgp": {"holdTime": 3, "gracefulRestart": 30}},
+                        "routeSync": {"trafficEncapMode": "noEncap"}, "kubernetes": kubernetes})
+    keys = lab_cluster.route_sync_keys(t)
+    assert keys["bgp"] == {"localASN": 64512, "gracefulRestart": 30, "peers": [
+        {"address": "defaultGateway", "addressFamily": "ipv4", "asn": 65000, "holdTime": 3}]}
+    assert "nodePodRoutes" not in keys
+    bgp = from_dict({"nodeName": "node-1", **keys}).bgp
+    assert bgp is not None and bgp.peers[0].default_gateway and bgp.peers[0].address_family == 4
+    # each Node's default gateway is the router's address on its segment: FRR's listen ranges
+    for n in t.nodes:
+        assert frr.peering_address(t, n.segment) == netplan_default_gateway(t, n.name)
+    with pytest.raises(TopologyError, match="bgp on a Kubernetes lab needs IPv4 on every segment"):
+        topology.parse({"segments": {"a": {"ipv6": "fd00:77::/64"}}, "clusterCIDRs": ["fd00:10:244::/48"],
+                        "nodes": [{"name": "node-1", "segment": "a"}], "router": {"routePodCIDRs": "bgp"},
+                        "routeSync": {"trafficEncapMode": "noEncap"}, "kubernetes": kubernetes})
+
+
+def netplan_default_gateway(t: topology.Topology, node: str) -> str:
+    cmds = netplan.plan("tb", t).stages[1][topology.node_netns("tb", node)]
+    (line,) = [c for c in cmds if c.startswith("route add default via ")]
+    return line.split()[-1]
 
 
 def test_mode_flag_keeps_bgp() -> None:

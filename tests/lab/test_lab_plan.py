@@ -125,3 +125,19 @@ def test_manifest_is_on_disk_before_record_returns_and_refuses_a_second_lab(tmp_
         Manifest.create(str(tmp_path), "tlm")
     m.forget("netns", name="tlm-a")
     assert Manifest.load(str(tmp_path)).entries == []
+
+
+
+def test_manifest_keeps_what_another_process_wrote(tmp_path) -> None:
+    """Two writers of one manifest (``up`` and a later ``join``, each with its own copy): each
+    write re-reads the file, so neither drops the other's entries or info."""
+    a = Manifest.create(str(tmp_path), "tlm")
+    b = Manifest.load(str(tmp_path))
+    a.record("netns", name="tlm-a")
+    b.record("pid", pid=1234, what="kubelet node-3")
+    b.set(kubeconfig="/k")
+    a.set(state="up", upSeconds=1.0)
+    a.forget("netns", name="tlm-a")
+    m = Manifest.load(str(tmp_path))
+    assert m.entries == [{"kind": "pid", "pid": 1234, "what": "kubelet node-3"}]
+    assert (m.state, m.info) == ("up", {"kubeconfig": "/k", "upSeconds": 1.0})

@@ -118,6 +118,25 @@ def test_network_policy_only_plan() -> None:
     assert not d.nft.masquerade and d.gateway_addresses == () and d.mtu == 1500
 
 
+
+def test_network_policy_only_returns_service_replies_to_the_host() -> None:
+    """networkPolicyOnly: a packet from the gateway with a source in the cluster CIDRs (a local
+    Pod's connection the host DNATed to a local backend) is flagged, and its connection's replies
+    go back to the gateway, where the host undoes the DNAT; encap flags only its own Pod CIDR."""
+    def flagged(mode: str) -> list[str]:
+        d = plan(cfg(mode, clusterCIDRs=["10.244.0.0/16", "fd00:10:244::/48"]), LOCAL, [SAME], FACTS)
+        return sorted(f.text() for f in d.flows if f.table == Table.CONNTRACK and "load:0x1->" in f.text())
+
+    npo = flagged("networkPolicyOnly")
+    assert len(npo) == 2 and any("nw_src=10.244.0.0/16" in t for t in npo)
+    assert any("ipv6_src=fd00:10:244::/48" in t for t in npo)
+    assert all("in_port=2" in t for t in npo)
+    d = plan(cfg("networkPolicyOnly"), LOCAL, [SAME], FACTS)
+    assert [f for f in d.flows if f.table == Table.CONNTRACK_STATE and "ct_mark=0x1/0x3" in f.text()
+            and "output:2" in f.text()]
+    assert [t for t in flagged("encap") if "10.244.0.0/16" in t] == []
+
+
 def test_ipv6_tunnel_plan_and_ipv6_underlay_mtu() -> None:
     local = NodeRecord("node-a", ("fd00:77::11",), ("fd00:10:244:1::/64",))
     peer = NodeRecord("node-b", ("fd00:88::12",), ("fd00:10:244:2::/64",))

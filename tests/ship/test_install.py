@@ -280,3 +280,64 @@ def test_auto_keeps_portmap_chained_on_a_runtime_that_reads_1_1_0(fake_bundle: P
                         runtime_version="containerd://2.0.0", versions_of=sup, local=list)
     conf = json.loads((conf_dir / "10-ferry.conflist").read_text())
     assert conf["cniVersion"] == "1.1.0" and [p["type"] for p in conf["plugins"]] == ["ferry"]
+
+
+# --- networkPolicyOnly: chained after the primary CNI ------------------------------------------
+
+PTP = {"cniVersion": "1.0.0", "name": "ptp", "plugins": [
+    {"type": "ptp", "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.1.0/24"}]]}},
+    {"type": "portmap", "capabilities": {"portMappings": True}}]}
+
+
+def test_chained_after_the_primary_conf(fake_bundle: Path, tmp_path: Path) -> None:
+    """install-cni --config (networkPolicyOnly) writes 00-ferry-chained.conflist: the first
+    non-Ferry conf's plugins, its name and cniVersion, then ferry without IPAM; an earlier
+    10-ferry.conflist goes, the primary stays; with no primary it fails and writes nothing."""
+    conf_dir, bin_dir = tmp_path / "net.d", tmp_path / "bin"
+    conf_dir.mkdir()
+    cfg = tmp_path / "route-sync.yaml"
+    cfg.write_text("nodeName: n1\ntrafficEncapMode: networkPolicyOnly\n")
+    p = cli(fake_bundle, conf_dir, "--config", str(cfg))
+    assert p.returncode != 0 and "no primary CNI conf" in p.stderr and os.listdir(conf_dir) == []
+    (conf_dir / "10-ferry.conflist").write_text(json.dumps({"cniVersion": "1.0.0", "name": "ferry",
+                                                            "plugins": [{"type": "ferry"}]}))
+    (conf_dir / "20-ptp.conflist").write_text(json.dumps(PTP))
+    (conf_dir / "30-other.conf").write_text(json.dumps({"cniVersion": "0.4.0", "name": "x", "type": "bridge"}))
+    p = cli(fake_bundle, conf_dir, "--config", str(cfg))
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(conf_dir)) == ["00-ferry-chained.conflist", "20-ptp.conflist", "30-other.conf"]
+    doc = json.loads((conf_dir / "00-ferry-chained.conflist").read_text())
+    assert (doc["cniVersion"], doc["name"]) == ("1.0.0", "ptp")
+    assert doc["plugins"][:2] == PTP["plugins"]
+    assert doc["plugins"][2] == {"type": "ferry", "stateFile": "/var/run/ferry/node-state.json",
+                                 "logFile": "/var/log/ferry/cni.log"}
+    # the same mode from an encap config: back to 10-ferry.conflist, the chained one removed
+    cfg.write_text("nodeName: n1\ntrafficEncapMode: encap\n")
+    p = cli(fake_bundle, conf_dir, "--config", str(cfg), "--cni-version", "1.0.0")
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(conf_dir)) == ["10-ferry.conflist", "20-ptp.conflist", "30-other.conf"]
+    # uninstall removes only Ferry's
+    install.install_cni(str(bin_dir), str(conf_dir), do_uninstall=True, log=lambda _s: None)
+    assert sorted(os.listdir(conf_dir)) == ["20-ptp.conflist", "30-other.conf"]
+
+
+def test_chained_single_conf_and_bad_inputs(tmp_path: Path) -> None:
+    t = install.load_templates()
+    single = ("/d/10-bridge.conf", {"cniVersion": "0.3.1", "name": "br", "type": "bridge", "bridge": "cni0"})
+    doc = install.render_chained(t, single, {"bridge": "br-x"}, ["portmap", "bandwidth"])
+    assert doc["cniVersion"] == "0.3.1" and doc["name"] == "br"
+    assert [p["type"] for p in doc["plugins"]] == ["bridge", "ferry", "portmap", "bandwidth"]
+    assert [p["type"] for p in install.render_chained(t, ("/d/p.conflist", PTP), None, ["portmap"])["plugins"]] == [
+        "ptp", "portmap", "ferry"]  # the primary's own portmap, not a second one
+    assert doc["plugins"][0] == {
+        "type": "bridge", "bridge": "cni0"}
+    assert doc["plugins"][1]["bridge"] == "br-x" and "ipam" not in doc["plugins"][1]
+    with pytest.raises(install.InstallError, match="cniVersion '0.2.0'"):
+        install.render_chained(t, ("/d/x.conf", {**single[1], "cniVersion": "0.2.0"}))
+    with pytest.raises(install.InstallError, match="plugins must be"):
+        install.render_chained(t, ("/d/x.conflist", {"cniVersion": "1.0.0", "plugins": [{"bridge": "x"}]}))
+    bad = tmp_path / "rs.yaml"
+    bad.write_text("trafficEncapMode: overlay\n")
+    with pytest.raises(install.InstallError, match="trafficEncapMode"):
+        install.chained_mode(str(bad))
+    assert install.chained_mode(None) is False

@@ -48,17 +48,19 @@ def can_run() -> str | None:
     return None
 
 
-def topology(route_sync: dict[str, Any], route_pod_cidrs: bool = False, nodes: int = 3,
-             join_later: tuple[str, ...] = (), ovs_daemons: str = OVS_HOST) -> dict[str, Any]:
+def topology(route_sync: dict[str, Any], route_pod_cidrs: bool | str = False, nodes: int = 3,
+             join_later: tuple[str, ...] = (), ovs_daemons: str = OVS_HOST,
+             bgp: dict[str, Any] | None = None) -> dict[str, Any]:
     """The default topology (node-1, node-2 on segment a; node-3, node-4 on b behind the router),
     as a Kubernetes cluster; ``ovs_daemons`` ferry: Nodes without Open vSwitch of their own (Ferry's
-    openvswitch container runs it), host: the lab starts it on each Node."""
+    openvswitch container runs it), host: the lab starts it on each Node; ``route_pod_cidrs`` bgp
+    with ``bgp`` (router.bgp): the router learns the Pod CIDRs from route-sync over BGP."""
     all_nodes = [{"name": "node-1", "segment": "a"}, {"name": "node-2", "segment": "a"},
                  {"name": "node-3", "segment": "b"}, {"name": "node-4", "segment": "b"}]
     return {"datapath": "netdev", "clusterCIDRs": ["10.244.0.0/16", "fd00:10:244::/48"],
             "segments": {"a": {"ipv4": "192.168.77.0/24", "ipv6": "fd00:77::/64"},
                          "b": {"ipv4": "192.168.88.0/24", "ipv6": "fd00:88::/64"}},
-            "router": {"routePodCIDRs": route_pod_cidrs},
+            "router": {"routePodCIDRs": route_pod_cidrs, **({"bgp": bgp} if bgp is not None else {})},
             "nodes": all_nodes[:nodes],
             "routeSync": {"resyncSeconds": 5, **route_sync},
             "kubernetes": {"joinLater": list(join_later), "ovsDaemons": ovs_daemons}}
@@ -148,13 +150,18 @@ def api_server_away(lab: Lab, then: Callable[[], None]) -> None:
         wait_for("kube-apiserver /readyz again", cluster.api_ready, HANG)
 
 
-# The traffic modes the Kubernetes suites run (the lab's cluster has no BGP router config or
-# primary CNI for networkPolicyOnly yet).
+# The traffic modes the Kubernetes suites run.  noEncap-bgp: every Node's route-sync peers with its
+# default gateway (the router's FRR, one ConfigMap for Nodes on two segments); networkPolicyOnly:
+# Ferry chained after the Nodes' primary CNI (ptp + host-local, the router routes the Pod CIDRs).
 @dataclass(frozen=True)
 class Mode:
     name: str
     route_sync: dict[str, Any]
-    route_pod_cidrs: bool = False
+    route_pod_cidrs: bool | str = False
+    bgp: dict[str, Any] | None = None  # router.bgp, with route_pod_cidrs "bgp"
+
+    def topology(self, **kw: Any) -> dict[str, Any]:
+        return topology(self.route_sync, self.route_pod_cidrs, bgp=self.bgp, **kw)
 
 
 MODES = [
@@ -164,4 +171,7 @@ MODES = [
     Mode("noEncap", {"trafficEncapMode": "noEncap"}, route_pod_cidrs=True),
     Mode("hybrid", {"trafficEncapMode": "hybrid", "tunnelType": "vxlan"}),
     Mode("noEncap-fastPath", {"trafficEncapMode": "noEncap", "fastPath": True}, route_pod_cidrs=True),
+    Mode("noEncap-bgp", {"trafficEncapMode": "noEncap"}, route_pod_cidrs="bgp",
+         bgp={"asn": 65000, "nodeASN": 64512, "holdTime": 3}),
+    Mode("networkPolicyOnly", {"trafficEncapMode": "networkPolicyOnly"}, route_pod_cidrs=True),
 ]

@@ -27,7 +27,7 @@ PODS = (("node-1", "a"), ("node-1", "b"), ("node-2", "a"), ("node-3", "a"))
 def test_matrix_on_kubernetes(kube_lab_of, mode: Mode) -> None:  # type: ignore[no-untyped-def]
     # Nodes with no Open vSwitch of their own: Ferry's DaemonSet brings it (its openvswitch
     # container); the other Kubernetes suites run host-OVS Nodes
-    lab: Lab = kube_lab_of(topology(mode.route_sync, mode.route_pod_cidrs, ovs_daemons=OVS_FERRY))
+    lab: Lab = kube_lab_of(mode.topology(ovs_daemons=OVS_FERRY))
     assert not any((e.get("netns") or "").startswith(f"{lab.name}-node") for e in lab.manifest.of_kind("pidfile"))
     for node, pod in PODS:
         lab.add_pod(node, pod)

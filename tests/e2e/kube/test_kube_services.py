@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 def test_services_and_dns_with_nftables_kube_proxy(kube_lab_of, mode: Mode) -> None:  # type: ignore[no-untyped-def]
     """kube-proxy's nftables mode; its iptables mode runs the same checks on the clusters of
     test_kube_modes.test_matrix_on_kubernetes (one cluster per mode and kube-proxy mode)."""
-    topo = topology(mode.route_sync, mode.route_pod_cidrs)
+    topo = mode.topology()
     topo["kubernetes"]["kubeProxy"] = "nftables"
     check_services(kube_lab_of(topo))
 
