@@ -370,6 +370,23 @@ class Cluster:
         for p in proxy:  # kube-proxy: hostNetwork, needs no CNI; Ferry's route-sync reaches the API through it
             start(p, self.manifest)
 
+    def switch_kube_proxy(self, mode: str) -> None:
+        """Every Node's kube-proxy in ``mode`` (iptables or nftables) from now on, as an operator
+        switches it: stopped, its configuration's ``mode`` changed, started again; kube-proxy
+        removes the other mode's rules itself when it starts (``platformCleanup`` in
+        cmd/kube-proxy/app/server_linux.go, v1.34.4)."""
+        for node in self.plan.nodes:
+            if node.kube_proxy_config is None:
+                raise LabError(f"{node.name}: runs no kube-proxy (--kube-proxy none)")
+        for node in self.plan.nodes:
+            assert node.kube_proxy_config is not None
+            role = f"{node.name}/kube-proxy"
+            if self.pid_of(role) is not None:
+                self.stop(role)
+            layout.write_atomic(os.path.join(node.directory, "kube-proxy.yaml"),
+                                yaml.safe_dump({**node.kube_proxy_config, "mode": mode}, sort_keys=False))
+            self.start(role)
+
     def import_image(self, image: str, timeout: float = 120.0) -> None:
         """``image`` (an archive) into every Node's containerd; ``timeout`` per Node bounds a hang."""
         with ThreadPoolExecutor(max_workers=len(self.plan.nodes)) as pool:

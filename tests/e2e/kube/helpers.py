@@ -66,6 +66,23 @@ def topology(route_sync: dict[str, Any], route_pod_cidrs: bool | str = False, no
             "kubernetes": {"joinLater": list(join_later), "ovsDaemons": ovs_daemons}}
 
 
+def switch_kube_proxy(lab: Lab, mode: str) -> None:
+    """Every Node's kube-proxy restarted in ``mode`` (iptables or nftables); returns once each
+    Node's Service rules are the new mode's alone (the other mode's gone), so a probe after it
+    exercises ``mode``."""
+    lab.kube().switch_kube_proxy(mode)
+
+    def switched(node: str) -> bool:
+        n = lab.node(node)
+        table = n.exec(["nft", "list", "table", "ip", "kube-proxy"])
+        nft_rules = table.returncode == 0 and "service-ips" in table.stdout
+        ipt_rules = "KUBE-SERVICES" in n.exec(["iptables-save", "-t", "nat"]).stdout
+        return nft_rules and not ipt_rules if mode == "nftables" else ipt_rules and not nft_rules
+
+    for n in lab.nodes:
+        wait_for(f"{n.name}: kube-proxy's {mode} rules alone", lambda name=n.name: switched(name), HANG)
+
+
 def parent(pid: int) -> int:
     """``pid``'s parent (``/proc/PID/stat``)."""
     with open(f"/proc/{pid}/stat") as f:

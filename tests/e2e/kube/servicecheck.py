@@ -1,6 +1,6 @@
 """The Service and cluster-DNS checks of issue 26 on a running Kubernetes lab, shared by the
-suites that bring clusters up (test_kube_modes: kube-proxy's iptables mode; test_kube_services:
-its nftables mode and an IPv6-only cluster).
+suites that bring clusters up (test_kube_modes: kube-proxy's iptables mode, then its nftables mode
+on the same cluster and Services; test_kube_services: an IPv6-only cluster).
 
 The client is a Pod on node-1; backends are Pods on node-1 (same Node), node-2 (a peer in the same
 subnet) and node-3 (a peer behind the router), each running the lab's echo server, which answers
@@ -28,18 +28,33 @@ def pod_ip(p: Pod, family: int = 4) -> str:
     return next(a.split("/")[0] for a in p.ips if ipaddress.ip_interface(a).version == family)
 
 
-def check_services(lab: Lab) -> None:
+@dataclass(frozen=True)
+class ServiceSet:
+    """What :func:`create_services` made: the client, a backend per Node, and the Services."""
+
+    client: Pod
+    servers: dict[str, Pod]
+    eps: dict[str, Any]  # per backend Node: its Service's endpoints (svc.create)
+    all_ep: Any
+    sticky_ep: Any
+    np_cluster: Any
+    np_local: Any
+    dual: Any
+
+
+def check_services(lab: Lab) -> ServiceSet:
     """Every Service and DNS case of the module docstring on ``lab`` (a cluster with node-1..3)."""
+    made = create_services(lab)
+    probe_services(lab, made)
+    return made
+
+
+def create_services(lab: Lab) -> ServiceSet:
+    """The client Pod on node-1, a backend on each of node-1..3, one Service per backend Node, one
+    over all three, one with ClientIP affinity, two NodePorts and a dual-stack one."""
     cluster = lab.kube()
     client = lab.add_pod("node-1", "client")
     servers = {node: lab.add_pod(node, "srv") for node, _ in BACKENDS}
-    failures: list[str] = []
-
-    def check(what: str, ok: bool, detail: str = "") -> None:
-        if not ok:
-            failures.append(f"{what}: {detail}")
-
-    # One Service per backend Node, one over all three, one with ClientIP affinity, two NodePorts.
     for node, _where in BACKENDS:
         svc.backend(lab, servers[node], f"to-{node}", "all")
     eps = {node: svc.create(cluster, svc.service(f"to-{node}", ECHO_PORT, udp=True), 1) for node, _ in BACKENDS}
@@ -51,6 +66,21 @@ def check_services(lab: Lab) -> None:
     np_local = svc.create(cluster, svc.service("np-local", ECHO_PORT, node_port=True, local=True,
                                                selects="to-node-2"), 1)
     dual = svc.create(cluster, svc.service("dual", ECHO_PORT, udp=True, families=(4, 6), selects="to-node-3"), 1)
+    return ServiceSet(client, servers, eps, all_ep, sticky_ep, np_cluster, np_local, dual)
+
+
+def probe_services(lab: Lab, made: ServiceSet) -> None:
+    """Every case of the module docstring through the Services ``made`` holds (whichever kube-proxy
+    mode programs them now); fails naming each case that did not pass."""
+    cluster = lab.kube()
+    client, servers, eps = made.client, made.servers, made.eps
+    all_ep, sticky_ep, dual = made.all_ep, made.sticky_ep, made.dual
+    np_cluster, np_local = made.np_cluster, made.np_local
+    failures: list[str] = []
+
+    def check(what: str, ok: bool, detail: str = "") -> None:
+        if not ok:
+            failures.append(f"{what}: {detail}")
 
     # Pod -> ClusterIP, TCP and UDP, for a backend on each kind of Node; the backend sees the client.
     for node, where in BACKENDS:

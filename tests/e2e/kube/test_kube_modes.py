@@ -1,7 +1,8 @@
 """The connectivity matrix on a real Kubernetes cluster, in every traffic mode: Pods created from
 Pod specs through the API, plugged by kubelet -> containerd -> Ferry (the conflist install-cni
 wrote), reached with ping and TCP in both families; Pod IPs as the API reports them; then, on the
-same cluster, Services and cluster DNS through kube-proxy's iptables mode (test_kube_services).
+same cluster, Services and cluster DNS through kube-proxy's iptables mode, then its nftables mode
+(tests/e2e/kube/servicecheck.py).
 The Nodes run no Open vSwitch of their own: Ferry's openvswitch container does."""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from lab import check
 from lab.api import Lab
 from lab.kube import pods as kube_pods
 from routesync.config import OVS_FERRY
-from tests.e2e.kube.helpers import MODES, Mode, topology
-from tests.e2e.kube.servicecheck import check_services
+from tests.e2e.kube.helpers import MODES, Mode, switch_kube_proxy, topology
+from tests.e2e.kube.servicecheck import check_services, probe_services
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -46,9 +47,12 @@ def test_matrix_on_kubernetes(kube_lab_of, mode: Mode) -> None:  # type: ignore[
     for n in lab.nodes:
         state = n.state()
         assert state is not None and state["mode"] == mode.route_sync["trafficEncapMode"], state
-    # Services and cluster DNS with kube-proxy's iptables mode (its nftables mode: test_kube_services)
+    # Services and cluster DNS with kube-proxy's iptables mode, then, on the same cluster and
+    # Services, with its nftables mode (kube-proxy removes the other mode's rules as it starts)
     assert lab.kube().plan.kube_proxy == "iptables"
-    check_services(lab)
+    made = check_services(lab)
+    switch_kube_proxy(lab, "nftables")
+    probe_services(lab, made)
 
 
 def test_cni_args_carry_the_pod_identity(kube_lab_of) -> None:  # type: ignore[no-untyped-def]

@@ -1,6 +1,7 @@
 """Services and cluster DNS on a real Kubernetes cluster with stock kube-proxy and CoreDNS, in every
-traffic mode the Kubernetes lab runs (issue 26): here kube-proxy's nftables mode, and an IPv6-only
-cluster; its iptables mode on test_kube_modes' clusters. The checks: tests/e2e/kube/servicecheck.py."""
+traffic mode the Kubernetes lab runs (issue 26): here an IPv6-only cluster; every mode with
+kube-proxy's iptables mode and then its nftables mode on test_kube_modes' clusters. The checks:
+tests/e2e/kube/servicecheck.py."""
 
 from __future__ import annotations
 
@@ -10,19 +11,10 @@ import pytest
 
 from lab.api import ECHO_PORT, Lab
 from lab.kube import services as svc
-from tests.e2e.kube.helpers import MODES, Mode, topology
-from tests.e2e.kube.servicecheck import check_services, dns_probe, pod_ip
+from tests.e2e.kube.helpers import topology
+from tests.e2e.kube.servicecheck import dns_probe, pod_ip
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-
-
-@pytest.mark.parametrize("mode", MODES, ids=[m.name for m in MODES])
-def test_services_and_dns_with_nftables_kube_proxy(kube_lab_of, mode: Mode) -> None:  # type: ignore[no-untyped-def]
-    """kube-proxy's nftables mode; its iptables mode runs the same checks on the clusters of
-    test_kube_modes.test_matrix_on_kubernetes (one cluster per mode and kube-proxy mode)."""
-    topo = mode.topology()
-    topo["kubernetes"]["kubeProxy"] = "nftables"
-    check_services(kube_lab_of(topo))
 
 
 def test_services_and_dns_on_an_ipv6_only_cluster(kube_lab_of) -> None:  # type: ignore[no-untyped-def]
