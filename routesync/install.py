@@ -40,7 +40,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,10 +116,19 @@ def render_conflist(templates: dict[str, dict[str, Any]], cni_version: str, chai
 def primary_conf(conf_dir: str) -> tuple[str, dict[str, Any]] | None:
     """The primary CNI's conf: the first one libcni would load (file names sorted) that is not
     Ferry's; None when there is none."""
+    for _fn, path, doc in conf_docs(conf_dir):
+        if isinstance(doc, dict) and not is_ferry_conf(doc) and (doc.get("type") or doc.get("plugins")):
+            return path, doc
+    return None
+
+
+def conf_docs(conf_dir: str) -> Iterator[tuple[str, str, Any]]:
+    """Each CNI conf file of ``conf_dir`` as (file name, path, its JSON), in the order libcni reads
+    them (names sorted); a file that cannot be read or parsed is passed over."""
     try:
         names = sorted(os.listdir(conf_dir))
     except FileNotFoundError:
-        return None
+        return
     for fn in names:
         path = os.path.join(conf_dir, fn)
         if not fn.endswith(CONF_SUFFIXES) or not os.path.isfile(path):
@@ -129,9 +138,7 @@ def primary_conf(conf_dir: str) -> tuple[str, dict[str, Any]] | None:
                 doc = json.load(f)
         except (OSError, ValueError):
             continue
-        if isinstance(doc, dict) and not is_ferry_conf(doc) and (doc.get("type") or doc.get("plugins")):
-            return path, doc
-    return None
+        yield fn, path, doc
 
 
 def render_chained(templates: dict[str, dict[str, Any]], primary: tuple[str, dict[str, Any]],
@@ -388,23 +395,7 @@ class InstallPlan:
 
 
 def stale_confs(conf_dir: str, keep: str) -> list[str]:
-    out = []
-    try:
-        names = sorted(os.listdir(conf_dir))
-    except FileNotFoundError:
-        return []
-    for fn in names:
-        path = os.path.join(conf_dir, fn)
-        if fn == keep or not fn.endswith(CONF_SUFFIXES) or not os.path.isfile(path):
-            continue
-        try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if is_ferry_conf(doc):
-            out.append(path)
-    return out
+    return [path for fn, path, doc in conf_docs(conf_dir) if fn != keep and is_ferry_conf(doc)]
 
 
 def plan_install(bundle: str, cni_bin_dir: str, cni_conf_dir: str, cni_version: str = runtimes.FALLBACK,

@@ -19,14 +19,10 @@ from typing import Self
 
 from cni.ovs.openflow import codec, packetin
 from cni.ovs.openflow.codec import (
-    OFP_VERSION,
     OFPT_BARRIER_REPLY,
-    OFPT_ECHO_REPLY,
-    OFPT_ECHO_REQUEST,
-    OFPT_ERROR,
-    OFPT_HELLO,
     OpenFlowError,
 )
+from cni.ovs.openflow.session import screen
 
 from .deniedlog import DeniedLog
 
@@ -98,14 +94,11 @@ class DeniedListener:
                     self._message(sock, msg)
 
     def _message(self, sock: socket.socket, msg: bytes) -> None:
-        version, mtype, _length, xid = codec.HEADER.unpack_from(msg)
-        if mtype == OFPT_ERROR:
-            raise codec.refused(msg, f"bridge {self.bridge}")
-        if mtype == OFPT_HELLO and version < OFP_VERSION:
-            raise OpenFlowError(f"bridge {self.bridge}: OpenFlow 1.3 not enabled on the bridge")
-        if mtype == OFPT_ECHO_REQUEST:
-            sock.sendall(bytes([version, OFPT_ECHO_REPLY]) + msg[2:])
-        elif mtype == OFPT_BARRIER_REPLY and xid == 3 and not self.listening.is_set():
+        got = screen(sock, msg, self.bridge)
+        if got is None:
+            return
+        mtype, xid = got
+        if mtype == OFPT_BARRIER_REPLY and xid == 3 and not self.listening.is_set():
             self.connects += 1
             self.listening.set()
             log.info("denied log: listening for packet-ins on %s", self.path)

@@ -30,6 +30,21 @@ if TYPE_CHECKING:
     from typing import Self
 
 
+def screen(sock: _socket.socket, msg: bytes, bridge: str) -> tuple[int, int] | None:
+    """What every OpenFlow connection does with a message before its reader looks at it: raise on
+    OFPT_ERROR and on a switch below OpenFlow 1.3, answer an echo request (then None); else the
+    message's (type, xid) for the reader."""
+    version, mtype, _length, xid = codec.HEADER.unpack_from(msg)
+    if mtype == OFPT_ERROR:
+        raise codec.refused(msg, f"bridge {bridge}")
+    if mtype == OFPT_HELLO and version < OFP_VERSION:
+        raise OpenFlowError(f"bridge {bridge}: OpenFlow 1.3 not enabled on the bridge")
+    if mtype == OFPT_ECHO_REQUEST:
+        sock.sendall(bytes([version, OFPT_ECHO_REPLY]) + msg[2:])
+        return None
+    return mtype, xid
+
+
 class ConnectionLost(OpenFlowError):
     """The switch closed the connection (or it could not be written)."""
 
@@ -129,14 +144,8 @@ class Session:
             while True:
                 messages, self._buf = codec.split(self._buf)
                 for i, msg in enumerate(messages):
-                    version, mtype, _length, xid = codec.HEADER.unpack_from(msg)
-                    if mtype == OFPT_ERROR:
-                        raise codec.refused(msg, f"bridge {self.bridge}")
-                    if mtype == OFPT_HELLO and version < OFP_VERSION:
-                        raise OpenFlowError(f"bridge {self.bridge}: OpenFlow 1.3 not enabled on the bridge")
-                    if mtype == OFPT_ECHO_REQUEST:
-                        sock.sendall(bytes([version, OFPT_ECHO_REPLY]) + msg[2:])
-                    elif done(msg, xid):
+                    got = screen(sock, msg, self.bridge)
+                    if got is not None and done(msg, got[1]):
                         self._buf = b"".join(messages[i + 1:]) + self._buf
                         return
                 data = sock.recv(65536)
