@@ -117,7 +117,11 @@ def test_a_denied_connection_logs_one_line_and_an_allowed_one_none(node: Node) -
 
 
 def test_a_flood_logs_at_most_the_bound_and_the_meter_holds_the_rest(node: Node) -> None:
-    n, burst = 300, 5
+    # 150 SYNs sent at once: with netdev, ovs-vswitchd reads a Pod's port through a packet socket
+    # whose receive buffer (rmem_default, 212,992 bytes) charges each small frame far more than
+    # its length; 300 at once came near it, and on a busy machine (a CI run) frames were lost in
+    # the kernel before OVS saw them, so the flow never counted them all
+    n, burst = 150, 5
     _a, b, c, _of = _setup(node, (20, 20))
     lines: list[str] = []
     log = DeniedLog(0.001, burst, time.monotonic)  # next to no refill: the burst is the bound
