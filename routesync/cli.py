@@ -83,7 +83,8 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
         policy = PolicySource(api_client(cfg.node_source.kubeconfig), on_change=source.wake)
         if cfg.denied_log.enabled:
             listener = _denied_listener(cfg, observer)
-    daemon = Daemon(cfg, source, appliers, observer=observer, bgp=speaker, policy=policy)
+    daemon = Daemon(cfg, source, appliers, observer=observer, bgp=speaker, policy=policy,
+                    remote_sources=None if listener is None else listener.denied.set_remote)
 
     def _stop(signum: int, _frame: Any) -> None:
         logging.getLogger(__name__).info("signal %d: stopping", signum)

@@ -27,7 +27,7 @@ import ipaddress
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -254,8 +254,11 @@ class ReconcileResult:
 class Daemon:
     def __init__(self, config: Config, source: NodeSource, appliers: Appliers,
                  clock: Callable[[], float] = time.monotonic, observer: DaemonObserver | None = None,
-                 bgp: BgpSpeaker | None = None, policy: PolicyInputs | None = None) -> None:
+                 bgp: BgpSpeaker | None = None, policy: PolicyInputs | None = None,
+                 remote_sources: Callable[[Mapping[str, tuple[str, tuple[str, ...]]]], None] | None = None) -> None:
         self.config = config
+        # the per-connection denied log's naming of remote Pods (DeniedLog.set_remote), fed each plan
+        self._remote_sources = remote_sources
         # NetworkPolicy: the cluster's Pods/Namespaces/policies (routesync.policy.watch); None: off
         self.policy = policy
         self._policy_key: tuple | None = None
@@ -449,6 +452,8 @@ class Daemon:
         log.info("policy planned in %.1f ms: %d policies, %d rules here, %d flows", took * 1e3,
                  len(inputs.policies), len(plan.rules), len(plan.flows))
         self.policy_plan, self._policy_key = plan, (gen, facts)
+        if self._remote_sources is not None:
+            self._remote_sources(plan.remote_sources)
         try:
             from .policy import stats
 

@@ -38,6 +38,9 @@ Names (exposition format; counters get ``_total``, histograms ``_bucket/_sum/_co
 rule}`` and ``..._bytes_total``                                  a NetworkPolicy rule allowed on this Node
 ``ferry_route_sync_policy_denied_packets_total{pod,direction}``  packets of new connections a local Pod's
                                                                  isolation dropped (no rule allowed them)
+``ferry_route_sync_policy_remote_denied_packets_total``          packets of new connections that remote Pods'
+                                                                 egress isolation dropped here (judged at the
+                                                                 destination Node; the denied log names them)
 ``ferry_route_sync_policy_flows``                                NetworkPolicy flows installed
 ``ferry_route_sync_policy_denied_log_lines_total``               denied connections logged, one line each
 ``ferry_route_sync_policy_denied_log_suppressed_total``          denied connections the log's per-Node bound
@@ -142,6 +145,7 @@ class PolicyCounters:
     def __init__(self) -> None:
         self.rules: list[tuple[str, str, str, int, int]] = []  # policy, direction, rule, packets, bytes
         self.denied: dict[tuple[str, str], int] = {}
+        self.remote_denied = 0
         self.flows = 0
         self.denied_log: Any = None  # routesync.policy.listener.DeniedListener, when the per-connection log is on
 
@@ -164,9 +168,12 @@ class PolicyCounters:
                                      labels=["pod", "direction"])
         for (pod, direction), n in sorted(self.denied.items()):
             denied.add_metric([pod, direction], n)
+        remote = CounterMetricFamily(f"{PREFIX}_policy_remote_denied_packets",
+                                     "Packets of new connections remote Pods' egress isolation dropped here")
+        remote.add_metric([], self.remote_denied)
         flows = GaugeMetricFamily(f"{PREFIX}_policy_flows", "NetworkPolicy flows installed")
         flows.add_metric([], self.flows)
-        out = [packets, octets, denied, flows]
+        out = [packets, octets, denied, remote, flows]
         listener = self.denied_log
         if listener is not None:
             lines = CounterMetricFamily(f"{PREFIX}_policy_denied_log_lines", "Denied connections logged")
@@ -254,6 +261,7 @@ class Observer:
             t[1] += c.bytes
         pc.rules = [(*k, v[0], v[1]) for k, v in sorted(totals.items())]
         pc.denied = stats.denied({p.key: list(p.ips) for p in plan.local_pods}, flows)
+        pc.remote_denied = stats.remote_denied(plan.remote_isolation_id, flows)
         pc.flows = len(plan.flows)
 
     def bgp_speaker_restart(self) -> None:

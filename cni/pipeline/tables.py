@@ -171,6 +171,7 @@ class EgressDefault(Ladder):
     MISS_GOTO = Table.INGRESS_RULE
     ISOLATED_NEW = 210  # its new connection's packet also goes up to route-sync (metered): the denied log
     ISOLATED = 200  # a Pod a policy isolates for egress: what no rule allowed is dropped
+    REMOTE_ISOLATED_NEW = 195  # the remote drop's conj_id with ct +new: up to route-sync too (the denied log)
     REMOTE_ISOLATED = 190  # a remote Pod isolated for egress, to a local Pod: the same (below: never a local source)
 
 

@@ -11,12 +11,19 @@ one line
 once per connection (a retransmitted SYN of a denied connection is ``+new`` again: the same
 5-tuple seen within ``REPEAT_SECONDS`` is not logged twice), and at most ``burst`` lines at once
 and ``rate`` a second on average (a token bucket); what the bucket refused is counted
-(``suppressed``, a Prometheus counter) instead of logged."""
+(``suppressed``, a Prometheus counter) instead of logged.
+
+A remote Pod's egress isolation, judged on this Node (``plan._remote_isolation``), is one flow
+for all such Pods: its userdata names the Pod :data:`REMOTE`, and the line names the Pod and its
+policies by the packet's source address (:meth:`DeniedLog.set_remote`, from each plan):
+
+    denied: TCP 10.244.2.9:41234 -> 10.244.1.7:80, egress from ns/client (of another Node,
+    judged here), isolated by ns/p"""
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from cni.ovs.openflow.packetin import Connection
@@ -25,6 +32,7 @@ MAGIC = b"F1"  # the version of the userdata below
 SEP = b"|"
 INGRESS, EGRESS = "ingress", "egress"
 MAX_USERDATA = 1024  # a controller() action's userdata, at most (cni.pipeline.actions.Controller)
+REMOTE = "*"  # the Pod of a remote isolation's userdata: read off the packet's source
 REPEAT_SECONDS = 30.0  # a connection seen again within this is the same one (SYN retransmits)
 RECENT_MAX = 4096  # connections remembered for that, at most
 
@@ -76,9 +84,20 @@ def parse_userdata(data: bytes) -> Denial | None:
     return Denial(direction, pod, tuple(policies), more)
 
 
-def line(conn: Connection, d: Denial) -> str:
-    """The log line of one denied connection."""
+def resolved(conn: Connection, d: Denial, remote: Mapping[str, tuple[str, tuple[str, ...]]]) -> Denial:
+    """A remote isolation's denial (pod :data:`REMOTE`) with the Pod and policies that own the
+    packet's source in ``remote``; the others as they are."""
+    if d.pod != REMOTE:
+        return d
+    pod, policies = remote.get(conn.src, (f"a Pod at {conn.src}", ()))
+    return Denial(d.direction, pod, policies, d.more)
+
+
+def line(conn: Connection, d: Denial, remote: bool = False) -> str:
+    """The log line of one denied connection; ``remote``: judged for a Pod of another Node."""
     where = f"{d.direction} to {d.pod}" if d.direction == INGRESS else f"{d.direction} from {d.pod}"
+    if remote:
+        where += " (of another Node, judged here)"
     names = ", ".join(d.policies) + (f" and {d.more} more" if d.more else "")
     return f"denied: {conn.text()}, {where}, isolated by {names or '?'}"
 
@@ -114,6 +133,12 @@ class DeniedLog:
         self.suppressed = 0  # denied connections the bound kept out of the log
         self.repeats = 0  # packets of a connection already logged (retransmits)
         self.foreign = 0  # packet-ins that were not a denied log's (not Ferry's userdata, not IP)
+        self._remote: Mapping[str, tuple[str, tuple[str, ...]]] = {}
+
+    def set_remote(self, sources: Mapping[str, tuple[str, tuple[str, ...]]]) -> None:
+        """The remote Pods judged here, by address (``Plan.remote_sources`` of the plan in force);
+        the daemon's thread replaces the mapping whole, the listener's only reads it."""
+        self._remote = sources
 
     def offer(self, conn: Connection | None, data: bytes) -> str | None:
         """The line for this packet-in, or None (a repeat, over the bound, or not ours)."""
@@ -135,4 +160,4 @@ class DeniedLog:
             self.suppressed += 1
             return None
         self.logged += 1
-        return line(conn, d)
+        return line(conn, resolved(conn, d, self._remote), remote=d.pod == REMOTE)

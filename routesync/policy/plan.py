@@ -112,6 +112,9 @@ class Plan:
     remote_rules: list[RuleInfo] = field(default_factory=list)
     remote_isolated: list[str] = field(default_factory=list)
     remote_isolation_id: int | None = None
+    # the denied log's reading of a remote drop (its userdata names no Pod): source address ->
+    # (the remote Pod, the policies isolating its egress)
+    remote_sources: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
 
 class ConjIds:
@@ -413,6 +416,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
     fl = _Flows(ids.cookies)
     iso: dict[str, list[bool]] = {p.key: [False, False] for p in local}
     remote_isolated: dict[str, Pod] = {}  # remote Pods isolated for egress, judged here too
+    remote_by: dict[str, list[str]] = defaultdict(list)  # remote Pod -> the policies isolating its egress
     local_ips = {ip for p in local for ip in p.ips}  # a remote Pod that holds one (a stale record) is not judged here
     isolated_by: dict[tuple[str, str], list[str]] = defaultdict(list)  # (Pod, direction) -> policies (denied log)
     for policy in sorted(inputs.policies, key=lambda p: p.key):
@@ -424,6 +428,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
             remote = tuple(p for p in selected if p.node != here and local_ips.isdisjoint(p.ips))
             for p in remote:
                 remote_isolated[p.key] = p
+                remote_by[p.key].append(policy.key)
             for i, rule in enumerate(policy.egress):
                 for part in _parts(EGRESS, policy, rule, remote, index, peers_here=True):
                     _add_rule(fl, out, ids, EGRESS, policy, i, part, remote=True)
@@ -444,7 +449,8 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
                 for part in _parts(direction, policy, rule, applied, index):
                     _add_rule(fl, out, ids, direction, policy, i, part)
     if remote_isolated:
-        _remote_isolation(fl, out, ids, list(remote_isolated.values()), local_destinations(local, facts.pod_cidrs))
+        _remote_isolation(fl, out, ids, list(remote_isolated.values()), local_destinations(local, facts.pod_cidrs),
+                          remote_by if facts.denied_log else None)
     ids.sweep()
     for pod in local:
         ingress, egress = iso[pod.key]
@@ -499,10 +505,16 @@ def local_destinations(local: Iterable[Pod], pod_cidrs: Sequence[str]) -> list[s
     return list(dict.fromkeys(out))
 
 
-def _remote_isolation(fl: _Flows, out: Plan, ids: ConjIds, remote: list[Pod], destinations: list[str]) -> None:
+def _remote_isolation(fl: _Flows, out: Plan, ids: ConjIds, remote: list[Pod], destinations: list[str],
+                      logged_by: Mapping[str, list[str]] | None = None) -> None:
     """The drop of what no rule allowed a remote egress-isolated Pod to send to this Node's Pods
     (:func:`local_destinations`): one conjunction (its sources × those, in the sum of their
-    flows) below the local Pods' own drops in EgressDefault, so it never meets a local source."""
+    flows) below the local Pods' own drops in EgressDefault, so it never meets a local source.
+
+    ``logged_by`` (the denied log on: remote Pod -> the policies isolating it): above the drop,
+    the same conj_id's new connections also go up to route-sync.  One flow for every remote
+    Pod, so its userdata names none (:data:`deniedlog.REMOTE`); the listener reads the Pod and
+    its policies off the packet's source (``Plan.remote_sources``)."""
     if not destinations:
         return
     n = ids.get(REMOTE_ISOLATION_KEY)
@@ -513,6 +525,13 @@ def _remote_isolation(fl: _Flows, out: Plan, ids: ConjIds, remote: list[Pod], de
                    Conjunction(n, 1, 2))
     fl.conjunction(Table.EGRESS_DEFAULT, prio, destinations, False, Conjunction(n, 2, 2))
     fl.add(Table.EGRESS_DEFAULT, prio, (m.CONJ_ID(n),), DROP)
+    if logged_by is not None:
+        new = m.ct_state(m.CT_NEW | m.CT_TRK)
+        up = Controller(deniedlog.userdata(EGRESS, deniedlog.REMOTE, ()), DENIED_LOG_MAX_LEN, DENIED_LOG_METER)
+        fl.add(Table.EGRESS_DEFAULT, EgressDefault.REMOTE_ISOLATED_NEW, (m.CONJ_ID(n), new), (up,))
+        for p in remote:
+            for ip in p.ips:
+                out.remote_sources[str(ipaddress.ip_address(ip))] = (p.key, tuple(sorted(set(logged_by[p.key]))))
 
 
 def _add_rule(fl: _Flows, out: Plan, ids: ConjIds, direction: str, policy: Policy, index: int, part: _Part,

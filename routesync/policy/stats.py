@@ -82,7 +82,8 @@ def denied(pods: dict[str, list[str]], flows: Iterable[DumpedFlow]) -> dict[tupl
     out: dict[tuple[str, str], int] = {}
     for f in flows:
         if (f.table not in (Table.INGRESS_DEFAULT, Table.EGRESS_DEFAULT)
-                or f.table == Table.EGRESS_DEFAULT and f.priority == EgressDefault.REMOTE_ISOLATED):
+                or f.table == Table.EGRESS_DEFAULT
+                and f.priority in (EgressDefault.REMOTE_ISOLATED, EgressDefault.REMOTE_ISOLATED_NEW)):
             continue  # a remote Pod's isolation names a local Pod as its destination: not that Pod's drops
         for part in f.match.split(","):
             k, _, v = part.partition("=")
@@ -90,6 +91,17 @@ def denied(pods: dict[str, list[str]], flows: Iterable[DumpedFlow]) -> dict[tupl
                 where = (owner[v], INGRESS if f.table == Table.INGRESS_DEFAULT else EGRESS)
                 out[where] = out.get(where, 0) + f.n_packets
     return out
+
+
+def remote_denied(conj_id: int | None, flows: Iterable[DumpedFlow]) -> int:
+    """Packets the remote isolation (remote Pods' egress, judged here: ``conj_id``) dropped, its
+    new-connection flow's with the rest's: one count for every remote Pod (the flows are shared;
+    the per-connection log names each)."""
+    if conj_id is None:
+        return 0
+    ours = (f"conj_id={conj_id}", f"conj_id={conj_id},")
+    return sum(f.n_packets for f in flows if f.table == Table.EGRESS_DEFAULT
+               and (f.match == ours[0] or f.match.startswith(ours[1])))
 
 
 def rule_from(d: dict[str, Any]) -> RuleInfo:

@@ -18,26 +18,35 @@ Pods a, b, c; an echo server on b.  What the Pods see, for each of:
 * a remote client isolated for egress (a netns behind the Node's host, with an address of another
   Node's Pod CIDR, its packets forwarded by the host into the gateway as noEncap's are): what its
   egress allows reaches a local Pod, what it does not is dropped here, at the destination, and a
-  local Pod's connection to it still gets its replies."""
+  local Pod's connection to it still gets its replies; with the denied log on, route-sync's
+  listener logs each denied connection naming the remote Pod and its policy."""
 
 from __future__ import annotations
 
 import ipaddress
+import re
 import secrets
+import time
 from collections.abc import Iterator
+from contextlib import closing as _closing
 from contextlib import contextmanager
 
 import pytest
 
 from cni.ovs.openflow import codec
 from cni.ovs.openflow.bridge import OpenFlow
+from cni.ovs.openflow.ofctl import parse_flow_line
 from cni.ovs.openflow.session import Session
 from cni.pipeline.flows import pending_flows
-from cni.pipeline.tables import Cookie, Owner, Table, policy_cookie
+from cni.pipeline.tables import DENIED_LOG_METER, Cookie, Owner, Table, policy_cookie
 from routesync.policy import plan as pp
+from routesync.policy import stats
+from routesync.policy.deniedlog import DeniedLog
+from routesync.policy.listener import DeniedListener
 from routesync.policy.model import NamedPort, Pod, policy_from
 from tests.support.podnode import Node, run
 from tests.support.podnode import Pod as NetPod
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.root
 
@@ -50,11 +59,11 @@ def _pod(p: NetPod, labels: dict[str, str], ports: tuple[NamedPort, ...] = ()) -
 
 
 def _install(node: Node, pods: list[Pod], policies: list[dict], of: OpenFlow,
-             pod_cidrs: tuple[str, ...] = ()) -> pp.Plan:
+             pod_cidrs: tuple[str, ...] = (), denied_log: bool = False) -> pp.Plan:
     """Replace every POLICY flow with the plan for ``policies``."""
     inputs = pp.Inputs(tuple(pods), {"default": ()}, tuple(policy_from(d) for d in policies))
     gw = (node.pods[0].gateway(4), node.pods[0].gateway(6))
-    plan = pp.plan(inputs, pp.NodeFacts(NODE, gw, pod_cidrs=pod_cidrs))
+    plan = pp.plan(inputs, pp.NodeFacts(NODE, gw, pod_cidrs=pod_cidrs, denied_log=denied_log))
     of.del_flows(Cookie.owner_match(Owner.POLICY))
     of.add_flows(plan.flows)
     node.ovs.appctl("revalidator/wait")  # the cached megaflows of earlier probes re-checked: the new verdicts hold
@@ -260,10 +269,16 @@ def remote_client(node: Node) -> Iterator[NetPod]:
 @pytest.mark.parametrize("by_cidr", [True, False], ids=["pod-cidrs", "pod-addresses"])
 def test_a_remote_clients_egress_is_judged_at_the_destination(node: Node, by_cidr: bool) -> None:
     """``by_cidr``: the Node's Pod CIDRs stand for its Pods as destinations (routed modes), or
-    each Pod's address (networkPolicyOnly, where the Node has none of its own)."""
+    each Pod's address (networkPolicyOnly, where the Node has none of its own).  With the denied
+    log on: each denied connection gives one line naming the remote Pod and its policy."""
     b, c = node.add_pod("rb"), node.add_pod("rc")
     of = OpenFlow(node.bridge, node.ovs.dir)
-    with remote_client(node) as r:
+    with Session(node.bridge, node.ovs.dir) as s:
+        s.transact([codec.meter_mod(DENIED_LOG_METER, 10_000, 10_000, 0)])
+    lines: list[str] = []
+    listener = DeniedListener(node.bridge, node.ovs.dir, DeniedLog(100, 100, time.monotonic), emit=lines.append)
+    with remote_client(node) as r, _closing(listener.start()):
+        assert listener.listening.wait(30), "the denied log's listener did not get to listening"
         pods = [Pod("default", "rm", REMOTE_NODE, (("app", "r"),), (r.ip(4), r.ip(6))),
                 _pod(b, {"app": "b"}), _pod(c, {"app": "c"})]
         servers = [b.serve(PORT), c.serve(PORT), r.serve(PORT)]
@@ -272,14 +287,24 @@ def test_a_remote_clients_egress_is_judged_at_the_destination(node: Node, by_cid
                 assert _reach(r, b, family, 10) and _reach(r, c, family, 10), family
             to_b = [{"to": [{"podSelector": {"matchLabels": {"app": "b"}}}], "ports": [{"port": PORT}]}]
             cidrs = tuple(str(ipaddress.ip_interface(a["address"]).network) for a in b.result["ips"]) if by_cidr else ()
-            plan = _install(node, pods, [_policy("r-to-b", {"app": "r"}, egress=to_b, types=("Egress",))], of, cidrs)
+            plan = _install(node, pods, [_policy("r-to-b", {"app": "r"}, egress=to_b, types=("Egress",))], of, cidrs,
+                            denied_log=True)
+            listener.denied.set_remote(plan.remote_sources)
             assert [r_.pods for r_ in plan.remote_rules] == [("default/rm",)] and not plan.rules
             for family in (4, 6):
                 assert _reach(r, b, family, 10), family  # its rule allows it
                 assert not _reach(r, c, family), family  # dropped here: nothing of r's egress allows it
                 assert _reach(c, r, family, 10), family  # c's own connection to r, and r's replies
-            drop = [f for f in node.flows() if f"conj_id={plan.remote_isolation_id} " in f]
-            assert len(drop) == 1 and "n_packets=0" not in drop[0] and "actions=drop" in drop[0], drop
+            until(lambda: len(lines) == 2, "a line for each denied connection (IPv4, IPv6)")
+            why = "egress from default/rm (of another Node, judged here), isolated by default/r-to-b"
+            assert [re.sub(r":\d+ ->", ": ->", x) for x in lines] == [
+                f"denied: TCP {r.ip(4)}: -> {c.ip(4)}:{PORT}, {why}",
+                f"denied: TCP [{r.ip(6)}]: -> [{c.ip(6)}]:{PORT}, {why}"], lines
+            up = [f for f in node.flows() if f"conj_id={plan.remote_isolation_id},ct_state=+new+trk " in f]
+            assert len(up) == 1 and "n_packets=0" not in up[0] and "controller(" in up[0], up
+            dumped = [d for d in map(parse_flow_line, node.flows()) if d]
+            counted = stats.remote_denied(plan.remote_isolation_id, dumped)
+            assert counted >= 2, counted
             allowed = [f for f in node.flows() if f"conj_id={plan.remote_rules[0].conj_id} " in f]
             assert len(allowed) == 1 and "n_packets=0" not in allowed[0], allowed
             _install(node, pods, [], of)

@@ -113,3 +113,64 @@ def test_the_counters_are_in_prometheus() -> None:
     assert "ferry_route_sync_policy_denied_log_lines_total 1.0" in text
     assert "ferry_route_sync_policy_denied_log_suppressed_total 2.0" in text
     assert "ferry_route_sync_policy_denied_log_listening 0.0" in text
+
+
+def _remote_plan(denied_log: bool) -> pp.Plan:
+    """A client on n2 whose egress two policies isolate, a server here that nothing allows it."""
+    pods = (Pod("a", "cli", "n2", (("app", "cli"),), ("10.0.2.5", "fd00:2::0005"), ()),
+            Pod("b", "srv", "n1", (("app", "srv"),), ("10.0.1.5",), ()))
+    out = [policy_from({"metadata": {"namespace": "a", "name": name},
+                        "spec": {"podSelector": {"matchLabels": {"app": "cli"}}, "policyTypes": ["Egress"]}})
+           for name in ("out-2", "out-1")]
+    return pp.plan(pp.Inputs(pods, {"a": (), "b": ()}, tuple(out)), pp.NodeFacts("n1", denied_log=denied_log))
+
+
+def test_a_remote_pods_isolation_goes_up_once_for_all_and_names_the_pod_by_its_source() -> None:
+    on, off = _remote_plan(True), _remote_plan(False)
+    n = on.remote_isolation_id
+    assert n is not None and off.remote_isolation_id == n and not off.remote_sources
+    up = [f for f in on.flows if any(isinstance(a, Controller) for a in f.actions)]
+    assert len(on.flows) == len(off.flows) + 1 == len(off.flows) + len(up)
+    (f,) = up
+    assert (f.table, f.priority) == (Table.EGRESS_DEFAULT, EgressDefault.REMOTE_ISOLATED_NEW)
+    assert EgressDefault.REMOTE_ISOLATED < f.priority < EgressDefault.ISOLATED
+    assert f.match_text() == f"conj_id={n},ct_state=+new+trk"
+    (a,) = f.actions
+    assert isinstance(a, Controller) and a.meter_id == DENIED_LOG_METER
+    assert dl.parse_userdata(a.userdata) == dl.Denial("egress", dl.REMOTE, ())
+    # the addresses as the packet-in reads them (IPv6 compressed), each to the Pod and its policies
+    assert on.remote_sources == {"10.0.2.5": ("a/cli", ("a/out-1", "a/out-2")),
+                                 "fd00:2::5": ("a/cli", ("a/out-1", "a/out-2"))}
+
+
+def test_a_remote_denial_is_logged_with_the_pod_the_plan_names() -> None:
+    log = dl.DeniedLog(100, 100, Clock())
+    data = dl.userdata("egress", dl.REMOTE, ())
+    log.set_remote(_remote_plan(True).remote_sources)
+    six = Connection(6, 6, "fd00:2::5", "fd00:1::5", 40000, 80)
+    assert log.offer(six, data) == ("denied: TCP [fd00:2::5]:40000 -> [fd00:1::5]:80, egress from a/cli "
+                                    "(of another Node, judged here), isolated by a/out-1, a/out-2")
+    log.set_remote({})  # a plan without it (the Pod gone since the packet left): the address stands for it
+    gone = Connection(4, 6, "10.0.2.5", "10.0.1.5", 40001, 80)
+    assert log.offer(gone, data) == ("denied: TCP 10.0.2.5:40001 -> 10.0.1.5:80, egress from a Pod at 10.0.2.5 "
+                                     "(of another Node, judged here), isolated by ?")
+
+
+def test_remote_drops_are_counted_for_prometheus() -> None:
+    from cni.ovs.openflow.ofctl import DumpedFlow
+    from routesync.metrics import Observer, RouteSyncMetrics
+    from routesync.policy import stats
+
+    p = _remote_plan(True)
+    n = p.remote_isolation_id
+    t = int(Table.EGRESS_DEFAULT)
+    new = EgressDefault.REMOTE_ISOLATED_NEW
+    flows = [DumpedFlow(t, new, 0, f"conj_id={n},ct_state=+new+trk", "controller", 3, 180),
+             DumpedFlow(t, EgressDefault.REMOTE_ISOLATED, 0, f"conj_id={n}", "drop", 4, 240),
+             DumpedFlow(t, EgressDefault.REMOTE_ISOLATED, 0, "ip,nw_dst=10.0.1.5", f"conjunction({n},2/2)", 9, 540),
+             DumpedFlow(t, EgressDefault.ISOLATED, 0, f"conj_id={n}0", "drop", 100, 6000)]
+    assert stats.remote_denied(n, flows) == 7 and stats.remote_denied(None, flows) == 0
+    assert stats.denied({"b/srv": ["10.0.1.5"]}, flows) == {}  # not the local server's drops
+    metrics = RouteSyncMetrics()
+    Observer(metrics).policy_counters(p, flows)
+    assert "ferry_route_sync_policy_remote_denied_packets_total 7.0" in metrics.exposition()[0].decode()
