@@ -226,6 +226,17 @@ def _policy_dataplane(what: str) -> Callable[[dict[str, Any]], tuple[float, floa
     return get
 
 
+def _realize(section: str, figure: str, ref: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    """bench_policy_realize: ``section.figure``'s p99 against ``ref``: a number (the issue's
+    bound, ms) or another figure of the same section (its p50)."""
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        sec = d.get(section) or {}
+        ours = (sec.get(figure) or {}).get("p99_ms")
+        reference = float(ref) if ref[0].isdigit() else (sec.get(ref) or {}).get("p50_ms")
+        return (ours, reference) if ours is not None and reference else None
+    return get
+
+
 def _encryption_goals(path: str, ref: str, label: str, ref_label: str) -> tuple[Goal, ...]:
     """Issue 30's cost of encryption on one pair of data-plane paths: reported, no bound."""
     return (Goal(30, "dataplane", f"{label}: throughput", None, None, _throughput(path, ref), paths=(path, ref),
@@ -308,6 +319,14 @@ GOALS: tuple[Goal, ...] = (
          _policy_dataplane("gbps"), unit="Gbit/s", reference="no policy, same pair, interleaved"),
     Goal(27, "policy", "CPU s per Gbit, the generated policies in force / none", None, None, _policy_dataplane("cpu"),
          unit="s", reference="no policy, same pair, interleaved"),
+    Goal(27, "realize", "policy created → enforced on every Node, p99", "<=", 1.0,
+         _realize("enforcement", "enforced_all_nodes", "500"), reference="goal 500 ms"),
+    Goal(27, "realize", "policy enforced on every Node p99 / seen by an API watch p50", None, None,
+         _realize("enforcement", "enforced_all_nodes", "api_watch"), reference="kubectl get --watch, same policies"),
+    Goal(27, "realize", "selected Pod Running → reachable by its allowed peer, p99", "<=", 1.0,
+         _realize("reach", "policy", "1000"), reference="goal 1 s"),
+    Goal(27, "realize", "selected Pod reachable p99 / a Pod without policy p50", None, None,
+         _realize("reach", "policy", "open"), reference="Pods in a namespace without policy, same run"),
 )
 
 

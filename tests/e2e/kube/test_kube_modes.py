@@ -2,7 +2,8 @@
 Pod specs through the API, plugged by kubelet -> containerd -> Ferry (the conflist install-cni
 wrote), reached with ping and TCP in both families; Pod IPs as the API reports them; then, on the
 same cluster, Services and cluster DNS through kube-proxy's iptables mode, then its nftables mode
-(tests/e2e/kube/servicecheck.py).
+(tests/e2e/kube/servicecheck.py), and NetworkPolicy's window check: a Pod a policy selects is not
+reached by one probe before its policy is in force (tests/e2e/kube/policycheck.py).
 The Nodes run no Open vSwitch of their own: Ferry's openvswitch container does."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from lab.api import Lab
 from lab.kube import pods as kube_pods
 from routesync.config import OVS_FERRY
 from tests.e2e.kube.helpers import MODES, Mode, switch_kube_proxy, topology
+from tests.e2e.kube.policycheck import check_window
 from tests.e2e.kube.servicecheck import check_services, probe_services
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -53,6 +55,11 @@ def test_matrix_on_kubernetes(kube_lab_of, mode: Mode) -> None:  # type: ignore[
     made = check_services(lab)
     switch_kube_proxy(lab, "nftables")
     probe_services(lab, made)
+    # NetworkPolicy in this mode: a selected Pod on node-2 is closed from its first packet on,
+    # probed from node-1 (and from node-3, in another subnet: hybrid's tunnel, BGP's routes)
+    for prober in (lab.pod("node-1", "a"), lab.pod("node-3", "a")):
+        seen = check_window(lab, prober, "node-2", name=f"window-{prober.node}")
+        print(f"{mode.name}: window from {prober.node}: {seen}")
 
 
 def test_cni_args_carry_the_pod_identity(kube_lab_of) -> None:  # type: ignore[no-untyped-def]

@@ -27,38 +27,14 @@ from typing import Self
 import pytest
 
 from lab.api import ECHO_PORT, Lab, Pod
-from lab.kube import pods as kube_pods
 from lab.kube import services as svc
 from lab.kube.pods import api_name
 from tests.e2e.kube.helpers import topology
+from tests.e2e.kube.policycheck import NS, Policies, check_window, policy
 from tests.e2e.kube.servicecheck import pod_ip, v4
 from tests.support.waiting import until
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-
-NS = svc.NAMESPACE
-
-
-def _policy(name: str, selector: dict, ingress: list | None = None, egress: list | None = None) -> dict:
-    types = (["Ingress"] if ingress is not None else []) + (["Egress"] if egress is not None else [])
-    spec: dict = {"podSelector": {"matchLabels": selector}, "policyTypes": types}
-    if ingress is not None:
-        spec["ingress"] = ingress
-    if egress is not None:
-        spec["egress"] = egress
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": name, "namespace": NS}, "spec": spec}
-
-
-class Policies:
-    def __init__(self, lab: Lab) -> None:
-        self.cluster = lab.kube()
-
-    def apply(self, doc: dict) -> None:
-        self.cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
-
-    def delete(self, name: str) -> None:
-        self.cluster.kubectl("delete", "networkpolicy", "-n", NS, name, "--wait=true")
 
 
 def _route_sync_log(cluster, node: str) -> str:  # type: ignore[no-untyped-def]
@@ -105,7 +81,7 @@ def test_ingress_and_egress_rules_hold_through_services(lab: Lab) -> None:
     expect("no policy: other -> srv", other, sip, True, ECHO_PORT)
     srv_sel = {svc.LABEL: "srv"}
     from_client = [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": ECHO_PORT}]}]
-    pol.apply(_policy("srv-from-client", srv_sel, ingress=from_client))
+    pol.apply(policy("srv-from-client", srv_sel, ingress=from_client))
     expect("ingress podSelector: client -> srv Pod IP", client, sip, True, ECHO_PORT)
     expect("ingress podSelector: client -> srv ClusterIP", client, cip, True)
     expect("ingress podSelector: other -> srv Pod IP", other, sip, False, ECHO_PORT)
@@ -117,13 +93,13 @@ def test_ingress_and_egress_rules_hold_through_services(lab: Lab) -> None:
     logged = until(lambda: denied.findall(_route_sync_log(cluster, "node-3")), "node-3's denied log line", 30)
     print(f"node-3's route-sync: {len(logged)} denied lines for other -> srv, e.g. {logged[0]!r}")
     by_block = [{"from": [{"ipBlock": {"cidr": f"{pod_ip(client)}/32"}}]}]
-    pol.apply(_policy("srv-from-client", srv_sel, ingress=by_block))
+    pol.apply(policy("srv-from-client", srv_sel, ingress=by_block))
     expect("ingress ipBlock of the client: client -> srv ClusterIP", client, cip, True)
     expect("ingress ipBlock of the client: other -> srv ClusterIP", other, cip, False)
     pol.delete("srv-from-client")
     expect("policy deleted: other -> srv ClusterIP", other, cip, True)
     to_srv = [{"to": [{"podSelector": {"matchLabels": srv_sel}}], "ports": [{"port": ECHO_PORT}]}]
-    pol.apply(_policy("client-to-srv", {"role": "client"}, egress=to_srv))
+    pol.apply(policy("client-to-srv", {"role": "client"}, egress=to_srv))
     expect("egress: client -> srv Pod IP", client, sip, True, ECHO_PORT)
     expect("egress: client -> srv ClusterIP (judged on the backend)", client, cip, True)
     expect("egress: client -> other", client, oip, False, ECHO_PORT)
@@ -134,47 +110,8 @@ def test_ingress_and_egress_rules_hold_through_services(lab: Lab) -> None:
 
 
 def test_a_selected_pod_is_never_reachable_before_its_policy(lab: Lab) -> None:
-    cluster = lab.kube()
-    client = lab.add_pod("node-1", "prober")
-    pol = Policies(lab)
-    pol.apply(_policy("window", {"window": "yes"}, ingress=[]))
-    name = "window-pod"
-    doc = kube_pods.pod_spec(name, "node-2")
-    doc["metadata"]["labels"]["window"] = "yes"
-    # the policy is in the state file of node-2 before the Pod is: route-sync wrote it
-    deadline = time.monotonic() + 30
-    while NS not in _policy_namespaces(lab, "node-2"):
-        assert time.monotonic() < deadline, "node-2's state file never listed the namespace"
-        time.sleep(0.2)
-    cluster.kubectl("create", "-f", "-", input=json.dumps(doc))
-    try:
-        ip = None
-        deadline = time.monotonic() + 120
-        while ip is None:
-            assert time.monotonic() < deadline, "the Pod never got an address"
-            out = cluster.kubectl("get", "pod", "-n", NS, name, "-o", "jsonpath={.status.podIP}", check=False).stdout
-            ip = out.strip() or None
-        answers = [lab.connect(client, ip, 81, timeout=0.5).detail for _ in range(10)]
-        reached = [a for a in answers if "Refused" in a or "reset" in a.lower()]
-        assert not reached, f"{len(reached)} of {len(answers)} probes reached the isolated Pod: {answers}"
-        pol.delete("window")
-        deadline = time.monotonic() + 20
-        while "Refused" not in lab.connect(client, ip, 81, timeout=0.5).detail:
-            assert time.monotonic() < deadline, "the Pod never opened after its policy went"
-    finally:
-        cluster.kubectl("delete", "pod", "-n", NS, name, "--wait=false", check=False)
-
-
-def _policy_namespaces(lab: Lab, node: str) -> list[str]:
-    """The namespaces with policies in ``node``'s state file (route-sync writes it through the
-    DaemonSet's mount of the Node's run directory)."""
-    from lab import layout
-
-    try:
-        with open(layout.node_paths(lab.dir, node).state_file, encoding="utf-8") as f:
-            return list(json.load(f).get("policyNamespaces") or [])
-    except (OSError, ValueError):
-        return []
+    seen = check_window(lab, lab.add_pod("node-1", "prober"), "node-2")
+    print(f"window: {seen}")
 
 
 class DeniedProbe:
@@ -217,7 +154,7 @@ def test_policies_stay_in_force_across_restarts_and_the_api_server_away(lab: Lab
     cluster.kubectl("label", "pod", "-n", NS, api_name("node-3", "fsrv"), "fault=srv", "--overwrite")
     cluster.kubectl("label", "pod", "-n", NS, api_name("node-1", "fclient"), "fault=client", "--overwrite")
     allow = [{"from": [{"podSelector": {"matchLabels": {"fault": "client"}}}]}]
-    Policies(lab).apply(_policy("fault-srv", {"fault": "srv"}, ingress=allow))
+    Policies(lab).apply(policy("fault-srv", {"fault": "srv"}, ingress=allow))
     sip = pod_ip(srv)
     assert _settles(lab, client, sip, True, ECHO_PORT) and _settles(lab, other, sip, False, ECHO_PORT)
     def while_away() -> None:  # the probe runs meanwhile; and the client still gets through
