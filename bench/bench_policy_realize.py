@@ -122,11 +122,20 @@ def bulk_pods(per_node: int, policies: int) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
+PORT_MATCH = re.compile(r"\btp_dst=(\d+)\b")
+
+
+def added_ports(line: str) -> list[int]:
+    """The ``tp_dst`` ports of a flow that an ``ovs-ofctl monitor`` line reports added or
+    modified (none for the flows it lists at the start, or removes)."""
+    if "event=ADDED" not in line and "event=MODIFIED" not in line:
+        return []
+    return [int(m[1]) for m in PORT_MATCH.finditer(line)]
+
+
 class FlowMonitor:
     """``ovs-ofctl monitor <bridge> watch:`` on one Node: the moment each port of interest first
     shows up in an added (or modified) flow."""
-
-    PORT = re.compile(r"tp_dst=(\d+)\b")
 
     def __init__(self, node: Node, bridge: str) -> None:
         self.seen: dict[int, float] = {}
@@ -140,11 +149,8 @@ class FlowMonitor:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            if "event=ADDED" not in line and "event=MODIFIED" not in line:
-                continue
             now = time.monotonic()
-            for m in self.PORT.finditer(line):
-                port = int(m[1])
+            for port in added_ports(line):
                 with self.cond:
                     if port not in self.seen:
                         self.seen[port] = now

@@ -1,0 +1,45 @@
+"""bench_policy_realize's pure parts: the Pods and policies it creates (each policy selects a Pod
+on every Node and names a port of its own), the monitor lines it reads, and the report's goals."""
+
+from __future__ import annotations
+
+from bench import bench_policy_realize as br
+from bench import report
+
+
+def test_every_policy_selects_a_pod_on_every_node_and_names_its_own_port() -> None:
+    pods = br.bulk_pods(per_node=5, policies=3)["items"]
+    assert len(pods) == 15 and len({p["metadata"]["name"] for p in pods}) == 15
+    for i in range(3):
+        policy = br.group_policy(i)
+        sel = policy["spec"]["podSelector"]["matchLabels"]
+        nodes = {p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in pods
+                 if all(p["metadata"]["labels"].get(k) == v for k, v in sel.items())}
+        assert nodes == set(br.NODES), (i, nodes)
+    ports = [br.group_policy(i)["spec"]["ingress"][0]["ports"][0]["port"] for i in range(100)]
+    assert len(set(ports)) == 100 and min(ports) == br.PORT_BASE
+
+
+def test_monitor_lines_give_the_ports_of_added_flows_only() -> None:
+    added = (" event=ADDED table=45 cookie=0x700000000000001 tcp,tp_dst=20007 "
+             "actions=conjunction(12,3/3)")
+    assert br.added_ports(added) == [20007]
+    assert br.added_ports(added.replace("ADDED", "MODIFIED")) == [20007]
+    assert br.added_ports(added.replace("ADDED", "INITIAL")) == []  # flows there before the monitor
+    assert br.added_ports(added.replace("ADDED", "DELETED")) == []
+    assert br.added_ports(" event=ADDED table=45 tcp,tp_dst=200071 actions=drop") == [200071]
+    assert br.added_ports(" event=ADDED table=45 ip,nw_dst=10.0.0.1 actions=drop") == []
+
+
+def test_the_report_reads_the_realization_goals() -> None:
+    data = {"enforcement": {"enforced_all_nodes": {"p50_ms": 80.0, "p99_ms": 250.0},
+                            "api_watch": {"p50_ms": 20.0, "p99_ms": 40.0}},
+            "reach": {"policy": {"p50_ms": 150.0, "p99_ms": 400.0}, "open": {"p50_ms": 50.0, "p99_ms": 90.0}}}
+    rows = {r.figure: r for r in report.goal_rows({"meta": {}, "benchmarks": {
+        "realize": {"status": "ok", "data": data}}}) if r.figure.startswith(("policy created", "policy enforced",
+                                                                              "selected Pod"))}
+    assert rows["policy created → enforced on every Node, p99"].ratio == 0.5
+    assert rows["policy created → enforced on every Node, p99"].verdict == "pass"
+    assert rows["policy enforced on every Node p99 / seen by an API watch p50"].ratio == 12.5
+    assert rows["selected Pod Running → reachable by its allowed peer, p99"].ratio == 0.4
+    assert rows["selected Pod reachable p99 / a Pod without policy p50"].ratio == 8.0
