@@ -25,6 +25,10 @@ process (fork+exec+run+exit) with ``perf_counter_ns``; every Pod is its own netn
 * Phases, each run for one plugin after the other (so machine noise hits them alike): N Pods
   sequentially (all ADDs, then all DELs), a few through ``cnitool``, then N Pods with a thread
   pool of C workers (a new call starts as soon as one ends).  One ADD/DEL warm-up first.
+* Two A/B phases of Ferry against itself on the OVS node, the two sides' calls taking turns: the
+  encryption phase (issue 30, ``bench.cni_encryption``: a state file in clear and one encrypted)
+  and the policy phase (issue 27, ``bench.cni_policy``: a state file without and one with the
+  Pods' namespace in ``policyNamespaces``, so their ADDs install pending drops).
 * Every ADD phase is verified (one unique IP per Pod, exactly one host veth per Pod, and the
   host veths named in the results are the ones on the node; Ferry: one OVS port and one set of
   per-Pod flows per Pod, one IPAM record per Pod; ovs-cni: one OVS port and one cache file per
@@ -60,6 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import cni_encryption as enc
+from bench import cni_policy as pol
 from bench import cpu, peers
 from bench.util import percentile, table
 from cni.pipeline.modes import ENCRYPTION_NONE, ENCRYPTION_WIREGUARD, NO_ENCAP
@@ -85,6 +90,9 @@ CNITOOL_KEYS = ("bridge", "ferry")
 # The encryption phase's two Ferrys (bench.cni_encryption): the same launcher on the OVS node, a
 # state file in clear and one encrypted; they take turns call by call, in no other phase.
 ENC_KEYS = {ENCRYPTION_NONE: "ferry-clear", ENCRYPTION_WIREGUARD: "ferry-wireguard"}
+# The policy phase's two Ferrys (bench.cni_policy): the same again, a state file without
+# policyNamespaces and one listing the Pods' namespace; on the encryption phase's Pods' namespaces.
+POLICY_KEYS = {pol.NONE: "ferry-no-policy", pol.POLICY: "ferry-policy-namespace"}
 CNI_VERSION = "1.0.0"
 # Issue 3's targets: (figure, comparison, bound).  Ratios are Ferry / reference.
 TARGETS = (("ADD p50", "<=", 1.5), ("ADD p99", "<=", 2.0), ("DEL p50", "<=", 1.2),
@@ -202,14 +210,15 @@ def ovs_cni_conf(work: str, ovs_db: str, poll_ms: int | None = None) -> dict[str
     return conf
 
 
-def pod_args(pod: str) -> str:
-    return f"IgnoreUnknown=1;K8S_POD_NAMESPACE={PREFIX};K8S_POD_NAME={pod}"
+def pod_args(pod: str, namespace: str = PREFIX) -> str:
+    """kubelet's CNI_ARGS for Pod ``pod`` in Kubernetes namespace ``namespace``."""
+    return f"IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod}"
 
 
-def direct_call(plugin: Plugin, op: str, pod: str, container_id: str) -> dict[str, Any]:
+def direct_call(plugin: Plugin, op: str, pod: str, container_id: str, namespace: str = PREFIX) -> dict[str, Any]:
     env = dict(BASE_ENV, CNI_COMMAND=op.upper(), CNI_CONTAINERID=container_id,
                CNI_NETNS=f"/run/netns/{pod}", CNI_IFNAME=IFNAME, CNI_PATH=plugin.cni_path,
-               CNI_ARGS=pod_args(pod))
+               CNI_ARGS=pod_args(pod, namespace))
     return {"argv": [plugin.exe], "env": env, "stdin": plugin.stdin()}
 
 
@@ -353,7 +362,7 @@ def render(res: dict[str, Any]) -> str:
               ("pass" if c["pass"] else "short") if "pass" in c else ""] for c in res.get("comparisons", [])]
     cmp_table = table(["issue 18", "ours", "reference", "ratio", "target", ""], crows)
     return ("\n".join(head) + "\n\n" + seq + "\n\n" + conc + "\n\n" + prof + "\n\n" + rat + "\n\n"
-            + cmp_table + "\n" + render_encryption(res.get("encryption")))
+            + cmp_table + "\n" + render_encryption(res.get("encryption")) + render_policy(res.get("policy")))
 
 
 def render_encryption(e: dict[str, Any] | None) -> str:
@@ -369,6 +378,21 @@ def render_encryption(e: dict[str, Any] | None) -> str:
             + f"\nwireguard / clear (issue 30): ADD p50 {r['ADD p50']:.3f}x ({r['target']}: "
             f"{'pass' if r['pass'] else 'short'}), ADD p99 {r['ADD p99']:.3f}x, DEL p50 {r['DEL p50']:.3f}x"
             f"{per_pair}\n")
+
+
+def render_policy(p: dict[str, Any] | None) -> str:
+    """The policy phase's table and ratios (issue 27)."""
+    if not p:
+        return ""
+    rows = [[f"policyNamespaces {p['policyNamespaces'][side]} {op.upper()}", *_cols(p[op][side])]
+            for op in ("add", "del") for side in pol.SIDES]
+    r = p["ratios"]
+    per_pair = f", ADD per pair (median) {r['ADD per pair, median']:.3f}x" if r["ADD per pair, median"] else ""
+    return ("\n" + table([f"policy phase, Pods in namespace {p['namespace']}, interleaved (ms)", "n", "p50", "p90",
+                          "p99", "max", "mean"], rows)
+            + f"\npolicy / none (issue 27): ADD p50 {r['ADD p50']:.3f}x ({r['target']}: "
+            f"{'pass' if r['pass'] else 'short'}), ADD p99 {r['ADD p99']:.3f}x, DEL p50 {r['DEL p50']:.3f}x"
+            f"{per_pair}; pending drops after ADD {p['pending_drops']}\n")
 
 
 def _cols(s: dict[str, Any]) -> list[object]:
@@ -582,9 +606,10 @@ def testbed(tag: str, pods: int, src: Sources) -> Iterator[Testbed]:
         fnode, rnode = f"{tag}-fnode", f"{tag}-rnode"
         fpods = [f"{tag}-f{i:03d}" for i in range(1, pods + 1)]
         rpods = [f"{tag}-r{i:03d}" for i in range(1, pods + 1)]
-        wpods = [f"{tag}-w{i:03d}" for i in range(1, pods + 1)]  # the encrypted side of the encryption phase
+        wpods = [f"{tag}-w{i:03d}" for i in range(1, pods + 1)]  # the second side of the encryption and policy phases
         pod_ns = {key: fpods if key in OVS_KEYS else rpods for key in KEYS}
-        pod_ns.update({ENC_KEYS[ENCRYPTION_NONE]: fpods, ENC_KEYS[ENCRYPTION_WIREGUARD]: wpods})
+        pod_ns.update({ENC_KEYS[ENCRYPTION_NONE]: fpods, ENC_KEYS[ENCRYPTION_WIREGUARD]: wpods,
+                       POLICY_KEYS[pol.NONE]: fpods, POLICY_KEYS[pol.POLICY]: wpods})
         all_ns = [fnode, rnode, *fpods, *rpods, *wpods]
         stack.callback(netns_batch, "del", all_ns, False)  # runs last: after OVS has stopped
         netns_batch("add", all_ns)
@@ -687,32 +712,43 @@ def _pod_routes(pod: str) -> set[tuple[str, str, int]]:
     return enc.kernel_routes(json.loads(_run(["ip", "-n", pod, "-j", "-4", "route", "show"]).stdout or "[]"))
 
 
+def _gateway_port(ovs: Any) -> tuple[int, str]:
+    """The OVS node's gateway port: its ofport and MAC, as a state file names them."""
+    ofport = int(ovs.vsctl("get", "Interface", GATEWAY_PORT, "ofport").strip())
+    return ofport, ovs.vsctl("get", "Interface", GATEWAY_PORT, "mac_in_use").strip().strip('"')
+
+
+def _state_file_plugin(tb: Testbed, key: str, label: str, state: Any, name: str, ipam_dir: str,
+                       netname: str) -> Plugin:
+    """Ferry's launcher on the OVS node reading ``state`` (a ``NodeState``), written to its own
+    state file ``<work>/state-<name>``; its Pods' addresses from ``ipam_dir``."""
+    ferry = tb.plugins["ferry"]
+    state_file = os.path.join(tb.work, f"state-{name}", "node-state.json")
+    os.makedirs(os.path.dirname(state_file))
+    with open(state_file, "w") as f:
+        f.write(state.to_json())
+    conf = {"type": "ferry", "stateFile": state_file, "logFile": os.path.join(tb.work, f"ferry-{name}.log"),
+            "ipam": {"type": "ferry-ipam", "dataDir": ipam_dir}}
+    return Plugin(key, "ferry", label, ferry.version, ferry.exe, ferry.cni_path, ferry.node, netname, conf, "", "")
+
+
 def encryption_phase(tb: Testbed) -> dict[str, Any]:
     """Issue 30's "ADD unchanged": ``tb.pods`` ADDs then DELs on the OVS node through a state file
     in clear and as many through one that says ``encryption: wireguard`` (bench.cni_encryption),
     the two sides taking turns call by call.  Every ADD verified as the other phases' are, and
     every Pod holds the routes its state file gives it (the encrypted side's differ: the cluster
     prefix at WireGuard's MTU), so neither side can skip its work."""
-    ferry, ovs = tb.plugins["ferry"], tb.ovs
-    gw_ofport = int(ovs.vsctl("get", "Interface", GATEWAY_PORT, "ofport").strip())
-    gw_mac = ovs.vsctl("get", "Interface", GATEWAY_PORT, "mac_in_use").strip().strip('"')
-    fnode = ferry.node
+    ovs, fnode = tb.ovs, tb.plugins["ferry"].node
+    gw_ofport, gw_mac = _gateway_port(ovs)
     ipam_dir = os.path.join(tb.work, "ferry-ipam-encryption")  # one store: the sides share the Node's CIDR
     plugins: dict[str, Plugin] = {}
     expected: dict[str, set[tuple[str, str, int]]] = {}
     for side in enc.SIDES:
         state = enc.node_state(side, gw_mac, gw_ofport, ovs.db, ovs.run_dir)
-        state_file = os.path.join(tb.work, f"state-{side}", "node-state.json")
-        os.makedirs(os.path.dirname(state_file))
-        with open(state_file, "w") as f:
-            f.write(state.to_json())
         expected[side] = enc.expected_routes(state)
-        key = ENC_KEYS[side]
-        conf = {"type": "ferry", "stateFile": state_file, "logFile": os.path.join(tb.work, f"ferry-{side}.log"),
-                "ipam": {"type": "ferry-ipam", "dataDir": ipam_dir}}
         # one network name: the sides are one Node's network, its addresses from one store
-        plugins[side] = Plugin(key, "ferry", f"ferry, state file encryption {side}", ferry.version, ferry.exe,
-                               ferry.cni_path, fnode, f"{tb.tag}-ferry-encryption", conf, "", "")
+        plugins[side] = _state_file_plugin(tb, ENC_KEYS[side], f"ferry, state file encryption {side}", state, side,
+                                           ipam_dir, f"{tb.tag}-ferry-encryption")
     if expected[ENCRYPTION_NONE] == expected[ENCRYPTION_WIREGUARD]:
         raise BenchError(f"the encryption phase's state files give the same routes: {expected}")
     # one verifier for both sides: they share the node, the bridge and the IPAM store
@@ -745,6 +781,89 @@ def encryption_phase(tb: Testbed) -> dict[str, Any]:
     finally:
         _run(["ip", "-n", fnode, "addr", "del", enc.GATEWAY, "dev", GATEWAY_PORT], check=False)
     out["ratios"] = enc.ratios(ms)
+    return out
+
+
+def _pending_on_bridge(ovs: Any) -> dict[int, frozenset[pol.Canon]]:
+    """The pending drops on br-int, per cookie (one dump of their table)."""
+    from cni.ovs.openflow.ofctl import parse_flow_line
+    from cni.pipeline.tables import Table
+
+    dump = ovs.ofctl("dump-flows", "br-int", f"table={int(Table.CONNTRACK_STATE)}")
+    return pol.installed_pending(f for f in map(parse_flow_line, dump.splitlines()) if f is not None)
+
+
+def _check_pending(ovs: Any, expected: dict[int, frozenset[pol.Canon]], when: str) -> None:
+    """Raise unless br-int holds exactly the pending drops ``expected`` (per Pod cookie)."""
+    problems = pol.pending_problems(expected, _pending_on_bridge(ovs))
+    if problems:
+        raise BenchError(f"policy {when}: " + "; ".join(problems[:5]) + (" ..." if len(problems) > 5 else ""))
+
+
+def _expected_pending(calls: Sequence[tuple[pol.Side, int]], results: Sequence[dict[str, Any]],
+                      container: Callable[[str, int], str]) -> dict[pol.Side, dict[int, frozenset[pol.Canon]]]:
+    """Per side, each ADDed Pod's cookie and the pending drops it must hold, from its ADD's result
+    (its addresses) and container ID."""
+    expected: dict[pol.Side, dict[int, frozenset[pol.Canon]]] = {side: {} for side in pol.SIDES}
+    for (side, i), r in zip(calls, results, strict=True):
+        addresses = [ip["address"] for ip in json.loads(r["stdout"]).get("ips", [])]
+        cookie, drops = pol.expected_pending(side, container(side, i), IFNAME, addresses)
+        expected[side][cookie] = drops
+    return expected
+
+
+def policy_phase(tb: Testbed) -> dict[str, Any]:
+    """Issue 27's "the per-Pod ADD stays fast": ``tb.pods`` ADDs then DELs on the OVS node through a
+    state file without ``policyNamespaces`` and as many through one that lists the Pods' namespace
+    (bench.cni_policy), the two sides taking turns call by call.  Every ADD verified as the other
+    phases' are, and every Pod of the policy side holds its pending drops on the bridge, exactly
+    those the plugin's plan gives it, and the other side's Pods none, so neither side can skip
+    its work; after the DELs no pending drop is left."""
+    ovs, fnode = tb.ovs, tb.plugins["ferry"].node
+    gw_ofport, gw_mac = _gateway_port(ovs)
+    ipam_dir = os.path.join(tb.work, "ferry-ipam-policy")  # one store: the sides share the Node's CIDR
+    states = {side: pol.node_state(side, gw_mac, gw_ofport, ovs.db, ovs.run_dir) for side in pol.SIDES}
+    # one network name: the sides are one Node's network, its addresses from one store
+    plugins = {side: _state_file_plugin(tb, POLICY_KEYS[side], f"ferry, state file policyNamespaces "
+                                        f"{states[side].policyNamespaces}", states[side], f"policy-{side}",
+                                        ipam_dir, f"{tb.tag}-ferry-policy") for side in pol.SIDES}
+    # one verifier for both sides: they share the node, the bridge and the IPAM store
+    both = dataclasses.replace(plugins[pol.NONE], key="ferry-policy")
+    verifier = tb.verifiers["ferry-policy"] = Verifier(both, ovs, tag=tb.tag)
+    calls = pol.order(tb.pods)
+    pods = {side: tb.pod_ns[POLICY_KEYS[side]] for side in pol.SIDES}
+
+    def container(side: str, i: int) -> str:
+        return f"{tb.tag}-pol-{side}-{i:03d}"
+
+    out: dict[str, Any] = {"mode": NO_ENCAP, "namespace": pol.NAMESPACE,
+                           "policyNamespaces": {side: states[side].policyNamespaces for side in pol.SIDES}}
+    ms: dict[str, dict[pol.Side, list[float]]] = {}
+    # the Node as its state files describe it: the gateway holds their Pod CIDR's gateway address
+    _run(["ip", "-n", fnode, "addr", "add", enc.GATEWAY, "dev", GATEWAY_PORT])
+    try:
+        for op in ("add", "del"):
+            log(f"policy {op.upper()} x{tb.pods} per side, interleaved")
+            res = _checked(run_driver(fnode, [direct_call(plugins[side], op, pods[side][i], container(side, i),
+                                                          namespace=pol.NAMESPACE) for side, i in calls]),
+                           f"policy {op.upper()}")
+            ms[op] = pol.by_side([r["ms"] for r in res], calls)
+            out[op] = {side: stats(ms[op][side]) for side in pol.SIDES}
+            if op == "add":
+                verifier.added("policy", [r["stdout"] for r in res])
+                expected = _expected_pending(calls, res, container)
+                if not all(expected[pol.POLICY].values()):
+                    raise BenchError("policy: the plugin's plan gives a Pod of the policy side no pending drop")
+                _check_pending(ovs, {**expected[pol.NONE], **expected[pol.POLICY]}, "after ADD")
+                out["pending_drops"] = {side: sum(map(len, expected[side].values())) for side in pol.SIDES}
+                verifier.log.append(f"{both.key} policy: {tb.pods} Pods hold their pending drops, {tb.pods} none")
+            else:
+                verifier.deleted("policy", [pods[side][i] for side, i in calls])
+                _check_pending(ovs, {}, "after DEL")
+                verifier.log.append(f"{both.key} policy: no pending drop left")
+    finally:
+        _run(["ip", "-n", fnode, "addr", "del", enc.GATEWAY, "dev", GATEWAY_PORT], check=False)
+    out["ratios"] = pol.ratios(ms)
     return out
 
 
@@ -781,6 +900,7 @@ def measure(tb: Testbed, conc: int, cnitool: str | None, cnitool_pods: int) -> d
     for key in keys:
         figs[key]["sequential"] = run_phase(tb, key, "sequential", 1, tb.pods, direct(key, "seq"))
     encryption = encryption_phase(tb)
+    policy = policy_phase(tb)
     if cnitool and cnitool_pods > 0:
         tool = cnitool
 
@@ -792,7 +912,8 @@ def measure(tb: Testbed, conc: int, cnitool: str | None, cnitool_pods: int) -> d
                 figs[key]["cnitool"] = run_phase(tb, key, "cnitool", 1, min(cnitool_pods, tb.pods), via_cnitool(key))
     for key in keys:
         figs[key]["concurrent"] = run_phase(tb, key, "concurrent", conc, tb.pods, direct(key, "conc"))
-    return {"floor": stats([r["ms"] for r in floor]), "floors": floors, "plugins": figs, "encryption": encryption}
+    return {"floor": stats([r["ms"] for r in floor]), "floors": floors, "plugins": figs, "encryption": encryption,
+            "policy": policy}
 
 
 def _commit() -> str:

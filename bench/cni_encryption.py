@@ -39,8 +39,10 @@ TARGET = 1.05  # issue 30: ADD p50 encrypted / clear
 
 
 def node_state(encryption: Encryption, gateway_mac: str, gateway_ofport: int, ovsdb: str,
-               ovs_run_dir: str) -> nodestate.NodeState:
-    """The state file route-sync would write for the phase's Node, in clear or encrypted."""
+               ovs_run_dir: str, policy_namespaces: Sequence[str] = ()) -> nodestate.NodeState:
+    """The state file route-sync would write for the phase's Node, in clear or encrypted;
+    ``policy_namespaces``: the namespaces that have NetworkPolicies (none here; the policy phase's
+    Node, ``bench.cni_policy``, is this one in clear with its Pods' namespace listed)."""
     from routesync.mtu import pod_mtu
     from routesync.wireguard.plan import overhead
 
@@ -52,7 +54,7 @@ def node_state(encryption: Encryption, gateway_mac: str, gateway_ofport: int, ov
         gateway=nodestate.Gateway(name=GATEWAY_PORT, mac=gateway_mac, ofport=gateway_ofport, addresses=[GATEWAY]),
         peers=[nodestate.Peer(name="fbn-peer", addresses=[PEER_ADDRESS], podCIDRs=[PEER_CIDR],
                               path=PATH_WIREGUARD if encrypted else PATH_ROUTE)],
-        encryption=encryption)
+        encryption=encryption, policyNamespaces=list(policy_namespaces))
 
 
 def expected_routes(state: nodestate.NodeState) -> set[tuple[str, str, int]]:

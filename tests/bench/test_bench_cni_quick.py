@@ -98,6 +98,18 @@ def test_quick_run_reports_every_plugin_and_leaves_nothing(tmp_path: Path) -> No
     for line in ("ADDs verified", "Pods hold their state file's routes", "DELs left nothing"):
         assert f"ferry-encryption encryption: {2 * pods} {line}" in res["checks"], line
     assert "wireguard / clear (issue 30)" in p.stdout
+    # The policy phase (issue 27): both state files' sides measured, every ADD verified, the pending drops
+    # on the bridge for the Pods of the side whose state file lists their namespace only, none left after DEL.
+    pol = res["policy"]
+    for op in ("add", "del"):
+        assert [pol[op][side]["n"] for side in ("none", "policy")] == [pods, pods], (op, pol[op])
+    assert pol["policyNamespaces"] == {"none": [], "policy": [pol["namespace"]]}
+    assert pol["pending_drops"] == {"none": 0, "policy": 2 * pods}  # one IPv4 address each: from and to it
+    assert pol["ratios"]["ADD p50"] > 0 and isinstance(pol["ratios"]["pass"], bool)
+    for line in (f"{2 * pods} ADDs verified", f"{pods} Pods hold their pending drops, {pods} none",
+                 f"{2 * pods} DELs left nothing", "no pending drop left"):
+        assert f"ferry-policy policy: {line}" in res["checks"], line
+    assert "policy / none (issue 27)" in p.stdout
     figures = {c["figure"]: c for c in res["comparisons"]}
     assert len(figures) == len(bench_cni.COMPARISONS)
     assert all(c.get("ratio", 0) > 0 or c.get("not_built") for c in figures.values())
