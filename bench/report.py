@@ -185,6 +185,15 @@ def _cni_encryption(d: dict[str, Any]) -> tuple[float, float] | None:
     return e["add"]["wireguard"]["p50"], e["add"]["none"]["p50"]
 
 
+def _cni_policy(d: dict[str, Any]) -> tuple[float, float] | None:
+    """bench_cni's policy phase: ADD p50 through the state file that lists the Pods' namespace in
+    policyNamespaces (pending drops installed), and through the one that lists none."""
+    p = d.get("policy")
+    if not p:
+        return None
+    return p["add"]["policy"]["p50"], p["add"]["none"]["p50"]
+
+
 def _service(mode: str, what: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
     """bench_services: ClusterIP against Pod IP on the same pair, ``what`` = gbps or rtt_ms."""
     def get(d: dict[str, Any]) -> tuple[float, float] | None:
@@ -295,6 +304,8 @@ GOALS: tuple[Goal, ...] = (
          unit="Gbit/s", reference="encap vxlan"),
     Goal(30, "cni", "ADD p50, state file encryption wireguard / clear", "<=", 1.05, _cni_encryption,
          reference="the same Ferry, noEncap state file in clear, interleaved"),
+    Goal(27, "cni", "ADD p50, namespace with policies / without", "<=", 1.05, _cni_policy,
+         reference="the same Ferry, state file without policyNamespaces, interleaved"),
     *_encryption_goals("wg-vxlan", "vxlan", "encap vxlan + WireGuard / clear", "encap vxlan"),
     *_encryption_goals("wg-gateway", "gateway", "noEncap + WireGuard / clear", "noEncap via gateway"),
     Goal(26, "services", "Pod → ClusterIP / Pod → Pod IP throughput, encap vxlan", None, None,
@@ -457,7 +468,8 @@ def _section_cni(d: dict[str, Any]) -> str:
     return (f"{meta.get('pods')} Pods, concurrency {meta.get('conc')}; wall time per plugin process "
             f"(fork+exec+run+exit).  Plugins:\n\n" + "\n".join(who) + "\n\n"
             + _md_table(["plugin", "phase", "op", "n", "p50 ms", "p90 ms", "p99 ms", "max ms", "Pods/s"], rows)
-            + floor_table + cmp_table + _section_cni_encryption(d.get("encryption")) + _section_cni_profile(d))
+            + floor_table + cmp_table + _section_cni_encryption(d.get("encryption"))
+            + _section_cni_policy(d.get("policy")) + _section_cni_profile(d))
 
 
 def _section_cni_encryption(e: dict[str, Any] | None) -> str:
@@ -473,6 +485,26 @@ def _section_cni_encryption(e: dict[str, Any] | None) -> str:
             "none or wireguard, the two taking turns call by call (the order alternating per pair); every Pod's "
             f"routes checked ({routes}).  wireguard / clear: ADD p50 {_f(r.get('ADD p50'), 3)}x "
             f"({r.get('target')}), ADD p99 {_f(r.get('ADD p99'), 3)}x, DEL p50 {_f(r.get('DEL p50'), 3)}x, "
+            f"per pair (median) {_f(r.get('ADD per pair, median'), 3)}x.\n\n"
+            + _md_table(["state file", "op", "n", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows))
+
+
+def _section_cni_policy(p: dict[str, Any] | None) -> str:
+    """bench_cni's policy phase (issue 27): the same ADD and DEL with and without the Pods'
+    namespace in the state file's policyNamespaces."""
+    if not p:
+        return ""
+    rows = [[f"policyNamespaces {p['policyNamespaces'][side]}", op.upper(), str(p[op][side]["n"]),
+             _f(p[op][side]["p50"]), _f(p[op][side]["p90"]), _f(p[op][side]["p99"]), _f(p[op][side]["max"])]
+            for op in ("add", "del") for side in ("none", "policy")]
+    r = p.get("ratios") or {}
+    drops = p.get("pending_drops") or {}
+    return (f"\n\nPolicies (issue 27): the same Ferry on one {p.get('mode')} Node, its Pods in namespace "
+            f"`{p.get('namespace')}`, whose state file lists that namespace in policyNamespaces or not, the two "
+            "taking turns call by call (the order alternating per pair); every Pod's pending drops checked on the "
+            f"bridge ({drops.get('policy')} on the policy side, {drops.get('none')} on the other, none after the "
+            f"DELs).  policy / none: ADD p50 {_f(r.get('ADD p50'), 3)}x ({r.get('target')}), "
+            f"ADD p99 {_f(r.get('ADD p99'), 3)}x, DEL p50 {_f(r.get('DEL p50'), 3)}x, "
             f"per pair (median) {_f(r.get('ADD per pair, median'), 3)}x.\n\n"
             + _md_table(["state file", "op", "n", "p50 ms", "p90 ms", "p99 ms", "max ms"], rows))
 
