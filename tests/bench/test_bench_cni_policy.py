@@ -79,8 +79,9 @@ def test_the_dump_check_accepts_the_plan_and_catches_what_differs() -> None:
 
 
 def test_ratios_are_policy_over_none_with_the_issue_target() -> None:
-    ms = {"add": {"none": [40.0, 50.0, 60.0], "policy": [42.0, 52.0, 66.0]},
-          "del": {"none": [30.0, 30.0, 30.0], "policy": [33.0, 33.0, 33.0]}}
+    ms: dict[str, dict[pol.Side, list[float]]] = {
+        "add": {"none": [40.0, 50.0, 60.0], "policy": [42.0, 52.0, 66.0]},
+        "del": {"none": [30.0, 30.0, 30.0], "policy": [33.0, 33.0, 33.0]}}
     r = pol.ratios(ms)
     assert r["ADD p50"] == pytest.approx(52 / 50) and r["pass"] is True and r["target"] == "ADD p50 <= 1.05x"
     assert r["ADD p99"] == pytest.approx(66 / 60) and r["DEL p50"] == pytest.approx(1.1)
