@@ -67,7 +67,7 @@ DEBIAN_SUITE = "bookworm"
 ROOTFS_PACKAGES = ("apache2-bin", "bind9-dnsutils", "curl", "iproute2", "iputils-ping", "netcat-openbsd", "nginx-light")
 IMAGE_CACHE = os.environ.get("FERRY_IMAGE_CACHE", "/var/cache/ferry/image")
 E2E_CACHE = os.environ.get("FERRY_E2E_IMAGE_CACHE", "/var/cache/ferry/e2e-images")
-FORMAT = 2  # bump when the images' make-up changes: the cached archive is keyed by it
+FORMAT = 3  # bump when the images' make-up changes: the cached archive is keyed by it
 Log = Callable[[str], None]
 
 
@@ -101,9 +101,13 @@ def agnhost_layer(p: Parts) -> tuple[ociimage.ImageSpec, tuple[str, ...]]:
     return spec, ("uploads",)
 
 
+BUSYBOX_DIRS = ("tmp",)  # upstream's busybox has /tmp (mode 1777): specs write there (Probing's /tmp/health)
+
+
 def busybox_layer(p: Parts) -> ociimage.ImageSpec:
     return ociimage.ImageSpec(name="", files={"bin/busybox": p.busybox},
-                              symlinks={f"bin/{a}": "busybox" for a in p.applets if a != "busybox"})
+                              symlinks={f"bin/{a}": "busybox" for a in p.applets if a != "busybox"},
+                              modes={"tmp": 0o1777})
 
 
 APACHE_ROOT = "usr/local/apache2"  # upstream httpd's ServerRoot: the StatefulSet specs mv its htdocs/index.html
@@ -292,7 +296,7 @@ def build(log: Log, cache: str = E2E_CACHE) -> str:
         spec, dirs = agnhost_layer(p)
         hspec, hdirs = httpd_layer(conf, os.path.join(p.images_src, "httpd", "index.html"))
         layers = Layers(rootfs=p.rootfs, agnhost=layer(spec, "agnhost", dirs),
-                        busybox=layer(busybox_layer(p), "busybox"),
+                        busybox=layer(busybox_layer(p), "busybox", BUSYBOX_DIRS),
                         httpd=layer(hspec, "httpd", hdirs),
                         nautilus=layer(picture_layer(os.path.join(p.images_src, "nautilus", "html")), "nautilus"),
                         kitten=layer(picture_layer(os.path.join(p.images_src, "kitten", "html")), "kitten"),

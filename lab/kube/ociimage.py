@@ -36,7 +36,7 @@ class ImageSpec:
     entrypoint: Sequence[str] = ()
     cmd: Sequence[str] = ()
     env: Sequence[str] = ("PATH=/bin:/usr/bin:/sbin:/usr/sbin",)
-    modes: Mapping[str, int] = field(default_factory=dict)  # a file's mode when not 0o755 (e.g. setuid)
+    modes: Mapping[str, int] = field(default_factory=dict)  # a file's or directory's mode when not 0o755 (setuid, /tmp)
 
 
 def busybox_image(name: str, cmd: Sequence[str] = ("sh",)) -> ImageSpec:
@@ -144,7 +144,7 @@ def write_layer(spec: ImageSpec, path: str, dirs: Sequence[str] = ()) -> str:
         every = (*spec.files, *spec.symlinks, *(f"{d}/x" for d in dirs))
         for d in sorted({p for q in every for p in _parents(q)}):
             info = tarfile.TarInfo(d)
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, spec.modes.get(d, 0o755), 0
             tar.addfile(info)
         for p in sorted(spec.files):
             info = tarfile.TarInfo(p)

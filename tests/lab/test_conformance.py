@@ -4,6 +4,7 @@ e2e's own image manifest when the Go module cache has it) and their OCI archive.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -415,6 +416,20 @@ def test_nonewprivs_nnp_is_setuid_root_in_its_layer(tmp_path: Path) -> None:
     with tarfile.open(layer) as tar:
         m = tar.getmember("usr/local/bin/nnp")
     assert (m.mode, m.uid, m.gid) == (0o6755, 0, 0)
+
+
+def test_busybox_layer_has_a_world_writable_tmp(tmp_path: Path) -> None:
+    # upstream's busybox has /tmp: "Probing container ... exec cat /tmp/health" writes there first,
+    # and without it the probe fails and the container restarts
+    bb = tmp_path / "busybox"
+    bb.write_bytes(b"\x7fELF busybox")
+    parts = e2eimages.Parts(**{**{f.name: "" for f in dataclasses.fields(e2eimages.Parts)},
+                               "busybox": str(bb), "applets": ("sh", "cat")})
+    layer = ociimage.write_layer(e2eimages.busybox_layer(parts), str(tmp_path / "bb.tar"), e2eimages.BUSYBOX_DIRS)
+    with tarfile.open(layer) as tar:
+        m = tar.getmember("tmp")
+        assert m.isdir() and m.mode == 0o1777
+        assert tar.getmember("bin").mode == 0o755 and tar.getmember("bin/sh").linkname == "busybox"
 
 
 def test_nonroot_user_reaches_the_image_config(tmp_path: Path) -> None:
