@@ -18,13 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
-from bench.util import percentile
+from bench.util import FirstSeen, percentile
 from lab.api import Lab, ensure_cni_bin
 from lab.kube import pods as kube_pods
 from lab.kube.cluster import kubectl_argv
@@ -43,48 +41,33 @@ def topology(cni: str) -> dict[str, Any]:
             "kubernetes": {"cni": cni}}
 
 
-class RunningWatch:
-    """``kubectl get pods --watch -o json``: the first time each Pod is seen Running with IPs."""
+class RunningPods:
+    """``kubectl get pods --watch -o json``'s lines in, the names of Pods Running with IPs out:
+    kubectl prints one pretty JSON object per event, over many lines."""
 
-    def __init__(self, argv: list[str]) -> None:
-        self.seen: dict[str, float] = {}
-        self.cond = threading.Condition()
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.started = threading.Event()
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
+    def __init__(self) -> None:
+        self.buf = ""
+        self.depth = 0
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        buf = ""
-        depth = 0
-        for line in self.proc.stdout:  # kubectl prints one pretty JSON object per event
-            buf += line
-            depth += line.count("{") - line.count("}")
-            if depth == 0 and buf.strip():
-                try:
-                    ev = json.loads(buf)
-                except ValueError:
-                    buf = ""
-                    continue
-                buf = ""
-                obj = ev.get("object", ev)
-                st = obj.get("status") or {}
-                name = obj.get("metadata", {}).get("name", "")
-                if st.get("phase") == "Running" and st.get("podIPs"):
-                    with self.cond:
-                        self.seen.setdefault(name, time.monotonic())
-                        self.cond.notify_all()
+    def __call__(self, line: str) -> list[str]:
+        self.buf += line
+        self.depth += line.count("{") - line.count("}")
+        if self.depth != 0 or not self.buf.strip():
+            return []
+        text, self.buf = self.buf, ""
+        try:
+            ev = json.loads(text)
+        except ValueError:
+            return []
+        obj = ev.get("object", ev)
+        st = obj.get("status") or {}
+        running = st.get("phase") == "Running" and st.get("podIPs")
+        return [obj.get("metadata", {}).get("name", "")] if running else []
 
-    def wait(self, name: str, timeout: float) -> float:
-        with self.cond:
-            if not self.cond.wait_for(lambda: name in self.seen, timeout):
-                raise TimeoutError(f"Pod {name} not Running with IPs within {timeout}s")
-            return self.seen[name]
 
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+def running_watch(argv: list[str]) -> FirstSeen:
+    """The first time each Pod is seen Running with IPs (``argv``: a kubectl pods watch, JSON)."""
+    return FirstSeen(argv, RunningPods())
 
 
 def measure(pods: int, cni_bin: str) -> list[dict[str, Any]]:
@@ -92,13 +75,13 @@ def measure(pods: int, cni_bin: str) -> list[dict[str, Any]]:
     labs: dict[str, Lab] = {}
     up_s: dict[str, float] = {}
     lat: dict[str, list[float]] = {c: [] for c in CNIS}
-    watches: dict[str, RunningWatch] = {}
+    watches: dict[str, FirstSeen] = {}
     try:
         for cni in CNIS:
             t0 = time.monotonic()
             labs[cni] = Lab.up(topology(cni), name=f"bk{cni[:2]}{os.getpid() % 10000}", cni_bin=cni_bin)
             up_s[cni] = time.monotonic() - t0
-            watches[cni] = RunningWatch(kubectl_argv(labs[cni].kube().plan, [
+            watches[cni] = running_watch(kubectl_argv(labs[cni].kube().plan, [
                 "get", "pods", "-n", kube_pods.NAMESPACE, "--watch", "--output-watch-events", "-o", "json"]))
         clusters = {c: labs[c].kube() for c in CNIS}
         for i in range(pods):

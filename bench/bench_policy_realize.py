@@ -42,14 +42,13 @@ import os
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from bench.bench_kube import RunningWatch
-from bench.util import percentile
+from bench.bench_kube import running_watch
+from bench.util import FirstSeen, percentile
 from lab import ovs
 from lab.api import Lab, Node, ensure_cni_bin
 from lab.kube import pods as kube_pods
@@ -133,68 +132,16 @@ def added_ports(line: str) -> list[int]:
     return [int(m[1]) for m in PORT_MATCH.finditer(line)]
 
 
-class FlowMonitor:
-    """``ovs-ofctl monitor <bridge> watch:`` on one Node: the moment each port of interest first
-    shows up in an added (or modified) flow."""
-
-    def __init__(self, node: Node, bridge: str) -> None:
-        self.seen: dict[int, float] = {}
-        self.cond = threading.Condition()
-        argv = ["ovs-ofctl", "monitor", f"unix:{os.path.join(node.paths.ovs, bridge)}.mgmt", "watch:"]
-        self.proc = subprocess.Popen(["ip", "netns", "exec", node.netns, *argv], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=ovs.env(node.paths))
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            now = time.monotonic()
-            for port in added_ports(line):
-                with self.cond:
-                    if port not in self.seen:
-                        self.seen[port] = now
-                        self.cond.notify_all()
-
-    def wait(self, port: int, timeout: float) -> float:
-        with self.cond:
-            if not self.cond.wait_for(lambda: port in self.seen, timeout):
-                raise TimeoutError(f"no flow for tp_dst={port} within {timeout}s")
-            return self.seen[port]
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+def flow_monitor(node: Node, bridge: str) -> FirstSeen:
+    """``ovs-ofctl monitor <bridge> watch:`` on one Node: the moment each port first shows up in
+    an added (or modified) flow."""
+    argv = ["ovs-ofctl", "monitor", f"unix:{os.path.join(node.paths.ovs, bridge)}.mgmt", "watch:"]
+    return FirstSeen(["ip", "netns", "exec", node.netns, *argv], added_ports, env=ovs.env(node.paths))
 
 
-class ApiWatch:
-    """``kubectl get <kind> --watch``: the moment each name is first seen."""
-
-    def __init__(self, argv: list[str]) -> None:
-        self.seen: dict[str, float] = {}
-        self.cond = threading.Condition()
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            name = line.strip().split("/")[-1]
-            if name:
-                with self.cond:
-                    self.seen.setdefault(name, time.monotonic())
-                    self.cond.notify_all()
-
-    def wait(self, name: str, timeout: float) -> float:
-        with self.cond:
-            if not self.cond.wait_for(lambda: name in self.seen, timeout):
-                raise TimeoutError(f"{name} not seen by the watch within {timeout}s")
-            return self.seen[name]
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+def api_watch(argv: list[str]) -> FirstSeen:
+    """``kubectl get <kind> --watch -o name``: the moment each name is first seen."""
+    return FirstSeen(argv, lambda line: [n] if (n := line.strip().split("/")[-1]) else [])
 
 
 @contextmanager
@@ -214,8 +161,8 @@ def summary(samples: list[float]) -> dict[str, Any]:
 
 def measure_enforcement(lab: Lab, policies: int) -> dict[str, Any]:
     cluster = lab.kube()
-    monitors = [FlowMonitor(lab.node(n), lab.topology.bridge) for n in NODES]
-    watch = ApiWatch(kubectl_argv(cluster.plan, ["get", "networkpolicies", "-n", kube_pods.NAMESPACE, "--watch",
+    monitors = [flow_monitor(lab.node(n), lab.topology.bridge) for n in NODES]
+    watch = api_watch(kubectl_argv(cluster.plan, ["get", "networkpolicies", "-n", kube_pods.NAMESPACE, "--watch",
                                                  "-o", "name"]))
     enforced, seen_api, spread = [], [], []
     with closing_all(watch, *monitors):
@@ -246,7 +193,7 @@ def measure_reach(lab: Lab, n: int) -> dict[str, Any]:
     proc = subprocess.Popen(["ip", "netns", "exec", prober.netns, sys.executable, "-I", "-S", "-c", PROBER],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdin is not None and proc.stdout is not None
-    watches = {ns: RunningWatch(kubectl_argv(cluster.plan, ["get", "pods", "-n", ns, "--watch",
+    watches = {ns: running_watch(kubectl_argv(cluster.plan, ["get", "pods", "-n", ns, "--watch",
                                                             "--output-watch-events", "-o", "json"]))
                for ns in (kube_pods.NAMESPACE, OPEN_NS)}
     got: dict[str, list[float]] = {"policy": [], "open": []}

@@ -1,11 +1,13 @@
-"""Small helpers shared by the benchmarks: timing an exec and nearest-rank percentiles."""
+"""Small helpers shared by the benchmarks: timing an exec, nearest-rank percentiles, and the
+first moment a watching process's output names something."""
 
 from __future__ import annotations
 
 import math
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -40,3 +42,39 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
              for r in cells]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+class FirstSeen:
+    """A process whose stdout reports events (``kubectl get --watch``, ``ovs-ofctl monitor``),
+    read on a thread: the first moment (``time.monotonic``) each key was seen.  ``keys`` maps
+    one line of output to the keys it reports (none for most)."""
+
+    def __init__(self, argv: Sequence[str], keys: Callable[[str], Iterable[Hashable]],
+                 env: Mapping[str, str] | None = None) -> None:
+        self.seen: dict[Hashable, float] = {}
+        self.cond = threading.Condition()
+        self.keys = keys
+        self.proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     env=dict(env) if env is not None else None)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            now = time.monotonic()
+            for key in self.keys(line):
+                with self.cond:
+                    if key not in self.seen:
+                        self.seen[key] = now
+                        self.cond.notify_all()
+
+    def wait(self, key: Hashable, timeout: float) -> float:
+        with self.cond:
+            if not self.cond.wait_for(lambda: key in self.seen, timeout):
+                raise TimeoutError(f"{key!r} not seen within {timeout}s")
+            return self.seen[key]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)

@@ -43,3 +43,28 @@ def test_the_report_reads_the_realization_goals() -> None:
     assert rows["policy enforced on every Node p99 / seen by an API watch p50"].ratio == 12.5
     assert rows["selected Pod Running → reachable by its allowed peer, p99"].ratio == 0.4
     assert rows["selected Pod reachable p99 / a Pod without policy p50"].ratio == 8.0
+
+
+def test_first_seen_keeps_the_first_moment_of_each_key() -> None:
+    from bench.util import FirstSeen
+
+    w = FirstSeen(["printf", "a\nb\na\n"], lambda line: [line.strip()] if line.strip() else [])
+    try:
+        b = w.wait("b", 30)
+        assert w.wait("a", 30) <= b  # "a" again later: the first moment stays
+    finally:
+        w.close()
+
+
+def test_running_pods_reads_kubectls_pretty_json_events() -> None:
+    import json
+
+    from bench.bench_kube import RunningPods
+
+    def event(phase: str, ips: list) -> str:
+        return json.dumps({"type": "MODIFIED", "object": {"metadata": {"name": "p"},
+                                                          "status": {"phase": phase, "podIPs": ips}}}, indent=2)
+    read = RunningPods()
+    lines = (event("Pending", []) + "\n" + event("Running", []) + "\n" + event("Running", [{"ip": "10.0.0.1"}])
+             + "\n").splitlines(keepends=True)
+    assert [name for line in lines for name in read(line)] == ["p"]
