@@ -13,11 +13,10 @@ in clear and ``wireguard`` encrypted; they differ in nothing else."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from bench.util import percentile
+from bench.util import ab_ratios
 from cni.node import nodestate
 from cni.pipeline import podnet
 from cni.pipeline.modes import ENCRYPTION_NONE, ENCRYPTION_WIREGUARD, NO_ENCAP, PATH_ROUTE, PATH_WIREGUARD, VXLAN
@@ -97,13 +96,5 @@ def by_side(samples: Sequence[float], calls: Sequence[tuple[Encryption, int]]) -
 
 
 def ratios(ms: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
-    """encrypted / clear: ADD p50 (the issue's figure, with its target), ADD p99, DEL p50, and the
-    median of the per-pair ADD ratios (each pair ran back to back)."""
-    add, dele = ms["add"], ms["del"]
-    wg, clear = ENCRYPTION_WIREGUARD, ENCRYPTION_NONE
-    add_p50 = percentile(add[wg], 50) / percentile(add[clear], 50)
-    pairs = [w / c for w, c in zip(add[wg], add[clear], strict=True) if c]
-    return {"ADD p50": add_p50, "ADD p99": percentile(add[wg], 99) / percentile(add[clear], 99),
-            "DEL p50": percentile(dele[wg], 50) / percentile(dele[clear], 50),
-            "ADD per pair, median": statistics.median(pairs) if pairs else None,
-            "target": f"ADD p50 <= {TARGET}x", "pass": add_p50 <= TARGET}
+    """encrypted / clear (:func:`bench.util.ab_ratios`)."""
+    return ab_ratios(ms, ENCRYPTION_WIREGUARD, ENCRYPTION_NONE, TARGET)

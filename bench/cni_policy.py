@@ -12,12 +12,11 @@ the namespace every Pod of the phase is in."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 from bench import cni_encryption as enc
-from bench.util import percentile
+from bench.util import ab_ratios
 from cni.node import nodestate
 from cni.pipeline.flows import pending_flows
 from cni.pipeline.modes import ENCRYPTION_NONE
@@ -106,12 +105,5 @@ def _text(c: Canon) -> str:
 
 
 def ratios(ms: Mapping[str, Mapping[Side, list[float]]]) -> dict[str, Any]:
-    """policy / none: ADD p50 (the issue's figure, with its target), ADD p99, DEL p50, and the
-    median of the per-pair ADD ratios (each pair ran back to back)."""
-    add, dele = ms["add"], ms["del"]
-    add_p50 = percentile(add[POLICY], 50) / percentile(add[NONE], 50)
-    pairs = [p / n for p, n in zip(add[POLICY], add[NONE], strict=True) if n]
-    return {"ADD p50": add_p50, "ADD p99": percentile(add[POLICY], 99) / percentile(add[NONE], 99),
-            "DEL p50": percentile(dele[POLICY], 50) / percentile(dele[NONE], 50),
-            "ADD per pair, median": statistics.median(pairs) if pairs else None,
-            "target": f"ADD p50 <= {TARGET}x", "pass": add_p50 <= TARGET}
+    """policy / none (:func:`bench.util.ab_ratios`)."""
+    return ab_ratios(ms, POLICY, NONE, TARGET)

@@ -4,11 +4,13 @@ first moment a watching process's output names something."""
 from __future__ import annotations
 
 import math
+import statistics
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,19 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
              for r in cells]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+def ab_ratios(ms: Mapping[str, Mapping[Any, list[float]]], ours: Any, ref: Any, target: float) -> dict[str, Any]:
+    """An A/B phase's figures, ``ours`` / ``ref`` (``ms``: op -> side -> samples, the sides
+    interleaved call by call): ADD p50 (the issue's figure, with its ``target``), ADD p99, DEL
+    p50, and the median of the per-pair ADD ratios (each pair ran back to back)."""
+    add, dele = ms["add"], ms["del"]
+    add_p50 = percentile(add[ours], 50) / percentile(add[ref], 50)
+    pairs = [a / b for a, b in zip(add[ours], add[ref], strict=True) if b]
+    return {"ADD p50": add_p50, "ADD p99": percentile(add[ours], 99) / percentile(add[ref], 99),
+            "DEL p50": percentile(dele[ours], 50) / percentile(dele[ref], 50),
+            "ADD per pair, median": statistics.median(pairs) if pairs else None,
+            "target": f"ADD p50 <= {target}x", "pass": add_p50 <= target}
 
 
 class FirstSeen:
