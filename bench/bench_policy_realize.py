@@ -11,8 +11,8 @@ CoreDNS as everywhere), Ferry from its image and DaemonSet.  ``--pods-per-node``
 policy below selects one Pod or more on every Node and every Node has work for each.
 
 **Policy created -> enforced on every Node.**  ``--policies`` NetworkPolicies, created one after
-another through the API: policy ``i`` selects ``grp=g<i>`` and allows ingress from ``role=client``
-on TCP port ``20000 + i`` only, a port no other flow names.  On each Node an ``ovs-ofctl monitor
+another through the API: policy ``i`` selects ``grp=g<i>`` and allows ingress from the cluster's
+IPv4 Pod CIDR (an ``ipBlock``) on TCP port ``20000 + i`` only, a port no other flow names.  On each Node an ``ovs-ofctl monitor
 watch:`` on the bridge reports flow additions as they happen; a policy is enforced on a Node at the
 first added flow that matches ``tp_dst=<its port>`` (route-sync installs a plan's flows in one
 transaction, so its isolation drops come with it), on every Node at the last of the three.  The
@@ -56,6 +56,9 @@ from lab.kube.cluster import kubectl_argv
 
 NODES = ("node-1", "node-2", "node-3")
 PORT_BASE = 20000
+# the policies' peers: an address block, so that each rule has flows whatever Pods exist (a rule
+# whose podSelector matches no Pod allows nothing, and has none)
+CLIENTS = "10.244.0.0/16"
 OPEN_NS = "bench-open"  # no policy there: the reference Pods
 CLOSED_PORT = 81
 ENFORCE_GOAL_MS = 500.0  # issue 27: p99
@@ -100,7 +103,7 @@ def group_policy(i: int) -> dict[str, Any]:
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": f"bench-g{i}", "namespace": kube_pods.NAMESPACE},
             "spec": {"podSelector": {"matchLabels": {"grp": f"g{i}"}}, "policyTypes": ["Ingress"],
-                     "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
+                     "ingress": [{"from": [{"ipBlock": {"cidr": CLIENTS}}],
                                   "ports": [{"protocol": "TCP", "port": PORT_BASE + i}]}]}}
 
 
