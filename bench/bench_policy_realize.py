@@ -10,16 +10,16 @@ CoreDNS as everywhere), Ferry from its image and DaemonSet.  ``--pods-per-node``
 (the lab's busybox, ``sleep``), Pod ``j`` of every Node labelled ``grp=g<j % policies>``, so each
 policy below selects one Pod or more on every Node and every Node has work for each.
 
-**Policy created -> enforced on every Node.**  ``--policies`` NetworkPolicies, created one after
+**Policy created -> enforced on every Node.** ``--policies`` NetworkPolicies, created one after
 another through the API: policy ``i`` selects ``grp=g<i>`` and allows ingress from the cluster's
-IPv4 Pod CIDR (an ``ipBlock``) on TCP port ``20000 + i`` only, a port no other flow names.  On
-each Node an ``ovs-ofctl monitor watch:`` on the bridge reports flow additions as they happen; a
-policy is enforced on a Node at the first added flow that matches ``tp_dst=<its port>`` (route-sync installs a plan's flows in one
-transaction, so its isolation drops come with it), on every Node at the last of the three.  The
-reference, in the same run: the same policy seen by a watch on the API
-(``kubectl get networkpolicies --watch``), i.e. what any controller could know at best.  Each
-policy waits for the previous one to be enforced everywhere (a queue of changes would measure
-throughput, not latency).  Goal: p99 <= 500 ms.
+IPv4 Pod CIDR (an ``ipBlock``) on TCP port ``20000 + i`` only, a port no other flow names. On each
+Node an ``ovs-ofctl monitor watch:`` on the bridge reports flow additions as they happen; a policy
+is enforced on a Node at the first added flow that matches ``tp_dst=<its port>`` (route-sync
+installs a plan's flows in one transaction, so its isolation drops come with it), on every Node at
+the last of the three. The reference, in the same run: the same policy seen by a watch on the API
+(``kubectl get networkpolicies --watch``), i.e. what any controller could know at best. Each policy
+waits for the previous one to be enforced everywhere (a queue of changes would measure throughput,
+not latency). Goal: p99 <= 500 ms.
 
 **Pod Running -> reachable by the peers a policy allows.**  A prober Pod on node-1 (``role=prober``)
 and a policy allowing it, all ports, into Pods labelled ``reach=yes``.  ``--reach`` Pods are
