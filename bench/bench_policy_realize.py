@@ -129,7 +129,7 @@ PORT_MATCH = re.compile(r"\btp_dst=(\d+)\b")
 
 def added_ports(line: str) -> list[int]:
     """The ``tp_dst`` ports of a flow that an ``ovs-ofctl monitor`` line reports added or
-    modified (none for the flows it lists at the start, or removes)."""
+    modified (none for removed ones)."""
     if "event=ADDED" not in line and "event=MODIFIED" not in line:
         return []
     return [int(m[1]) for m in PORT_MATCH.finditer(line)]
@@ -138,8 +138,12 @@ def added_ports(line: str) -> list[int]:
 def flow_monitor(node: Node, bridge: str) -> FirstSeen:
     """``ovs-ofctl monitor <bridge> watch:`` on one Node: the moment each port first shows up in
     an added (or modified) flow."""
-    argv = ["ovs-ofctl", "monitor", f"unix:{os.path.join(node.paths.ovs, bridge)}.mgmt", "watch:"]
-    return FirstSeen(["ip", "netns", "exec", node.netns, *argv], added_ports, env=ovs.env(node.paths))
+    # !initial: not the flows already there; stdbuf: each line as it comes (OVS 3.1 prints the
+    # first reply on stdout, the updates after it on stderr)
+    argv = ["stdbuf", "-oL", "ovs-ofctl", "monitor", f"unix:{os.path.join(node.paths.ovs, bridge)}.mgmt",
+            "watch:!initial"]
+    return FirstSeen(["ip", "netns", "exec", node.netns, *argv], added_ports, env=ovs.env(node.paths),
+                     stderr_too=True)
 
 
 def api_watch(argv: list[str]) -> FirstSeen:

@@ -62,14 +62,16 @@ def ab_ratios(ms: Mapping[str, Mapping[Any, list[float]]], ours: Any, ref: Any, 
 class FirstSeen:
     """A process whose stdout reports events (``kubectl get --watch``, ``ovs-ofctl monitor``),
     read on a thread: the first moment (``time.monotonic``) each key was seen.  ``keys`` maps
-    one line of output to the keys it reports (none for most)."""
+    one line of output to the keys it reports (none for most); ``stderr_too``: read the
+    process's stderr as well (ovs-ofctl monitor prints the updates after its first reply there)."""
 
     def __init__(self, argv: Sequence[str], keys: Callable[[str], Iterable[Hashable]],
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, stderr_too: bool = False) -> None:
         self.seen: dict[Hashable, float] = {}
         self.cond = threading.Condition()
         self.keys = keys
-        self.proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        self.proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT if stderr_too else subprocess.DEVNULL, text=True,
                                      env=dict(env) if env is not None else None)
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()

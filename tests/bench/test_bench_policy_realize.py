@@ -25,7 +25,6 @@ def test_monitor_lines_give_the_ports_of_added_flows_only() -> None:
              "actions=conjunction(12,3/3)")
     assert br.added_ports(added) == [20007]
     assert br.added_ports(added.replace("ADDED", "MODIFIED")) == [20007]
-    assert br.added_ports(added.replace("ADDED", "INITIAL")) == []  # flows there before the monitor
     assert br.added_ports(added.replace("ADDED", "DELETED")) == []
     assert br.added_ports(" event=ADDED table=45 tcp,tp_dst=200071 actions=drop") == [200071]
     assert br.added_ports(" event=ADDED table=45 ip,nw_dst=10.0.0.1 actions=drop") == []
