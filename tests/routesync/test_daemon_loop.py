@@ -227,3 +227,29 @@ def test_the_denied_log_flows_only_with_its_meter_on_the_bridge(tmp_path) -> Non
     assert controllers(True) == 1
     assert controllers(False) == 0  # no meter: no way up for a flood
     assert controllers(True, networkPolicyDeniedLog={"enabled": False}) == 0
+
+
+def test_each_policy_plan_hands_the_denied_log_its_remote_pods(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A remote Pod isolated for egress (node-b's cli) is judged here; the plan's map of its
+    addresses reaches the per-connection log (``remote_sources``), so its lines can name it."""
+    import dataclasses
+
+    from routesync.policy import plan as pp
+    from routesync.policy.model import Pod, policy_from
+
+    class MeterAppliers(RecordingAppliers):
+        def prepare(self, *a):  # type: ignore[no-untyped-def]
+            return dataclasses.replace(super().prepare(*a), denied_log_meter=True)
+
+    policies = _Policies()
+    out = policy_from({"metadata": {"namespace": "ns", "name": "out"},
+                       "spec": {"podSelector": {"matchLabels": {"app": "cli"}}, "policyTypes": ["Egress"]}})
+    cli = Pod("ns", "cli", "node-b", (("app", "cli"),), ("10.244.2.7",), ())
+    policies.value = pp.Inputs((*policies.value.pods, cli), {"ns": ()}, (*policies.value.policies, out))
+    handed: list[dict] = []
+    cfg = from_dict({"nodeName": "node-a", "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "s.json"),
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
+    d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a"), MeterAppliers(), policy=policies,
+               remote_sources=lambda m: handed.append(dict(m)))
+    assert d.reconcile().ok
+    assert handed == [{"10.244.2.7": ("ns/cli", ("ns/out",))}]
