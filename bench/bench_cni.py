@@ -365,19 +365,24 @@ def render(res: dict[str, Any]) -> str:
             + cmp_table + "\n" + render_encryption(res.get("encryption")) + render_policy(res.get("policy")))
 
 
+def render_ab(title: str, rows: list[list[object]], ratio: str, r: dict[str, Any], extra: str = "") -> str:
+    """An A/B phase's table (``rows``: a label and :func:`_cols` each) and its ratios line
+    (``r``: :func:`bench.util.ab_ratios`)."""
+    per_pair = f", ADD per pair (median) {r['ADD per pair, median']:.3f}x" if r["ADD per pair, median"] else ""
+    return ("\n" + table([title, "n", "p50", "p90", "p99", "max", "mean"], rows)
+            + f"\n{ratio}: ADD p50 {r['ADD p50']:.3f}x ({r['target']}: "
+            f"{'pass' if r['pass'] else 'short'}), ADD p99 {r['ADD p99']:.3f}x, DEL p50 {r['DEL p50']:.3f}x"
+            f"{per_pair}{extra}\n")
+
+
 def render_encryption(e: dict[str, Any] | None) -> str:
     """The encryption phase's table and ratios (issue 30)."""
     if not e:
         return ""
     rows = [[f"state file encryption {side} {op.upper()}", *_cols(e[op][side])]
             for op in ("add", "del") for side in enc.SIDES]
-    r = e["ratios"]
-    per_pair = f", ADD per pair (median) {r['ADD per pair, median']:.3f}x" if r["ADD per pair, median"] else ""
-    return ("\n" + table([f"encryption phase, {e['mode']}, interleaved (ms)", "n", "p50", "p90", "p99", "max",
-                          "mean"], rows)
-            + f"\nwireguard / clear (issue 30): ADD p50 {r['ADD p50']:.3f}x ({r['target']}: "
-            f"{'pass' if r['pass'] else 'short'}), ADD p99 {r['ADD p99']:.3f}x, DEL p50 {r['DEL p50']:.3f}x"
-            f"{per_pair}\n")
+    return render_ab(f"encryption phase, {e['mode']}, interleaved (ms)", rows, "wireguard / clear (issue 30)",
+                     e["ratios"])
 
 
 def render_policy(p: dict[str, Any] | None) -> str:
@@ -386,13 +391,8 @@ def render_policy(p: dict[str, Any] | None) -> str:
         return ""
     rows = [[f"policyNamespaces {p['policyNamespaces'][side]} {op.upper()}", *_cols(p[op][side])]
             for op in ("add", "del") for side in pol.SIDES]
-    r = p["ratios"]
-    per_pair = f", ADD per pair (median) {r['ADD per pair, median']:.3f}x" if r["ADD per pair, median"] else ""
-    return ("\n" + table([f"policy phase, Pods in namespace {p['namespace']}, interleaved (ms)", "n", "p50", "p90",
-                          "p99", "max", "mean"], rows)
-            + f"\npolicy / none (issue 27): ADD p50 {r['ADD p50']:.3f}x ({r['target']}: "
-            f"{'pass' if r['pass'] else 'short'}), ADD p99 {r['ADD p99']:.3f}x, DEL p50 {r['DEL p50']:.3f}x"
-            f"{per_pair}; pending drops after ADD {p['pending_drops']}\n")
+    return render_ab(f"policy phase, Pods in namespace {p['namespace']}, interleaved (ms)", rows,
+                     "policy / none (issue 27)", p["ratios"], f"; pending drops after ADD {p['pending_drops']}")
 
 
 def _cols(s: dict[str, Any]) -> list[object]:

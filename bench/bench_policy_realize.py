@@ -43,18 +43,17 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack
 from typing import Any
 
-from bench.bench_kube import running_watch
+from bench.bench_kube import NODES, running_watch
+from bench.bench_kube import topology as kube_topology
 from bench.util import FirstSeen, percentile
 from lab import ovs
 from lab.api import Lab, Node, ensure_cni_bin
 from lab.kube import pods as kube_pods
 from lab.kube.cluster import kubectl_argv
 
-NODES = ("node-1", "node-2", "node-3")
 PORT_BASE = 20000
 # the policies' peers: an address block, so that each rule has flows whatever Pods exist (a rule
 # whose podSelector matches no Pod allows nothing, and has none)
@@ -87,16 +86,6 @@ PROBER = ("import socket, sys, time, errno\n"
 
 def log(msg: str) -> None:
     print(f"[bench_policy_realize] {msg}", file=sys.stderr, flush=True)
-
-
-def topology() -> dict[str, Any]:
-    return {"datapath": "netdev", "clusterCIDRs": ["10.244.0.0/16", "fd00:10:244::/48"],
-            "segments": {"a": {"ipv4": "192.168.77.0/24", "ipv6": "fd00:77::/64"},
-                         "b": {"ipv4": "192.168.88.0/24", "ipv6": "fd00:88::/64"}},
-            "nodes": [{"name": "node-1", "segment": "a"}, {"name": "node-2", "segment": "a"},
-                      {"name": "node-3", "segment": "b"}],
-            "routeSync": {"trafficEncapMode": "encap", "tunnelType": "vxlan"},
-            "kubernetes": {}}
 
 
 def group_policy(i: int) -> dict[str, Any]:
@@ -151,15 +140,6 @@ def api_watch(argv: list[str]) -> FirstSeen:
     return FirstSeen(argv, lambda line: [n] if (n := line.strip().split("/")[-1]) else [])
 
 
-@contextmanager
-def closing_all(*things: Any) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        for t in things:
-            t.close()
-
-
 def summary(samples: list[float]) -> dict[str, Any]:
     return {"n": len(samples), "p50_ms": round(percentile(samples, 50), 1), "p90_ms": round(percentile(samples, 90), 1),
             "p99_ms": round(percentile(samples, 99), 1), "max_ms": round(max(samples), 1),
@@ -172,7 +152,9 @@ def measure_enforcement(lab: Lab, policies: int) -> dict[str, Any]:
     watch = api_watch(kubectl_argv(cluster.plan, ["get", "networkpolicies", "-n", kube_pods.NAMESPACE, "--watch",
                                                  "-o", "name"]))
     enforced, seen_api, spread = [], [], []
-    with closing_all(watch, *monitors):
+    with ExitStack() as running:
+        for w in (watch, *monitors):
+            running.callback(w.close)
         for i in range(policies):
             doc = group_policy(i)
             t0 = time.monotonic()
@@ -265,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cni_bin = ensure_cni_bin(os.path.abspath(args.cni_bin or os.path.join("build", "cni-bin")))
     t0 = time.monotonic()
-    lab = Lab.up(topology(), name=f"bpr{os.getpid() % 10000}", cni_bin=cni_bin)
+    lab = Lab.up(kube_topology("ferry"), name=f"bpr{os.getpid() % 10000}", cni_bin=cni_bin)
     result: dict[str, Any] = {"pods_per_node": args.pods_per_node, "policies": args.policies,
                               "cluster_up_s": round(time.monotonic() - t0, 1)}
     try:
