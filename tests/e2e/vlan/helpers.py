@@ -137,15 +137,17 @@ def parse_frames(text: str) -> Frames:
 
 class Capture:
     """tcpdump on ports of segment switches (``{(segment, port), ...}``) from start to :meth:`stop`;
-    started once every tcpdump says it listens (its own line on stderr), not after a sleep."""
+    started once every tcpdump says it listens (its own line on stderr), not after a sleep.
+    ``direction`` is tcpdump's ``-Q``: ``in`` keeps what the port's Node sent (the switch receives
+    it), ``out`` what the switch sent it (floods of the VLAN included), ``inout`` both."""
 
-    def __init__(self, lab: Lab, ports: list[tuple[str, str]]) -> None:
+    def __init__(self, lab: Lab, ports: list[tuple[str, str]], direction: str = "inout") -> None:
         self.dir = tempfile.mkdtemp(prefix="tv-cap-")
         self.procs: dict[tuple[str, str], subprocess.Popen] = {}
         for seg, port in ports:
             pcap = os.path.join(self.dir, f"{seg}-{port}.pcap")
             p = subprocess.Popen(["ip", "netns", "exec", segment_netns(lab.name, seg), "tcpdump", "-U", "-nn", "-s",
-                                  "128", "-i", port, "-w", pcap], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  "128", "-Q", direction, "-i", port, "-w", pcap], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  text=True)
             self.procs[(seg, port)] = p
         for key, p in self.procs.items():
