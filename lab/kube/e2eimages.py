@@ -12,7 +12,7 @@ inside them:
 | ``e2e-test-images/nautilus:1.7``, ``kitten:1.7`` | agnhost's image + ``/data.json`` and the picture from the module's ``test/images/<name>/html``, ``agnhost test-webserver`` | kubectl's Update Demo (reads ``data.json`` through the Pod proxy) |
 | ``e2e-test-images/nonewprivs:1.3`` | busybox + ``/usr/local/bin/nnp`` (``test/images/nonewprivs``, setuid root) | Security Context's AllowPrivilegeEscalation specs ("Effective uid: N") |
 | ``e2e-test-images/nonroot:1.4`` | busybox, ``User 1234`` | Security Context's runAsNonRoot specs |
-| ``e2e-test-images/busybox:1.37.0-1`` | busybox-static with every applet | the framework's default test image (``e2epod.GetDefaultTestImage``) |
+| ``e2e-test-images/busybox:1.37.0-1`` | busybox-static with every applet, bash-static as ``sh`` | the framework's default test image (``e2epod.GetDefaultTestImage``) |
 | ``registry.k8s.io/pause:3.10.1`` | agnhost alone, ``agnhost pause`` (a pause that ends on SIGTERM) | scheduling, quota, namespace, Service latency specs |
 
 Not made: ``e2e-test-images/sample-apiserver:1.29.2`` and ``etcd:3.6.4-0``, the Aggregator spec's
@@ -67,7 +67,7 @@ DEBIAN_SUITE = "bookworm"
 ROOTFS_PACKAGES = ("apache2-bin", "bind9-dnsutils", "curl", "iproute2", "iputils-ping", "netcat-openbsd", "nginx-light")
 IMAGE_CACHE = os.environ.get("FERRY_IMAGE_CACHE", "/var/cache/ferry/image")
 E2E_CACHE = os.environ.get("FERRY_E2E_IMAGE_CACHE", "/var/cache/ferry/e2e-images")
-FORMAT = 3  # bump when the images' make-up changes: the cached archive is keyed by it
+FORMAT = 4  # bump when the images' make-up changes: the cached archive is keyed by it
 Log = Callable[[str], None]
 
 
@@ -88,6 +88,7 @@ class Parts:
     porter_key: str
     busybox: str  # busybox-static
     applets: Sequence[str]  # what ``busybox --list`` names
+    shell: str  # bash-static: the busybox images' ``sh`` (:func:`busybox_layer` says why)
     nnp: str  # nonewprivs' static binary (tools/build-go-tools.sh kube-e2e-images)
     images_src: str  # the module's test/images: httpd/index.html, nautilus/html, kitten/html
 
@@ -101,13 +102,18 @@ def agnhost_layer(p: Parts) -> tuple[ociimage.ImageSpec, tuple[str, ...]]:
     return spec, ("uploads",)
 
 
+BASH_STATIC = "/bin/bash-static"
 BUSYBOX_DIRS = ("tmp",)  # upstream's busybox has /tmp (mode 1777): specs write there (Probing's /tmp/health)
 
 
 def busybox_layer(p: Parts) -> ociimage.ImageSpec:
-    return ociimage.ImageSpec(name="", files={"bin/busybox": p.busybox},
-                              symlinks={f"bin/{a}": "busybox" for a in p.applets if a != "busybox"},
-                              modes={"tmp": 0o1777})
+    """busybox-static with every applet but ``sh``, which is bash-static: Debian's busybox 1.35 ash
+    drops environment variables whose names are not shell names (``data-1``) and so hides them from
+    the commands it runs, while upstream's busybox 1.37 ash passes them on, as bash does; ConfigMap's
+    and Secret's ``envFrom`` specs run ``sh -c env`` and look for ``data-1=value-1``."""
+    links = {f"bin/{a}": "busybox" for a in p.applets if a not in ("busybox", "sh")}
+    return ociimage.ImageSpec(name="", files={"bin/busybox": p.busybox, "bin/bash": p.shell},
+                              symlinks={**links, "bin/sh": "bash"}, modes={"tmp": 0o1777})
 
 
 APACHE_ROOT = "usr/local/apache2"  # upstream httpd's ServerRoot: the StatefulSet specs mv its htdocs/index.html
@@ -207,7 +213,7 @@ def rootfs_key(packages: Sequence[str] = ROOTFS_PACKAGES, suite: str = DEBIAN_SU
 def inputs_key(p: Parts) -> str:
     """The cached archive's key: the files it is made of (path, size, mtime; Go builds live in
     directories keyed by their inputs), the applets, the image definitions and :data:`FORMAT`."""
-    files = [p.rootfs, p.agnhost, p.coredns, p.porter_crt, p.porter_key, p.busybox, p.nnp,
+    files = [p.rootfs, p.agnhost, p.coredns, p.porter_crt, p.porter_key, p.busybox, p.shell, p.nnp,
              os.path.join(p.images_src, "httpd", "index.html"),
              *(os.path.join(p.images_src, n, "html", f) for n in ("nautilus", "kitten")
                for f in sorted(os.listdir(os.path.join(p.images_src, n, "html"))))]
@@ -264,6 +270,12 @@ def busybox_applets(busybox: str = ociimage.BUSYBOX) -> list[str]:
     return names
 
 
+def static_shell(path: str = BASH_STATIC) -> str:
+    if not os.access(path, os.X_OK):
+        raise ImageBuildError(f"{path} missing: apt-get install bash-static (the busybox images' sh)")
+    return path
+
+
 def parts(log: Log) -> Parts:
     for name in ("agnhost", "coredns", "nnp"):
         if not os.access(tools.tool(name), os.X_OK):
@@ -273,7 +285,8 @@ def parts(log: Log) -> Parts:
     porter = os.path.join(src, "agnhost", "porter")
     return Parts(rootfs=ensure_rootfs(log), agnhost=tools.tool("agnhost"), coredns=tools.tool("coredns"),
                  porter_crt=os.path.join(porter, "localhost.crt"), porter_key=os.path.join(porter, "localhost.key"),
-                 busybox=ociimage.BUSYBOX, applets=busybox_applets(), nnp=tools.tool("nnp"), images_src=src)
+                 busybox=ociimage.BUSYBOX, applets=busybox_applets(), shell=static_shell(), nnp=tools.tool("nnp"),
+                 images_src=src)
 
 
 def build(log: Log, cache: str = E2E_CACHE) -> str:

@@ -418,18 +418,41 @@ def test_nonewprivs_nnp_is_setuid_root_in_its_layer(tmp_path: Path) -> None:
     assert (m.mode, m.uid, m.gid) == (0o6755, 0, 0)
 
 
+def _busybox_parts(busybox: str, shell: str, applets: tuple[str, ...] = ("sh", "cat")) -> e2eimages.Parts:
+    return e2eimages.Parts(**{**{f.name: "" for f in dataclasses.fields(e2eimages.Parts)},
+                              "busybox": busybox, "shell": shell, "applets": applets})
+
+
 def test_busybox_layer_has_a_world_writable_tmp(tmp_path: Path) -> None:
     # upstream's busybox has /tmp: "Probing container ... exec cat /tmp/health" writes there first,
     # and without it the probe fails and the container restarts
     bb = tmp_path / "busybox"
     bb.write_bytes(b"\x7fELF busybox")
-    parts = e2eimages.Parts(**{**{f.name: "" for f in dataclasses.fields(e2eimages.Parts)},
-                               "busybox": str(bb), "applets": ("sh", "cat")})
+    parts = _busybox_parts(str(bb), str(bb))
     layer = ociimage.write_layer(e2eimages.busybox_layer(parts), str(tmp_path / "bb.tar"), e2eimages.BUSYBOX_DIRS)
     with tarfile.open(layer) as tar:
         m = tar.getmember("tmp")
         assert m.isdir() and m.mode == 0o1777
-        assert tar.getmember("bin").mode == 0o755 and tar.getmember("bin/sh").linkname == "busybox"
+        assert tar.getmember("bin").mode == 0o755 and tar.getmember("bin/cat").linkname == "busybox"
+
+
+@pytest.mark.root
+def test_busybox_images_sh_passes_every_environment_variable_on(tmp_path: Path) -> None:
+    """The layer unpacked and run as a container runs it (chroot): ``sh -c env`` prints a variable
+    whose name is no shell name, as upstream's busybox does (ConfigMap's and Secret's envFrom specs
+    look for ``data-1=value-1``; Debian's busybox ash drops it)."""
+    if not (os.access(ociimage.BUSYBOX, os.X_OK) and os.access(e2eimages.BASH_STATIC, os.X_OK)):
+        pytest.fail("busybox-static and bash-static are installed by .ci/install.sh")
+    parts = _busybox_parts(ociimage.BUSYBOX, e2eimages.BASH_STATIC, tuple(e2eimages.busybox_applets()))
+    layer = ociimage.write_layer(e2eimages.busybox_layer(parts), str(tmp_path / "bb.tar"), e2eimages.BUSYBOX_DIRS)
+    root = tmp_path / "root"
+    with tarfile.open(layer) as tar:
+        tar.extractall(root, filter="fully_trusted")
+    cp = subprocess.run(["env", "-i", "data-1=value-1", "p-data-1=value-1", "PATH=/bin", "/usr/sbin/chroot", str(root),
+                         "sh", "-c", "env; echo ok >/tmp/health && cat /tmp/health"],
+                        capture_output=True, text=True, check=False)
+    assert cp.returncode == 0, cp.stderr
+    assert {"data-1=value-1", "p-data-1=value-1", "ok"} <= set(cp.stdout.splitlines()), cp.stdout
 
 
 def test_nonroot_user_reaches_the_image_config(tmp_path: Path) -> None:
