@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from bench.util import ab_ratios
+from bench.util import ab_by_side, ab_order, ab_ratios
 from cni.node import nodestate
 from cni.pipeline import podnet
 from cni.pipeline.modes import ENCRYPTION_NONE, ENCRYPTION_WIREGUARD, NO_ENCAP, PATH_ROUTE, PATH_WIREGUARD, VXLAN
@@ -77,22 +77,12 @@ def kernel_routes(ip_json: Sequence[dict[str, Any]]) -> set[tuple[str, str, int]
 
 
 def order(pairs: int) -> list[tuple[Encryption, int]]:
-    """The interleaved calls: pair i is one ADD (or DEL) of each side, the clear one first in even
-    pairs and the encrypted one first in odd pairs, so neither side always runs on a bridge one
-    Pod fuller or right after the other's work."""
-    out: list[tuple[Encryption, int]] = []
-    for i in range(pairs):
-        sides = SIDES if i % 2 == 0 else SIDES[::-1]
-        out += [(side, i) for side in sides]
-    return out
+    """The interleaved calls (:func:`bench.util.ab_order`), the clear side first in even pairs."""
+    return ab_order(SIDES, pairs)
 
 
-def by_side(samples: Sequence[float], calls: Sequence[tuple[Encryption, int]]) -> dict[str, list[float]]:
-    """The samples of the calls of :func:`order`, per side, in pair order."""
-    out: dict[str, list[float]] = {side: [] for side in SIDES}
-    for ms, (side, _) in sorted(zip(samples, calls, strict=True), key=lambda x: x[1][1]):
-        out[side].append(ms)
-    return out
+def by_side(samples: Sequence[float], calls: Sequence[tuple[Encryption, int]]) -> dict[Encryption, list[float]]:
+    return ab_by_side(samples, calls, SIDES)
 
 
 def ratios(ms: dict[str, dict[str, list[float]]]) -> dict[str, Any]:

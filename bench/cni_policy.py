@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 from bench import cni_encryption as enc
-from bench.util import ab_ratios
+from bench.util import ab_by_side, ab_order, ab_ratios
 from cni.node import nodestate
 from cni.pipeline.flows import pending_flows
 from cni.pipeline.modes import ENCRYPTION_NONE
@@ -41,19 +41,13 @@ def node_state(side: Side, gateway_mac: str, gateway_ofport: int, ovsdb: str,
 
 
 def order(pairs: int) -> list[tuple[Side, int]]:
-    """The interleaved calls, alternating as the encryption phase's do (``bench.cni_encryption.order``):
-    pair i is one call of each side, the side without policies first in even pairs, the other
-    first in odd ones."""
-    ours = dict(zip(enc.SIDES, SIDES, strict=True))
-    return [(ours[side], i) for side, i in enc.order(pairs)]
+    """The interleaved calls (:func:`bench.util.ab_order`), the side without policies first in
+    even pairs, as the encryption phase's."""
+    return ab_order(SIDES, pairs)
 
 
 def by_side(samples: Sequence[float], calls: Sequence[tuple[Side, int]]) -> dict[Side, list[float]]:
-    """The samples of the calls of :func:`order`, per side, in pair order."""
-    out: dict[Side, list[float]] = {side: [] for side in SIDES}
-    for ms, (side, _) in sorted(zip(samples, calls, strict=True), key=lambda x: x[1][1]):
-        out[side].append(ms)
-    return out
+    return ab_by_side(samples, calls, SIDES)
 
 
 def canon(table: int, priority: int, match: str, actions: str) -> Canon:

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,27 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
              for r in cells]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+S = TypeVar("S")  # an A/B phase's side
+
+
+def ab_order(sides: Sequence[S], pairs: int) -> list[tuple[S, int]]:
+    """An A/B phase's interleaved calls: pair i is one call (an ADD, or a DEL) of each side, the
+    first side first in even pairs and the other first in odd ones, so neither side always runs
+    on a bridge one Pod fuller or right after the other's work."""
+    out: list[tuple[S, int]] = []
+    for i in range(pairs):
+        out += [(side, i) for side in (sides if i % 2 == 0 else sides[::-1])]
+    return out
+
+
+def ab_by_side(samples: Sequence[float], calls: Sequence[tuple[S, int]], sides: Sequence[S]) -> dict[S, list[float]]:
+    """The samples of the calls of :func:`ab_order`, per side, in pair order."""
+    out: dict[S, list[float]] = {side: [] for side in sides}
+    for ms, (side, _) in sorted(zip(samples, calls, strict=True), key=lambda x: x[1][1]):
+        out[side].append(ms)
+    return out
 
 
 def ab_ratios(ms: Mapping[str, Mapping[Any, list[float]]], ours: Any, ref: Any, target: float) -> dict[str, Any]:
