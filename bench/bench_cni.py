@@ -61,7 +61,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench import cni_encryption as enc
 from bench import cni_policy as pol
@@ -70,6 +70,9 @@ from bench.util import percentile, table
 from cni.pipeline.modes import ENCRYPTION_NONE, ENCRYPTION_WIREGUARD, NO_ENCAP
 from cni.pipeline.tables import GATEWAY_PORT
 from lab import tools
+
+if TYPE_CHECKING:
+    from cni.pipeline.modes import Encryption
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -759,7 +762,7 @@ def encryption_phase(tb: Testbed) -> dict[str, Any]:
     # the Node as its state files describe it: the gateway holds their Pod CIDR's gateway address
     _run(["ip", "-n", fnode, "addr", "add", enc.GATEWAY, "dev", GATEWAY_PORT])
     out: dict[str, Any] = {"mode": NO_ENCAP, "routes": {side: sorted(expected[side]) for side in enc.SIDES}}
-    ms: dict[str, dict[str, list[float]]] = {}
+    ms: dict[str, dict[Encryption, list[float]]] = {}
     try:
         for op in ("add", "del"):
             log(f"encryption {op.upper()} x{tb.pods} per side, interleaved")

@@ -13,7 +13,7 @@ in clear and ``wireguard`` encrypted; they differ in nothing else."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bench.util import ab_by_side, ab_order, ab_ratios
@@ -85,6 +85,6 @@ def by_side(samples: Sequence[float], calls: Sequence[tuple[Encryption, int]]) -
     return ab_by_side(samples, calls, SIDES)
 
 
-def ratios(ms: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+def ratios(ms: Mapping[str, Mapping[Encryption, list[float]]]) -> dict[str, Any]:
     """encrypted / clear (:func:`bench.util.ab_ratios`)."""
     return ab_ratios(ms, ENCRYPTION_WIREGUARD, ENCRYPTION_NONE, TARGET)
