@@ -110,7 +110,11 @@ def busybox_layer(p: Parts) -> ociimage.ImageSpec:
     """busybox-static with every applet but ``sh``, which is bash-static: Debian's busybox 1.35 ash
     drops environment variables whose names are not shell names (``data-1``) and so hides them from
     the commands it runs, while upstream's busybox 1.37 ash passes them on, as bash does; ConfigMap's
-    and Secret's ``envFrom`` specs run ``sh -c env`` and look for ``data-1=value-1``."""
+    and Secret's ``envFrom`` specs (4) run ``sh -c env`` and look for ``data-1=value-1``.  Debian's
+    1.37 drops them too.  The price: Kubelet's "read only busybox container should not write to root
+    filesystem" compares ash's own message (``can't create /file: Read-only file system``) and bash
+    words it otherwise; one spec instead of four, until busybox is built here with upstream's
+    configuration."""
     links = {f"bin/{a}": "busybox" for a in p.applets if a not in ("busybox", "sh")}
     return ociimage.ImageSpec(name="", files={"bin/busybox": p.busybox, "bin/bash": p.shell},
                               symlinks={**links, "bin/sh": "bash"}, modes={"tmp": 0o1777})
