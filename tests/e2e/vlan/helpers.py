@@ -147,8 +147,8 @@ class Capture:
         for seg, port in ports:
             pcap = os.path.join(self.dir, f"{seg}-{port}.pcap")
             p = subprocess.Popen(["ip", "netns", "exec", segment_netns(lab.name, seg), "tcpdump", "-U", "-nn", "-s",
-                                  "128", "-Q", direction, "-i", port, "-w", pcap], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 text=True)
+                                  "128", "-Q", direction, "-i", port, "-w", pcap], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)
             self.procs[(seg, port)] = p
         for key, p in self.procs.items():
             assert p.stderr is not None
