@@ -88,7 +88,7 @@ class Parts:
     porter_key: str
     busybox: str  # busybox-static
     applets: Sequence[str]  # what ``busybox --list`` names
-    shell: str  # bash-static: the busybox images' ``sh`` (:func:`busybox_layer` says why)
+    sh: str  # bash-static: the busybox images' ``sh`` (:func:`busybox_layer` says why)
     nnp: str  # nonewprivs' static binary (tools/build-go-tools.sh kube-e2e-images)
     images_src: str  # the module's test/images: httpd/index.html, nautilus/html, kitten/html
 
@@ -116,7 +116,7 @@ def busybox_layer(p: Parts) -> ociimage.ImageSpec:
     words it otherwise; one spec instead of four, until busybox is built here with upstream's
     configuration."""
     links = {f"bin/{a}": "busybox" for a in p.applets if a not in ("busybox", "sh")}
-    return ociimage.ImageSpec(name="", files={"bin/busybox": p.busybox, "bin/bash": p.shell},
+    return ociimage.ImageSpec(name="", files={"bin/busybox": p.busybox, "bin/bash": p.sh},
                               symlinks={**links, "bin/sh": "bash"}, modes={"tmp": 0o1777})
 
 
@@ -217,7 +217,7 @@ def rootfs_key(packages: Sequence[str] = ROOTFS_PACKAGES, suite: str = DEBIAN_SU
 def inputs_key(p: Parts) -> str:
     """The cached archive's key: the files it is made of (path, size, mtime; Go builds live in
     directories keyed by their inputs), the applets, the image definitions and :data:`FORMAT`."""
-    files = [p.rootfs, p.agnhost, p.coredns, p.porter_crt, p.porter_key, p.busybox, p.shell, p.nnp,
+    files = [p.rootfs, p.agnhost, p.coredns, p.porter_crt, p.porter_key, p.busybox, p.sh, p.nnp,
              os.path.join(p.images_src, "httpd", "index.html"),
              *(os.path.join(p.images_src, n, "html", f) for n in ("nautilus", "kitten")
                for f in sorted(os.listdir(os.path.join(p.images_src, n, "html"))))]
@@ -289,7 +289,7 @@ def parts(log: Log) -> Parts:
     porter = os.path.join(src, "agnhost", "porter")
     return Parts(rootfs=ensure_rootfs(log), agnhost=tools.tool("agnhost"), coredns=tools.tool("coredns"),
                  porter_crt=os.path.join(porter, "localhost.crt"), porter_key=os.path.join(porter, "localhost.key"),
-                 busybox=ociimage.BUSYBOX, applets=busybox_applets(), shell=static_shell(), nnp=tools.tool("nnp"),
+                 busybox=ociimage.BUSYBOX, applets=busybox_applets(), sh=static_shell(), nnp=tools.tool("nnp"),
                  images_src=src)
 
 

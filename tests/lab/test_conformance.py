@@ -420,7 +420,7 @@ def test_nonewprivs_nnp_is_setuid_root_in_its_layer(tmp_path: Path) -> None:
 
 def _busybox_parts(busybox: str, shell: str, applets: tuple[str, ...] = ("sh", "cat")) -> e2eimages.Parts:
     return e2eimages.Parts(**{**{f.name: "" for f in dataclasses.fields(e2eimages.Parts)},
-                              "busybox": busybox, "shell": shell, "applets": applets})
+                              "busybox": busybox, "sh": shell, "applets": applets})
 
 
 def test_busybox_layer_has_a_world_writable_tmp(tmp_path: Path) -> None:
