@@ -5,7 +5,8 @@
 # By default everything (`make test`, `make bench`, `make demo-k8s`, `make dist`/`image`). Switches,
 # each 1 (the default) or 0; `make demo` sets all four to 0 (the embedded-registry demo runs none of it):
 #   FERRY_KUBERNETES   etcd, the Kubernetes components, e2e.test/agnhost/ginkgo, CoreDNS (Go, ~5 min
-#                      cold) and the Nodes' container runtime (containerd, runc, busybox-static; bash-static for the e2e images' sh)
+#                      cold) and the Nodes' container runtime (containerd, runc, busybox-static; bash-static,
+#                      the e2e busybox images' sh)
 #   FERRY_BENCH_PEERS  the benchmarks' Go peers: ovs-cni, upstream's bridge + host-local (~40 s cold)
 #   FERRY_DEV          the venv's dev + bench extras (pytest, mypy, ruff, pyroute2, os-ken, ...), iperf3, tcpdump
 #   FERRY_DIST         the frozen bundle's venv (PyInstaller on the distribution's Python), libpython3.11,
