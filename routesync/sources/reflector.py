@@ -10,7 +10,9 @@
 Objects are kept as what ``parse`` makes of their JSON (``return_type=object``: the client's
 model classes cost far more than the few fields Ferry reads); ``parse`` returning None drops an
 object, raising ``ValueError`` skips it with a warning.  ``on_change`` runs (on the watch
-thread) after every change to the cache."""
+thread) after every change to the cache, and only then: an event whose object parses to what the
+cache holds already (a Pod's status heartbeat, a Node's conditions) moves nothing, so route-sync
+does not plan again for fields it does not read (``unchanged`` counts them)."""
 
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ class Reflector(Generic[T]):
         self.relists = 0
         self.errors = 0  # failed lists and watches (a 410 is not one)
         self.expired = 0  # watches answered 410 Gone
+        self.unchanged = 0  # events that left the cache as it was (nothing Ferry reads moved)
 
     def start(self) -> None:
         if self._thread is None:
@@ -76,7 +79,8 @@ class Reflector(Generic[T]):
         with self.lock:
             return self.generation, list(self.items.values())
 
-    def _store(self, obj: dict[str, Any], into: dict[str, T]) -> None:
+    def _store(self, obj: dict[str, Any], into: dict[str, T]) -> bool:
+        """``obj`` parsed into ``into``; whether that changed ``into``."""
         key = object_key(obj)
         try:
             value = self.parse(obj)
@@ -84,9 +88,11 @@ class Reflector(Generic[T]):
             log.warning("kube: skipping %s %s: %s", self.kind, key, e)
             value = None
         if value is None:
-            into.pop(key, None)
-        else:
-            into[key] = value
+            return into.pop(key, None) is not None
+        if key in into and into[key] == value:
+            return False
+        into[key] = value
+        return True
 
     def _changed(self) -> None:
         self.generation += 1
@@ -128,10 +134,13 @@ class Reflector(Generic[T]):
                 continue
             with self.lock:
                 if kind == "DELETED":
-                    self.items.pop(object_key(obj), None)
+                    moved = self.items.pop(object_key(obj), None) is not None
                 else:
-                    self._store(obj, self.items)
-                self._changed()
+                    moved = self._store(obj, self.items)
+                if moved:
+                    self._changed()
+                else:
+                    self.unchanged += 1
             if rv:
                 self.resource_version = rv
         return events

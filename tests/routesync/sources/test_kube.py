@@ -153,3 +153,21 @@ def test_a_patched_annotation_changed_by_someone_else_is_patched_again(server: K
     until(lambda: dict(names(source)["node-a"].annotations)[MAC_ANNOTATION] == "00:00:00:00:00:02")
     source.publish_self(mine)
     assert len(server.state.patches) == 2
+
+
+def test_an_update_of_fields_ferry_does_not_read_moves_nothing(server: KubeServer, source: KubeSource) -> None:
+    """A kubelet's status heartbeat is a MODIFIED event whose Node parses to the record already
+    held: no change is signalled (route-sync would plan again for nothing); a change of what Ferry
+    reads, after it on the same watch, is."""
+    names(source)
+    until(lambda: any("watch=true" in p for _, _, p in server.state.requests))
+    before = source.reflector.generation
+    heartbeat = make_node("node-b", ["192.168.77.12", "fd00:77::12"], ["10.244.2.0/24"])
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2024-05-01T10:06:00Z"
+    server.state.put(heartbeat)
+    moved = make_node("node-b", ["192.168.77.99", "fd00:77::12"], ["10.244.2.0/24"])
+    server.state.put(moved)
+    until(lambda: names(source)["node-b"].transport_addresses == ("192.168.77.99", "fd00:77::12"))
+    # events arrive in order: the heartbeat was seen (and counted) before the address change
+    assert source.reflector.unchanged == 1
+    assert source.reflector.generation == before + 1
