@@ -11,15 +11,16 @@ CoreDNS as everywhere), Ferry from its image and DaemonSet.  ``--pods-per-node``
 policy below selects one Pod or more on every Node and every Node has work for each.
 
 **Policy created -> enforced on every Node.** ``--policies`` NetworkPolicies, created one after
-another through the API: policy ``i`` selects ``grp=g<i>`` and allows ingress from the cluster's
-IPv4 Pod CIDR (an ``ipBlock``) on TCP port ``20000 + i`` only, a port no other flow names. On each
-Node an ``ovs-ofctl monitor watch:`` on the bridge reports flow additions as they happen; a policy
-is enforced on a Node at the first added flow that matches ``tp_dst=<its port>`` (route-sync
-installs a plan's flows in one transaction, so its isolation drops come with it), on every Node at
-the last of the three. The reference, in the same run: the same policy seen by a watch on the API
-(``kubectl get networkpolicies --watch``), i.e. what any controller could know at best. Each policy
-waits for the previous one to be enforced everywhere (a queue of changes would measure throughput,
-not latency). Goal: p99 <= 500 ms.
+another through the API (each POSTed on one kept-alive connection from the external host, the moment
+the request leaves being "created", :data:`CREATOR`): policy ``i`` selects ``grp=g<i>`` and allows
+ingress from the cluster's IPv4 Pod CIDR (an ``ipBlock``) on TCP port ``20000 + i`` only, a port no
+other flow names. On each Node an ``ovs-ofctl monitor watch:`` on the bridge reports flow additions
+as they happen; a policy is enforced on a Node at the first added flow that matches ``tp_dst=<its
+port>`` (route-sync installs a plan's flows in one transaction, so its isolation drops come with
+it), on every Node at the last of the three. The reference, in the same run: the same policy seen by
+a watch on the API (``kubectl get networkpolicies --watch``), i.e. what any controller could know at
+best. Each policy waits for the previous one to be enforced everywhere (a queue of changes would
+measure throughput, not latency). Goal: p99 <= 500 ms.
 
 **Pod Running -> reachable by the peers a policy allows.**  A prober Pod on node-1 (``role=prober``)
 and a policy allowing it, all ports, into Pods labelled ``reach=yes``.  ``--reach`` Pods are
@@ -31,6 +32,8 @@ of the Pod every few milliseconds (50 ms timeout each) until a reset comes back:
 the Pod.  The figure is reset time minus Running time (negative: reachable before the watch said
 Running).  Goal: p99 <= 1 s.
 
+Each measurement starts once the cluster has settled (:func:`settle`: Nodes and kube-system Pods
+Ready, the load average under twice the core count), the waits and load averages in the results.
 Percentiles are nearest-rank.  The two clocks are the same (``CLOCK_MONOTONIC``, shared by every
 process of the machine)."""
 
@@ -46,13 +49,15 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
+import yaml
+
 from bench.bench_kube import NODES, running_watch
 from bench.bench_kube import topology as kube_topology
 from bench.util import FirstSeen, percentile
 from lab import ovs
 from lab.api import Lab, Node, ensure_cni_bin
 from lab.kube import pods as kube_pods
-from lab.kube.cluster import kubectl_argv
+from lab.kube.cluster import Cluster, kubectl_argv
 
 PORT_BASE = 20000
 # the policies' peers: an address block, so that each rule has flows whatever Pods exist (a rule
@@ -82,6 +87,38 @@ PROBER = ("import socket, sys, time, errno\n"
           "        if rc in (errno.ECONNREFUSED, 0):\n"
           "            break\n"
           "    print(time.monotonic(), tries, flush=True)\n")
+
+
+# the creator, in the external host's netns (where the API server is reached): for each policy (a
+# JSON line on stdin), POST it on one kept-alive TLS connection with the admin's certificate; print
+# the moment the request left (CLOCK_MONOTONIC), the moment the answer came and its status.  "Created"
+# is when the request is sent, not when a kubectl process is spawned: on this 2-core machine a
+# kubectl start (Go runtime, kubeconfig, discovery cache) costs 100 ms and more under load, a cost
+# of the client, not of the cluster.
+CREATOR = ("import http.client, json, ssl, sys, time, urllib.parse\n"
+           "server, ca, cert, key = sys.argv[1:5]\n"
+           "u = urllib.parse.urlsplit(server)\n"
+           "ctx = ssl.create_default_context(cafile=ca); ctx.load_cert_chain(cert, key)\n"
+           "conn = http.client.HTTPSConnection(u.hostname, u.port or 443, context=ctx)\n"
+           "for line in sys.stdin:\n"
+           "    doc = json.loads(line); ns = doc['metadata']['namespace']\n"
+           "    body = json.dumps(doc).encode()\n"
+           "    sent = time.monotonic()\n"
+           "    conn.request('POST', f'/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies', body,\n"
+           "                 {'Content-Type': 'application/json'})\n"
+           "    r = conn.getresponse(); r.read()\n"
+           "    print(sent, time.monotonic(), r.status, flush=True)\n")
+
+
+def creator(cluster: Cluster) -> subprocess.Popen[str]:
+    """The :data:`CREATOR` process, with the admin kubeconfig's server and credentials."""
+    with open(cluster.plan.admin_kubeconfig) as f:
+        conf = yaml.safe_load(f)
+    server, user = conf["clusters"][0]["cluster"], conf["users"][0]["user"]
+    argv = ["nsenter", f"--net=/run/netns/{cluster.plan.control_plane[0].netns}", "--", sys.executable, "-I", "-S",
+            "-c", CREATOR, server["server"], server["certificate-authority"], user["client-certificate"],
+            user["client-key"]]
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
 def log(msg: str) -> None:
@@ -151,21 +188,30 @@ def measure_enforcement(lab: Lab, policies: int) -> dict[str, Any]:
     monitors = [flow_monitor(lab.node(n), lab.topology.bridge) for n in NODES]
     watch = api_watch(kubectl_argv(cluster.plan, ["get", "networkpolicies", "-n", kube_pods.NAMESPACE, "--watch",
                                                  "-o", "name"]))
-    enforced, seen_api, spread = [], [], []
+    enforced, seen_api, answered, spread = [], [], [], []
+    post = creator(cluster)
+    assert post.stdin is not None and post.stdout is not None
     with ExitStack() as running:
         for w in (watch, *monitors):
             running.callback(w.close)
+        running.callback(post.wait, 10)
+        running.callback(post.stdin.close)
         for i in range(policies):
             doc = group_policy(i)
-            t0 = time.monotonic()
-            cluster.kubectl("create", "-f", "-", input=json.dumps(doc))
+            post.stdin.write(json.dumps(doc) + "\n")
+            post.stdin.flush()
+            sent, done, status = post.stdout.readline().split()
+            if status != "201":
+                raise RuntimeError(f"creating {doc['metadata']['name']}: HTTP {status}")
+            t0 = float(sent)
             at = [m.wait(PORT_BASE + i, ENFORCE_TIMEOUT) for m in monitors]
             api = watch.wait(doc["metadata"]["name"], ENFORCE_TIMEOUT)
             enforced.append((max(at) - t0) * 1000)
             seen_api.append((api - t0) * 1000)
+            answered.append((float(done) - t0) * 1000)
             spread.append((max(at) - min(at)) * 1000)
     out = {"enforced_all_nodes": summary(enforced), "api_watch": summary(seen_api),
-           "node_spread": summary(spread)}
+           "create_answered": summary(answered), "node_spread": summary(spread)}
     ours = out["enforced_all_nodes"]
     out["ratios"] = {"enforced_over_api_p50": ours["p50_ms"] / max(out["api_watch"]["p50_ms"], 0.1),
                      "enforced_p99_over_goal": ours["p99_ms"] / ENFORCE_GOAL_MS}
@@ -232,6 +278,28 @@ def wait_pods_running(lab: Lab, want: int, timeout: float) -> float:
         time.sleep(2)  # a progress poll of a bulk start, not a measurement
 
 
+SETTLE_TIMEOUT = 600.0
+
+
+def settle(lab: Lab) -> dict[str, Any]:
+    """Before a measurement: every Node Ready, every kube-system Pod Ready, and the machine's
+    1-minute load average under twice its core count.  Starting 300 Pods on three Nodes of one
+    2-core machine drives the load average to 40 and makes a kubelet miss its heartbeats; figures
+    taken in that wake measure the start's backlog, not the policy path.  The settled cluster
+    itself (three kubelets and containerds, 300 shims, the control plane) keeps it near 3 here.
+    Returns the seconds waited and the load average the measurement starts at."""
+    t0 = time.monotonic()
+    cluster = lab.kube()
+    cluster.kubectl("wait", "--for=condition=Ready", "nodes", "--all", f"--timeout={int(SETTLE_TIMEOUT)}s",
+                    timeout=SETTLE_TIMEOUT + 30)
+    cluster.kubectl("wait", "--for=condition=Ready", "pods", "--all", "-n", "kube-system",
+                    f"--timeout={int(SETTLE_TIMEOUT)}s", timeout=SETTLE_TIMEOUT + 30)
+    busy = 2 * (os.cpu_count() or 1)
+    while os.getloadavg()[0] >= busy and time.monotonic() - t0 < SETTLE_TIMEOUT:
+        time.sleep(1)  # the load average is a decaying mean: polled, as nothing announces it
+    return {"waited_s": round(time.monotonic() - t0, 1), "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
 def flows_per_node(lab: Lab) -> dict[str, int]:
     return {n: sum(1 for line in lab.node(n).ofctl("dump-flows").splitlines() if "cookie=" in line) for n in NODES}
 
@@ -254,12 +322,15 @@ def main(argv: list[str] | None = None) -> int:
         lab.kube().kubectl("apply", "-f", "-", input=json.dumps(bulk_pods(args.pods_per_node, args.policies)))
         result["pods_running_s"] = round(wait_pods_running(lab, args.pods_per_node * len(NODES), 1800), 1)
         log(f"{args.pods_per_node * len(NODES)} Pods Running in {result['pods_running_s']} s")
+        result["settled_before_enforcement"] = settle(lab)
+        log(f"settled: {result['settled_before_enforcement']}")
         result["flows_before"] = flows_per_node(lab)
         result["enforcement"] = measure_enforcement(lab, args.policies)
         result["flows_after"] = flows_per_node(lab)
         e = result["enforcement"]
         log(f"enforced on every Node: p50 {e['enforced_all_nodes']['p50_ms']} ms, p99 "
             f"{e['enforced_all_nodes']['p99_ms']} ms; API watch p50 {e['api_watch']['p50_ms']} ms")
+        result["settled_before_reach"] = settle(lab)
         result["reach"] = measure_reach(lab, args.reach)
         r = result["reach"]
         log(f"Running -> reachable: policy p50 {r['policy']['p50_ms']} ms p99 {r['policy']['p99_ms']} ms; "
