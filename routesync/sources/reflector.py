@@ -11,7 +11,7 @@ Objects are kept as what ``parse`` makes of their JSON (``return_type=object``: 
 model classes cost far more than the few fields Ferry reads); ``parse`` returning None drops an
 object, raising ``ValueError`` skips it with a warning.  ``on_change`` runs (on the watch
 thread) after every change to the cache, and only then: an event whose object parses to what the
-cache holds already (a Pod's status heartbeat, a Node's conditions) moves nothing, so route-sync
+cache holds already (a Pod's status conditions, a Node's heartbeat) moves nothing, so route-sync
 does not plan again for fields it does not read (``unchanged`` counts them)."""
 
 from __future__ import annotations
