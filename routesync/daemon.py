@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from cni.node import nodestate
+from cni.pipeline.tables import GATEWAY_PORT
 
 from . import conflicts as conflicts_mod
 from . import planclaims, planner
@@ -265,6 +266,7 @@ class Daemon:
         self.policy_plan: policy_plan.Plan | None = None
         self._conj_ids = policy_plan.ConjIds()
         self._denied_log = None if policy is None else DeniedLog()
+        self._judged: tuple[policy_plan.Plan, tuple[object, ...], str] | None = None  # (plan, addresses, body)
         self._host_path_for: int | None = None  # ovs-vswitchd instance the uplink flows were put back for
         self._next_denied_log = 0.0
         self.bgp = bgp  # the BGP speaker (bgp section); None: no BGP
@@ -347,6 +349,7 @@ class Daemon:
             if policies is not None:
                 desired.flows = desired.flows + policies.flows
                 desired.policy_namespaces = tuple(policies.policy_namespaces)
+                desired.policy_nft = self._host_judge(policies, facts)
             self._count_disagreements(desired)
             self._report_conflicts(desired.cidr_conflicts)
             if wg is not None and self.wireguard is not None:
@@ -428,13 +431,27 @@ class Daemon:
         except Exception as e:  # noqa: BLE001 - the next full pass tries again
             log.info("tunnel neighbours not retried: %s", e)
 
+    def _host_judge(self, plan: policy_plan.Plan, local: LocalFacts) -> str:
+        """The host's judge of what kube-proxy's NAT takes past OVS (``routesync.policy.hostjudge``),
+        rendered again only when the plan or the Node's addresses moved."""
+        key = (local.node_addresses, self.config.service_cidrs)
+        if self._judged is None or self._judged[0] is not plan or self._judged[1] != key:
+            from .policy import hostjudge
+
+            judge = hostjudge.judge(plan, GATEWAY_PORT, local.node_addresses, self.config.service_cidrs)
+            self._judged = (plan, key, hostjudge.render(judge))
+        return self._judged[2]
+
     def _plan_policy(self, desired: DesiredState, local: LocalFacts) -> policy_plan.Plan | None:
         """This Node's NetworkPolicy flows, planned again only when the cluster's Pods,
         Namespaces or policies moved, or this Node's addresses (``routesync.policy.plan``)."""
         if self.policy is None:
             return None
+        # the Node's own traffic to its Pods (kubelet probes) comes from the gateway's addresses;
+        # in networkPolicyOnly, where it has none, from whichever of the Node's the kernel picks
+        own = desired.gateway_addresses or local.node_addresses
         facts = policy_plan.NodeFacts(self.config.node_name,
-                                      tuple(a.split("/")[0] for a in desired.gateway_addresses),
+                                      tuple(sorted({a.split("/")[0] for a in own})),
                                       self.config.service_cidrs,
                                       self.config.denied_log.enabled and local.denied_log_meter,
                                       # the gateway holds the first address of each local Pod CIDR

@@ -126,6 +126,9 @@ class DesiredState:
     routes: set[HostRoute] = field(default_factory=set)
     neighbors: set[Neighbor] = field(default_factory=set)
     nft: NftPlan = field(default_factory=NftPlan)
+    # NetworkPolicy on: the body of the host's judge table (routesync.policy.hostjudge), what
+    # kube-proxy's NAT takes past OVS; None: policy off (no such table)
+    policy_nft: str | None = None
     forwarding: bool = True
     # macSource both: peers whose annotation and neighbour entry disagree (the annotation wins)
     mac_disagreements: list[MacDisagreement] = field(default_factory=list)
@@ -165,6 +168,8 @@ class LocalFacts:
     # the denied log's meter (cni.pipeline.tables.DENIED_LOG_METER) is on the bridge: without it
     # no isolation flow sends packets up (a log must not open a flood's way to route-sync)
     denied_log_meter: bool = False
+    # every global address of the Node's namespace (NetworkPolicy: the Node's own traffic)
+    node_addresses: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ IFA_F_NODAD, IFA_F_TENTATIVE = 0x02, 0x40
 RTA_DST, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_TABLE = 1, 4, 5, 6, 7, 15
 RTA_METRICS, RTAX_MTU = 8, 2  # a route's metrics (nested), its MTU among them
 RTN_UNICAST = 1
-RT_SCOPE_UNIVERSE, RT_SCOPE_LINK = 0, 253
+RT_SCOPE_UNIVERSE, RT_SCOPE_LINK, RT_SCOPE_HOST = 0, 253, 254
 RTNH_F_ONLINK = 0x4
 RT_TABLE_COMPAT, RT_TABLE_MAIN, RT_TABLE_LOCAL = 252, 254, 255
 RTPROT_KERNEL, RTPROT_STATIC = 2, 4  # the kernel's own routes (connected, IPv6 link-local); configured ones
@@ -418,13 +418,14 @@ class Netlink:
             raise
         return True
 
-    def addrs(self, index: int, family: int | None = None, link_local: bool = False) -> list[str]:
-        """CIDR strings on link ``index`` (IPv6 link-local only when ``link_local``)."""
+    def addrs(self, index: int | None, family: int | None = None, link_local: bool = False) -> list[str]:
+        """CIDR strings on link ``index`` (IPv6 link-local only when ``link_local``); ``index``
+        None: every link's, host-scope ones (the loopback's) left out."""
         body = _IFADDRMSG.pack(family or socket.AF_UNSPEC, 0, 0, 0, 0)
         out = []
         for b in self.dump(RTM_GETADDR, body, f"dump addresses of link {index}"):
-            fam, plen, _flags, _scope, idx = _IFADDRMSG.unpack_from(b)
-            if idx != index or (family and fam != family):
+            fam, plen, _flags, scope, idx = _IFADDRMSG.unpack_from(b)
+            if (idx != index if index is not None else scope == RT_SCOPE_HOST) or (family and fam != family):
                 continue
             a = unpack_attrs(b, _IFADDRMSG.size)
             raw = a.get(IFA_LOCAL) or a.get(IFA_ADDRESS)

@@ -220,7 +220,8 @@ class NodeAppliers:
             uplink_name=name,
             uplink_addresses=tuple(sorted(self.routes.addresses(name))) if info else (),
             transport_mtu=moved_mtu or (info[1] if info else 1500), uplink_mac=info[0] if info else None,
-            uplink_ofport=uplink_ofport, uplink_host_ofport=host_ofport, denied_log_meter=meter)
+            uplink_ofport=uplink_ofport, uplink_host_ofport=host_ofport, denied_log_meter=meter,
+            node_addresses=tuple(sorted(self.routes.node_addresses())) if config.network_policy else ())
 
     def _denied_log_meter(self, config: Config) -> bool:
         """The denied log's meter made (before any flow uses it); a switch that cannot (a kernel
@@ -275,6 +276,8 @@ class NodeAppliers:
     def _apply_delta(self, before: DesiredState, after: DesiredState) -> None:
         if after.wireguard is not None:  # first: a key rotation's switch is on time
             self._apply_wireguard(after.wireguard, before.wireguard, full=False)
+        if after.policy_nft != before.policy_nft:  # before the flows: OVS may stop judging what it hands over
+            self.nft.sync_policy(after.policy_nft, verify=False)
         self.ovs.sync_flow_delta(before.flows, after.flows)
         cached = self._normalized
         old = cached[1] if cached is not None and cached[0] is before.routes else self.routes.normalized(before.routes)
@@ -298,6 +301,7 @@ class NodeAppliers:
         two largest parts of a full pass)."""
         kernel = self._side.submit(self._apply_kernel, desired)
         try:
+            self.nft.sync_policy(desired.policy_nft)
             extra = self._mover.flows() if (self._mover and self._uplink) else []
             self.ovs.sync_flows(list(desired.flows) + extra)
             self._replay_pod_flows(desired.policy_namespaces)

@@ -15,9 +15,12 @@ busy 2-vCPU machine, the other floor of a change beside the flow bundle).  Witho
 (``native=False``, or it cannot be loaded) each command is an ``nft`` exec as before.
 
 Replacement is atomic: ``table X {}`` + ``delete table X`` + the definition, in one transaction.
+* ``table inet ferry_policy``: with NetworkPolicy on, the host's judge of the connections
+  kube-proxy's NAT takes past OVS (:mod:`routesync.policy.hostjudge` renders it).
+
 Each table carries ``comment "ferry:<sha>"`` of its rendering: ``sync`` reads it back and
 writes nothing when it matches (a table deleted or rewritten by hand is restored).  Only these
-two tables are ever touched.
+three tables are ever touched.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from routesync.model import NftPlan
 LOG = logging.getLogger(__name__)
 
 UPLINK_TABLE = "ferry_uplink"
+POLICY_TABLE = "ferry_policy"  # routesync.policy.hostjudge
 
 
 class NftError(RuntimeError):
@@ -462,6 +466,18 @@ class NftApplier:
             return self._write("netdev", UPLINK_TABLE, render_uplink(device), verify), False
         return False, self._delete("netdev", UPLINK_TABLE, verify)
 
+    def sync_policy(self, body: str | None, verify: bool = True) -> bool:
+        """The host's NetworkPolicy judge (``table inet ferry_policy``, its body from
+        :func:`routesync.policy.hostjudge.render`), or none (policy off).  Written whole and
+        atomically, and only when its fingerprint differs; True when written or deleted."""
+        if body is None:
+            return self._delete("inet", POLICY_TABLE, verify)
+        written = self._write("inet", POLICY_TABLE, body, verify)
+        if written:
+            LOG.info("nftables: the host's policy judge written")
+        return written
+
     def delete(self) -> None:
         self._delete("inet", self.table)
         self._delete("netdev", UPLINK_TABLE)
+        self._delete("inet", POLICY_TABLE)

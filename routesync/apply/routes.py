@@ -253,6 +253,10 @@ class RouteApplier:
         """Global (non link-local) addresses on ``dev`` as CIDRs."""
         return {c for c in self.nl.addrs(self._need(dev)) if not ipaddress.ip_interface(c).ip.is_link_local}
 
+    def node_addresses(self) -> set[str]:
+        """Every global address of the namespace (the Node's own), as CIDRs."""
+        return {c for c in self.nl.addrs(None) if not ipaddress.ip_interface(c).ip.is_link_local}
+
     def set_gateway_addresses(self, dev: str, cidrs: Iterable[str]) -> tuple[list[str], list[str]]:
         """Exactly ``cidrs`` (plus kernel link-local) on ``dev``, link up. Returns (added, removed)."""
         idx = self._need(dev)

@@ -98,6 +98,18 @@ class RuleInfo:
     port: str = ""  # a named port's resolution, "http=8080/TCP" ("" for the rest)
 
 
+@dataclass(frozen=True)
+class HostRule:
+    """One local conjunction as the host's judge reads it (:mod:`.hostjudge`): connections
+    that kube-proxy's NAT takes past OVS are judged on the host by the same rule."""
+
+    conj_id: int
+    direction: str
+    applied: tuple[str, ...]  # the local Pods' addresses
+    peers: tuple[str, ...] | None  # addresses and blocks; None: any
+    ports: tuple[tuple[str, int | None, int | None], ...] | None  # (protocol, first, last); None: any
+
+
 @dataclass
 class Plan:
     flows: list[Flow] = field(default_factory=list)
@@ -115,6 +127,7 @@ class Plan:
     # the denied log's reading of a remote drop (its userdata names no Pod): source address ->
     # (the remote Pod, the policies isolating its egress)
     remote_sources: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    host_rules: list[HostRule] = field(default_factory=list)  # the local rules, for the host's judge
 
 
 class ConjIds:
@@ -547,6 +560,9 @@ def _add_rule(fl: _Flows, out: Plan, ids: ConjIds, direction: str, policy: Polic
     clauses = 3 if part.ports is not None else 2
     info = RuleInfo(n, policy.key, direction, index, tuple(p.key for p in part.applied), part.tag)
     (out.remote_rules if remote else out.rules).append(info)
+    if not remote:
+        out.host_rules.append(HostRule(n, direction, tuple(ip for pod in part.applied for ip in pod.ips),
+                                       part.peers, part.ports))
     applied_is_src = direction == EGRESS
     fl.conjunction(table, conj, [ip for pod in part.applied for ip in pod.ips], applied_is_src,
                    Conjunction(n, 1, clauses))

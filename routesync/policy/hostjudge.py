@@ -1,0 +1,177 @@
+"""NetworkPolicy judged on the host, for the connections kube-proxy's NAT takes past OVS: pure.
+
+OVS judges a Pod's packets where it sees them, but kube-proxy rewrites a Service connection in
+the Node's stack, after the packet left OVS through the gateway port:
+
+* **egress after a DNAT.**  A Pod's connection to a ClusterIP (or a NodePort, an external IP)
+  is DNATed on its Node's host.  When the backend is a Pod that the host routes back into OVS
+  through the gateway, OVS judges the Pod's egress on the backend there.  When it is anything
+  else (the API server, a hostNetwork Pod on this or another Node, a selector-less Service's
+  external endpoint; in routed modes a Pod on another Node, reached through the uplink) the
+  packet never comes back into OVS: the chains ``input`` and ``forward`` (priority ``filter``,
+  after kube-proxy's DNAT at ``dstnat``) judge the first packet of every such connection
+  (``ct state new``, ``ct status dnat``, not leaving through the gateway) from a local Pod that
+  a policy isolates for egress, on its DNATed destination and port, by the same rules OVS uses.
+* **ingress after a masquerade.**  A NodePort connection (``externalTrafficPolicy: Cluster``)
+  is SNATed to the Node's own address, which OVS lets reach every Pod (kubelet probes).  The
+  chain ``postrouting`` (priority ``srcnat + 10``, after kube-proxy's masquerade) judges every
+  new SNATed connection entering OVS through the gateway to a local Pod a policy isolates for
+  ingress, on its *original* client (``ct original ip saddr``): the Pod's ingress rules, the
+  Node's own addresses (a NodePort the Node opens itself) and the Pod itself (a hairpin
+  through its own Service) pass, the rest is dropped.
+
+The rules are the plan's own (:class:`routesync.policy.plan.HostRule`, one per local
+conjunction): per rule a set of the Pods it applies to and one of its peers (addresses and
+blocks), its ports inline.  A Pod no policy isolates in a direction is passed at once by a set
+lookup (``return``), so a connection of a Pod without policy costs one lookup, and an
+established one nothing (``ct state new`` first).  What the plan does not know yet fails
+closed in OVS: a Pod still pending (its namespace has policies, route-sync has not planned it)
+is dropped there before its packets reach the host.
+
+A connection from such a Pod to an address of the Service CIDRs that kube-proxy did *not*
+DNAT (a ClusterIP no Service holds, or one kube-proxy has not programmed yet) goes through the
+same chain, where only an ``ipBlock`` covering that address lets it on: OVS passes every
+connection to the Service CIDRs to the host unjudged, so the host must not route it onwards
+unjudged either.
+
+Rendered as the body of ``table inet ferry_policy`` (``routesync.apply.nft.POLICY_TABLE``),
+written whole and atomically by :class:`routesync.apply.nft.NftApplier` (its fingerprint makes
+an unchanged judge cost no write)."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .deniedlog import EGRESS, INGRESS
+from .plan import HostRule, Plan
+
+FAMILIES = ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr"))
+_L4 = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
+
+
+@dataclass(frozen=True)
+class HostJudge:
+    """What the host's judge needs: the gateway port's name, the Node's own addresses, and
+    per direction the local Pods' addresses that a policy isolates, with the rules."""
+
+    gateway: str
+    node_addresses: tuple[str, ...]
+    egress_isolated: tuple[str, ...]
+    ingress_isolated: tuple[str, ...]
+    rules: tuple[HostRule, ...]
+    service_cidrs: tuple[str, ...] = ()
+
+
+def judge(plan: Plan, gateway: str, node_addresses: Iterable[str], service_cidrs: Iterable[str] = ()) -> HostJudge:
+    """The host's judge for ``plan``; ``node_addresses``: the Node's own (CIDRs or plain)."""
+    ips = {p.key: p.ips for p in plan.local_pods}
+    egress = sorted({ip for key, (_i, e) in plan.isolated.items() if e for ip in ips.get(key, ())}, key=_order)
+    ingress = sorted({ip for key, (i, _e) in plan.isolated.items() if i for ip in ips.get(key, ())}, key=_order)
+    own = sorted({str(ipaddress.ip_interface(a).ip) for a in node_addresses}, key=_order)
+    rules = tuple(sorted(plan.host_rules, key=lambda r: (r.direction, r.conj_id)))
+    services = tuple(str(ipaddress.ip_network(c, strict=False)) for c in service_cidrs)
+    return HostJudge(gateway, tuple(own), tuple(egress), tuple(ingress), rules, services)
+
+
+def _order(addr: str) -> tuple[int, int]:
+    a = ipaddress.ip_address(addr)
+    return a.version, int(a)
+
+
+def _version(text: str) -> int:
+    return 6 if ":" in text else 4
+
+
+def _elements(items: Iterable[str], version: int) -> list[str]:
+    return sorted({i for i in items if _version(i) == version},
+                  key=lambda t: (int(ipaddress.ip_network(t, strict=False).network_address), t))
+
+
+def _set(name: str, kind: str, elements: Sequence[str], interval: bool = True) -> str:
+    flags = " flags interval;" if interval else ""
+    elems = f" elements = {{ {', '.join(elements)} }}" if elements else ""
+    return f"\tset {name} {{ type {kind};{flags}{elems} }}\n"
+
+
+def _ports(ports: tuple[tuple[str, int | None, int | None], ...] | None) -> list[str]:
+    """A rule's ports as nft matches, one per protocol ([""]: any port of any protocol)."""
+    if ports is None:
+        return [""]
+    by: dict[str, set[str] | None] = {}
+    for proto, first, last in ports:
+        have = by.setdefault(proto, set())
+        if first is None or have is None:
+            by[proto] = None  # the whole protocol
+        else:
+            have.add(f"{first}-{last}" if last is not None and last != first else str(first))
+    out = []
+    for proto in sorted(by):
+        values = by[proto]
+        l4 = _L4[proto]
+        if values is None:
+            out.append(f"meta l4proto {l4} ")
+        else:
+            nums = sorted(values, key=lambda v: int(v.split("-")[0]))
+            out.append(f"{l4} dport {{ {', '.join(nums)} }} ")
+    return out
+
+
+def render(j: HostJudge) -> str:
+    """The body of ``table inet ferry_policy`` (inside its braces)."""
+    body = ""
+    for v, _ip, kind in FAMILIES:
+        body += _set(f"egress{v}", kind, _elements(j.egress_isolated, v), interval=False)
+        body += _set(f"ingress{v}", kind, _elements(j.ingress_isolated, v), interval=False)
+        body += _set(f"node{v}", kind, _elements(j.node_addresses, v), interval=False)
+        selfs = [f"{a} . {a}" for a in _elements(j.ingress_isolated, v)]
+        body += _set(f"self{v}", f"{kind} . {kind}", selfs, interval=False)
+        body += _set(f"services{v}", kind, _elements(j.service_cidrs, v))
+    chains: dict[str, list[str]] = defaultdict(list)
+    for r in j.rules:
+        for v, ip, kind in FAMILIES:
+            applied = _elements(r.applied, v)
+            peers = None if r.peers is None else _elements(r.peers, v)
+            if not applied or peers is not None and not peers:
+                continue  # nothing of this family
+            body += _set(f"r{r.conj_id}a{v}", kind, applied)
+            if peers is not None:
+                body += _set(f"r{r.conj_id}p{v}", kind, peers)
+            if r.direction == EGRESS:
+                head = f"{ip} saddr @r{r.conj_id}a{v} "
+                peer = "" if peers is None else f"{ip} daddr @r{r.conj_id}p{v} "
+            else:
+                head = f"{ip} daddr @r{r.conj_id}a{v} "
+                peer = "" if peers is None else f"ct original {ip} saddr @r{r.conj_id}p{v} "
+            for port in _ports(r.ports):
+                chains[r.direction].append(f"\t\t{head}{peer}{port}accept comment \"rule {r.conj_id}\"\n")
+    gw = _quoted(j.gateway)
+    undnated = "".join(f"\t\tct state new {ip} daddr @services{v} jump egress\n" for v, ip, _k in FAMILIES)
+    body += ("\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n"
+             f"\t\tct state new ct status dnat jump egress\n{undnated}\t}}\n")
+    body += ("\tchain forward {\n\t\ttype filter hook forward priority filter; policy accept;\n"
+             f"\t\tct state new ct status dnat oifname != {gw} jump egress\n{undnated}\t}}\n")
+    body += ("\tchain postrouting {\n\t\ttype filter hook postrouting priority srcnat + 10; policy accept;\n"
+             f"\t\tct state new ct status snat oifname {gw} jump ingress\n\t}}\n")
+    body += "\tchain egress {\n"
+    for v, ip, _kind in FAMILIES:
+        body += f"\t\t{ip} saddr != @egress{v} return\n"
+    body += "".join(chains[EGRESS])
+    body += "\t\tcounter drop comment \"egress denied after DNAT\"\n\t}\n"
+    body += "\tchain ingress {\n"
+    for v, ip, _kind in FAMILIES:
+        body += f"\t\t{ip} daddr != @ingress{v} return\n"
+    for v, ip, _kind in FAMILIES:
+        body += f"\t\tct original {ip} saddr @node{v} return\n"
+        body += f"\t\tct original {ip} saddr . {ip} daddr @self{v} return\n"
+    body += "".join(chains[INGRESS])
+    body += "\t\tcounter drop comment \"ingress denied after SNAT\"\n\t}\n"
+    return body
+
+
+def _quoted(name: str) -> str:
+    if not name or '"' in name or len(name) > 15:
+        raise ValueError(f"bad device name {name!r}")
+    return f'"{name}"'
