@@ -1,0 +1,241 @@
+"""The host's NetworkPolicy judge (table inet ferry_policy) on real NATed connections.
+
+A Node namespace routes for its Pods (behind ``ferry-gw0``) and reaches an external host on its
+uplink.  kube-proxy's part is played by three nft NAT rules of its shape (a ClusterIP DNAT in
+prerouting, a NodePort DNAT + masquerade): kube-proxy itself needs an API server, and the
+Kubernetes suite (tests/e2e/kube/test_kube_failopen.py) runs the real one against the same
+judge; here each verdict is read off the judge's own drop counter and the server's accepts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import pytest
+
+from routesync.apply.nft import POLICY_TABLE, NftApplier
+from routesync.policy import hostjudge as hj
+from routesync.policy import plan as pp
+from routesync.policy.model import Pod, policy_from
+from tests.routesync.apply.helpers import ns_sh, veth
+from tests.support.ovs_instance import netns
+from tests.support.waiting import HANG
+
+pytestmark = pytest.mark.root
+
+CLI = Pod("a", "cli", "n1", (("app", "cli"),), ("10.244.1.5", "fd00:244:1::5"))
+SRV = Pod("a", "srv", "n1", (("app", "srv"),), ("10.244.1.6",))
+FREE = Pod("b", "free", "n1", (), ("10.244.1.7",))
+
+KUBE_PROXY = """table inet kp {
+	chain pre {
+		type nat hook prerouting priority dstnat; policy accept;
+		ip daddr 10.96.0.1 tcp dport 443 dnat ip to 192.168.77.2:6443
+		ip daddr 10.96.0.2 tcp dport 80 dnat ip to 192.168.77.1:8080
+		ip daddr 10.96.0.3 tcp dport 80 dnat ip to 10.244.1.6:80
+		ip6 daddr fd00:96::1 tcp dport 443 dnat ip6 to [fd00:77::2]:6443
+		ip daddr 192.168.77.1 tcp dport 30080 dnat ip to 10.244.1.6:80
+	}
+	chain out {
+		type nat hook output priority -100; policy accept;
+		ip daddr 192.168.77.1 tcp dport 30080 dnat ip to 10.244.1.6:80
+	}
+	chain post {
+		type nat hook postrouting priority srcnat; policy accept;
+		ip daddr 10.244.1.6 tcp dport 80 ct status dnat ct original ip daddr 192.168.77.1 masquerade
+	}
+}
+"""
+
+SERVE = """
+import socket, sys
+fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2])))
+s.listen(16)
+print("ready", flush=True)
+while True:
+    c, peer = s.accept()
+    print(peer[0], flush=True)
+    c.close()
+"""
+CONNECT = """
+import socket, sys
+socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
+"""
+
+
+def plan(*policies: dict) -> pp.Plan:
+    return pp.plan(pp.Inputs((CLI, SRV, FREE), {"a": (), "b": ()}, tuple(policy_from(d) for d in policies)),
+                   pp.NodeFacts("n1"))
+
+
+def pol(name: str, app: str, types: list[str], **rules: list) -> dict:
+    return {"metadata": {"namespace": "a", "name": name},
+            "spec": {"podSelector": {"matchLabels": {"app": app}}, "policyTypes": types, **rules}}
+
+
+DENY_EGRESS = pol("deny-out", "cli", ["Egress"])
+DENY_INGRESS = pol("deny-in", "srv", ["Ingress"])
+API_ALLOWED = pol("api", "cli", ["Egress"], egress=[{"to": [{"ipBlock": {"cidr": "192.168.77.2/32"}}],
+                                                     "ports": [{"port": 6443}]}])
+
+
+@contextmanager
+def servers(ns: str, *where: tuple[str, int]) -> Iterator[dict[tuple[str, int], subprocess.Popen[str]]]:
+    """TCP servers in ``ns`` that print each accepted peer."""
+    with ExitStack() as stack:
+        out = {}
+        for addr, port in where:
+            p = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", SERVE, addr, str(port)],
+                                 stdout=subprocess.PIPE, text=True)
+            stack.callback(p.wait)
+            stack.callback(p.kill)
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+            out[(addr, port)] = p
+        yield out
+
+
+def connects(ns: str, addr: str, port: int) -> bool:
+    """An allowed connection: completes (a generous bound that only a broken path reaches)."""
+    p = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", CONNECT, addr, str(port), str(HANG)],
+                       capture_output=True, text=True, check=False, timeout=HANG + 10)
+    return p.returncode == 0
+
+
+def drops(node: str, chain: str) -> int:
+    text = ns_sh(node, "nft", "list", "chain", "inet", POLICY_TABLE, chain)
+    line = next(ln for ln in text.splitlines() if "counter packets" in ln and "drop" in ln)
+    return int(line.split("counter packets")[1].split()[0])
+
+
+def denied(node: str, chain: str, ns: str, addr: str, port: int) -> bool:
+    """A connection attempt whose first packet the judge's ``chain`` drops: its counter moves
+    (waited for, not guessed), and the attempt never completes meanwhile."""
+    before = drops(node, chain)
+    p = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", CONNECT, addr, str(port), str(HANG)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + HANG
+        while drops(node, chain) == before:
+            if p.poll() is not None or time.monotonic() > deadline:
+                return False  # completed (or failed some other way) without the judge
+            time.sleep(0.05)
+        return p.poll() is None
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture
+def lab() -> Iterator[tuple[str, str, str, str, str]]:
+    with ExitStack() as stack:
+        node, cli, srv, free, ext = (stack.enter_context(netns(n)) for n in
+                                     ("fb-hj", "fb-hjc", "fb-hjs", "fb-hjf", "fb-hje"))
+        ns_sh(node, "ip", "link", "add", "ferry-gw0", "type", "bridge")
+        ns_sh(node, "ip", "link", "set", "ferry-gw0", "up")
+        ns_sh(node, "ip", "addr", "add", "10.244.1.1/24", "dev", "ferry-gw0")
+        ns_sh(node, "ip", "addr", "add", "fd00:244:1::1/64", "dev", "ferry-gw0", "nodad")
+        for i, (pod, ip) in enumerate(((cli, "10.244.1.5"), (srv, "10.244.1.6"), (free, "10.244.1.7"))):
+            veth(node, f"p{i}", pod, "eth0")
+            ns_sh(node, "ip", "link", "set", f"p{i}", "master", "ferry-gw0")
+            ns_sh(pod, "ip", "addr", "add", f"{ip}/24", "dev", "eth0")
+            ns_sh(pod, "ip", "route", "add", "default", "via", "10.244.1.1")
+        ns_sh(cli, "ip", "addr", "add", "fd00:244:1::5/64", "dev", "eth0", "nodad")
+        ns_sh(cli, "ip", "-6", "route", "add", "default", "via", "fd00:244:1::1")
+        veth(node, "eth0", ext, "eth0")
+        ns_sh(node, "ip", "addr", "add", "192.168.77.1/24", "dev", "eth0")
+        ns_sh(node, "ip", "addr", "add", "fd00:77::1/64", "dev", "eth0", "nodad")
+        ns_sh(node, "ip", "route", "add", "10.96.0.0/16", "via", "192.168.77.2")  # an unrouted ClusterIP leaves
+        for key in ("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"):
+            ns_sh(node, "sysctl", "-q", "-w", key)
+        ns_sh(ext, "ip", "addr", "add", "192.168.77.2/24", "dev", "eth0")
+        ns_sh(ext, "ip", "addr", "add", "fd00:77::2/64", "dev", "eth0", "nodad")
+        ns_sh(ext, "ip", "addr", "add", "10.96.0.9/32", "dev", "eth0")
+        ns_sh(ext, "ip", "route", "add", "10.244.0.0/16", "via", "192.168.77.1")
+        ns_sh(ext, "ip", "-6", "route", "add", "fd00:244::/32", "via", "fd00:77::1")
+        subprocess.run(["ip", "netns", "exec", node, "nft", "-f", "-"], input=KUBE_PROXY, text=True, check=True)
+        yield node, cli, srv, free, ext
+
+
+def judge_with(nft: NftApplier, *policies: dict) -> None:
+    j = hj.judge(plan(*policies), "ferry-gw0", ["10.244.1.1/24", "192.168.77.1/24", "fd00:77::1/64"],
+                 ["10.96.0.0/16", "fd00:96::/112"])
+    nft.sync_policy(hj.render(j))
+
+
+def test_egress_is_judged_on_the_destination_kube_proxy_chose(lab: tuple[str, str, str, str, str]) -> None:
+    node, cli, _srv, free, ext = lab
+    nft = NftApplier(netns=node)
+    try:
+        with servers(ext, ("::", 6443), ("10.96.0.9", 80)), servers(node, ("192.168.77.1", 8080)):
+            judge_with(nft)  # no policy: every Service reached
+            assert connects(cli, "10.96.0.1", 443) and connects(cli, "10.96.0.2", 80)
+            judge_with(nft, DENY_EGRESS)
+            assert denied(node, "egress", cli, "10.96.0.1", 443)  # the "API server", off the Pod network
+            assert denied(node, "egress", cli, "10.96.0.2", 80)  # a hostNetwork backend on this Node (input)
+            assert denied(node, "egress", cli, "fd00:96::1", 443)  # IPv6
+            assert denied(node, "egress", cli, "10.96.0.9", 80)  # a ClusterIP kube-proxy left alone
+            assert connects(free, "10.96.0.1", 443)  # positive control: a Pod without policy
+            judge_with(nft, DENY_EGRESS, API_ALLOWED)
+            assert connects(cli, "10.96.0.1", 443)  # allowed by an ipBlock on the DNATed address and port
+            assert denied(node, "egress", cli, "10.96.0.2", 80)
+    finally:
+        nft.delete()
+        nft.close()
+
+
+def test_a_pod_backend_is_left_to_ovs(lab: tuple[str, str, str, str, str]) -> None:
+    """A DNATed connection that goes back out of the gateway (into OVS) is not the host's to judge."""
+    node, cli, srv, _free, _ext = lab
+    nft = NftApplier(netns=node)
+    try:
+        with servers(srv, ("10.244.1.6", 80)):
+            judge_with(nft, DENY_EGRESS)
+            before = drops(node, "egress")
+            assert connects(cli, "10.96.0.3", 80)
+            assert drops(node, "egress") == before
+    finally:
+        nft.delete()
+        nft.close()
+
+
+def test_nodeport_ingress_is_judged_by_the_original_client(lab: tuple[str, str, str, str, str]) -> None:
+    node, _cli, srv, free, ext = lab
+    nft = NftApplier(netns=node)
+    try:
+        with servers(srv, ("10.244.1.6", 80)) as seen:
+            judge_with(nft)
+            assert connects(ext, "192.168.77.1", 30080)  # positive control: no policy
+            assert seen[("10.244.1.6", 80)].stdout.readline().strip() == "10.244.1.1"  # masqueraded: the gateway's address, which OVS lets through
+            judge_with(nft, DENY_INGRESS)
+            assert denied(node, "ingress", ext, "192.168.77.1", 30080)  # the external host
+            assert denied(node, "ingress", free, "192.168.77.1", 30080)  # a Pod of the same Node
+            assert connects(node, "192.168.77.1", 30080)  # the Node itself (its own NodePort)
+            from_ext = pol("from-ext", "srv", ["Ingress"], ingress=[{"from": [{"ipBlock": {"cidr": "192.168.77.2/32"}}],
+                                                                   "ports": [{"port": 80}]}])
+            judge_with(nft, DENY_INGRESS, from_ext)
+            assert connects(ext, "192.168.77.1", 30080)  # its rule names the client, not the Node
+            assert denied(node, "ingress", free, "192.168.77.1", 30080)
+    finally:
+        nft.delete()
+        nft.close()
+
+
+def test_the_table_is_written_once_and_removed_with_policy_off(lab: tuple[str, str, str, str, str]) -> None:
+    node = lab[0]
+    nft = NftApplier(netns=node)
+    try:
+        j = hj.render(hj.judge(plan(DENY_EGRESS), "ferry-gw0", ["192.168.77.1/24"]))
+        assert nft.sync_policy(j) and not nft.sync_policy(j)
+        ns_sh(node, "nft", "delete", "table", "inet", POLICY_TABLE)
+        assert nft.sync_policy(j)  # deleted by hand: back
+        assert nft.sync_policy(None)
+        assert POLICY_TABLE not in ns_sh(node, "nft", "list", "tables")
+        assert "table inet kp" in ns_sh(node, "nft", "list", "tables")  # another's table untouched
+    finally:
+        nft.close()

@@ -1,0 +1,96 @@
+"""The host's judge (routesync.policy.hostjudge) as text: which Pods and rules it holds, and that
+nft takes it.  Its verdicts on real NATed traffic: tests/routesync/apply/test_host_judge.py."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from routesync.policy import hostjudge as hj
+from routesync.policy import plan as pp
+from routesync.policy.model import Pod, policy_from
+
+NODE = "n1"
+CLI = Pod("a", "cli", NODE, (("app", "cli"),), ("10.244.1.5", "fd00:244:1::5"))
+SRV = Pod("a", "srv", NODE, (("app", "srv"),), ("10.244.1.6",))
+FREE = Pod("b", "free", NODE, (), ("10.244.1.7",))
+FAR = Pod("a", "far", "n2", (("app", "far"),), ("10.244.2.6",))
+
+
+def pol(name: str, app: str, types: list[str], ingress: list | None = None, egress: list | None = None) -> dict:
+    spec: dict = {"podSelector": {"matchLabels": {"app": app}}, "policyTypes": types}
+    if ingress is not None:
+        spec["ingress"] = ingress
+    if egress is not None:
+        spec["egress"] = egress
+    return {"metadata": {"namespace": "a", "name": name}, "spec": spec}
+
+
+EGRESS = pol("eg", "cli", ["Egress"], egress=[
+    {"to": [{"ipBlock": {"cidr": "192.168.0.0/16", "except": ["192.168.1.0/24"]}}],
+     "ports": [{"port": 443}, {"port": 8000, "endPort": 8100}, {"protocol": "UDP"}]},
+    {"to": [{"podSelector": {"matchLabels": {"app": "far"}}}]}])
+INGRESS = pol("in", "srv", ["Ingress"], ingress=[{"from": [{"podSelector": {"matchLabels": {"app": "far"}}}],
+                                                  "ports": [{"port": 80}]}])
+
+
+def judge(policies: list[dict], pods: tuple[Pod, ...] = (CLI, SRV, FREE, FAR)) -> hj.HostJudge:
+    plan = pp.plan(pp.Inputs(pods, {"a": (), "b": ()}, tuple(policy_from(d) for d in policies)),
+                   pp.NodeFacts(NODE))
+    return hj.judge(plan, "ferry-gw0", ["10.244.1.1/24", "192.168.77.11/24", "fd00:77::11/64"],
+                    ["10.96.0.0/16", "fd00:96::/112"])
+
+
+def test_only_isolated_local_pods_are_judged() -> None:
+    j = judge([EGRESS, INGRESS])
+    assert j.egress_isolated == ("10.244.1.5", "fd00:244:1::5")
+    assert j.ingress_isolated == ("10.244.1.6",)
+    assert j.node_addresses == ("10.244.1.1", "192.168.77.11", "fd00:77::11")
+    body = hj.render(j)
+    assert "set egress4 { type ipv4_addr; elements = { 10.244.1.5 } }" in body
+    assert "10.244.1.7" not in body  # a Pod without policy: returned by the set lookup
+    assert "10.244.2.6" in body  # a remote Pod as a peer
+
+
+def test_rules_by_family_protocol_and_port() -> None:
+    lines = hj.render(judge([EGRESS, INGRESS])).splitlines()
+    accepts = [line.strip() for line in lines if "accept comment" in line]
+    eg = [a for a in accepts if a.startswith(("ip saddr", "ip6 saddr"))]
+    # rule 1: ports 443 and 8000-8100 of TCP in one match, UDP by protocol; IPv4 only (its block)
+    assert any("tcp dport { 443, 8000-8100 }" in a for a in eg)
+    assert any("meta l4proto udp" in a for a in eg)
+    assert not any(a.startswith("ip6") and "dport" in a for a in eg)
+    # the ingress rule judges the original client (before kube-proxy's masquerade)
+    ing = [a for a in accepts if a.startswith("ip daddr")]
+    assert len(ing) == 1 and "ct original ip saddr @r" in ing[0] and "tcp dport { 80 }" in ing[0]
+
+
+def test_no_policy_no_rules_and_the_chains_stay() -> None:
+    body = hj.render(judge([]))
+    assert "accept comment" not in body
+    assert "set egress4 { type ipv4_addr; }" in body
+    for hook in ("hook input", "hook forward", "hook postrouting priority srcnat + 10"):
+        assert hook in body
+    assert 'oifname != "ferry-gw0" jump egress' in body  # what re-enters OVS is judged there
+
+
+def test_a_rule_that_allows_nothing_of_a_family_has_no_line_for_it() -> None:
+    v6only = pol("v6", "cli", ["Egress"], egress=[{"to": [{"ipBlock": {"cidr": "fd00:1::/64"}}]}])
+    accepts = [line for line in hj.render(judge([v6only])).splitlines() if "accept comment" in line]
+    assert len(accepts) == 1 and "ip6 saddr" in accepts[0]
+
+
+def test_a_bad_gateway_name_is_refused() -> None:
+    j = judge([])
+    with pytest.raises(ValueError, match="device name"):
+        hj.render(hj.HostJudge('gw"0', (), (), (), ()))
+    assert hj.render(j)
+
+
+@pytest.mark.root
+def test_nft_takes_it() -> None:
+    body = hj.render(judge([EGRESS, INGRESS]))
+    proc = subprocess.run(["nft", "-c", "-f", "-"], input=f"table inet ferry_policy {{\n{body}}}\n",
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
