@@ -91,6 +91,8 @@ class PolicyInputs(Protocol):
 
     def inputs(self) -> tuple[tuple[int, int, int], policy_plan.Inputs]: ...
 
+    def service_cidrs(self, configured: tuple[str, ...]) -> tuple[str, ...]: ...
+
 
 class BgpSpeaker(Protocol):
     """``routesync.bgp.speaker.Speaker``: told after every reconcile what this Node advertises."""
@@ -434,11 +436,13 @@ class Daemon:
     def _host_judge(self, plan: policy_plan.Plan, local: LocalFacts) -> str:
         """The host's judge of what kube-proxy's NAT takes past OVS (``routesync.policy.hostjudge``),
         rendered again only when the plan or the Node's addresses moved."""
-        key = (local.node_addresses, self.config.service_cidrs)
+        assert self._policy_key is not None
+        services = self._policy_key[1].service_cidrs
+        key = (local.node_addresses, services)
         if self._judged is None or self._judged[0] is not plan or self._judged[1] != key:
             from .policy import hostjudge
 
-            judge = hostjudge.judge(plan, GATEWAY_PORT, local.node_addresses, self.config.service_cidrs)
+            judge = hostjudge.judge(plan, GATEWAY_PORT, local.node_addresses, services)
             self._judged = (plan, key, hostjudge.render(judge))
         return self._judged[2]
 
@@ -452,7 +456,7 @@ class Daemon:
         own = desired.gateway_addresses or local.node_addresses
         facts = policy_plan.NodeFacts(self.config.node_name,
                                       tuple(sorted({a.split("/")[0] for a in own})),
-                                      self.config.service_cidrs,
+                                      self.policy.service_cidrs(self.config.service_cidrs),
                                       self.config.denied_log.enabled and local.denied_log_meter,
                                       # the gateway holds the first address of each local Pod CIDR
                                       tuple(str(ipaddress.ip_interface(a).network) for a in desired.gateway_addresses))

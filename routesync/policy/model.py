@@ -139,6 +139,18 @@ def namespace_from(obj: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], 
     return name, tuple(sorted(labels.items()))
 
 
+def service_cidrs_from(obj: Mapping[str, Any]) -> tuple[str, ...]:
+    """A ServiceCIDR (``networking.k8s.io/v1``) → its CIDRs (one per family at most)."""
+    _ns, name, _labels = _meta(obj, "ServiceCIDR")
+    out = []
+    for c in (obj.get("spec") or {}).get("cidrs") or []:
+        try:
+            out.append(str(ipaddress.ip_network(str(c), strict=False)))
+        except ValueError as e:
+            raise ObjectError(f"ServiceCIDR {name}: spec.cidrs: {e}") from None
+    return tuple(out)
+
+
 def _port(doc: Any, where: str) -> PortMatch:
     if not isinstance(doc, dict):
         raise sel.SelectorError(f"{where}: not an object")

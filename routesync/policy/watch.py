@@ -1,7 +1,8 @@
 """The cluster's Pods, Namespaces and NetworkPolicies, watched for route-sync's policy planner.
 
-Three :class:`routesync.sources.reflector.Reflector` caches (``pods``, ``namespaces``,
-``networkpolicies``, cluster-wide: a rule's peers may be any Pod).  ``changed`` is set on every
+Four :class:`routesync.sources.reflector.Reflector` caches (``pods``, ``namespaces``,
+``networkpolicies``, cluster-wide: a rule's peers may be any Pod; ``servicecidrs``, the
+addresses OVS hands to kube-proxy unjudged, :meth:`service_cidrs`).  ``changed`` is set on every
 change; :meth:`inputs` hands the planner one consistent-enough snapshot and the generations it
 was taken at, so the daemon re-plans policy only when one of them moved.  Until all three have
 listed once, :meth:`inputs` raises :class:`SourceError`: route-sync must not plan "no policies"
@@ -15,7 +16,7 @@ from typing import Any
 
 from ..sources.base import SourceError
 from ..sources.reflector import Reflector
-from .model import Pod, Policy, namespace_from, pod_from, policy_from
+from .model import Pod, Policy, namespace_from, pod_from, policy_from, service_cidrs_from
 from .plan import Inputs
 
 SYNC_TIMEOUT = 10.0  # seconds a pass waits for the first lists
@@ -34,7 +35,10 @@ class PolicySource:
             "Namespace", core.list_namespace, namespace_from, self._changed)
         self.policies: Reflector[Policy] = Reflector(
             "NetworkPolicy", net.list_network_policy_for_all_namespaces, policy_from, self._changed)
-        self._all = (self.pods, self.namespaces, self.policies)
+        # the Service CIDRs, from the cluster (an IPv6 one is not in any manifest's default)
+        self.service_cidr_objects: Reflector[tuple[str, ...]] = Reflector(
+            "ServiceCIDR", net.list_service_cidr, service_cidrs_from, self._changed)
+        self._all = (self.pods, self.namespaces, self.policies, self.service_cidr_objects)
 
     def _changed(self) -> None:
         self.changed.set()
@@ -55,7 +59,7 @@ class PolicySource:
 
     def inputs(self) -> tuple[tuple[int, int, int], Inputs]:
         self.start()
-        for r in self._all:
+        for r in (self.pods, self.namespaces, self.policies):
             if not r.synced.wait(timeout=SYNC_TIMEOUT):
                 raise SourceError(f"Kubernetes {r.kind}s not listed yet: policy not planned")
         self.changed.clear()
@@ -64,3 +68,17 @@ class PolicySource:
         gpol, policies = self.policies.snapshot()
         return (gp, gn, gpol), Inputs(tuple(sorted(pods, key=lambda p: p.key)), dict(namespaces),
                                       tuple(sorted(policies, key=lambda p: p.key)))
+
+    def service_cidrs(self, configured: tuple[str, ...]) -> tuple[str, ...]:
+        """Every CIDR of the cluster's ServiceCIDR objects (those being deleted too: their
+        addresses may still be in use); ``configured`` (route-sync's ``serviceCIDRs``) only
+        when the API server serves no ServiceCIDRs.  Raises :class:`SourceError` until they
+        are listed: egress to a Service CIDR not known yet would be judged on the ClusterIP."""
+        r = self.service_cidr_objects
+        r.start()
+        if not r.synced.wait(timeout=SYNC_TIMEOUT):
+            raise SourceError("Kubernetes ServiceCIDRs not listed yet: policy not planned")
+        if r.unserved.is_set():
+            return configured
+        _gen, items = r.snapshot()
+        return tuple(sorted({c for cidrs in items for c in cidrs}))

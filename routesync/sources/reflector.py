@@ -5,7 +5,9 @@
   only advances the version;
 * a watch that ends or breaks is opened again from the last version seen, after exponential
   backoff (0.2 s doubling to 30 s) when it failed; 410 Gone forces a re-list at once; a failed
-  list or a refused watch waits with the same backoff and re-lists.
+  list or a refused watch waits with the same backoff and re-lists; a first list answered 404
+  (a resource this API server does not serve, e.g. ServiceCIDRs before Kubernetes 1.33) sets
+  ``unserved`` (and ``synced``: what there is to know is known) and ends the reflector.
 
 Objects are kept as what ``parse`` makes of their JSON (``return_type=object``: the client's
 model classes cost far more than the few fields Ferry reads); ``parse`` returning None drops an
@@ -45,6 +47,7 @@ class Reflector(Generic[T]):
         self.on_change = on_change
         self.lock = threading.Lock()
         self.synced = threading.Event()
+        self.unserved = threading.Event()  # the list answered 404: the API server has no such resource
         self._stop = threading.Event()
         self.items: dict[str, T] = {}
         self.generation = 0  # counts changes to ``items``
@@ -170,6 +173,11 @@ class Reflector(Generic[T]):
                              self.kind)
                     need_list = True
                     continue
+                if e.status == 404 and need_list and not self.synced.is_set():
+                    log.info("kube: the API server serves no %ss", self.kind)
+                    self.unserved.set()
+                    self.synced.set()  # known: nothing to list
+                    return
                 self._fail(e, "re-listing")
                 need_list = True
                 self._stop.wait(backoff)

@@ -197,6 +197,9 @@ class _Policies:
     def inputs(self):  # type: ignore[no-untyped-def]
         return (1, 1, 1), self.value
 
+    def service_cidrs(self, configured: tuple[str, ...]) -> tuple[str, ...]:
+        return configured
+
 
 def test_the_denied_log_flows_only_with_its_meter_on_the_bridge(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The isolation's flows send packets up (controller) only when the appliers made the meter

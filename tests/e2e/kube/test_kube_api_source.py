@@ -117,3 +117,28 @@ def test_publish_self_merge_patches_ferry_annotations_only(cluster: Cluster) -> 
                 source.close()
     finally:
         cluster.kubectl("delete", "node", "ghost-b", "--wait=true")
+
+
+def test_policy_reads_the_service_cidrs_from_the_cluster(cluster: Cluster) -> None:
+    """The Service CIDRs OVS hands to kube-proxy unjudged come from the cluster's ServiceCIDR
+    objects (``networking.k8s.io/v1``), IPv6 included, not from a manifest's IPv4-only default;
+    a ServiceCIDR added or deleted is followed."""
+    from routesync.policy.watch import PolicySource
+    from routesync.sources.kube import api_client
+
+    flags = cluster.plan.process("kube-apiserver").argv
+    ranges = next(a.split("=", 1)[1] for a in flags if a.startswith("--service-cluster-ip-range="))
+    want = tuple(sorted(ranges.split(",")))
+    extra = {"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR", "metadata": {"name": "ferry-extra"},
+             "spec": {"cidrs": ["10.97.0.0/24", "fd00:97::/112"]}}
+    with in_api_netns(cluster):
+        policy = PolicySource(api_client(cluster.plan.admin_kubeconfig))
+        try:
+            assert policy.service_cidrs(("192.0.2.0/24",)) == want  # the configured value is not used
+            assert len(want) == 2 and any(":" in c for c in want)
+            cluster.kubectl("create", "-f", "-", input=json.dumps(extra))
+            until(lambda: policy.service_cidrs(()) == tuple(sorted((*want, "10.97.0.0/24", "fd00:97::/112"))))
+            cluster.kubectl("delete", "servicecidr", "ferry-extra", "--wait=true")
+            until(lambda: policy.service_cidrs(()) == want)
+        finally:
+            policy.close()

@@ -2,8 +2,10 @@
 Pod specs through the API, plugged by kubelet -> containerd -> Ferry (the conflist install-cni
 wrote), reached with ping and TCP in both families; Pod IPs as the API reports them; then, on the
 same cluster, Services and cluster DNS through kube-proxy's iptables mode, then its nftables mode
-(tests/e2e/kube/servicecheck.py), and NetworkPolicy's window check: a Pod a policy selects is not
-reached by one probe before its policy is in force (tests/e2e/kube/policycheck.py).
+(tests/e2e/kube/servicecheck.py), the fail-open suite in both kube-proxy modes (a locked-down Pod
+reaches nothing past kube-proxy's NAT: tests/e2e/kube/failopen.py), and NetworkPolicy's window
+check: a Pod a policy selects is not reached by one probe before its policy is in force
+(tests/e2e/kube/policycheck.py).
 The Nodes run no Open vSwitch of their own: Ferry's openvswitch container does."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from lab import check
 from lab.api import Lab
 from lab.kube import pods as kube_pods
 from routesync.config import OVS_FERRY
+from tests.e2e.kube import failopen
 from tests.e2e.kube.helpers import MODES, Mode, switch_kube_proxy, topology
 from tests.e2e.kube.policycheck import check_window
 from tests.e2e.kube.servicecheck import check_services, probe_services
@@ -53,8 +56,12 @@ def test_matrix_on_kubernetes(kube_lab_of, mode: Mode) -> None:  # type: ignore[
     # Services, with its nftables mode (kube-proxy removes the other mode's rules as it starts)
     assert lab.kube().plan.kube_proxy == "iptables"
     made = check_services(lab)
+    # NetworkPolicy past kube-proxy's NAT: nothing of a locked-down Pod gets through (failopen.py)
+    fo = failopen.setup(lab)
+    failopen.check(lab, fo, f"{mode.name}, kube-proxy iptables", readiness=True)
     switch_kube_proxy(lab, "nftables")
     probe_services(lab, made)
+    failopen.check(lab, fo, f"{mode.name}, kube-proxy nftables")
     # NetworkPolicy in this mode: a selected Pod on node-2 is closed from its first packet on,
     # probed from node-1 (and from node-3, in another subnet: hybrid's tunnel, BGP's routes)
     for prober in (lab.pod("node-1", "a"), lab.pod("node-3", "a")):

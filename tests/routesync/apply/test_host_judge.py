@@ -211,7 +211,8 @@ def test_nodeport_ingress_is_judged_by_the_original_client(lab: tuple[str, str, 
         with servers(srv, ("10.244.1.6", 80)) as seen:
             judge_with(nft)
             assert connects(ext, "192.168.77.1", 30080)  # positive control: no policy
-            assert seen[("10.244.1.6", 80)].stdout.readline().strip() == "10.244.1.1"  # masqueraded: the gateway's address, which OVS lets through
+            # masqueraded: to the gateway's address, which OVS lets through (kubelet probes)
+            assert seen[("10.244.1.6", 80)].stdout.readline().strip() == "10.244.1.1"
             judge_with(nft, DENY_INGRESS)
             assert denied(node, "ingress", ext, "192.168.77.1", 30080)  # the external host
             assert denied(node, "ingress", free, "192.168.77.1", 30080)  # a Pod of the same Node

@@ -171,3 +171,19 @@ def test_an_update_of_fields_ferry_does_not_read_moves_nothing(server: KubeServe
     # events arrive in order: the heartbeat was seen (and counted) before the address change
     assert source.reflector.unchanged == 1
     assert source.reflector.generation == before + 1
+
+
+def test_service_cidrs_fall_back_to_the_config_where_the_api_serves_none(server: KubeServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An API server without ServiceCIDRs (before Kubernetes 1.33; this stand-in serves Nodes only,
+    and answers 404 for the rest, as the real one does for a resource it lacks): the reflector
+    says so once, and policy takes route-sync's ``serviceCIDRs``."""
+    from routesync.policy.watch import PolicySource
+    from routesync.sources.kube import api_client
+
+    policy = PolicySource(api_client(server.kubeconfig(str(tmp_path / "kubeconfig"))))
+    try:
+        assert policy.service_cidrs(("10.96.0.0/12",)) == ("10.96.0.0/12",)
+        assert policy.service_cidr_objects.unserved.is_set()
+        assert policy.service_cidr_objects.errors == 0  # not retried as a failure
+    finally:
+        policy.close()
