@@ -162,7 +162,9 @@ def setup(lab: Lab) -> FailOpen:
     kube_ips = _addrs(kube["spec"].get("clusterIPs") or [kube["spec"]["clusterIP"]])
     api_ep = svc.endpoint(cluster, "kubernetes")
     api_real = _addrs(api_ep.ready if api_ep is not None else ())
-    api_port = next(p["port"] for p in kube["spec"]["ports"] if p.get("name") == "https")
+    slices = json.loads(cluster.kubectl("get", "endpointslices", "-n", "default", "-l",
+                                        "kubernetes.io/service-name=kubernetes", "-o", "json").stdout)["items"]
+    api_port = int(slices[0]["ports"][0]["port"])  # where the API server listens (the Service's 443 is DNATed)
     sources: dict[str, Source] = {"fo-cli": cli, "fo-free": free, "fo-near": near, "external": ext, "node-2": n2}
     cases: list[Case] = []
 
