@@ -176,7 +176,7 @@ def flow_lines(dump: str) -> tuple[str, ...]:
         line = raw.strip()
         if not line or _reply_header(line):
             continue
-        line = re.sub(r"(idle|hard)_age=[^,]*,", "", line)
+        line = re.sub(r"(idle|hard)_age=[^,]*, ?", "", line)
         line = line.replace("igmp_type", "tp_src").replace("igmp_code", "tp_dst").replace("igmp", "ip,nw_proto=2")
         out.append(line)
     return tuple(out)
