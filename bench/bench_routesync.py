@@ -194,6 +194,9 @@ class TimedAppliers:
     def ovs_generation(self) -> int:
         return int(self.inner.ovs_generation())
 
+    def ovs_restoring(self) -> bool:
+        return bool(self.inner.ovs_restoring())
+
     def wireguard_generation(self) -> int:
         return int(self.inner.wireguard_generation())
 

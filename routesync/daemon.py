@@ -68,6 +68,9 @@ log = logging.getLogger(__name__)
 
 DEBOUNCE = 0.005  # seconds: collect a burst of changes into one reconcile
 OVS_CHECK_INTERVAL = 0.25  # s between looks at ovs-vswitchd's pidfile (a read and an fstat: ~20 us)
+# s a new ovs-vswitchd's full pass waits for its flows to be restored (flow-restore-wait cleared);
+# after that route-sync puts its flows back anyway (a restore that hangs must not keep the Node down)
+RESTORE_WAIT_MAX = 30.0
 # seconds: an incremental pass's state file write (see _write_state)
 STATE_CHEAP, STATE_IDLE, STATE_MAX_DELAY = 0.01, 0.1, 1.0
 BACKOFF_MIN, BACKOFF_MAX = 0.2, 30.0
@@ -178,6 +181,13 @@ class Appliers(Protocol):
         next look (``OVS_CHECK_INTERVAL``)."""
         ...
 
+    def ovs_restoring(self) -> bool:
+        """True while ovs-vswitchd's flows are being put back by whoever restarted it
+        (``other_config:flow-restore-wait`` set: Ferry's openvswitch container, or the host's
+        ``ovs-ctl restart``): a new instance's full pass waits until it is cleared, then finds
+        the restored flows and changes only what differs.  Exceptions are taken as False."""
+        ...
+
     def teardown(self, config: Config) -> None:
         """Undo everything route-sync installed (``ferry-route-sync teardown``); idempotent."""
         ...
@@ -270,6 +280,7 @@ class Daemon:
         self._denied_log = None if policy is None else DeniedLog()
         self._judged: tuple[policy_plan.Plan, tuple[object, ...], str] | None = None  # (plan, addresses, body)
         self._host_path_for: int | None = None  # ovs-vswitchd instance the uplink flows were put back for
+        self._restore_seen: tuple[int, float, bool] | None = None  # (instance, since, warned): flow-restore-wait
         self._next_denied_log = 0.0
         self.bgp = bgp  # the BGP speaker (bgp section); None: no BGP
         self.observer = observer  # metrics + health (routesync.metrics.Observer); None: off
@@ -620,6 +631,33 @@ class Daemon:
             log.error("state file %s not written: %s", self.config.state_file, e)
 
     # -- the loop ------------------------------------------------------------------------------
+    def _restoring(self, gen: int) -> bool:
+        """ovs-vswitchd instance ``gen``'s flows are being restored (flow-restore-wait set), for
+        at most RESTORE_WAIT_MAX from when this was first seen of ``gen``."""
+        try:
+            waiting = bool(self.appliers.ovs_restoring())
+        except Exception as e:  # noqa: BLE001
+            log.warning("cannot read flow-restore-wait: %s", e)
+            waiting = False
+        if not waiting:
+            if self._restore_seen is not None:
+                log.info("ovs-vswitchd's flows restored (flow-restore-wait cleared) after %.0f ms",
+                         (self.clock() - self._restore_seen[1]) * 1e3)
+                self._restore_seen = None
+            return False
+        now = self.clock()
+        if self._restore_seen is None or self._restore_seen[0] != gen:
+            log.info("ovs-vswitchd (generation %s) waits for its flows to be restored (flow-restore-wait): "
+                     "holding the full pass", gen)
+            self._restore_seen = (gen, now, False)
+        _, since, warned = self._restore_seen
+        if now - since <= RESTORE_WAIT_MAX:
+            return True
+        if not warned:
+            log.warning("flow-restore-wait still set after %.0f s: re-installing anyway", RESTORE_WAIT_MAX)
+            self._restore_seen = (gen, since, True)
+        return False
+
     def run(self) -> None:
         cfg = self.config
         self.source.start()
@@ -632,6 +670,10 @@ class Daemon:
         try:
             ovs_gen = self.appliers.ovs_generation()
         except Exception:  # noqa: BLE001
+            ovs_gen = 0
+        if ovs_gen and self._restoring(ovs_gen):
+            # started beside a restore (both containers restarted): the first pass adds what it
+            # wants; once the restore is done, the pass of a "new" instance removes what is stale
             ovs_gen = 0
         next_ovs_check = self.clock() + OVS_CHECK_INTERVAL
         wg_gen = self._wireguard_generation()
@@ -691,7 +733,7 @@ class Daemon:
                     except Exception as e:  # noqa: BLE001
                         log.warning("cannot read the ovs-vswitchd generation: %s", e)
                         continue
-                    if gen != ovs_gen:
+                    if gen != ovs_gen and not self._restoring(gen):
                         log.warning("ovs-vswitchd restarted (generation %s -> %s): re-installing", ovs_gen, gen)
                         ovs_gen, dirty, retry_at, full = gen, True, 0.0, True
                     now_wg = self._wireguard_generation()

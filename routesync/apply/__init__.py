@@ -372,6 +372,9 @@ class NodeAppliers:
     def ovs_generation(self) -> int:
         return self.ovs.vswitchd_instance() or 0
 
+    def ovs_restoring(self) -> bool:
+        return self.ovs.flow_restore_waiting()
+
     def teardown(self, config: Config) -> None:
         """Undo everything route-sync installed (the uplink first, so the Node keeps its address)."""
         self._applied = None

@@ -298,6 +298,7 @@ class OvsApplier:
         # the flow list the last sync installed and its groups (the next delta starts from it)
         self._last: tuple[list[Flow], dict[int, tuple[Flow, ...]]] | None = None
         self.native_bundles = self.ofctl_bundles = 0  # how bundles went (tests, metrics)
+        self.flow_mods = 0  # flow-mods sent (deletes by cookie and adds), replays included
         self._meters: dict[int, tuple[int | None, int, int]] = {}  # id -> (vswitchd instance, rate, burst) made
 
     # -- connection
@@ -459,6 +460,15 @@ class OvsApplier:
             return None
         return mtime * (1 << 22) + pid  # pids stay below 2**22 (the kernel's pid_max limit)
 
+    def flow_restore_waiting(self) -> bool:
+        """``other_config:flow-restore-wait`` is true: whoever started ovs-vswitchd is putting its
+        saved flows back (Ferry's openvswitch container, the host's ``ovs-ctl restart``).  Read from
+        the IDL's copy of the database, no round trip."""
+        from routesync.openvswitch.plan import FLOW_RESTORE_WAIT
+
+        other = self._get("Open_vSwitch", ".", "other_config")
+        return str(dict(other or {}).get(FLOW_RESTORE_WAIT, "false")).lower() == "true"
+
     def vswitchd_restarted(self) -> bool:
         """True when ovs-vswitchd's instance differs from the one seen at the last call (flows
         are lost on restart: the daemon then re-runs ``sync_flows`` and ``replay_pod_flows``).
@@ -519,6 +529,7 @@ class OvsApplier:
         of = OpenFlow(self.bridge, self.run_dir)
         if lock_dir is None:
             of.add_flows([f for c in todo for f in want[c]])
+            self.flow_mods += sum(len(want[c]) for c in todo)
             LOG.info("per-Pod flows replayed for %d Pods", len(todo))
             return len(todo)
         keys = {}
@@ -537,6 +548,7 @@ class OvsApplier:
                 if any(f.cookie == c for f in self.dump_flows()):
                     continue
                 of.add_flows(want[c])
+                self.flow_mods += len(want[c])
                 done += 1
         LOG.info("per-Pod flows replayed for %d Pods", done)
         return done
@@ -687,6 +699,7 @@ class OvsApplier:
         if not (add or replace or delete):
             return
         adds = [f for c in list(replace) + list(add) for f in flows_by_cookie[c]]
+        self.flow_mods += len(delete) + len(replace) + len(adds)
         fresh = sum(1 for f in adds if not self.session.encoded(f))
         if fresh > NATIVE_MAX_FRESH:
             self._ofctl("add-flows", "--bundle", extra=("-",),

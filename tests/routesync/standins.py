@@ -29,6 +29,7 @@ class RecordingAppliers(Appliers):
         self.applied: list[DesiredState] = []
         self.fail_next = 0
         self.generation = 1
+        self.restoring = False  # flow-restore-wait set (ovs_restoring)
         self.prepared = 0
         self.restored: list[tuple[int, str]] = []  # (generation, uplink) of each restore_host_path
         self.pod_syncs: list[tuple[nodestate.NodeState, bool]] = []
@@ -70,6 +71,9 @@ class RecordingAppliers(Appliers):
 
     def ovs_generation(self) -> int:
         return self.generation
+
+    def ovs_restoring(self) -> bool:
+        return self.restoring
 
     def wireguard_generation(self) -> int:
         return 0

@@ -256,3 +256,57 @@ def test_each_policy_plan_hands_the_denied_log_its_remote_pods(tmp_path) -> None
                remote_sources=lambda m: handed.append(dict(m)))
     assert d.reconcile().ok
     assert handed == [{"10.244.2.7": ("ns/cli", ("ns/out",))}]
+
+
+def test_a_new_vswitchd_s_pass_waits_for_its_flows_to_be_restored(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """flow-restore-wait set (the supervisor, or the host's ovs-ctl, is putting the saved flows
+    back): the full pass of the new instance waits until it is cleared, then runs once."""
+    (tmp_path / "reg").mkdir()
+    looked = threading.Semaphore(0)
+
+    class Restoring(RecordingAppliers):
+        def ovs_restoring(self) -> bool:
+            looked.release()
+            return self.restoring
+
+    apl = Restoring()
+    cfg = from_dict({"nodeName": "node-a", "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "s.json"),
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
+    d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a"), apl)
+    t = threading.Thread(target=d.run, daemon=True)
+    t.start()
+    try:
+        until(lambda: d.reconciles >= 1 and not d.stop.is_set(), "the first pass")
+        until(lambda: len(apl.applied) >= 1, "the first apply")
+        n = len(apl.applied)
+        while looked.acquire(blocking=False):  # the look at start, restoring nothing
+            pass
+        apl.restoring = True
+        apl.generation = 2
+        for _ in range(3):  # the daemon looked three times and held the pass each time
+            assert looked.acquire(timeout=HANG)
+        assert len(apl.applied) == n
+        apl.restoring = False
+        until(lambda: len(apl.applied) > n, "the full pass once the flows are restored")
+        assert apl.applied[-1].full
+    finally:
+        d.stop.set()
+        t.join(HANG)
+
+
+def test_a_restore_that_hangs_holds_the_pass_for_a_bounded_time(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from routesync.daemon import RESTORE_WAIT_MAX
+
+    now = [100.0]
+    apl = RecordingAppliers()
+    cfg = from_dict({"nodeName": "node-a", "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "s.json"),
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
+    d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a"), apl, clock=lambda: now[0])
+    assert d._restoring(2) is False  # not waiting: nothing held
+    apl.restoring = True
+    assert d._restoring(2) is True
+    now[0] += RESTORE_WAIT_MAX
+    assert d._restoring(2) is True
+    now[0] += 1.0
+    assert d._restoring(2) is False  # given up: route-sync puts its flows back itself
+    assert d._restoring(3) is True  # another instance: held again
