@@ -15,8 +15,11 @@ Pods.
   beside it has none, behind Services of the same kinds.  Sources: the external host, a Pod on
   node-1, a Pod on node-2 (``fo-near``).  Targets: a NodePort (``externalTrafficPolicy:
   Cluster``) on the server's own Node and on node-1, an ``externalTrafficPolicy: Local``
-  NodePort, the Pod IP and the ClusterIP.  node-2's own host must still reach ``fo-srv``
-  (kubelet probes).
+  NodePort, the Pod IP and the ClusterIP; and node-1's host (what a hostNetwork Pod on another
+  Node sends from).  node-2's own host must still reach ``fo-srv`` (kubelet probes), and a Pod
+  with a readiness probe under the ingress deny becomes Ready.
+* **from the first packet** (:func:`early_egress`): a Pod created under the egress deny, whose
+  container connects out from its start, gets nothing through.
 
 Both families wherever the target has an address of that family.  A probe is a TCP connect:
 ``open`` or ``refused`` (a reset came back: the SYN got there) is *reached*; ``timeout`` is
@@ -100,6 +103,7 @@ class FailOpen:
 
     sources: dict[str, Source]
     cases: list[Case]
+    early_target: str  # the IPv4 ClusterIP of a selector-less Service -> the external host's EARLY_PORT
 
 
 def _addrs(ips: Iterable[str]) -> dict[int, str]:
@@ -110,15 +114,16 @@ def _addrs(ips: Iterable[str]) -> dict[int, str]:
     return out
 
 
-def _selectorless(cluster: Any, name: str, endpoints: dict[int, str]) -> svc.Endpoint:
-    """A dual-stack Service without a selector, and one EndpointSlice per family naming ``endpoints``."""
-    doc = svc.service(name, ECHO_PORT, families=(4, 6))
+def _selectorless(cluster: Any, name: str, endpoints: dict[int, str], port: int = ECHO_PORT) -> svc.Endpoint:
+    """A Service without a selector, of the families of ``endpoints``, and one EndpointSlice per
+    family naming its endpoint (at ``port``)."""
+    doc = svc.service(name, port, families=tuple(sorted(endpoints)))
     del doc["spec"]["selector"]
     cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
     for v, addr in endpoints.items():
         sl = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
               "metadata": {"name": f"{name}-v{v}", "namespace": NS, "labels": {"kubernetes.io/service-name": name}},
-              "addressType": f"IPv{v}", "ports": [{"name": "tcp", "port": ECHO_PORT, "protocol": "TCP"}],
+              "addressType": f"IPv{v}", "ports": [{"name": "tcp", "port": port, "protocol": "TCP"}],
               "endpoints": [{"addresses": [addr], "conditions": {"ready": True}}]}
         cluster.kubectl("apply", "-f", "-", input=json.dumps(sl))
     got: list[svc.Endpoint | None] = [None]
@@ -158,6 +163,7 @@ def setup(lab: Lab) -> FailOpen:
     eps["fo-host2"] = _selectorless(cluster, "fo-host2", a2)
     eps["fo-ext"] = _selectorless(cluster, "fo-ext", ea)
     eps["fo-router"] = _selectorless(cluster, "fo-router", ra)
+    early = _by_family(_selectorless(cluster, "fo-early", {4: ea[4]}, EARLY_PORT))[4]
     kube = json.loads(cluster.kubectl("get", "service", "-n", "default", "kubernetes", "-o", "json").stdout)
     kube_ips = _addrs(kube["spec"].get("clusterIPs") or [kube["spec"]["clusterIP"]])
     api_ep = svc.endpoint(cluster, "kubernetes")
@@ -165,7 +171,8 @@ def setup(lab: Lab) -> FailOpen:
     slices = json.loads(cluster.kubectl("get", "endpointslices", "-n", "default", "-l",
                                         "kubernetes.io/service-name=kubernetes", "-o", "json").stdout)["items"]
     api_port = int(slices[0]["ports"][0]["port"])  # where the API server listens (the Service's 443 is DNATed)
-    sources: dict[str, Source] = {"fo-cli": cli, "fo-free": free, "fo-near": near, "external": ext, "node-2": n2}
+    sources: dict[str, Source] = {"fo-cli": cli, "fo-free": free, "fo-near": near, "external": ext, "node-1": n1,
+                                  "node-2": n2}
     cases: list[Case] = []
 
     def egress(name: str, target: tuple[str, int]) -> None:
@@ -192,6 +199,8 @@ def setup(lab: Lab) -> FailOpen:
         node_port = eps["fo-open"].node_port
         if node_port and v in a2:
             direct.append(("a NodePort on node-2", a2[v], node_port))
+        if node_port and v in a1:
+            direct.append(("a NodePort on node-1 (its own Node)", a1[v], node_port))
         for what, addr, port in direct:
             if addr:
                 egress(f"{what} {fam}", (addr, port))
@@ -211,12 +220,13 @@ def setup(lab: Lab) -> FailOpen:
                     (a2[v], srv_local), (a2[v], open_local))
         s_ip, o_ip = _addrs(srv.ips).get(v), _addrs(open_.ips).get(v)
         if s_ip and o_ip:
-            for src, what in (("fo-free", "a Pod on node-1"), ("fo-near", "a Pod on the server's Node")):
+            for src, what in (("fo-free", "a Pod on node-1"), ("fo-near", "a Pod on the server's Node"),
+                              ("node-1", "node-1's host (a hostNetwork Pod on another Node)")):
                 ingress(f"Pod IP from {what} {fam}", src, (s_ip, ECHO_PORT), (o_ip, ECHO_PORT))
         s_c, o_c = _by_family(eps["fo-srv"]).get(v), _by_family(eps["fo-open"]).get(v)
         if s_c and o_c:
             ingress(f"ClusterIP from a Pod on node-1 {fam}", "fo-free", (s_c, 80), (o_c, 80))
-    return FailOpen(sources, cases)
+    return FailOpen(sources, cases, early)
 
 
 def probe(src: Source, targets: list[tuple[str, int]], timeout: float = TIMEOUT) -> list[str]:
@@ -244,6 +254,65 @@ def _round(fo: FailOpen, pairs: list[tuple[str, tuple[str, int]]]) -> dict[tuple
 
 
 READY_POD = "fo-ready"
+EARLY_POD, EARLY_PORT = "fo-early", 7801
+LOGGER = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET6); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("::", int(sys.argv[1]))); s.listen(64)
+print("ready", flush=True)
+while True:
+    c, peer = s.accept(); print(peer[0], flush=True); c.close()
+"""
+
+
+def _judge_drops(node: Node) -> int:
+    """The host judge's egress drop counter on ``node`` (table inet ferry_policy)."""
+    out = node.exec(["nft", "list", "chain", "inet", "ferry_policy", "egress"]).stdout
+    line = next((ln for ln in out.splitlines() if "counter packets" in ln and "drop" in ln), "")
+    return int(line.split("counter packets")[1].split()[0]) if line else 0
+
+
+def early_egress(lab: Lab, fo: FailOpen, ext_service_ip: str) -> dict[str, Any]:
+    """From its first packet: a Pod created under the egress default-deny whose container, from
+    its start, connects in a loop to a logger on the external host, directly and through a
+    ClusterIP DNATed there.  While the policy holds the logger sees nothing, from the Pod's first
+    packet on (waited until the host's judge on node-1 dropped 5 of the ClusterIP attempts, so the
+    loop ran); the policy deleted, the logger sees it (so the loop could have been seen).  Run
+    with the policies of :func:`check` in force; deletes them."""
+    import subprocess
+    import threading
+
+    cluster = lab.kube()
+    ext = fo.sources["external"]
+    assert isinstance(ext, Host)
+    logger = subprocess.Popen(["ip", "netns", "exec", ext.netns, sys.executable, "-c", LOGGER, str(EARLY_PORT)],
+                              stdout=subprocess.PIPE, text=True)
+    seen: list[str] = []
+    try:
+        assert logger.stdout is not None and logger.stdout.readline().strip() == "ready"
+        out = logger.stdout
+        reader = threading.Thread(target=lambda: seen.extend(iter(out.readline, "")), daemon=True)
+        reader.start()
+        ext_ip = ext.address(4)
+        loop = (f"while :; do nc -w 1 {ext_ip} {EARLY_PORT} </dev/null; nc -w 1 {ext_service_ip} 80 </dev/null; "
+                "done")
+        doc = kube_pods.pod_spec(EARLY_POD, "node-1")
+        doc["metadata"]["labels"][LABEL] = "client"
+        doc["spec"]["containers"][0]["command"] = ["sh", "-c", loop]
+        n1 = lab.node("node-1")
+        drops0 = _judge_drops(n1)
+        cluster.kubectl("create", "-f", "-", input=json.dumps(doc))
+        wait_for("the early Pod's ClusterIP attempts dropped by node-1's judge",
+                 lambda: _judge_drops(n1) >= drops0 + 5, HANG)
+        while_isolated = len(seen)
+        Policies(lab).delete("fo-client-egress")
+        wait_for("the early Pod's connections once its egress policy is gone", lambda: len(seen) > while_isolated,
+                 HANG)
+        return {"while_isolated": while_isolated, "judged": _judge_drops(n1) - drops0, "after": len(seen)}
+    finally:
+        logger.kill()
+        logger.wait()
+        cluster.kubectl("delete", "pod", "-n", NS, EARLY_POD, "--wait=true", check=False)
 
 
 def ready_under_policy(lab: Lab) -> float:
@@ -296,15 +365,23 @@ def check(lab: Lab, fo: FailOpen, label: str, readiness: bool = False) -> list[R
         seen = _round(fo, [(c.src, c.target) for c in fo.cases])
         again = _round(fo, controls)  # the controls still connect (their Pods have no policy)
         own = probe(fo.sources["node-2"], [srv_ip])  # node-2's own host (kubelet probes) still reaches fo-srv
-        ready = f"; a Pod with a readiness probe under the ingress deny Ready in {ready_under_policy(lab):.1f} s" \
-            if readiness else ""
+        ready, early = "", None
+        if readiness:
+            ready = f"; a Pod with a readiness probe under the ingress deny Ready in {ready_under_policy(lab):.1f} s"
+            early = early_egress(lab, fo, fo.early_target)
     finally:
-        pol.delete("fo-client-egress")
+        if early is None:
+            pol.delete("fo-client-egress")
         pol.delete("fo-srv-ingress")
     rows = [Row(c, seen[(c.src, c.target)], again[(c.control_src, c.control_target)]) for c in fo.cases]
     table = render(rows, label) + f"\nnode-2's own host -> fo-srv {srv_ip[0]}:{srv_ip[1]}: {own[0]}{ready}"
+    if early is not None:
+        table += (f"\na Pod created under the egress deny, connecting from its start: {early['while_isolated']} "
+                  f"connections through while isolated ({early['judged']} attempts dropped by the host's judge), "
+                  f"{early['after'] - early['while_isolated']} once its policy was deleted")
     print(table)
     assert all(r.ok for r in rows) and own == ["open"], table
+    assert early is None or early["while_isolated"] == 0, table
     return rows
 
 
