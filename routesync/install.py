@@ -4,9 +4,17 @@ What it does (plan as data, then apply; every step idempotent):
 
 * copies the bundle (``--bundle-dir``, or the one this executable runs from when frozen) to
   ``<cni-bin-dir>/.ferry-bundle/<digest>/`` (digest of the bundle's files: an unchanged bundle
-  is not copied again, a new one lands beside the old and is switched to atomically);
+  is not copied again, a new one lands beside the old: copied under a temp name, each file
+  fsync'ed, then the directory renamed into place, so a copy under its digest is always whole);
 * links ``ferry`` and ``ferry-ipam`` in the CNI bin dir with *relative* symlinks (the init
-  container sees the host's bin dir under another path), each replaced by rename;
+  container sees the host's bin dir under another path), each replaced by rename: an exec of
+  ``<bin>/ferry`` resolves to one whole copy, old or new.  PyInstaller's onedir bootloader reads
+  its own path from ``/proc/self/exe`` (the copy's real path, the symlink resolved), finds
+  ``_internal`` beside it, re-execs itself by that path and imports the plugin's modules from
+  there as it runs: a call that started on the old copy keeps reading the old copy's files;
+* keeps the copy the links pointed to before a switch (a call that exec'd the old entry point a
+  moment ago still re-execs and imports from it) and removes the copies older than that: at most
+  two on disk, the linked one and the one before it.  A run that switches nothing removes no copy;
 * writes ``<cni-conf-dir>/10-ferry.conflist`` atomically (temp file + fsync + rename) from the
   templates in ``conflist/``: ``ferry`` with its IPAM, then ``portmap`` and ``bandwidth`` when they
   are in the bin dir and support the chosen ``cniVersion`` (asked with CNI VERSION);
@@ -18,8 +26,7 @@ What it does (plan as data, then apply; every step idempotent):
   (``containerd``/``crio``/``podman --version``: every one found), else unknown (1.0.0). An
   explicit ``--cni-version`` above what a known runtime reads is refused unless ``--force``: the
   runtime would refuse every Pod's result;
-* removes stale Ferry confs (any other conf in the conf dir whose plugins include ``ferry``) and
-  older bundle copies;
+* removes stale Ferry confs (any other conf in the conf dir whose plugins include ``ferry``);
 * networkPolicyOnly (``--config``: route-sync's config, whose ``trafficEncapMode`` says so): Ferry
   runs chained after the Node's primary CNI.  The primary's conf is the first non-Ferry one in
   the conf dir in libcni's order; install-cni writes ``00-ferry-chained.conflist``, the primary's
@@ -33,6 +40,8 @@ links (when they point into the bundle dir) and the bundle dir."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -52,6 +61,7 @@ CONFLIST_NAME = "10-ferry.conflist"
 CHAINED_CONFLIST_NAME = "00-ferry-chained.conflist"  # networkPolicyOnly: sorts before the primary's
 NETWORK_NAME = "ferry"
 BUNDLE_DIR_NAME = ".ferry-bundle"
+BUNDLE_LOCK = ".lock"  # in the bundle dir: one install-cni at a time on a host
 LINKED = ("ferry", "ferry-ipam")
 CHAINED = ("portmap", "bandwidth")
 CNI_VERSIONS = ("1.1.0", "1.0.0", "0.4.0")  # what install-cni writes, newest first
@@ -420,10 +430,42 @@ def plan_install(bundle: str, cni_bin_dir: str, cni_conf_dir: str, cni_version: 
         chained, notes = chainable(cni_bin_dir, cni_version, versions_of)
         doc = render_conflist(templates or load_templates(), cni_version, chained, overrides)
         name = CONFLIST_NAME
-    old_bundles = [os.path.join(root, d) for d in sorted(os.listdir(root)) if d != digest] \
+    copies = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))) \
         if os.path.isdir(root) else []
+    old_bundles = [os.path.join(root, d) for d in stale_copies(copies, digest, linked_copies(cni_bin_dir))]
     return InstallPlan(bundle, dest, links, os.path.join(cni_conf_dir, name), conflist_text(doc),
                        tuple(stale_confs(cni_conf_dir, name) + old_bundles), tuple(notes))
+
+
+def linked_copies(cni_bin_dir: str) -> set[str]:
+    """The bundle copies (digests) the entry points in the bin dir link into now."""
+    out = set()
+    for name in LINKED:
+        try:
+            target = os.readlink(os.path.join(cni_bin_dir, name))
+        except OSError:  # absent, or not a link
+            continue
+        parts = target.split(os.sep)
+        if len(parts) == 3 and parts[0] == BUNDLE_DIR_NAME and parts[2] == name:
+            out.add(parts[1])
+    return out
+
+
+def stale_copies(copies: Iterable[str], digest: str, linked: set[str]) -> list[str]:
+    """Which entries of the bundle dir go, installing ``digest`` while the links point into ``linked``.
+
+    A copy's temp dir (never linked: an install that died) always goes.  Switching to ``digest``:
+    every copy but ``digest`` and those linked until now (the calls that exec'd the old entry
+    points a moment ago read their files still).  Not switching (``linked`` is ``digest``): no
+    copy goes, so the one before stays until the next switch: never more than two are kept."""
+    switching = linked != {digest}
+    keep = {digest, *linked}
+    return [c for c in copies if not is_copy_name(c) or (switching and c not in keep)]
+
+
+def is_copy_name(name: str) -> bool:
+    """A copy's name (a 16 hex digit digest), as opposed to a temp dir's."""
+    return len(name) == 16 and all(ch in "0123456789abcdef" for ch in name)
 
 
 # --- applying ----------------------------------------------------------------------------------
@@ -452,13 +494,37 @@ def link_atomic(path: str, target: str) -> bool:
     return True
 
 
+def copy_synced(src: str, dst: str) -> str:
+    """shutil.copy2, then fsync: a copy renamed into place survives a power cut whole."""
+    shutil.copy2(src, dst)
+    fd = os.open(dst, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return dst
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def copy_bundle(src: str, dest: str) -> bool:
+    """Copy ``src`` to ``dest`` unless it is there: under a temp name, then one rename, so
+    ``dest`` is whole or absent (an exec through a link into it never sees half a bundle)."""
     if os.path.isdir(dest):
         return False
     tmp = f"{dest}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp, symlinks=True)
-    os.replace(tmp, dest)
+    shutil.copytree(src, tmp, symlinks=True, copy_function=copy_synced)
+    for dirpath, _dirs, _files in os.walk(tmp):
+        fsync_dir(dirpath)
+    os.rename(tmp, dest)
+    fsync_dir(os.path.dirname(dest))
     return True
 
 
@@ -483,7 +549,7 @@ def apply_install(plan: InstallPlan) -> list[str]:
             changed.append(f"linked {path} -> {target}")
     if write_atomic(plan.conflist_path, plan.conflist_text):
         changed.append(f"wrote {plan.conflist_path}")
-    for path in plan.remove:  # after the switch: a running plugin keeps its old copy until then
+    for path in plan.remove:  # after the switch; never the copy linked until now (stale_copies)
         _remove(path)
         changed.append(f"removed {path}")
     return changed
@@ -511,6 +577,20 @@ def uninstall(cni_bin_dir: str, cni_conf_dir: str) -> list[str]:
         shutil.rmtree(root)
         removed.append(root)
     return removed
+
+
+@contextlib.contextmanager
+def install_lock(cni_bin_dir: str) -> Iterator[None]:
+    """Held while one install-cni plans and applies (an init container restarted while the one
+    before still copies would otherwise remove its temp dir, or switch the links under it)."""
+    root = os.path.join(cni_bin_dir, BUNDLE_DIR_NAME)
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(os.path.join(root, BUNDLE_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def load_overrides(path: str | None) -> dict[str, Any]:
@@ -552,11 +632,12 @@ def install_cni(cni_bin_dir: str, cni_conf_dir: str, bundle_dir: str | None = No
         version, why = resolve_cni_version(cni_version, found, chained_present(cni_bin_dir, versions_of), force)
         for line in why:
             log(f"note: {line}")
-    plan = plan_install(os.path.realpath(bundle), cni_bin_dir, cni_conf_dir, version, overrides,
-                        versions_of=versions_of, chained_after_primary=chained)
-    for note in plan.notes:
-        log(f"note: {note}")
-    changed = apply_install(plan)
+    with install_lock(cni_bin_dir):  # the links read by the plan are the ones the apply replaces
+        plan = plan_install(os.path.realpath(bundle), cni_bin_dir, cni_conf_dir, version, overrides,
+                            versions_of=versions_of, chained_after_primary=chained)
+        for note in plan.notes:
+            log(f"note: {note}")
+        changed = apply_install(plan)
     for c in changed:
         log(c)
     log(f"ferry installed ({'changed' if changed else 'unchanged'}): {plan.conflist_path}")

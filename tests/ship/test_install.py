@@ -115,13 +115,32 @@ def test_install_is_idempotent_and_uninstall_removes_what_it_wrote(fake_bundle: 
     assert again == []
     assert snapshot == {f: os.lstat(os.path.join(dp, f)).st_mtime_ns for dp, _, fs in os.walk(tmp_path) for f in fs}
 
-    # a new bundle: copied beside, links switched, the old copy removed
+    # a new bundle: copied beside, links switched, the old copy kept (a call that exec'd the old
+    # link a moment ago still reads it); the next one removes the oldest: never more than two
+    (v1,) = os.listdir(bin_dir / ".ferry-bundle")
     (fake_bundle / "_internal" / "lib.so").write_bytes(b"\x7fELF v2")
     install.apply_install(install.plan_install(str(fake_bundle), str(bin_dir), str(conf_dir), "1.0.0",
                                                versions_of=sup))
-    copies = os.listdir(bin_dir / ".ferry-bundle")
-    assert len(copies) == 1 and os.readlink(bin_dir / "ferry") == f".ferry-bundle/{copies[0]}/ferry"
+    (v2,) = set(os.listdir(bin_dir / ".ferry-bundle")) - {v1}
+    assert os.readlink(bin_dir / "ferry") == f".ferry-bundle/{v2}/ferry"
+    assert os.readlink(bin_dir / "ferry-ipam") == f".ferry-bundle/{v2}/ferry-ipam"
     assert json.loads((conf_dir / "10-ferry.conflist").read_text())["cniVersion"] == "1.0.0"
+    same = install.plan_install(str(fake_bundle), str(bin_dir), str(conf_dir), "1.0.0", versions_of=sup)
+    assert install.apply_install(same) == []  # the same bundle again: nothing written, v1 stays
+    assert sorted(os.listdir(bin_dir / ".ferry-bundle")) == sorted([v1, v2])
+    (fake_bundle / "_internal" / "lib.so").write_bytes(b"\x7fELF v3")
+    install.apply_install(install.plan_install(str(fake_bundle), str(bin_dir), str(conf_dir), "1.0.0",
+                                               versions_of=sup))
+    (v3,) = set(os.listdir(bin_dir / ".ferry-bundle")) - {v1, v2}
+    assert sorted(os.listdir(bin_dir / ".ferry-bundle")) == sorted([v2, v3])
+    assert os.readlink(bin_dir / "ferry") == f".ferry-bundle/{v3}/ferry"
+    # back to v2 (a rollback): no copy, the links switched, v3 kept as the one before
+    (fake_bundle / "_internal" / "lib.so").write_bytes(b"\x7fELF v2")
+    back = install.apply_install(install.plan_install(str(fake_bundle), str(bin_dir), str(conf_dir), "1.0.0",
+                                                      versions_of=sup))
+    assert not any(c.startswith("copied") for c in back) and any(c.startswith("linked") for c in back)
+    assert sorted(os.listdir(bin_dir / ".ferry-bundle")) == sorted([v2, v3])
+    assert os.readlink(bin_dir / "ferry") == f".ferry-bundle/{v2}/ferry"
 
     lines: list[str] = []
     install.install_cni(str(bin_dir), str(conf_dir), do_uninstall=True, log=lines.append)
@@ -130,6 +149,24 @@ def test_install_is_idempotent_and_uninstall_removes_what_it_wrote(fake_bundle: 
     lines.clear()
     install.install_cni(str(bin_dir), str(conf_dir), do_uninstall=True, log=lines.append)
     assert lines == ["nothing of ferry installed"]
+
+
+def test_stale_copies_keep_the_new_and_the_linked_ones() -> None:
+    a, b, c = "a" * 16, "b" * 16, "c" * 16
+    # switching from b to c: a goes, b (a call may still read it) stays, a dead temp dir goes
+    assert install.stale_copies([a, b, c, f"{c}.tmp7"], c, {b}) == [a, f"{c}.tmp7"]
+    # not switching: no copy goes
+    assert install.stale_copies([a, b, c], c, {c}) == []
+    # links split between two copies (an install died between the two renames): both kept
+    assert install.stale_copies([a, b, c], c, {a, b}) == []
+    # no links yet (a first install, or links that are not ours): every other copy goes
+    assert install.stale_copies([a, c], c, set()) == [a]
+
+
+def test_linked_copies_reads_only_our_links(tmp_path: Path) -> None:
+    (tmp_path / "ferry").symlink_to(".ferry-bundle/0123456789abcdef/ferry")
+    (tmp_path / "ferry-ipam").symlink_to("/usr/lib/cni/host-local")
+    assert install.linked_copies(str(tmp_path)) == {"0123456789abcdef"}
 
 
 def test_cli_refuses_without_a_bundle_when_not_frozen(tmp_path: Path) -> None:
