@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import bisect
 import ipaddress
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cni.pipeline import match as m
@@ -82,6 +82,27 @@ if TYPE_CHECKING:
 
 FlowKey = tuple[int, int, str]  # (table, priority, match text): a flow's identity
 Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Changes:
+    """Objects by key as they are now (None: gone), as the watches deliver them: Pods and
+    policies by namespace/name, Namespaces by name with their labels."""
+
+    pods: Mapping[str, Pod | None] = field(default_factory=dict)
+    namespaces: Mapping[str, Labels | None] = field(default_factory=dict)
+    policies: Mapping[str, Policy | None] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.pods or self.namespaces or self.policies)
+
+    def describe(self, most: int = 5) -> str:
+        out = []
+        for kind, d in (("Pods", self.pods), ("Namespaces", self.namespaces), ("policies", self.policies)):
+            if d:
+                keys = sorted(d)
+                out.append(f"{len(d)} {kind} ({', '.join(keys[:most])}{', ...' if len(keys) > most else ''})")
+        return "; ".join(out) or "nothing"
 View = tuple[Pod, bool, bool]  # a Pod, whether it is local, whether its egress may be judged here
 
 
@@ -262,6 +283,10 @@ class _NsSelector:
         self.matched: set[str] = set()
         self.peers: set[tuple[RuleState, int]] = set()
         self.local_peers: set[tuple[RuleState, int]] = set()
+
+
+def _policy_state(p: Policy | None) -> tuple[Policy, tuple[str, ...]] | None:
+    return None if p is None else (p, p.errors)
 
 
 def _pod_order(p: Pod) -> str:
@@ -530,7 +555,8 @@ class IncrementalPlanner:
         self._port_cache: dict[tuple[tuple[str, int | None, int | None], ...],
                                list[tuple[tuple[m.MatchItem, ...], str]]] = {}
         self._block_cache: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
-        self.events = 0
+        self.events = 0  # events taken
+        self.version = 0  # events that changed something (each: a new snapshot)
         self.pods: dict[str, Pod] = {}
         self.namespaces: dict[str, Labels] = {}
         self.policies: dict[str, Policy] = {}
@@ -634,6 +660,37 @@ class IncrementalPlanner:
         """What it holds, as the full planner takes it (sorted as the watch hands it over)."""
         return Inputs(tuple(sorted(self.pods.values(), key=_pod_order)), dict(self.namespaces),
                       tuple(sorted(self.policies.values(), key=lambda p: p.key)))
+
+    def apply(self, changes: Changes) -> None:
+        """Each changed object as an event: Namespaces first, then Pods, then policies."""
+        for name, labels in changes.namespaces.items():
+            if labels is None:
+                self.delete_namespace(name)
+            else:
+                self.upsert_namespace(name, labels)
+        for key, pod in changes.pods.items():
+            if pod is None:
+                self.delete_pod(key)
+            else:
+                self.upsert_pod(pod)
+        for key, policy in changes.policies.items():
+            if policy is None:
+                self.delete_policy(key)
+            else:
+                self.upsert_policy(policy)
+
+    def sync(self, inputs: Inputs) -> Changes:
+        """What differs between what it holds and ``inputs``, applied: the objects that moved."""
+        pods = {p.key: p for p in inputs.pods}
+        policies = {p.key: p for p in inputs.policies}
+        out = Changes(
+            {k: pods.get(k) for k in self.pods.keys() | pods.keys() if self.pods.get(k) != pods.get(k)},
+            {k: inputs.namespaces.get(k) for k in self.namespaces.keys() | inputs.namespaces.keys()
+             if self.namespaces.get(k) != inputs.namespaces.get(k)},
+            {k: policies.get(k) for k in self.policies.keys() | policies.keys()
+             if _policy_state(self.policies.get(k)) != _policy_state(policies.get(k))})
+        self.apply(out)
+        return out
 
     def set_facts(self, facts: NodeFacts) -> None:
         if facts != self.facts:
@@ -1270,6 +1327,7 @@ class IncrementalPlanner:
     def _commit(self) -> None:
         """The end of an event: Pods' own flows, remote Pods, then each touched flow rebuilt and
         compared with what it was; ids no conjunction holds any more freed."""
+        self.version += 1
         while self._remote_dirty or self._unit_dirty:
             remote, self._remote_dirty = self._remote_dirty, set()
             touched: set[str] = set()
