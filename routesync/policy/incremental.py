@@ -294,7 +294,7 @@ def _pod_order(p: Pod) -> str:
 
 
 def _peer_order(p: Pod) -> tuple[str, str]:
-    return (p.namespace, p.key)
+    return (p.namespace, p.name)  # = (namespace, key): the full planner's order of a peer's Pods
 
 
 class RuleState:
@@ -328,6 +328,7 @@ class RuleState:
         self.all_candidates = bool(self.named) and not ingress and rule.peers is None
         self.b: AddrSet | None = None
         self.members: list[dict[str, Pod] | None] = []
+        self._sorted: dict[int, tuple[str, ...]] = {}  # peer -> its members' addresses in order (a cache)
         self.blocks: list[tuple[str, ...]] = []
         if rule.peers is not None:
             b = self.b = AddrSet()
@@ -386,6 +387,7 @@ class RuleState:
     def peer_change(self, k: int, old: Pod | None, new: Pod | None) -> None:
         """A Pod entered (``old`` None), left (``new`` None) or changed in peer ``k``'s members."""
         self.version += 1
+        self._sorted.pop(k, None)
         mem = self.members[k]
         assert mem is not None and self.b is not None
         b = self.b
@@ -507,8 +509,11 @@ class RuleState:
         for k, mem in enumerate(self.members):
             if mem is None:
                 out += self.blocks[k]
-            else:
-                out += [ip for p in sorted(mem.values(), key=_peer_order) for ip in p.ips]
+                continue
+            ips = self._sorted.get(k)
+            if ips is None:
+                ips = self._sorted[k] = tuple([ip for p in sorted(mem.values(), key=_peer_order) for ip in p.ips])
+            out += ips
         return tuple(dict.fromkeys(out))
 
     def _candidate_order(self) -> dict[str, int]:
