@@ -8,7 +8,11 @@ clear, issue 30), ``ipam`` (bench_ipam), ``routesync`` (bench_routesync), ``data
 (bench_dataplane: every path it knows, the WireGuard ones ``wg-vxlan`` and ``wg-gateway`` beside
 their clear references, with TCP round trips after each iperf3 run), ``services``
 (bench_services: on Kubernetes clusters with kube-proxy), ``policy`` (bench_policy: NetworkPolicy's
-planner on a simulated 10,000-Pod cluster, and 1,000 policies' flows on a real bridge), ``realize``
+planner on a simulated 10,000-Pod cluster, and 1,000 policies' flows on a real bridge),
+``policy-replay`` (bench_policy_replay: generated Pod and policy event streams through the
+incremental policy planner beside the full one, at 10,000 Pods / 1,000 policies and 150,000 /
+10,000 over 5,000 Nodes, RSS at 30,000 / 3,000, and the differential test's replay of 1,000,000
+events), ``realize``
 (bench_policy_realize: policy created → enforced on every Node, and a selected Pod Running →
 reachable, on a Kubernetes cluster with 100 Pods per Node), ``system``
 (bench_system: the plugin's netlink, OVSDB and OpenFlow calls against pyroute2, ovsdbapp and
@@ -35,9 +39,10 @@ from collections.abc import Sequence
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "realize", "system")
+ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "policy-replay", "realize",
+         "system")
 TIMEOUT_S = {"startup": 600, "cni": 1800, "ipam": 1800, "routesync": 3600, "dataplane": 1800, "services": 1800,
-             "policy": 3600, "realize": 3600, "system": 600}
+             "policy": 3600, "policy-replay": 14400, "realize": 3600, "system": 600}
 
 
 def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
@@ -54,6 +59,8 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
             "services": ["bench.bench_services", "--seconds", "2", "--reps", "1", "--rtt", "10", "--modes", "encap",
                          *cb],
             "policy": ["bench.bench_policy", "--quick", *cb],
+            "policy-replay": ["bench.bench_policy_replay", "--scale", "2000:200:20:18", "--pod-events", "300",
+                              "--policy-events", "30", "--rss", "3000:300:30:27", "--diff-events", "2000"],
             "system": ["bench.bench_system", "--n", "5"],
         }
     return {
@@ -65,6 +72,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
         "dataplane": ["bench.bench_dataplane", "--seconds", "10", "--reps", "3", *cb],
         "services": ["bench.bench_services", "--seconds", "10", "--reps", "3", *cb],
         "policy": ["bench.bench_policy", "--runs", "3", "--seconds", "10", "--reps", "3", *cb],
+        "policy-replay": ["bench.bench_policy_replay", "--diff-events", "1000000"],
         "realize": ["bench.bench_policy_realize", *cb],
         "system": ["bench.bench_system", "--n", "50"],
     }

@@ -23,7 +23,6 @@ is no longer wanted is removed."""
 from __future__ import annotations
 
 import collections
-import ipaddress
 import logging
 import threading
 import time
@@ -32,7 +31,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from cni.node import nodestate
-from cni.pipeline.tables import GATEWAY_PORT
 
 from . import conflicts as conflicts_mod
 from . import planclaims, planner
@@ -48,7 +46,7 @@ from .model import (
     UplinkSpec,
 )
 from .policy import plan as policy_plan
-from .policy.stats import DeniedLog
+from .policy.node import PolicyInputs, PolicyNode
 from .sources import NodeSource, SourceError
 from .wireguard.model import PUBLIC_KEY_ANNOTATION
 
@@ -74,7 +72,6 @@ RESTORE_WAIT_MAX = 30.0
 # seconds: an incremental pass's state file write (see _write_state)
 STATE_CHEAP, STATE_IDLE, STATE_MAX_DELAY = 0.01, 0.1, 1.0
 BACKOFF_MIN, BACKOFF_MAX = 0.2, 30.0
-DENIED_LOG_INTERVAL = 10.0  # seconds between looks at what NetworkPolicy dropped
 NEIGH_POLL = 0.05  # fast path: how often the wait looks at the neighbour watcher's flag
 
 
@@ -85,16 +82,6 @@ class NextHopSource(Protocol):
     changed: threading.Event
 
     def resolve(self, destinations: Iterable[str]) -> dict[str, NextHop]: ...
-
-
-class PolicyInputs(Protocol):
-    """``routesync.policy.watch.PolicySource``: the cluster's Pods, Namespaces and policies."""
-
-    def generation(self) -> tuple[int, int, int]: ...
-
-    def inputs(self) -> tuple[tuple[int, int, int], policy_plan.Inputs]: ...
-
-    def service_cidrs(self, configured: tuple[str, ...]) -> tuple[str, ...]: ...
 
 
 class BgpSpeaker(Protocol):
@@ -226,7 +213,12 @@ class DaemonObserver(Protocol):
         ...
 
     def policy_counters(self, plan: policy_plan.Plan, flows: list[DumpedFlow]) -> None:
-        """Every ``DENIED_LOG_INTERVAL`` s: the policy flows with their counters."""
+        """Every ``routesync.policy.node.DENIED_LOG_INTERVAL`` s: the policy flows with their counters."""
+        ...
+
+    def policy_drift_repaired(self, what: str) -> None:
+        """A full pass found the incremental policy plan (or the objects it holds) off the full
+        planner's and repaired it (``what``: what drifted)."""
         ...
 
 
@@ -254,6 +246,9 @@ class NullObserver:
     def policy_counters(self, plan: policy_plan.Plan, flows: list[DumpedFlow]) -> None:
         pass
 
+    def policy_drift_repaired(self, what: str) -> None:
+        pass
+
 
 @dataclass
 class ReconcileResult:
@@ -270,18 +265,12 @@ class Daemon:
                  bgp: BgpSpeaker | None = None, policy: PolicyInputs | None = None,
                  remote_sources: Callable[[Mapping[str, tuple[str, tuple[str, ...]]]], None] | None = None) -> None:
         self.config = config
-        # the per-connection denied log's naming of remote Pods (DeniedLog.set_remote), fed each plan
-        self._remote_sources = remote_sources
-        # NetworkPolicy: the cluster's Pods/Namespaces/policies (routesync.policy.watch); None: off
-        self.policy = policy
-        self._policy_key: tuple | None = None
-        self.policy_plan: policy_plan.Plan | None = None
-        self._conj_ids = policy_plan.ConjIds()
-        self._denied_log = None if policy is None else DeniedLog()
-        self._judged: tuple[policy_plan.Plan, tuple[object, ...], str] | None = None  # (plan, addresses, body)
+        # NetworkPolicy (routesync.policy.node) from the cluster's Pods/Namespaces/policies
+        # (routesync.policy.watch); None: off.  ``remote_sources``: the per-connection denied
+        # log's naming of remote Pods (DeniedLog.set_remote), fed each plan
+        self.policy = None if policy is None else PolicyNode(config, policy, observer, remote_sources, clock)
         self._host_path_for: int | None = None  # ovs-vswitchd instance the uplink flows were put back for
         self._restore_seen: tuple[int, float, bool] | None = None  # (instance, since, warned): flow-restore-wait
-        self._next_denied_log = 0.0
         self.bgp = bgp  # the BGP speaker (bgp section); None: no BGP
         self.observer = observer  # metrics + health (routesync.metrics.Observer); None: off
         self.source = source
@@ -358,11 +347,13 @@ class Daemon:
                 hops = self.next_hops.resolve(planner.fast_candidates(cfg, peers, facts))
             desired = planner.plan(cfg, me, peers, facts, hops, memo=self._memo)
             desired.full = full
-            policies = self._plan_policy(desired, facts)
-            if policies is not None:
+            policies = None
+            if self.policy is not None:
+                step = self.policy.step(desired.gateway_addresses, facts, full)
+                policies = step.plan
                 desired.flows = desired.flows + policies.flows
                 desired.policy_namespaces = tuple(policies.policy_namespaces)
-                desired.policy_nft = self._host_judge(policies, facts)
+                desired.policy_nft = step.nft
             self._count_disagreements(desired)
             self._report_conflicts(desired.cidr_conflicts)
             if wg is not None and self.wireguard is not None:
@@ -444,78 +435,14 @@ class Daemon:
         except Exception as e:  # noqa: BLE001 - the next full pass tries again
             log.info("tunnel neighbours not retried: %s", e)
 
-    def _host_judge(self, plan: policy_plan.Plan, local: LocalFacts) -> str:
-        """The host's judge of what kube-proxy's NAT takes past OVS (``routesync.policy.hostjudge``),
-        rendered again only when the plan or the Node's addresses moved."""
-        assert self._policy_key is not None
-        services = self._policy_key[1].service_cidrs
-        key = (local.node_addresses, services)
-        if self._judged is None or self._judged[0] is not plan or self._judged[1] != key:
-            from .policy import hostjudge
-
-            judge = hostjudge.judge(plan, GATEWAY_PORT, local.node_addresses, services)
-            self._judged = (plan, key, hostjudge.render(judge))
-        return self._judged[2]
-
-    def _plan_policy(self, desired: DesiredState, local: LocalFacts) -> policy_plan.Plan | None:
-        """This Node's NetworkPolicy flows, planned again only when the cluster's Pods,
-        Namespaces or policies moved, or this Node's addresses (``routesync.policy.plan``)."""
-        if self.policy is None:
-            return None
-        # the Node's own traffic to its Pods (kubelet probes) comes from the gateway's addresses;
-        # in networkPolicyOnly, where it has none, from whichever of the Node's the kernel picks
-        own = desired.gateway_addresses or local.node_addresses
-        facts = policy_plan.NodeFacts(self.config.node_name,
-                                      tuple(sorted({a.split("/")[0] for a in own})),
-                                      self.policy.service_cidrs(self.config.service_cidrs),
-                                      self.config.denied_log.enabled and local.denied_log_meter,
-                                      # the gateway holds the first address of each local Pod CIDR
-                                      tuple(str(ipaddress.ip_interface(a).network) for a in desired.gateway_addresses))
-        if self.policy_plan is not None and self._policy_key == (self.policy.generation(), facts):
-            return self.policy_plan
-        gen, inputs = self.policy.inputs()
-        t0 = self.clock()
-        plan = policy_plan.plan(inputs, facts, self._conj_ids)
-        took = self.clock() - t0
-        before = self.policy_plan
-        if before is None or set(plan.errors) != set(before.errors):
-            for e in sorted(set(plan.errors) - set(before.errors if before else [])):
-                log.warning("NetworkPolicy %s", e)
-        log.info("policy planned in %.1f ms: %d policies, %d rules here, %d flows", took * 1e3,
-                 len(inputs.policies), len(plan.rules), len(plan.flows))
-        self.policy_plan, self._policy_key = plan, (gen, facts)
-        if self._remote_sources is not None:
-            self._remote_sources(plan.remote_sources)
-        try:
-            from .policy import stats
-
-            stats.write_report(plan, self.config.state_file)
-        except OSError as e:
-            log.warning("policy report not written: %s", e)
-        if self.observer is not None:
-            self.observer.policy_planned(plan)
-        return plan
+    @property
+    def policy_plan(self) -> policy_plan.Plan | None:
+        """The NetworkPolicy plan of the last pass (None: policy off, or not planned yet)."""
+        return None if self.policy is None else self.policy.plan
 
     def _log_denied(self) -> None:
-        """Every ``DENIED_LOG_INTERVAL`` s: the policy counters for the metrics and, when the
-        per-connection log (``networkPolicyDeniedLog``, ``routesync.policy.listener``) is off,
-        a line per Pod whose isolation dropped packets since the last look
-        (``routesync.policy.stats.DeniedLog``: bounded per Node)."""
-        plan, dl = self.policy_plan, self._denied_log
-        if plan is None or dl is None or self.clock() < self._next_denied_log:
-            return
-        self._next_denied_log = self.clock() + DENIED_LOG_INTERVAL
-        try:
-            flows = self.appliers.policy_flows()
-        except Exception as e:  # noqa: BLE001 - a log that cannot be read is not a reconcile failure
-            log.debug("policy counters not read: %s", e)
-            return
-        lines = dl.lines({p.key: list(p.ips) for p in plan.local_pods}, plan.policies_of, flows)
-        if not self.config.denied_log.enabled:
-            for line in lines:
-                log.info("%s", line)
-        if self.observer is not None:
-            self.observer.policy_counters(plan, flows)
+        if self.policy is not None:
+            self.policy.tick(self.appliers)
 
     def _sync_pods(self, state: nodestate.NodeState, full: bool) -> None:
         """Running Pods to the state's per-path MTUs (``appliers.sync_pods``), when what decides

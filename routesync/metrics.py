@@ -8,6 +8,7 @@
     obs.pods_synced(report)                  # running Pods brought to their paths' MTUs
     obs.policy_planned(plan)                 # NetworkPolicy planned again
     obs.policy_counters(plan, flows)         # every 10 s: the policy flows' counters
+    obs.policy_drift_repaired(what)          # a full pass repaired the incremental policy plan
     obs.tick()                               # every loop iteration (liveness)
     obs.bgp_peer(peer, up, {4: n4, 6: n6})   # BGP (routesync.bgp.speaker): a session's state
     obs.bgp_error(peer, reason)              # a session failed or ended
@@ -42,6 +43,9 @@ rule}`` and ``..._bytes_total``                                  a NetworkPolicy
                                                                  egress isolation dropped here (judged at the
                                                                  destination Node; the denied log names them)
 ``ferry_route_sync_policy_flows``                                NetworkPolicy flows installed
+``ferry_route_sync_policy_drift_repairs_total``                  full passes that found the incremental
+                                                                 policy plan off the full planner's (or an
+                                                                 object's event lost) and repaired it: 0
 ``ferry_route_sync_policy_denied_log_lines_total``               denied connections logged, one line each
 ``ferry_route_sync_policy_denied_log_suppressed_total``          denied connections the log's per-Node bound
                                                                  (``networkPolicyDeniedLog``) left out
@@ -132,6 +136,10 @@ class RouteSyncMetrics:
         for res in ("ok", "error"):
             self.reconciles.labels(res)
 
+        self.policy_drift_repairs = Counter(
+            f"{PREFIX}_policy_drift_repairs",
+            "Full passes that found the incremental NetworkPolicy plan off the full planner's and repaired it",
+            registry=r)
         self.policy = PolicyCounters()
         r.register(self.policy)
 
@@ -248,6 +256,11 @@ class Observer:
         """``plan``: :class:`routesync.policy.plan.Plan`, just planned: the flows gauge follows it at
         once (the rule and denied counters wait for the next read of the switch's counters)."""
         self.metrics.policy.flows = len(plan.flows)
+
+    def policy_drift_repaired(self, what: str) -> None:
+        """A full pass repaired the incremental policy plan (``what``: what drifted; logged by
+        routesync.policy.node)."""
+        self.metrics.policy_drift_repairs.inc()
 
     def policy_counters(self, plan: Any, flows: Any) -> None:
         """``plan``: :class:`routesync.policy.plan.Plan`; ``flows``: its flows as dumped."""

@@ -35,6 +35,7 @@ of its identity), so a change replaces exactly the flows whose actions or existe
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -132,24 +133,53 @@ class Plan:
 
 class ConjIds:
     """Conjunction ids, stable for a rule across plans (a changed rule elsewhere renumbers
-    nothing), reused once freed.  The caller keeps one per Node."""
+    nothing), reused once freed (the smallest free one first).  The caller keeps one per Node.
+
+    An id is a function of the rule's identity (its key: policy, direction, rule, named-port
+    group) and of this allocator's state: :func:`plan` and the incremental planner
+    (:mod:`.incremental`) share it, so with the same state both give every conjunction the same
+    id (:meth:`get` of a key held already changes nothing; :meth:`copy` lets a full plan check
+    an incremental one without touching its ids)."""
 
     def __init__(self) -> None:
         self._ids: dict[str, int] = {}
-        self._free: list[int] = []
+        self._free: list[int] = []  # a heap: the smallest free id first
         self._next = 1
         self._used: set[str] = set()
         self.cookies: dict[str, Cookie] = {}  # flow identity -> its cookie, across plans
 
     def get(self, key: str) -> int:
         self._used.add(key)
+        return self.acquire(key)
+
+    def acquire(self, key: str) -> int:
+        """``key``'s id, allocating one if it has none (without marking it used for :meth:`sweep`)."""
         n = self._ids.get(key)
         if n is None:
-            n = self._free.pop() if self._free else self._next
-            if n == self._next:
+            if self._free:
+                n = heapq.heappop(self._free)
+            else:
+                n = self._next
                 self._next += 1
             self._ids[key] = n
         return n
+
+    def release(self, key: str) -> None:
+        """Free ``key``'s id now (the incremental planner: its last user went)."""
+        n = self._ids.pop(key, None)
+        if n is not None:
+            heapq.heappush(self._free, n)
+
+    def held(self) -> dict[str, int]:
+        """Every key with its id (a copy)."""
+        return dict(self._ids)
+
+    def copy(self) -> ConjIds:
+        """The same ids and free list (the cookie memo shared: it is a cache)."""
+        out = ConjIds()
+        out._ids, out._free, out._next, out._used = dict(self._ids), list(self._free), self._next, set(self._used)
+        out.cookies = self.cookies
+        return out
 
     def sweep(self) -> None:
         """Free every id not asked for since the last sweep (and forget cookies when the
@@ -158,7 +188,7 @@ class ConjIds:
             self.cookies.clear()
         for key in [k for k in self._ids if k not in self._used]:
             self._free.append(self._ids.pop(key))
-        self._free.sort(reverse=True)
+        heapq.heapify(self._free)
         self._used = set()
 
 
@@ -211,7 +241,7 @@ class PodIndex:
         """An ``ipBlock`` as prefixes (:func:`ranges.block_minus`), once per plan."""
         hit = self._block_cache.get((cidr, excepts))
         if hit is None:
-            hit = self._block_cache[(cidr, excepts)] = tuple(map(_block_text, ranges.block_minus(cidr, list(excepts))))
+            hit = self._block_cache[(cidr, excepts)] = tuple(map(block_text, ranges.block_minus(cidr, list(excepts))))
         return hit
 
     def peer_addresses(self, policy_ns: str, peer: Peer) -> tuple[str, ...]:
@@ -247,7 +277,7 @@ class PodIndex:
         return tuple(out)
 
 
-class _Addresses:
+class Addresses:
     """``ip,nw_src=...`` (or dst, or IPv6) for an address (matched exactly) or a block (by
     prefix), each built once per plan with its text: a Pod's address is in many rules."""
 
@@ -267,11 +297,11 @@ class _Addresses:
         return hit
 
 
-def _block_text(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str:
+def block_text(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str:
     return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
 
 
-def _port_matches(ports: Iterable[tuple[str, int | None, int | None]]) -> list[tuple[m.MatchItem, ...]]:
+def port_matches(ports: Iterable[tuple[str, int | None, int | None]]) -> list[tuple[m.MatchItem, ...]]:
     """(protocol, first, last) → the matches of clause 3, both families."""
     out: list[tuple[m.MatchItem, ...]] = []
     for proto, first, last in sorted(set(ports), key=lambda p: (p[0], p[1] or 0, p[2] or 0)):
@@ -355,7 +385,7 @@ class _Flows:
     match's text: ``[match, actions]``."""
 
     def __init__(self, cookies: dict[str, Cookie]) -> None:
-        self.addresses = _Addresses()
+        self.addresses = Addresses()
         self._buckets: dict[tuple[int, int], dict[str, list[Any]]] = {}
         self._cookies = cookies  # kept across plans by the caller (ConjIds)
 
@@ -407,7 +437,7 @@ class _Flows:
             for text in sorted(bucket):
                 match, actions = bucket[text]
                 if actions and type(actions[0]) is Conjunction:
-                    actions = sorted(actions, key=_conj_order)
+                    actions = sorted(actions, key=conj_order)
                 ident = f"{table}|{priority}|{text}"
                 cookie = cookies.get(ident)
                 if cookie is None:
@@ -416,7 +446,7 @@ class _Flows:
         return out
 
 
-def _conj_order(a: Conjunction) -> tuple[int, int]:
+def conj_order(a: Conjunction) -> tuple[int, int]:
     return (a.id, a.clause)
 
 
@@ -479,7 +509,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
         fl.address(Table.INGRESS_RULE, IngressRule.HOST, str(ipaddress.ip_interface(a).ip), True,
                    (goto(Table.CONNTRACK_COMMIT),))
     for cidr in facts.service_cidrs:
-        fl.address(Table.EGRESS_RULE, EgressRule.SERVICE, _block_text(ipaddress.ip_network(cidr, strict=False)), False,
+        fl.address(Table.EGRESS_RULE, EgressRule.SERVICE, block_text(ipaddress.ip_network(cidr, strict=False)), False,
                    (goto(Table.CONNTRACK_COMMIT),))
     out.flows = fl.flows()
     return out
@@ -509,7 +539,7 @@ def local_destinations(local: Iterable[Pod], pod_cidrs: Sequence[str]) -> list[s
     """This Node's Pods as destinations: its Pod CIDRs (a Pod route-sync has not seen yet is
     covered too), and the address of each local Pod outside them (networkPolicyOnly: every one)."""
     nets = [ipaddress.ip_network(c, strict=False) for c in pod_cidrs]
-    out = [_block_text(n) for n in nets]
+    out = [block_text(n) for n in nets]
     for pod in local:
         for ip in pod.ips:
             addr = ipaddress.ip_address(ip)
@@ -572,7 +602,7 @@ def _add_rule(fl: _Flows, out: Plan, ids: ConjIds, direction: str, policy: Polic
     else:
         fl.conjunction(table, conj, part.peers, not applied_is_src, Conjunction(n, 2, clauses))
     if part.ports is not None:
-        for match in _port_matches(part.ports):
+        for match in port_matches(part.ports):
             fl.add(table, conj, match, (Conjunction(n, 3, clauses),))
     fl.add(table, conj, (m.CONJ_ID(n),), (then,))
 

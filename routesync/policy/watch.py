@@ -4,7 +4,9 @@ Four :class:`routesync.sources.reflector.Reflector` caches (``pods``, ``namespac
 ``networkpolicies``, cluster-wide: a rule's peers may be any Pod; ``servicecidrs``, the
 addresses OVS hands to kube-proxy unjudged, :meth:`service_cidrs`).  ``changed`` is set on every
 change; :meth:`inputs` hands the planner one consistent-enough snapshot and the generations it
-was taken at, so the daemon re-plans policy only when one of them moved.  Until all three have
+was taken at, so the daemon re-plans policy only when one of them moved; :meth:`changes` hands
+over only the objects that changed since the last call (the Reflectors' journals), which the
+incremental planner applies (:mod:`.node`, :class:`.incremental.Changes`).  Until all three have
 listed once, :meth:`inputs` raises :class:`SourceError`: route-sync must not plan "no policies"
 from an empty cache (that would open every isolated Pod while it starts)."""
 
@@ -16,6 +18,7 @@ from typing import Any
 
 from ..sources.base import SourceError
 from ..sources.reflector import Reflector
+from .incremental import Changes, Labels
 from .model import Pod, Policy, namespace_from, pod_from, policy_from, service_cidrs_from
 from .plan import Inputs
 
@@ -30,11 +33,12 @@ class PolicySource:
         self._on_change = on_change
         core, net = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
         self._api_client = api_client
-        self.pods: Reflector[Pod] = Reflector("Pod", core.list_pod_for_all_namespaces, pod_from, self._changed)
-        self.namespaces: Reflector[tuple[str, tuple[tuple[str, str], ...]]] = Reflector(
-            "Namespace", core.list_namespace, namespace_from, self._changed)
+        self.pods: Reflector[Pod] = Reflector("Pod", core.list_pod_for_all_namespaces, pod_from, self._changed,
+                                              journal=True)
+        self.namespaces: Reflector[tuple[str, Labels]] = Reflector(
+            "Namespace", core.list_namespace, namespace_from, self._changed, journal=True)
         self.policies: Reflector[Policy] = Reflector(
-            "NetworkPolicy", net.list_network_policy_for_all_namespaces, policy_from, self._changed)
+            "NetworkPolicy", net.list_network_policy_for_all_namespaces, policy_from, self._changed, journal=True)
         # the Service CIDRs, from the cluster (an IPv6 one is not in any manifest's default)
         self.service_cidr_objects: Reflector[tuple[str, ...]] = Reflector(
             "ServiceCIDR", net.list_service_cidr, service_cidrs_from, self._changed)
@@ -57,17 +61,37 @@ class PolicySource:
     def generation(self) -> tuple[int, int, int]:
         return (self.pods.generation, self.namespaces.generation, self.policies.generation)
 
-    def inputs(self) -> tuple[tuple[int, int, int], Inputs]:
+    def _synced(self) -> None:
         self.start()
         for r in (self.pods, self.namespaces, self.policies):
             if not r.synced.wait(timeout=SYNC_TIMEOUT):
                 raise SourceError(f"Kubernetes {r.kind}s not listed yet: policy not planned")
         self.changed.clear()
-        gp, pods = self.pods.snapshot()
-        gn, namespaces = self.namespaces.snapshot()
-        gpol, policies = self.policies.snapshot()
-        return (gp, gn, gpol), Inputs(tuple(sorted(pods, key=lambda p: p.key)), dict(namespaces),
-                                      tuple(sorted(policies, key=lambda p: p.key)))
+
+    def inputs(self) -> tuple[tuple[int, int, int], Inputs]:
+        """Everything, as of now (what changed before is handed over too: :meth:`changes`
+        starts again from here)."""
+        gen, _changes, inputs = self.inputs_and_changes()
+        return gen, inputs
+
+    def inputs_and_changes(self) -> tuple[tuple[int, int, int], Changes, Inputs]:
+        """What changed since the last call and everything, each resource at one instant."""
+        self._synced()
+        gp, cp, pods = self.pods.drain(snapshot=True)
+        gn, cn, namespaces = self.namespaces.drain(snapshot=True)
+        gpol, cpol, policies = self.policies.drain(snapshot=True)
+        assert pods is not None and namespaces is not None and policies is not None
+        inputs = Inputs(tuple(sorted(pods, key=lambda p: p.key)), dict(namespaces),
+                        tuple(sorted(policies, key=lambda p: p.key)))
+        return (gp, gn, gpol), Changes(cp, {k: v[1] if v is not None else None for k, v in cn.items()}, cpol), inputs
+
+    def changes(self) -> tuple[tuple[int, int, int], Changes]:
+        """The objects that changed since the last call (or :meth:`inputs`), by key."""
+        self._synced()
+        gp, cp, _ = self.pods.drain()
+        gn, cn, _ = self.namespaces.drain()
+        gpol, cpol, _ = self.policies.drain()
+        return (gp, gn, gpol), Changes(cp, {k: v[1] if v is not None else None for k, v in cn.items()}, cpol)
 
     def service_cidrs(self, configured: tuple[str, ...]) -> tuple[str, ...]:
         """Every CIDR of the cluster's ServiceCIDR objects (those being deleted too: their

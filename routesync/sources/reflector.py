@@ -14,7 +14,11 @@ model classes cost far more than the few fields Ferry reads); ``parse`` returnin
 object, raising ``ValueError`` skips it with a warning.  ``on_change`` runs (on the watch
 thread) after every change to the cache, and only then: an event whose object parses to what the
 cache holds already (a Pod's status conditions, a Node's heartbeat) moves nothing, so route-sync
-does not plan again for fields it does not read (``unchanged`` counts them)."""
+does not plan again for fields it does not read (``unchanged`` counts them).
+
+With ``journal`` on, every change is also noted by key (its value now; None: gone), a re-list
+by the keys whose value it changed: :meth:`drain` hands them over, so a consumer that keeps its
+own state (the incremental policy planner) applies what moved, not the whole cache."""
 
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ def object_key(obj: dict[str, Any]) -> str:
 
 class Reflector(Generic[T]):
     def __init__(self, kind: str, list_fn: Callable[..., Any], parse: Callable[[dict[str, Any]], T | None],
-                 on_change: Callable[[], None] | None = None) -> None:
+                 on_change: Callable[[], None] | None = None, journal: bool = False) -> None:
         self.kind = kind
         self.list_fn = list_fn
         self.parse = parse
@@ -51,6 +55,7 @@ class Reflector(Generic[T]):
         self._stop = threading.Event()
         self.items: dict[str, T] = {}
         self.generation = 0  # counts changes to ``items``
+        self._journal: dict[str, T | None] | None = {} if journal else None  # key -> value now, since drain()
         self.resource_version: str | None = None
         self._thread: threading.Thread | None = None
         self._watch: Any = None
@@ -82,6 +87,19 @@ class Reflector(Generic[T]):
         with self.lock:
             return self.generation, list(self.items.values())
 
+    def drain(self, snapshot: bool = False) -> tuple[int, dict[str, T | None], list[T] | None]:
+        """The generation, what changed since the last drain (key -> value now, None: gone;
+        empty without ``journal``) and, with ``snapshot``, every item, all at one instant."""
+        with self.lock:
+            changes: dict[str, T | None] = {}
+            if self._journal is not None:
+                changes, self._journal = self._journal, {}
+            return self.generation, changes, list(self.items.values()) if snapshot else None
+
+    def _note(self, key: str) -> None:
+        if self._journal is not None:
+            self._journal[key] = self.items.get(key)
+
     def _store(self, obj: dict[str, Any], into: dict[str, T]) -> bool:
         """``obj`` parsed into ``into``; whether that changed ``into``."""
         key = object_key(obj)
@@ -109,7 +127,11 @@ class Reflector(Generic[T]):
         for item in body.get("items") or []:
             self._store(item, items)
         with self.lock:
-            self.items = items
+            before, self.items = self.items, items
+            if self._journal is not None:
+                for key in before.keys() | items.keys():
+                    if before.get(key) != items.get(key):
+                        self._note(key)
             self._changed()
         self.resource_version = body["metadata"]["resourceVersion"]
         self.relists += 1
@@ -136,11 +158,13 @@ class Reflector(Generic[T]):
             if kind not in ("ADDED", "MODIFIED", "DELETED"):
                 continue
             with self.lock:
+                key = object_key(obj)
                 if kind == "DELETED":
-                    moved = self.items.pop(object_key(obj), None) is not None
+                    moved = self.items.pop(key, None) is not None
                 else:
                     moved = self._store(obj, self.items)
                 if moved:
+                    self._note(key)
                     self._changed()
                 else:
                     self.unchanged += 1

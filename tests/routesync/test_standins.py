@@ -28,7 +28,7 @@ def test_the_protocols_name_every_method_the_daemon_calls() -> None:
                                  "switch_wireguard", "sync_pods", "teardown", "wireguard_generation",
                                  "wireguard_implementation"]
     assert members(DaemonObserver) == ["change_applied", "mac_disagreement", "pods_synced", "policy_counters",
-                                       "policy_planned", "reconciled", "tick"]
+                                       "policy_drift_repaired", "policy_planned", "reconciled", "tick"]
     # mypy: none left out
     stand_ins: list[Appliers] = [RecordingAppliers(), PodAppliers("/nonexistent"), FastPathAppliers({})]
     observers: list[DaemonObserver] = [NullObserver()]

@@ -1,0 +1,249 @@
+"""NetworkPolicy for route-sync's loop: its state and its steps, one call per pass
+(:meth:`PolicyNode.step`) and one per loop iteration (:meth:`PolicyNode.tick`), as BGP has its
+speaker.
+
+Between full passes it plans incrementally (:class:`.incremental.IncrementalPlanner`): the
+objects the watches changed since the last pass (:meth:`.watch.PolicySource.changes`) are
+applied as events, and a new :class:`.plan.Plan` is taken only when one changed something.  A
+full pass takes everything the watches hold, applies what changed, then checks twice: that the
+incremental planner holds exactly those objects (an event lost on the way shows as a difference),
+and that its plan is, field for field, the full planner's (:func:`.plan.plan`, run on a copy of
+the same conjunction ids).  Drift of either kind is repaired (the planner rebuilt from the full
+inputs, with the full planner's ids), logged with what drifted, and counted
+(``ferry_route_sync_policy_drift_repairs_total``): it should read 0."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Protocol
+
+from cni.pipeline.tables import GATEWAY_PORT
+
+from . import plan as policy_plan
+from .incremental import IncrementalPlanner
+from .stats import DeniedLog
+
+if TYPE_CHECKING:
+    from cni.ovs.openflow.ofctl import DumpedFlow
+
+    from ..config import Config
+    from ..model import LocalFacts
+
+log = logging.getLogger(__name__)
+
+DENIED_LOG_INTERVAL = 10.0  # seconds between looks at what NetworkPolicy dropped
+
+
+class PolicyInputs(Protocol):
+    """``routesync.policy.watch.PolicySource``: the cluster's Pods, Namespaces and policies.  A
+    source that also has ``changes()`` and ``inputs_and_changes()`` (the watch's journals) is
+    applied by what changed; one without is compared with by key."""
+
+    def generation(self) -> tuple[int, int, int]: ...
+
+    def inputs(self) -> tuple[tuple[int, int, int], policy_plan.Inputs]: ...
+
+    def service_cidrs(self, configured: tuple[str, ...]) -> tuple[str, ...]: ...
+
+
+class PolicyObserver(Protocol):
+    """The part of ``routesync.daemon.DaemonObserver`` that policy reports to."""
+
+    def policy_planned(self, plan: policy_plan.Plan) -> None: ...
+
+    def policy_counters(self, plan: policy_plan.Plan, flows: list[DumpedFlow]) -> None: ...
+
+    def policy_drift_repaired(self, what: str) -> None: ...
+
+
+class PolicyFlows(Protocol):
+    """``Appliers.policy_flows``: the installed policy flows with their counters."""
+
+    def policy_flows(self) -> list[DumpedFlow]: ...
+
+
+@dataclass(frozen=True)
+class PolicyStep:
+    """One pass's policy: the plan, the host's judge (``DesiredState.policy_nft``), and how many
+    flows changed since the previous pass."""
+
+    plan: policy_plan.Plan
+    nft: str
+    changed_flows: int
+
+
+def differences(got: policy_plan.Plan, want: policy_plan.Plan, most: int = 3) -> list[str]:
+    """What differs between two plans, field by field (flows by identity), for a log line."""
+    out = []
+    for f in fields(policy_plan.Plan):
+        a, b = getattr(got, f.name), getattr(want, f.name)
+        if f.name == "flows":
+            fa, fb = {x.key(): x for x in a}, {x.key(): x for x in b}
+            if fa == fb:
+                continue
+            wrong = sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
+            shown = ", ".join(f"{fa[k].text() if k in fa else '(none)'} instead of "
+                              f"{fb[k].text() if k in fb else '(none)'}" for k in wrong[:most])
+            out.append(f"{len(wrong)} flows ({shown}{', ...' if len(wrong) > most else ''})")
+        elif a != b:
+            out.append(f.name)
+    return out
+
+
+class PolicyNode:
+    """This Node's NetworkPolicy: the watches' objects → the incremental planner → the plan
+    and the host's judge, checked against the full planner at full passes (see the module)."""
+
+    def __init__(self, config: Config, source: PolicyInputs, observer: PolicyObserver | None = None,
+                 remote_sources: Callable[[Mapping[str, tuple[str, tuple[str, ...]]]], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.source = source
+        self.observer = observer
+        self._remote_sources = remote_sources  # the per-connection denied log's naming of remote Pods
+        self.clock = clock
+        self.ids = policy_plan.ConjIds()
+        self.planner: IncrementalPlanner | None = None
+        self.plan: policy_plan.Plan | None = None
+        self._gen: tuple[int, int, int] | None = None
+        self._version = -1
+        self._judged: tuple[policy_plan.Plan, tuple[object, ...], str] | None = None  # (plan, addresses, body)
+        self.denied_log = DeniedLog()
+        self._next_denied_log = 0.0
+        self.drift_repairs = 0
+        self.checks = 0  # full passes that compared with the full planner
+
+    def facts(self, gateway_addresses: tuple[str, ...], local: LocalFacts) -> policy_plan.NodeFacts:
+        # the Node's own traffic to its Pods (kubelet probes) comes from the gateway's addresses;
+        # in networkPolicyOnly, where it has none, from whichever of the Node's the kernel picks
+        own = gateway_addresses or local.node_addresses
+        cfg = self.config
+        return policy_plan.NodeFacts(cfg.node_name, tuple(sorted({a.split("/")[0] for a in own})),
+                                     self.source.service_cidrs(cfg.service_cidrs),  # the cluster's (watch.py)
+                                     cfg.denied_log.enabled and local.denied_log_meter,
+                                     # the gateway holds the first address of each local Pod CIDR
+                                     tuple(str(ipaddress.ip_interface(a).network) for a in gateway_addresses))
+
+    def step(self, gateway_addresses: tuple[str, ...], local: LocalFacts, full: bool) -> PolicyStep:
+        """This pass's policy: what changed applied (``full``: everything compared, drift
+        repaired).  Raises ``SourceError`` until the watches have listed."""
+        facts = self.facts(gateway_addresses, local)
+        t0 = self.clock()
+        planner = self.planner
+        if planner is None:
+            self._gen, inputs = self.source.inputs()
+            planner = self.planner = IncrementalPlanner(facts, self.ids)
+            planner.load(inputs)
+            how = "planned"
+        else:
+            planner.set_facts(facts)
+            if full:
+                self._check(planner, facts)
+                how = "checked against a full plan"
+            elif self.source.generation() != self._gen:
+                self._apply(planner)
+                how = "applied"
+            else:
+                how = ""
+        plan = self.plan
+        if plan is None or planner.version != self._version:
+            plan = self._planned(planner.snapshot(), how, self.clock() - t0, planner)
+        delta = planner.take_delta()
+        return PolicyStep(plan, self._host_judge(plan, local, facts.service_cidrs), len(delta))
+
+    def _apply(self, planner: IncrementalPlanner) -> None:
+        changes = getattr(self.source, "changes", None)
+        if changes is not None:
+            self._gen, moved = changes()
+            planner.apply(moved)
+        else:
+            self._gen, inputs = self.source.inputs()
+            planner.sync(inputs)
+
+    def _check(self, planner: IncrementalPlanner, facts: policy_plan.NodeFacts) -> None:
+        both = getattr(self.source, "inputs_and_changes", None)
+        journal = both is not None
+        if both is not None:
+            self._gen, moved, inputs = both()
+            planner.apply(moved)
+        else:
+            self._gen, inputs = self.source.inputs()
+        missed = planner.sync(inputs)
+        drift: list[str] = []
+        if missed and journal:
+            drift.append(f"events missed: {missed.describe()}")
+        ids = planner.ids.copy()
+        want = policy_plan.plan(inputs, facts, ids)
+        self.checks += 1
+        wrong = differences(planner.snapshot(), want)
+        if wrong:
+            drift.append("the incremental plan differs from the full one: " + "; ".join(wrong))
+            planner.ids = self.ids = ids
+            planner.load(inputs)
+            still = differences(planner.snapshot(), want)
+            if still:
+                log.error("NetworkPolicy: rebuilt from the full inputs, the plan still differs (%s)", "; ".join(still))
+        if drift:
+            self.drift_repairs += 1
+            what = " | ".join(drift)
+            log.warning("NetworkPolicy drift repaired: %s", what)
+            if self.observer is not None:
+                self.observer.policy_drift_repaired(what)
+
+    def _planned(self, plan: policy_plan.Plan, how: str, took: float, planner: IncrementalPlanner
+                 ) -> policy_plan.Plan:
+        before = self.plan
+        if before is None or set(plan.errors) != set(before.errors):
+            for e in sorted(set(plan.errors) - set(before.errors if before else [])):
+                log.warning("NetworkPolicy %s", e)
+        log.info("policy %s in %.1f ms: %d policies, %d rules here, %d flows", how or "unchanged", took * 1e3,
+                 len(planner.policies), len(plan.rules), len(plan.flows))
+        self.plan, self._version = plan, planner.version
+        if self._remote_sources is not None:
+            self._remote_sources(plan.remote_sources)
+        try:
+            from . import stats
+
+            stats.write_report(plan, self.config.state_file)
+        except OSError as e:
+            log.warning("policy report not written: %s", e)
+        if self.observer is not None:
+            self.observer.policy_planned(plan)
+        return plan
+
+    def _host_judge(self, plan: policy_plan.Plan, local: LocalFacts, services: tuple[str, ...]) -> str:
+        """The host's judge of what kube-proxy's NAT takes past OVS (:mod:`.hostjudge`), rendered
+        again only when the plan, the Node's addresses or the Service CIDRs moved."""
+        key = (local.node_addresses, services)
+        if self._judged is None or self._judged[0] is not plan or self._judged[1] != key:
+            from . import hostjudge
+
+            judge = hostjudge.judge(plan, GATEWAY_PORT, local.node_addresses, services)
+            self._judged = (plan, key, hostjudge.render(judge))
+        return self._judged[2]
+
+    def tick(self, appliers: PolicyFlows) -> None:
+        """Every ``DENIED_LOG_INTERVAL`` s: the policy counters for the metrics and, when the
+        per-connection log (``networkPolicyDeniedLog``, :mod:`.listener`) is off, a line per Pod
+        whose isolation dropped packets since the last look (:class:`.stats.DeniedLog`: bounded
+        per Node)."""
+        plan, dl = self.plan, self.denied_log
+        if plan is None or self.clock() < self._next_denied_log:
+            return
+        self._next_denied_log = self.clock() + DENIED_LOG_INTERVAL
+        try:
+            flows = appliers.policy_flows()
+        except Exception as e:  # noqa: BLE001 - a log that cannot be read is not a reconcile failure
+            log.debug("policy counters not read: %s", e)
+            return
+        lines = dl.lines({p.key: list(p.ips) for p in plan.local_pods}, plan.policies_of, flows)
+        if not self.config.denied_log.enabled:
+            for line in lines:
+                log.info("%s", line)
+        if self.observer is not None:
+            self.observer.policy_counters(plan, flows)
+

@@ -1,0 +1,181 @@
+"""NetworkPolicy in route-sync's loop (``routesync.policy.node``), without root: the daemon applies
+what the watches changed between full passes, an event that changes no flow writes nothing to
+OVS (``OvsApplier.sync_flow_delta`` with its bundle recorded instead of sent), and a full pass
+compares with the full planner, repairs drift and counts it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from cni.pipeline.tables import Flow
+from routesync.apply.ovs import OvsApplier
+from routesync.config import from_dict
+from routesync.daemon import Daemon, NullObserver
+from routesync.model import DesiredState
+from routesync.policy import plan as pp
+from routesync.policy.incremental import Changes
+from routesync.policy.model import Pod, Policy, policy_from
+from routesync.sources.registry import RegistrySource
+from tests.routesync.standins import RecordingAppliers
+
+NODE = "node-a"
+
+
+class JournalSource:
+    """A ``routesync.policy.watch.PolicySource`` without a cluster: objects set by the test, each
+    change journalled as the Reflectors do (``lose_next``: the next change reaches the cache but
+    not the journal, as a lost event would)."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, Pod] = {}
+        self.namespaces: dict[str, tuple[tuple[str, str], ...]] = {"ns": ()}
+        self.policies: dict[str, Policy] = {}
+        self.gen = 0
+        self.journal: dict[str, dict[str, Any]] = {"pods": {}, "namespaces": {}, "policies": {}}
+        self.lose_next = False
+
+    def _note(self, kind: str, key: str, value: Any) -> None:
+        self.gen += 1
+        if self.lose_next:
+            self.lose_next = False
+            return
+        self.journal[kind][key] = value
+
+    def pod(self, pod: Pod) -> None:
+        self.pods[pod.key] = pod
+        self._note("pods", pod.key, pod)
+
+    def policy(self, policy: Policy) -> None:
+        self.policies[policy.key] = policy
+        self._note("policies", policy.key, policy)
+
+    def generation(self) -> tuple[int, int, int]:
+        return (self.gen, 0, 0)
+
+    def changes(self) -> tuple[tuple[int, int, int], Changes]:
+        j, self.journal = self.journal, {"pods": {}, "namespaces": {}, "policies": {}}
+        return self.generation(), Changes(j["pods"], j["namespaces"], j["policies"])
+
+    def inputs_and_changes(self) -> tuple[tuple[int, int, int], Changes, pp.Inputs]:
+        gen, changes = self.changes()
+        return gen, changes, self.inputs()[1]
+
+    def inputs(self) -> tuple[tuple[int, int, int], pp.Inputs]:
+        """Everything; the journal starts again from here (as PolicySource.inputs)."""
+        self.changes()
+        return self.generation(), pp.Inputs(tuple(sorted(self.pods.values(), key=lambda p: p.key)),
+                                            dict(self.namespaces),
+                                            tuple(sorted(self.policies.values(), key=lambda p: p.key)))
+
+    def service_cidrs(self, configured: tuple[str, ...]) -> tuple[str, ...]:
+        return configured
+
+
+class RecordingOvs(OvsApplier):
+    """The real flow delta, its bundles recorded instead of sent."""
+
+    def __init__(self) -> None:
+        super().__init__("unix:/nonexistent", "br-int", "/nonexistent")
+        self.bundles: list[tuple[list[int], list[int], list[int]]] = []
+
+    def _send_bundle(self, add: list[int], replace: list[int], delete: list[int],
+                     flows_by_cookie: dict[int, list[Flow]]) -> None:
+        if add or replace or delete:
+            self.bundles.append((add, replace, delete))
+
+
+class DeltaAppliers(RecordingAppliers):
+    """Incremental passes through ``sync_flow_delta`` (full ones: recorded as the starting point)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ovs = RecordingOvs()
+        self.last: list[Flow] | None = None
+
+    def apply(self, desired: DesiredState) -> None:
+        super().apply(desired)
+        if not desired.full and self.last is not None:
+            self.ovs.sync_flow_delta(self.last, desired.flows)
+        self.last = desired.flows
+
+
+class Drifts(NullObserver):
+    def __init__(self) -> None:
+        self.what: list[str] = []
+
+    def policy_drift_repaired(self, what: str) -> None:
+        self.what.append(what)
+
+
+def pod(name: str, ip: str, node: str = NODE, **labels: str) -> Pod:
+    return Pod("ns", name, node, tuple(sorted(labels.items())), (ip,), ())
+
+
+WEB = policy_from({"metadata": {"namespace": "ns", "name": "web"}, "spec": {
+    "podSelector": {"matchLabels": {"app": "srv"}},
+    "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "cli"}}}], "ports": [{"port": 80}]}]}})
+
+
+def daemon(tmp_path: Any, source: JournalSource, observer: Any = None) -> tuple[Daemon, DeltaAppliers]:
+    cfg = from_dict({"nodeName": NODE, "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "s.json"),
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
+    apl = DeltaAppliers()
+    return Daemon(cfg, RegistrySource(str(tmp_path / "reg"), NODE), apl, observer=observer, policy=source), apl
+
+
+def test_an_event_that_changes_no_flow_writes_nothing_and_one_that_does_writes_its_flow(tmp_path: Any) -> None:
+    src = JournalSource()
+    src.pod(pod("srv", "10.244.1.5", app="srv"))
+    src.pod(pod("cli", "10.244.2.7", node="node-b", app="cli"))
+    src.policy(WEB)
+    d, apl = daemon(tmp_path, src)
+    assert d.reconcile(full=True).ok
+    first = d.policy_plan
+    src.pod(pod("other", "10.244.2.9", node="node-b", app="other"))  # selected by nothing
+    src.pod(pod("cli", "10.244.2.7", node="node-b", app="cli"))  # the same again
+    assert d.reconcile(full=False).ok
+    assert apl.ovs.bundles == []
+    assert d.policy is not None and d.policy.planner is not None and d.policy.planner.events == 2
+    src.pod(pod("cli2", "10.244.2.8", node="node-b", app="cli"))  # a peer more: its flow only
+    assert d.reconcile(full=False).ok
+    assert len(apl.ovs.bundles) == 1
+    add, replace, delete = apl.ovs.bundles[0]
+    assert len(add) == 1 and not replace and not delete
+    assert d.policy_plan is not first
+    assert d.reconcile(full=False).ok  # nothing moved: the same plan, nothing written
+    assert len(apl.ovs.bundles) == 1
+
+
+def test_a_full_pass_checks_against_the_full_planner_and_repairs_a_lost_event(
+        tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    src = JournalSource()
+    src.pod(pod("srv", "10.244.1.5", app="srv"))
+    src.policy(WEB)
+    drifts = Drifts()
+    d, apl = daemon(tmp_path, src, drifts)
+    assert d.reconcile(full=True).ok
+    src.pod(pod("cli", "10.244.2.7", node="node-b", app="cli"))
+    assert d.reconcile(full=True).ok  # what the journal had: no drift
+    assert d.policy is not None and d.policy.drift_repairs == 0 and d.policy.checks == 1
+    src.lose_next = True
+    src.pod(pod("cli2", "10.244.2.8", node="node-b", app="cli"))
+    assert d.reconcile(full=False).ok
+    assert "nw_src=10.244.2.8" not in " ".join(f.text() for f in apl.applied[-1].flows)
+    with caplog.at_level(logging.WARNING, logger="routesync.policy.node"):
+        assert d.reconcile(full=True).ok
+    assert d.policy.drift_repairs == 1 and drifts.what and "ns/cli2" in drifts.what[0]
+    assert "NetworkPolicy drift repaired: events missed: 1 Pods (ns/cli2)" in caplog.text
+    assert "nw_src=10.244.2.8" in " ".join(f.text() for f in apl.applied[-1].flows)
+    # a plan that drifted (a flow lost from the incremental state) is repaired from the full planner's
+    planner = d.policy.planner
+    assert planner is not None
+    key = next(k for k in planner._flows if "10.244.2.8" in k[2])
+    del planner._flows[key]
+    planner.version += 1
+    with caplog.at_level(logging.WARNING, logger="routesync.policy.node"):
+        assert d.reconcile(full=True).ok
+    assert d.policy.drift_repairs == 2 and "the incremental plan differs from the full one: 1 flows" in drifts.what[1]
+    assert "nw_src=10.244.2.8" in " ".join(f.text() for f in apl.applied[-1].flows)
