@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         order = ab_order(SIDES, args.pairs)
         for what, target in targets.items():
             for figure, fn in (("throughput_mbit", lambda t=target: iperf(t, args.seconds)),):
+                fn()  # a warm-up run, not counted (the first of a path ran ~20% slower either way)
                 samples = []
                 for side, _i in order:
                     nft.sync_policy(body if side == "present" else None)
@@ -189,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                 acc.callback(p.kill)
                 assert p.stdout is not None and p.stdout.readline().strip() == "ready"
             for what, target in targets.items():
+                connect_rate(target, args.connects)  # warm-up, not counted
                 samples = []
                 for side, _i in order:
                     nft.sync_policy(body if side == "present" else None)
