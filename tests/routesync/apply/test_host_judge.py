@@ -26,6 +26,7 @@ from tests.support.waiting import HANG
 
 pytestmark = pytest.mark.root
 
+Names = tuple[str, str, str, str, str]  # the lab's namespaces: Node, client, server, free Pod, external host
 CLI = Pod("a", "cli", "n1", (("app", "cli"),), ("10.244.1.5", "fd00:244:1::5"))
 SRV = Pod("a", "srv", "n1", (("app", "srv"),), ("10.244.1.6",))
 FREE = Pod("b", "free", "n1", (), ("10.244.1.7",))
@@ -132,7 +133,7 @@ def denied(node: str, chain: str, ns: str, addr: str, port: int) -> bool:
 
 
 @pytest.fixture
-def lab() -> Iterator[tuple[str, str, str, str, str]]:
+def lab() -> Iterator[Names]:
     with ExitStack() as stack:
         node, cli, srv, free, ext = (stack.enter_context(netns(n)) for n in
                                      ("fb-hj", "fb-hjc", "fb-hjs", "fb-hjf", "fb-hje"))
@@ -162,81 +163,70 @@ def lab() -> Iterator[tuple[str, str, str, str, str]]:
         yield node, cli, srv, free, ext
 
 
+@pytest.fixture
+def nft(lab: Names) -> Iterator[NftApplier]:
+    """The applier route-sync writes the judge with, in the Node's namespace (its tables go with it)."""
+    applier = NftApplier(netns=lab[0])
+    yield applier
+    applier.close()
+
+
 def judge_with(nft: NftApplier, *policies: dict) -> None:
     j = hj.judge(plan(*policies), "ferry-gw0", ["10.244.1.1/24", "192.168.77.1/24", "fd00:77::1/64"],
                  ["10.96.0.0/16", "fd00:96::/112"])
     nft.sync_policy(hj.render(j))
 
 
-def test_egress_is_judged_on_the_destination_kube_proxy_chose(lab: tuple[str, str, str, str, str]) -> None:
+def test_egress_is_judged_on_the_destination_kube_proxy_chose(lab: Names, nft: NftApplier) -> None:
     node, cli, _srv, free, ext = lab
-    nft = NftApplier(netns=node)
-    try:
-        with servers(ext, ("::", 6443), ("10.96.0.9", 80)), servers(node, ("192.168.77.1", 8080)):
-            judge_with(nft)  # no policy: every Service reached
-            assert connects(cli, "10.96.0.1", 443) and connects(cli, "10.96.0.2", 80)
-            judge_with(nft, DENY_EGRESS)
-            assert denied(node, "egress", cli, "10.96.0.1", 443)  # the "API server", off the Pod network
-            assert denied(node, "egress", cli, "10.96.0.2", 80)  # a hostNetwork backend on this Node (input)
-            assert denied(node, "egress", cli, "fd00:96::1", 443)  # IPv6
-            assert denied(node, "egress", cli, "10.96.0.9", 80)  # a ClusterIP kube-proxy left alone
-            assert connects(free, "10.96.0.1", 443)  # positive control: a Pod without policy
-            judge_with(nft, DENY_EGRESS, API_ALLOWED)
-            assert connects(cli, "10.96.0.1", 443)  # allowed by an ipBlock on the DNATed address and port
-            assert denied(node, "egress", cli, "10.96.0.2", 80)
-    finally:
-        nft.delete()
-        nft.close()
+    with servers(ext, ("::", 6443), ("10.96.0.9", 80)), servers(node, ("192.168.77.1", 8080)):
+        judge_with(nft)  # no policy: every Service reached
+        assert connects(cli, "10.96.0.1", 443) and connects(cli, "10.96.0.2", 80)
+        judge_with(nft, DENY_EGRESS)
+        assert denied(node, "egress", cli, "10.96.0.1", 443)  # the "API server", off the Pod network
+        assert denied(node, "egress", cli, "10.96.0.2", 80)  # a hostNetwork backend on this Node (input)
+        assert denied(node, "egress", cli, "fd00:96::1", 443)  # IPv6
+        assert denied(node, "egress", cli, "10.96.0.9", 80)  # a ClusterIP kube-proxy left alone
+        assert connects(free, "10.96.0.1", 443)  # positive control: a Pod without policy
+        judge_with(nft, DENY_EGRESS, API_ALLOWED)
+        assert connects(cli, "10.96.0.1", 443)  # allowed by an ipBlock on the DNATed address and port
+        assert denied(node, "egress", cli, "10.96.0.2", 80)
 
 
-def test_a_pod_backend_is_left_to_ovs(lab: tuple[str, str, str, str, str]) -> None:
+def test_a_pod_backend_is_left_to_ovs(lab: Names, nft: NftApplier) -> None:
     """A DNATed connection that goes back out of the gateway (into OVS) is not the host's to judge."""
     node, cli, srv, _free, _ext = lab
-    nft = NftApplier(netns=node)
-    try:
-        with servers(srv, ("10.244.1.6", 80)):
-            judge_with(nft, DENY_EGRESS)
-            before = drops(node, "egress")
-            assert connects(cli, "10.96.0.3", 80)
-            assert drops(node, "egress") == before
-    finally:
-        nft.delete()
-        nft.close()
+    with servers(srv, ("10.244.1.6", 80)):
+        judge_with(nft, DENY_EGRESS)
+        before = drops(node, "egress")
+        assert connects(cli, "10.96.0.3", 80)
+        assert drops(node, "egress") == before
 
 
-def test_nodeport_ingress_is_judged_by_the_original_client(lab: tuple[str, str, str, str, str]) -> None:
+def test_nodeport_ingress_is_judged_by_the_original_client(lab: Names, nft: NftApplier) -> None:
     node, _cli, srv, free, ext = lab
-    nft = NftApplier(netns=node)
-    try:
-        with servers(srv, ("10.244.1.6", 80)) as seen:
-            judge_with(nft)
-            assert connects(ext, "192.168.77.1", 30080)  # positive control: no policy
-            # masqueraded: to the gateway's address, which OVS lets through (kubelet probes)
-            assert seen[("10.244.1.6", 80)].stdout.readline().strip() == "10.244.1.1"
-            judge_with(nft, DENY_INGRESS)
-            assert denied(node, "ingress", ext, "192.168.77.1", 30080)  # the external host
-            assert denied(node, "ingress", free, "192.168.77.1", 30080)  # a Pod of the same Node
-            assert connects(node, "192.168.77.1", 30080)  # the Node itself (its own NodePort)
-            from_ext = pol("from-ext", "srv", ["Ingress"], ingress=[{"from": [{"ipBlock": {"cidr": "192.168.77.2/32"}}],
-                                                                   "ports": [{"port": 80}]}])
-            judge_with(nft, DENY_INGRESS, from_ext)
-            assert connects(ext, "192.168.77.1", 30080)  # its rule names the client, not the Node
-            assert denied(node, "ingress", free, "192.168.77.1", 30080)
-    finally:
-        nft.delete()
-        nft.close()
+    with servers(srv, ("10.244.1.6", 80)) as seen:
+        judge_with(nft)
+        assert connects(ext, "192.168.77.1", 30080)  # positive control: no policy
+        # masqueraded: to the gateway's address, which OVS lets through (kubelet probes)
+        assert seen[("10.244.1.6", 80)].stdout.readline().strip() == "10.244.1.1"
+        judge_with(nft, DENY_INGRESS)
+        assert denied(node, "ingress", ext, "192.168.77.1", 30080)  # the external host
+        assert denied(node, "ingress", free, "192.168.77.1", 30080)  # a Pod of the same Node
+        assert connects(node, "192.168.77.1", 30080)  # the Node itself (its own NodePort)
+        from_ext = pol("from-ext", "srv", ["Ingress"], ingress=[{"from": [{"ipBlock": {"cidr": "192.168.77.2/32"}}],
+                                                               "ports": [{"port": 80}]}])
+        judge_with(nft, DENY_INGRESS, from_ext)
+        assert connects(ext, "192.168.77.1", 30080)  # its rule names the client, not the Node
+        assert denied(node, "ingress", free, "192.168.77.1", 30080)
 
 
-def test_the_table_is_written_once_and_removed_with_policy_off(lab: tuple[str, str, str, str, str]) -> None:
+def test_the_table_is_written_once_and_removed_with_policy_off(lab: Names, nft: NftApplier) -> None:
     node = lab[0]
-    nft = NftApplier(netns=node)
-    try:
-        j = hj.render(hj.judge(plan(DENY_EGRESS), "ferry-gw0", ["192.168.77.1/24"]))
-        assert nft.sync_policy(j) and not nft.sync_policy(j)
-        ns_sh(node, "nft", "delete", "table", "inet", POLICY_TABLE)
-        assert nft.sync_policy(j)  # deleted by hand: back
-        assert nft.sync_policy(None)
-        assert POLICY_TABLE not in ns_sh(node, "nft", "list", "tables")
-        assert "table inet kp" in ns_sh(node, "nft", "list", "tables")  # another's table untouched
-    finally:
-        nft.close()
+    j = hj.render(hj.judge(plan(DENY_EGRESS), "ferry-gw0", ["192.168.77.1/24"]))
+    assert nft.sync_policy(j) and not nft.sync_policy(j)
+    ns_sh(node, "nft", "delete", "table", "inet", POLICY_TABLE)
+    assert nft.sync_policy(j)  # deleted by hand: back
+    assert nft.sync_policy(None)
+    assert POLICY_TABLE not in ns_sh(node, "nft", "list", "tables")
+    assert "table inet kp" in ns_sh(node, "nft", "list", "tables")  # another's table untouched
