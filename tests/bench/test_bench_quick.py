@@ -19,7 +19,7 @@ import pytest
 from bench import report
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "system")
+SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "policy-replay", "system")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -72,6 +72,9 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     assert policy["dataplane"]["verdicts"]["policy"] == {"client": True, "other": False}
     assert policy["dataplane"]["policy"]["bridge_flows"] > policy["dataplane"]["none"]["bridge_flows"]
     assert {r["n"] for r in data["system"]["operations"]} == {5}
+    replay = data["policy-replay"]  # the incremental planner's replay, held to the full one
+    assert [s["equal_to_full_plan_after_replay"] for s in replay["scales"]] == [True]
+    assert replay["differential"]["ok"] and replay["differential"]["events"] >= 2000
 
     md = (out / "report.md").read_text()
     for g in report.GOALS:
