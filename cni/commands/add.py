@@ -16,11 +16,9 @@ if TYPE_CHECKING:
     from typing import Any
 
     from cni.kernel.netlink import Netlink
-    from cni.node.nodestate import NodeState
     from cni.ovs.openflow.bridge import OpenFlow
     from cni.ovs.ovsdb import Ovsdb
     from cni.pipeline.podnet import PodNet
-    from cni.pipeline.tables import Cookie, Flow
 
 from cni.commands.gateway import node_gateway
 from cni.commands.rollback import Rollback
@@ -33,6 +31,7 @@ from cni.commands.steps import (
     open_pod_netns,
     ovs_clients,
     pod_net,
+    policy_pending,
     random_mac,
     reported,
 )
@@ -40,7 +39,7 @@ from cni.lean import addr
 from cni.node import config as cfg
 from cni.node.locks import attachment_lock
 from cni.pipeline import tables as pl
-from cni.pipeline.flows import GatewayPort, PodPort, base_flows, pending_flows, pod_flows
+from cni.pipeline.flows import GatewayPort, PodPort, base_flows, pod_flows
 from cni.pipeline.modes import NETDEV, NETWORK_POLICY_ONLY
 from cni.spec.errors import INTERFACE_EXISTS, INVALID_CONFIG, NETLINK_FAILURE, CniError
 from cni.spec.request import Request
@@ -163,7 +162,7 @@ def add(req: Request) -> Result:
                 cookie = pl.pod_cookie(req.container_id, req.ifname)
                 addresses = tuple(i.address for i in ips)
                 ofport = pending.ofport_request if pending.ofport_request is not None else pending.finish()
-                blocked = _policy_pending(req, node.state, cookie, addresses)
+                blocked = policy_pending(req, node.state, cookie, addresses)
                 flows = pod_flows(PodPort(cookie, ofport, mac, addresses), gw.mac, gw.ofport) + blocked
                 if install_base:
                     flows = base_flows(GatewayPort(gw.ofport, gw.mac, gw.addresses)) + flows
@@ -198,17 +197,6 @@ def add(req: Request) -> Result:
         ips=ips, routes=[Route(dst=r.dst, gw=r.gw, mtu=r.mtu) for r in pod.routes], dns=_dns(conf))
     note_version_limits(req, conf, result)
     return result
-
-
-def _policy_pending(req: Request, state: NodeState | None, cookie: Cookie, addresses: tuple[str, ...]) -> list[Flow]:
-    """A Pod in a namespace that has NetworkPolicies starts with no new connection in or out
-    (:func:`cni.pipeline.flows.pending_flows`): its policy may select it, and route-sync, which
-    knows its labels, lifts the block once the policy is in force.  Fails closed: the flows go in
-    with the Pod's own, in one bundle, before the Pod has an address to be reached at."""
-    namespace = req.args.get("K8S_POD_NAMESPACE")
-    if state is None or not namespace or namespace not in state.policyNamespaces:
-        return []
-    return pending_flows(cookie, addresses)
 
 
 def _state_id(path: str) -> tuple[int, int] | None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-from cni.commands.steps import HOST_END_ISOLATION
+from cni.commands.steps import HOST_END_ISOLATION, policy_pending
 from cni.lean import addr
 from cni.lean.record import record
 from cni.lean.typecheck import TYPE_CHECKING
@@ -291,7 +291,10 @@ def add(req: Request, conf: PluginConfig, node: NodeContext) -> Result:
                 step("per-Pod flows")
                 cookie = pl.pod_cookie(req.container_id, req.ifname)
                 undo.push("per-Pod flows", lambda: of.del_flows(cookie))
-                of.add_flows(chained_flows(cookie, ofport, pod_mac, att, gw.mac, gw.ofport))
+                # a namespace with policies: no new connection in or out until route-sync has the
+                # Pod's policy in force (as a normal ADD: cni.commands.steps.policy_pending)
+                of.add_flows(chained_flows(cookie, ofport, pod_mac, att, gw.mac, gw.ofport)
+                             + policy_pending(req, node.state, cookie, att.addresses))
                 step(f"host routes to the Pod via {gw.name}")
                 undo.push("host routes to the Pod", lambda: _routes_back(host_nl, moved, host_link.index, gw_index))
                 for m in moved:

@@ -21,9 +21,11 @@ if TYPE_CHECKING:
     from typing import Any
 
     from cni.kernel.netlink import Netlink
+    from cni.node.nodestate import NodeState
     from cni.ovs.openflow.bridge import OpenFlow
     from cni.ovs.ovsdb import Ovsdb
     from cni.pipeline.podnet import PodNet
+    from cni.pipeline.tables import Flow
     from cni.spec.request import Request
     from cni.spec.result import IPConfig, Result
     from ipam.api import IpamConfig
@@ -197,3 +199,16 @@ def isolate_host_end(host: str) -> None:
             if family != "ipv6":
                 raise
             # No IPv6 on this link (an MTU below 1280, or IPv6 off in the kernel): none to turn off.
+
+
+def policy_pending(req: Request, state: NodeState | None, cookie: pl.Cookie, addresses: tuple[str, ...]) -> list[Flow]:
+    """A Pod in a namespace that has NetworkPolicies starts with no new connection in or out
+    (:func:`cni.pipeline.flows.pending_flows`): its policy may select it, and route-sync, which
+    knows its labels, lifts the block once the policy is in force.  Fails closed: the flows go in
+    with the Pod's own, in one bundle, before the Pod has an address to be reached at."""
+    namespace = req.args.get("K8S_POD_NAMESPACE")
+    if state is None or not namespace or namespace not in state.policyNamespaces:
+        return []
+    from cni.pipeline.flows import pending_flows
+
+    return pending_flows(cookie, addresses)

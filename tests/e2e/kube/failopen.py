@@ -276,9 +276,9 @@ def early_egress(lab: Lab, fo: FailOpen, ext_service_ip: str) -> dict[str, Any]:
     """From its first packet: a Pod created under the egress default-deny whose container, from
     its start, connects in a loop to a logger on the external host, directly and through a
     ClusterIP DNATed there.  While the policy holds the logger sees nothing, from the Pod's first
-    packet on (waited until the host's judge on node-1 dropped 5 of the ClusterIP attempts, so the
-    loop ran); the policy deleted, the logger sees it (so the loop could have been seen).  Run
-    with the policies of :func:`check` in force; deletes them."""
+    packet on (waited until the container's log shows 10 attempts timed out, so the loop ran);
+    the policy deleted, the logger sees it (so the loop could have been seen).  Run with the
+    policies of :func:`check` in force; deletes the egress one."""
     import subprocess
     import threading
 
@@ -302,13 +302,21 @@ def early_egress(lab: Lab, fo: FailOpen, ext_service_ip: str) -> dict[str, Any]:
         n1 = lab.node("node-1")
         drops0 = _judge_drops(n1)
         cluster.kubectl("create", "-f", "-", input=json.dumps(doc))
-        wait_for("the early Pod's ClusterIP attempts dropped by node-1's judge",
-                 lambda: _judge_drops(n1) >= drops0 + 5, HANG)
+
+        def attempts() -> int:  # the container's own word for each connection that did not go through
+            logs = cluster.kubectl("logs", "-n", NS, EARLY_POD, check=False).stdout
+            return logs.count("timed out")
+
+        def detail() -> str:
+            pod = cluster.kubectl("get", "pod", "-n", NS, EARLY_POD, "-o", "wide", check=False).stdout
+            return f"judge drops {drops0} -> {_judge_drops(n1)}, attempts timed out: {attempts()}\n{pod}"
+        wait_for("10 of the early Pod's attempts to time out", lambda: attempts() >= 10, HANG, detail)
         while_isolated = len(seen)
         Policies(lab).delete("fo-client-egress")
         wait_for("the early Pod's connections once its egress policy is gone", lambda: len(seen) > while_isolated,
                  HANG)
-        return {"while_isolated": while_isolated, "judged": _judge_drops(n1) - drops0, "after": len(seen)}
+        return {"while_isolated": while_isolated, "attempts": attempts(), "judged": _judge_drops(n1) - drops0,
+                "after": len(seen)}
     finally:
         logger.kill()
         logger.wait()
@@ -377,7 +385,8 @@ def check(lab: Lab, fo: FailOpen, label: str, readiness: bool = False) -> list[R
     table = render(rows, label) + f"\nnode-2's own host -> fo-srv {srv_ip[0]}:{srv_ip[1]}: {own[0]}{ready}"
     if early is not None:
         table += (f"\na Pod created under the egress deny, connecting from its start: {early['while_isolated']} "
-                  f"connections through while isolated ({early['judged']} attempts dropped by the host's judge), "
+                  f"connections through while isolated, {early['attempts']} attempts timed out "
+                  f"({early['judged']} packets dropped by node-1's host judge), "
                   f"{early['after'] - early['while_isolated']} once its policy was deleted")
     print(table)
     assert all(r.ok for r in rows) and own == ["open"], table
