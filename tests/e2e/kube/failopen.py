@@ -367,8 +367,9 @@ def check(lab: Lab, fo: FailOpen, label: str, readiness: bool = False) -> list[R
         # are denied in OVS (route-sync writes the host's judge in the same pass, before the flows)
         cli, srv_ip = fo.sources["fo-cli"], next(c.target for c in fo.cases if c.name.startswith("Pod IP from"))
         open_ip = next(c.target for c in fo.cases if c.name.startswith("the Pod IP of fo-open"))
-        wait_for(f"{label}: the policies in force", lambda: probe(cli, [open_ip], 1.0) == ["timeout"]
-                 and probe(fo.sources["fo-free"], [srv_ip], 1.0) == ["timeout"], HANG)
+        # the same connect timeout as the rounds: a slow but open path is not mistaken for one in force
+        wait_for(f"{label}: the policies in force", lambda: probe(cli, [open_ip]) == ["timeout"]
+                 and probe(fo.sources["fo-free"], [srv_ip]) == ["timeout"], HANG)
         seen = _round(fo, [(c.src, c.target) for c in fo.cases])
         again = _round(fo, controls)  # the controls still connect (their Pods have no policy)
         own = probe(fo.sources["node-2"], [srv_ip])  # node-2's own host (kubelet probes) still reaches fo-srv
