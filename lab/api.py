@@ -578,7 +578,13 @@ class Lab:
                 proc.stdout.close()
             if line.strip() != "ready":
                 proc.kill()
-                raise LabError(f"echo server in {netns} did not start; see {errlog}")
+                rc = proc.wait()
+                with open(errlog, errors="replace") as f:
+                    tail = "".join(f.readlines()[-20:])
+                # what the echo server (or `ip netns exec`) said, and what the namespace holds
+                addrs = run(["ip", "-br", "addr"], netns=netns, check=False)
+                raise LabError(f"echo server in {netns} did not start (exit {rc}, printed {line!r}); {errlog}:\n"
+                               f"{tail}\nip -br addr: {addrs.returncode} {addrs.stdout}{addrs.stderr}")
             self.manifest.record("pid", pid=proc.pid, netns=netns, what="echo")
             layout.write_atomic(rec, f"{proc.pid}\n")
 

@@ -348,11 +348,13 @@ class Daemon:
             desired = planner.plan(cfg, me, peers, facts, hops, memo=self._memo)
             desired.full = full
             policies = None
+            pending_namespaces: list[str] = []
             if self.policy is not None:
                 step = self.policy.step(desired.gateway_addresses, facts, full)
                 policies = step.plan
-                desired.flows = desired.flows + policies.flows
-                desired.policy_namespaces = tuple(policies.policy_namespaces)
+                desired.flows = desired.flows + step.flows
+                pending_namespaces = step.namespaces
+                desired.policy_namespaces = tuple(pending_namespaces)
                 desired.policy_nft = step.nft
             self._count_disagreements(desired)
             self._report_conflicts(desired.cidr_conflicts)
@@ -369,7 +371,7 @@ class Daemon:
             if policies is not None:
                 self.appliers.release_pending(policies.local_pods, full)
             state = planner.node_state(cfg, me, desired, facts, self._state_rows,
-                                       policies.policy_namespaces if policies is not None else [])
+                                       pending_namespaces if policies is not None else [])
             written = self._write_state(state, full)
             self._sync_pods(state, full)
             if self.bgp is not None:  # advertise this Node's Pod CIDRs (a no-op when they are the same)

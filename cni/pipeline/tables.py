@@ -72,10 +72,14 @@ class Table(int):
     NEIGHBOR_RESPONDER: Table
     CONNTRACK: Table
     CONNTRACK_STATE: Table
+    EGRESS_ADMIN: Table
     EGRESS_RULE: Table
     EGRESS_DEFAULT: Table
+    EGRESS_BASELINE: Table
+    INGRESS_ADMIN: Table
     INGRESS_RULE: Table
     INGRESS_DEFAULT: Table
+    INGRESS_BASELINE: Table
     CONNTRACK_COMMIT: Table
     L3_FORWARDING: Table
     L2_FORWARDING: Table
@@ -86,10 +90,14 @@ Table.SPOOF_GUARD = Table(10)
 Table.NEIGHBOR_RESPONDER = Table(20)
 Table.CONNTRACK = Table(25)
 Table.CONNTRACK_STATE = Table(26)
+Table.EGRESS_ADMIN = Table(36)
 Table.EGRESS_RULE = Table(40)
 Table.EGRESS_DEFAULT = Table(41)
+Table.EGRESS_BASELINE = Table(44)
+Table.INGRESS_ADMIN = Table(46)
 Table.INGRESS_RULE = Table(50)
 Table.INGRESS_DEFAULT = Table(51)
+Table.INGRESS_BASELINE = Table(54)
 Table.CONNTRACK_COMMIT = Table(60)
 Table.L3_FORWARDING = Table(70)
 Table.L2_FORWARDING = Table(80)
@@ -151,14 +159,26 @@ class Conntrack(Ladder):
 # Known connections' replies skip policy; the rest goes through it.
 class ConntrackState(Ladder):
     TABLE = Table.CONNTRACK_STATE
-    MISS_GOTO = Table.EGRESS_RULE
+    MISS_GOTO = Table.EGRESS_ADMIN
     PENDING = 230  # POD: a Pod whose policy is not in force yet, no new connection
     FROM_HOST = 215  # a reply that comes from the host never goes back to it
     HOST_RETURN = 210  # a reply of a connection the host forwarded goes back through its port
     KNOWN = 200  # +est+rpl / +rel: past policy to ConntrackCommit
 
 
-# NetworkPolicy egress rules as conjunctions (route-sync, ``routesync/policy``).
+# The policy tiers, in evaluation order per direction: the administrator's ClusterNetworkPolicies
+# (Admin tier), NetworkPolicy, ClusterNetworkPolicies of the Baseline tier (route-sync,
+# ``routesync/policy``).  A tier's rule is a conjunction at the rung of its policy's priority and
+# its place in the policy (TOP - 26 * priority - index: lower priority values first); its
+# conj_id flow accepts (on to the next direction), denies (drop) or passes (on to the next tier).
+class EgressAdmin(Ladder):
+    TABLE = Table.EGRESS_ADMIN
+    MISS_GOTO = Table.EGRESS_RULE
+    SERVICE = 65000  # to a Service CIDR: judged after the host's DNAT (as in EgressRule)
+    TOP = 60000  # the first rule of a priority-0 policy
+
+
+# NetworkPolicy egress rules as conjunctions.
 class EgressRule(Ladder):
     TABLE = Table.EGRESS_RULE
     MISS_GOTO = Table.EGRESS_DEFAULT
@@ -168,11 +188,24 @@ class EgressRule(Ladder):
 
 class EgressDefault(Ladder):
     TABLE = Table.EGRESS_DEFAULT
-    MISS_GOTO = Table.INGRESS_RULE
+    MISS_GOTO = Table.EGRESS_BASELINE
     ISOLATED_NEW = 210  # its new connection's packet also goes up to route-sync (metered): the denied log
     ISOLATED = 200  # a Pod a policy isolates for egress: what no rule allowed is dropped
     REMOTE_ISOLATED_NEW = 195  # the remote drop's conj_id with ct +new: up to route-sync too (the denied log)
     REMOTE_ISOLATED = 190  # a remote Pod isolated for egress, to a local Pod: the same (below: never a local source)
+
+
+# What NetworkPolicy does not isolate: the Baseline tier.
+class EgressBaseline(Ladder):
+    TABLE = Table.EGRESS_BASELINE
+    MISS_GOTO = Table.INGRESS_ADMIN
+    TOP = 60000
+
+
+class IngressAdmin(Ladder):
+    TABLE = Table.INGRESS_ADMIN
+    MISS_GOTO = Table.INGRESS_RULE
+    TOP = 60000
 
 
 class IngressRule(Ladder):
@@ -184,9 +217,15 @@ class IngressRule(Ladder):
 
 class IngressDefault(Ladder):
     TABLE = Table.INGRESS_DEFAULT
-    MISS_GOTO = Table.CONNTRACK_COMMIT
+    MISS_GOTO = Table.INGRESS_BASELINE
     ISOLATED_NEW = 210
     ISOLATED = 200
+
+
+class IngressBaseline(Ladder):
+    TABLE = Table.INGRESS_BASELINE
+    MISS_GOTO = Table.CONNTRACK_COMMIT
+    TOP = 60000
 
 
 # A new connection committed, with the mark of the host port it came through, if any.
@@ -214,7 +253,8 @@ class L2Forwarding(Ladder):
 
 # In packet order; each table exactly once.
 PIPELINE: tuple[type[Ladder], ...] = (Classifier, SpoofGuard, NeighborResponder, Conntrack, ConntrackState,
-                                      EgressRule, EgressDefault, IngressRule, IngressDefault, ConntrackCommit,
+                                      EgressAdmin, EgressRule, EgressDefault, EgressBaseline,
+                                      IngressAdmin, IngressRule, IngressDefault, IngressBaseline, ConntrackCommit,
                                       L3Forwarding, L2Forwarding)
 
 

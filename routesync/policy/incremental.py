@@ -315,7 +315,7 @@ class RuleState:
         self.key = f"{policy.key}|{direction}{'-remote' if remote else ''}|{index}|"
         self.table = int(Table.INGRESS_RULE if ingress else Table.EGRESS_RULE)
         self.prio = int(IngressRule.CONJ if ingress else EgressRule.CONJ)
-        self.then: tuple[Action, ...] = (goto(Table.CONNTRACK_COMMIT) if ingress else goto(Table.INGRESS_RULE),)
+        self.then: tuple[Action, ...] = (goto(Table.CONNTRACK_COMMIT) if ingress else goto(Table.INGRESS_ADMIN),)
         self.src = not ingress  # the Pods it applies to are the sources (egress)
         numeric = [(p.protocol, p.port if isinstance(p.port, int) else None, p.end_port)
                    for p in rule.ports if not isinstance(p.port, str)]

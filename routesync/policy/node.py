@@ -18,17 +18,20 @@ import ipaddress
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Protocol
 
 from cni.pipeline.tables import GATEWAY_PORT
 
 from . import plan as policy_plan
+from .cnp import plan as tier_plan
+from .cnp.plan import TierPlan
 from .incremental import IncrementalPlanner
 from .stats import DeniedLog
 
 if TYPE_CHECKING:
     from cni.ovs.openflow.ofctl import DumpedFlow
+    from cni.pipeline.tables import Flow
 
     from ..config import Config
     from ..model import LocalFacts
@@ -68,12 +71,23 @@ class PolicyFlows(Protocol):
 
 @dataclass(frozen=True)
 class PolicyStep:
-    """One pass's policy: the plan, the host's judge (``DesiredState.policy_nft``), and how many
-    flows changed since the previous pass."""
+    """One pass's policy: the plan, the host's judge (``DesiredState.policy_nft``), how many
+    flows changed since the previous pass, and the ClusterNetworkPolicy tiers' plan."""
 
     plan: policy_plan.Plan
     nft: str
     changed_flows: int
+    tiers: TierPlan = field(default_factory=TierPlan)
+
+    @property
+    def flows(self) -> list[Flow]:
+        return self.plan.flows + self.tiers.flows
+
+    @property
+    def namespaces(self) -> list[str]:
+        """Where a new Pod starts pending: a namespace with a NetworkPolicy or one a
+        ClusterNetworkPolicy's subject selects."""
+        return sorted(set(self.plan.policy_namespaces) | set(self.tiers.subject_namespaces))
 
 
 def differences(got: policy_plan.Plan, want: policy_plan.Plan, most: int = 3) -> list[str]:
@@ -116,6 +130,9 @@ class PolicyNode:
         self._next_denied_log = 0.0
         self.drift_repairs = 0
         self.checks = 0  # full passes that compared with the full planner
+        self.tier_ids = policy_plan.ConjIds(tier_plan.FIRST_CONJ_ID)
+        self.tiers = TierPlan()
+        self._tier_key: tuple[object, ...] | None = None
 
     def facts(self, gateway_addresses: tuple[str, ...], local: LocalFacts) -> policy_plan.NodeFacts:
         # the Node's own traffic to its Pods (kubelet probes) comes from the gateway's addresses;
@@ -153,7 +170,29 @@ class PolicyNode:
         if plan is None or planner.version != self._version:
             plan = self._planned(planner.snapshot(), how, self.clock() - t0, planner)
         delta = planner.take_delta()
-        return PolicyStep(plan, self._host_judge(plan, local, facts.service_cidrs), len(delta))
+        tiers = self._tiers(planner, facts, full)
+        return PolicyStep(plan, self._host_judge(plan, local, facts.service_cidrs), len(delta), tiers)
+
+    def _tiers(self, planner: IncrementalPlanner, facts: policy_plan.NodeFacts, full: bool) -> TierPlan:
+        """The ClusterNetworkPolicy tiers, planned again (in full: few policies, each a sum of
+        its sizes) when the objects they read moved; nothing to do while there are none."""
+        objects = getattr(self.source, "tier_objects", None)
+        if objects is None:
+            return self.tiers
+        gen, policies, nodes = objects()
+        key = (self._gen, gen, facts.node, facts.service_cidrs)
+        if key == self._tier_key and not full:
+            return self.tiers
+        t0 = self.clock()
+        inputs = tier_plan.Inputs(tuple(planner.pods.values()), planner.namespaces, policies, nodes)
+        tiers = tier_plan.plan(inputs, tier_plan.Facts(facts.node, facts.service_cidrs), self.tier_ids)
+        for e in sorted(set(tiers.errors) - set(self.tiers.errors)):
+            log.warning("ClusterNetworkPolicy %s", e)
+        if policies or self.tiers.flows:
+            log.info("cluster policy planned in %.1f ms: %d policies, %d rules here, %d flows",
+                     (self.clock() - t0) * 1e3, len(policies), len(tiers.rules), len(tiers.flows))
+        self.tiers, self._tier_key = tiers, key
+        return tiers
 
     def _apply(self, planner: IncrementalPlanner) -> None:
         changes = getattr(self.source, "changes", None)

@@ -141,10 +141,10 @@ class ConjIds:
     id (:meth:`get` of a key held already changes nothing; :meth:`copy` lets a full plan check
     an incremental one without touching its ids)."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: int = 1) -> None:
         self._ids: dict[str, int] = {}
         self._free: list[int] = []  # a heap: the smallest free id first
-        self._next = 1
+        self._next = self._first = first
         self._used: set[str] = set()
         self.cookies: dict[str, Cookie] = {}  # flow identity -> its cookie, across plans
 
@@ -176,7 +176,7 @@ class ConjIds:
 
     def copy(self) -> ConjIds:
         """The same ids and free list (the cookie memo shared: it is a cache)."""
-        out = ConjIds()
+        out = ConjIds(self._first)
         out._ids, out._free, out._next, out._used = dict(self._ids), list(self._free), self._next, set(self._used)
         out.cookies = self.cookies
         return out
@@ -379,7 +379,7 @@ def index_all(index: PodIndex) -> list[Pod]:
     return [p for pods in index.by_ns.values() for p in pods]
 
 
-class _Flows:
+class FlowSet:
     """Flows being built, merged by identity: a clause flow several rules share is one flow
     with each rule's ``conjunction()`` action.  One bucket per (table, priority), keyed by the
     match's text: ``[match, actions]``."""
@@ -456,7 +456,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
     here = facts.node
     local = [p for p in inputs.pods if p.node == here]
     out = Plan(local_pods=local, policy_namespaces=policy_namespaces(inputs.policies))
-    fl = _Flows(ids.cookies)
+    fl = FlowSet(ids.cookies)
     iso: dict[str, list[bool]] = {p.key: [False, False] for p in local}
     remote_isolated: dict[str, Pod] = {}  # remote Pods isolated for egress, judged here too
     remote_by: dict[str, list[str]] = defaultdict(list)  # remote Pod -> the policies isolating its egress
@@ -515,7 +515,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
     return out
 
 
-def _denied_log_flows(fl: _Flows, pod: Pod, isolating: Mapping[tuple[str, str], list[str]]) -> None:
+def _denied_log_flows(fl: FlowSet, pod: Pod, isolating: Mapping[tuple[str, str], list[str]]) -> None:
     """Above each isolation drop, its new connections' drop that also sends the first packet up to
     route-sync (``controller()``, at most 128 bytes of it, through the denied log's meter), with
     the Pod, the direction and the policies that isolate it in that direction
@@ -548,7 +548,7 @@ def local_destinations(local: Iterable[Pod], pod_cidrs: Sequence[str]) -> list[s
     return list(dict.fromkeys(out))
 
 
-def _remote_isolation(fl: _Flows, out: Plan, ids: ConjIds, remote: list[Pod], destinations: list[str],
+def _remote_isolation(fl: FlowSet, out: Plan, ids: ConjIds, remote: list[Pod], destinations: list[str],
                       logged_by: Mapping[str, list[str]] | None = None) -> None:
     """The drop of what no rule allowed a remote egress-isolated Pod to send to this Node's Pods
     (:func:`local_destinations`): one conjunction (its sources × those, in the sum of their
@@ -577,7 +577,7 @@ def _remote_isolation(fl: _Flows, out: Plan, ids: ConjIds, remote: list[Pod], de
                 out.remote_sources[str(ipaddress.ip_address(ip))] = (p.key, tuple(sorted(set(logged_by[p.key]))))
 
 
-def _add_rule(fl: _Flows, out: Plan, ids: ConjIds, direction: str, policy: Policy, index: int, part: _Part,
+def _add_rule(fl: FlowSet, out: Plan, ids: ConjIds, direction: str, policy: Policy, index: int, part: _Part,
               remote: bool = False) -> None:
     """One conjunction for ``part``; ``remote``: a remote client's egress, judged here on what
     it sends to this Node's Pods (recorded in ``Plan.remote_rules``)."""
@@ -585,7 +585,7 @@ def _add_rule(fl: _Flows, out: Plan, ids: ConjIds, direction: str, policy: Polic
         return  # it allows nothing
     table = Table.INGRESS_RULE if direction == INGRESS else Table.EGRESS_RULE
     conj = IngressRule.CONJ if direction == INGRESS else EgressRule.CONJ
-    then = goto(Table.CONNTRACK_COMMIT) if direction == INGRESS else goto(Table.INGRESS_RULE)
+    then = goto(Table.CONNTRACK_COMMIT) if direction == INGRESS else goto(Table.INGRESS_ADMIN)
     n = ids.get(f"{policy.key}|{direction}{'-remote' if remote else ''}|{index}|{part.tag}")
     clauses = 3 if part.ports is not None else 2
     info = RuleInfo(n, policy.key, direction, index, tuple(p.key for p in part.applied), part.tag)

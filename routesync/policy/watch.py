@@ -1,4 +1,5 @@
-"""The cluster's Pods, Namespaces and NetworkPolicies, watched for route-sync's policy planner.
+"""The cluster's Pods, Namespaces and NetworkPolicies, watched for route-sync's policy planner
+(and its ClusterNetworkPolicies, with the Nodes a ``nodes`` peer names: :meth:`tier_objects`).
 
 Four :class:`routesync.sources.reflector.Reflector` caches (``pods``, ``namespaces``,
 ``networkpolicies``, cluster-wide: a rule's peers may be any Pod; ``servicecidrs``, the
@@ -12,17 +13,21 @@ from an empty cache (that would open every isolated Pod while it starts)."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from ..sources.base import SourceError
 from ..sources.reflector import Reflector
+from .cnp import model as cnp
+from .cnp.model import ClusterPolicy, NodeInfo
 from .incremental import Changes, Labels
 from .model import Pod, Policy, namespace_from, pod_from, policy_from, service_cidrs_from
 from .plan import Inputs
 
 SYNC_TIMEOUT = 10.0  # seconds a pass waits for the first lists
+CRD_RETRY = 30.0  # seconds between looks for a CRD the API server does not serve yet
 
 
 class PolicySource:
@@ -42,7 +47,16 @@ class PolicySource:
         # the Service CIDRs, from the cluster (an IPv6 one is not in any manifest's default)
         self.service_cidr_objects: Reflector[tuple[str, ...]] = Reflector(
             "ServiceCIDR", net.list_service_cidr, service_cidrs_from, self._changed)
-        self._all = (self.pods, self.namespaces, self.policies, self.service_cidr_objects)
+        # the administrator's tiers (the CRD may come later: looked for again every 30 s), and the
+        # Nodes, which only a ClusterNetworkPolicy's ``nodes`` peer reads (watched from its first)
+        custom = client.CustomObjectsApi(api_client)
+        self.cluster_policies: Reflector[ClusterPolicy] = Reflector(
+            "ClusterNetworkPolicy", functools.partial(custom.list_cluster_custom_object, cnp.GROUP, cnp.VERSION,
+                                                      cnp.PLURAL), cnp.cluster_policy_from, self._changed,
+            unserved_retry=CRD_RETRY)
+        self.nodes: Reflector[NodeInfo] = Reflector("Node", core.list_node, cnp.node_info_from, self._changed)
+        self._all = (self.pods, self.namespaces, self.policies, self.service_cidr_objects, self.cluster_policies,
+                     self.nodes)
 
     def _changed(self) -> None:
         self.changed.set()
@@ -51,7 +65,8 @@ class PolicySource:
 
     def start(self) -> None:
         for r in self._all:
-            r.start()
+            if r is not self.nodes:
+                r.start()
 
     def close(self) -> None:
         for r in self._all:
@@ -92,6 +107,26 @@ class PolicySource:
         gn, cn, _ = self.namespaces.drain()
         gpol, cpol, _ = self.policies.drain()
         return (gp, gn, gpol), Changes(cp, {k: v[1] if v is not None else None for k, v in cn.items()}, cpol)
+
+    def tier_generation(self) -> tuple[int, int]:
+        return (self.cluster_policies.generation, self.nodes.generation)
+
+    def tier_objects(self) -> tuple[tuple[int, int], tuple[ClusterPolicy, ...], tuple[NodeInfo, ...]]:
+        """The ClusterNetworkPolicies and, when one has a ``nodes`` peer, the Nodes.  Raises
+        :class:`SourceError` until they are listed (an Admin Deny not known yet must not allow)."""
+        r = self.cluster_policies
+        r.start()
+        if not r.synced.wait(timeout=SYNC_TIMEOUT):
+            raise SourceError("Kubernetes ClusterNetworkPolicies not listed yet: policy not planned")
+        _g, policies = r.snapshot()
+        nodes: list[NodeInfo] = []
+        if any(p.nodes is not None for c in policies for rule in c.egress for p in rule.peers or ()):
+            self.nodes.start()
+            if not self.nodes.synced.wait(timeout=SYNC_TIMEOUT):
+                raise SourceError("Kubernetes Nodes not listed yet: ClusterNetworkPolicy not planned")
+            _g, nodes = self.nodes.snapshot()
+        return (self.tier_generation(), tuple(sorted(policies, key=lambda p: p.name)),
+                tuple(sorted(nodes, key=lambda n: n.name)))
 
     def service_cidrs(self, configured: tuple[str, ...]) -> tuple[str, ...]:
         """Every CIDR of the cluster's ServiceCIDR objects (those being deleted too: their

@@ -7,7 +7,8 @@
   backoff (0.2 s doubling to 30 s) when it failed; 410 Gone forces a re-list at once; a failed
   list or a refused watch waits with the same backoff and re-lists; a first list answered 404
   (a resource this API server does not serve, e.g. ServiceCIDRs before Kubernetes 1.33) sets
-  ``unserved`` (and ``synced``: what there is to know is known) and ends the reflector.
+  ``unserved`` (and ``synced``: what there is to know is known) and ends the reflector, or, with
+  ``unserved_retry``, lists again that often (a CRD installed later is followed).
 
 Objects are kept as what ``parse`` makes of their JSON (``return_type=object``: the client's
 model classes cost far more than the few fields Ferry reads); ``parse`` returning None drops an
@@ -44,8 +45,12 @@ def object_key(obj: dict[str, Any]) -> str:
 
 class Reflector(Generic[T]):
     def __init__(self, kind: str, list_fn: Callable[..., Any], parse: Callable[[dict[str, Any]], T | None],
-                 on_change: Callable[[], None] | None = None, journal: bool = False) -> None:
+                 on_change: Callable[[], None] | None = None, journal: bool = False,
+                 unserved_retry: float | None = None) -> None:
         self.kind = kind
+        # a resource a CRD brings (ClusterNetworkPolicies): unserved, listed again every that many
+        # seconds, so that the CRD installed later is followed (None: an unserved resource ends it)
+        self.unserved_retry = unserved_retry
         self.list_fn = list_fn
         self.parse = parse
         self.on_change = on_change
@@ -135,6 +140,7 @@ class Reflector(Generic[T]):
             self._changed()
         self.resource_version = body["metadata"]["resourceVersion"]
         self.relists += 1
+        self.unserved.clear()
         self.synced.set()
 
     def _watch_once(self) -> int:
@@ -197,11 +203,15 @@ class Reflector(Generic[T]):
                              self.kind)
                     need_list = True
                     continue
-                if e.status == 404 and need_list and not self.synced.is_set():
-                    log.info("kube: the API server serves no %ss", self.kind)
+                if e.status == 404 and need_list and (not self.synced.is_set() or self.unserved.is_set()):
+                    if not self.unserved.is_set():
+                        log.info("kube: the API server serves no %ss", self.kind)
                     self.unserved.set()
                     self.synced.set()  # known: nothing to list
-                    return
+                    if self.unserved_retry is None:
+                        return
+                    self._stop.wait(self.unserved_retry)
+                    continue
                 self._fail(e, "re-listing")
                 need_list = True
                 self._stop.wait(backoff)

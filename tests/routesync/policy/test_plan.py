@@ -155,8 +155,8 @@ def test_a_remote_clients_egress_is_judged_on_what_it_sends_here() -> None:
     assert len({r0, r1, r2, p.remote_isolation_id}) == 4
     allow, isolation = remote_egress(p)
     assert sorted(allow) == sorted([
-        f"conj_id={r0},actions=goto_table:50", f"conj_id={r1},actions=goto_table:50",
-        f"conj_id={r2},actions=goto_table:50",
+        f"conj_id={r0},actions=goto_table:46", f"conj_id={r1},actions=goto_table:46",
+        f"conj_id={r2},actions=goto_table:46",
         f"ip,nw_dst=10.0.1.5,actions=conjunction({r0},2/3),conjunction({r1},2/3)",  # srv here; srv-far is not
         f"ip,nw_dst=10.0.1.6,actions=conjunction({r2},2/3)",  # the ipBlock, as it is
         f"ip,nw_src=10.0.2.5,actions=conjunction({r0},1/3),conjunction({r1},1/3),conjunction({r2},1/3)",
