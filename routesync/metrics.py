@@ -43,6 +43,10 @@ rule}`` and ``..._bytes_total``                                  a NetworkPolicy
                                                                  egress isolation dropped here (judged at the
                                                                  destination Node; the denied log names them)
 ``ferry_route_sync_policy_flows``                                NetworkPolicy flows installed
+``ferry_route_sync_cluster_policy_rule_packets_total{policy,     packets (bytes) a ClusterNetworkPolicy rule
+tier,direction,rule,action}`` and ``..._bytes_total``            accepted, denied or passed on this Node (its
+                                                                 conj_id flow: every packet of the original
+                                                                 direction, not only a connection's first)
 ``ferry_route_sync_policy_drift_repairs_total``                  full passes that found the incremental
                                                                  policy plan off the full planner's (or an
                                                                  object's event lost) and repaired it: 0
@@ -155,6 +159,7 @@ class PolicyCounters:
         self.denied: dict[tuple[str, str], int] = {}
         self.remote_denied = 0
         self.flows = 0
+        self.tier_rules: list[tuple[str, str, str, str, str, int, int]] = []  # policy, tier, direction, rule, action
         self.denied_log: Any = None  # routesync.policy.listener.DeniedListener, when the per-connection log is on
 
     def describe(self) -> list[Any]:
@@ -182,6 +187,15 @@ class PolicyCounters:
         flows = GaugeMetricFamily(f"{PREFIX}_policy_flows", "NetworkPolicy flows installed")
         flows.add_metric([], self.flows)
         out = [packets, octets, denied, remote, flows]
+        tier_labels = ["policy", "tier", "direction", "rule", "action"]
+        tp = CounterMetricFamily(f"{PREFIX}_cluster_policy_rule_packets",
+                                 "Packets a ClusterNetworkPolicy rule accepted, denied or passed", labels=tier_labels)
+        tb = CounterMetricFamily(f"{PREFIX}_cluster_policy_rule_bytes",
+                                 "Bytes a ClusterNetworkPolicy rule accepted, denied or passed", labels=tier_labels)
+        for policy, tier, direction, rule, action, n, b in self.tier_rules:
+            tp.add_metric([policy, tier, direction, rule, action], n)
+            tb.add_metric([policy, tier, direction, rule, action], b)
+        out += [tp, tb]
         listener = self.denied_log
         if listener is not None:
             lines = CounterMetricFamily(f"{PREFIX}_policy_denied_log_lines", "Denied connections logged")
@@ -276,6 +290,18 @@ class Observer:
         pc.denied = stats.denied({p.key: list(p.ips) for p in plan.local_pods}, flows)
         pc.remote_denied = stats.remote_denied(plan.remote_isolation_id, flows)
         pc.flows = len(plan.flows)
+
+    def tier_counters(self, tiers: Any, flows: Any) -> None:
+        """``tiers``: :class:`routesync.policy.cnp.plan.TierPlan`; ``flows``: the policy flows as dumped."""
+        from .policy import stats
+
+        totals: dict[tuple[str, str, str, str, str], list[int]] = {}
+        for c in stats.tier_rule_counts(tiers.rules, flows):
+            r = c.rule
+            t = totals.setdefault((r.policy, r.tier, r.direction, r.name or str(r.index), r.action), [0, 0])
+            t[0] += c.packets
+            t[1] += c.bytes
+        self.metrics.policy.tier_rules = [(*k, v[0], v[1]) for k, v in sorted(totals.items())]
 
     def bgp_speaker_restart(self) -> None:
         self.metrics.bgp_restarts.inc()

@@ -192,6 +192,8 @@ class PolicyNode:
             log.info("cluster policy planned in %.1f ms: %d policies, %d rules here, %d flows",
                      (self.clock() - t0) * 1e3, len(policies), len(tiers.rules), len(tiers.flows))
         self.tiers, self._tier_key = tiers, key
+        if self.plan is not None:
+            self._write_report(self.plan, tiers)
         return tiers
 
     def _apply(self, planner: IncrementalPlanner) -> None:
@@ -244,15 +246,18 @@ class PolicyNode:
         self.plan, self._version = plan, planner.version
         if self._remote_sources is not None:
             self._remote_sources(plan.remote_sources)
-        try:
-            from . import stats
-
-            stats.write_report(plan, self.config.state_file)
-        except OSError as e:
-            log.warning("policy report not written: %s", e)
+        self._write_report(plan, self.tiers)
         if self.observer is not None:
             self.observer.policy_planned(plan)
         return plan
+
+    def _write_report(self, plan: policy_plan.Plan, tiers: TierPlan) -> None:
+        try:
+            from . import stats
+
+            stats.write_report(plan, self.config.state_file, tiers)
+        except OSError as e:
+            log.warning("policy report not written: %s", e)
 
     def _host_judge(self, plan: policy_plan.Plan, local: LocalFacts, services: tuple[str, ...]) -> str:
         """The host's judge of what kube-proxy's NAT takes past OVS (:mod:`.hostjudge`), rendered
@@ -285,4 +290,7 @@ class PolicyNode:
                 log.info("%s", line)
         if self.observer is not None:
             self.observer.policy_counters(plan, flows)
+            tier_counters = getattr(self.observer, "tier_counters", None)
+            if tier_counters is not None:
+                tier_counters(self.tiers, flows)
 

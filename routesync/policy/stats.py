@@ -19,6 +19,7 @@ from typing import Any
 from cni.ovs.openflow.ofctl import DumpedFlow
 from cni.pipeline.tables import Cookie, EgressDefault, Owner, Table
 
+from .cnp.plan import TierPlan, TierRule
 from .plan import EGRESS, INGRESS, Plan, RuleInfo
 
 REPORT_NAME = "policy.json"
@@ -36,8 +37,12 @@ def report_path(state_file: str) -> str:
     return os.path.join(os.path.dirname(state_file) or ".", REPORT_NAME)
 
 
-def report(plan: Plan) -> dict[str, Any]:
+def report(plan: Plan, tiers: TierPlan | None = None) -> dict[str, Any]:
+    t = tiers or TierPlan()
     return {"rules": [asdict(r) for r in plan.rules],
+            # the ClusterNetworkPolicy tiers: each local Pod's policies in evaluation order, their rules
+            "tiersOf": dict(sorted(t.tiers_of.items())), "tierRules": [asdict(r) for r in t.rules],
+            "tierErrors": t.errors,
             "isolated": {k: {"ingress": i, "egress": e} for k, (i, e) in sorted(plan.isolated.items())},
             "policiesOf": dict(sorted(plan.policies_of.items())),
             "pods": {p.key: list(p.ips) for p in plan.local_pods},
@@ -46,10 +51,10 @@ def report(plan: Plan) -> dict[str, Any]:
             "remoteRules": [asdict(r) for r in plan.remote_rules], "remoteIsolated": plan.remote_isolated}
 
 
-def write_report(plan: Plan, state_file: str) -> None:
+def write_report(plan: Plan, state_file: str, tiers: TierPlan | None = None) -> None:
     from cni.node.atomicfile import write_atomic
 
-    write_atomic(report_path(state_file), json.dumps(report(plan), sort_keys=True).encode())
+    write_atomic(report_path(state_file), json.dumps(report(plan, tiers), sort_keys=True).encode())
 
 
 def read_report(state_file: str) -> dict[str, Any]:
@@ -71,6 +76,36 @@ def rule_counts(rules: Iterable[RuleInfo], flows: Iterable[DumpedFlow]) -> list[
         hit = by_id.get(r.conj_id)
         out.append(RuleCount(r, hit.n_packets if hit else 0, hit.n_bytes if hit else 0))
     return out
+
+
+TIER_TABLES = (Table.EGRESS_ADMIN, Table.INGRESS_ADMIN, Table.EGRESS_BASELINE, Table.INGRESS_BASELINE)
+
+
+@dataclass(frozen=True)
+class TierRuleCount:
+    rule: TierRule
+    packets: int
+    bytes: int
+
+
+def tier_rule_counts(rules: Iterable[TierRule], flows: Iterable[DumpedFlow]) -> list[TierRuleCount]:
+    """Each ClusterNetworkPolicy rule with its ``conj_id`` flow's counters: the packets it
+    accepted, denied or passed (0 when the flow is not installed)."""
+    by_id: dict[int, DumpedFlow] = {}
+    for f in flows:
+        if f.table in TIER_TABLES and f.match.startswith("conj_id="):
+            by_id[int(f.match.split("=", 1)[1].split(",")[0])] = f
+    out = []
+    for r in rules:
+        hit = by_id.get(r.conj_id)
+        out.append(TierRuleCount(r, hit.n_packets if hit else 0, hit.n_bytes if hit else 0))
+    return out
+
+
+def tier_rule_from(d: dict[str, Any]) -> TierRule:
+    return TierRule(int(d["conj_id"]), str(d["policy"]), str(d["tier"]), int(d["priority"]), str(d["direction"]),
+                    int(d["index"]), str(d.get("name") or ""), str(d["action"]), tuple(d.get("pods") or ()),
+                    str(d.get("port") or ""))
 
 
 def denied(pods: dict[str, list[str]], flows: Iterable[DumpedFlow]) -> dict[tuple[str, str], int]:
@@ -130,7 +165,28 @@ def pod_table(pod: str, doc: dict[str, Any], flows: list[DumpedFlow]) -> str:
         lines.append("(no rule allows anything for this Pod)")
     for (p, direction), n in sorted(denied({pod: doc["pods"][pod]}, flows).items()):
         lines.append(f"denied {direction}: {n} packets of new connections")
+    lines += _tier_lines(pod, doc, flows)
     return "\n".join(lines) + "\n"
+
+
+def _tier_lines(pod: str, doc: dict[str, Any], flows: list[DumpedFlow]) -> list[str]:
+    """The ClusterNetworkPolicies in force for ``pod``, in evaluation order (Admin by priority,
+    NetworkPolicy, Baseline), and each of their rules with its counters."""
+    tiers = doc.get("tiersOf", {}).get(pod, [])
+    if not tiers:
+        return ["cluster policies (none)"]
+    admin = [t for t in tiers if t.startswith("Admin/")]
+    order = [*admin, "NetworkPolicy", *[t for t in tiers if not t.startswith("Admin/")]]
+    lines = [f"cluster policies in evaluation order: {' > '.join(order)}"]
+    rules = [tier_rule_from(r) for r in doc.get("tierRules", []) if pod in r.get("pods", [])]
+    cells = [("TIER", "PRIORITY", "POLICY", "DIRECTION", "RULE", "ACTION", "PORT", "PACKETS", "BYTES")]
+    for c in tier_rule_counts(rules, flows):
+        r = c.rule
+        cells.append((r.tier, str(r.priority), r.policy, r.direction, f"{r.index}" + (f" ({r.name})" if r.name else ""),
+                      r.action, r.port or "-", str(c.packets), str(c.bytes)))
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return lines
 
 
 class DeniedLog:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cni.pipeline.tables import Flow
+from cni.pipeline.tables import Flow, Table
 from routesync.apply.ovs import OvsApplier
 from routesync.config import from_dict
 from routesync.daemon import Daemon, NullObserver
@@ -179,3 +179,47 @@ def test_a_full_pass_checks_against_the_full_planner_and_repairs_a_lost_event(
         assert d.reconcile(full=True).ok
     assert d.policy.drift_repairs == 2 and "the incremental plan differs from the full one: 1 flows" in drifts.what[1]
     assert "nw_src=10.244.2.8" in " ".join(f.text() for f in apl.applied[-1].flows)
+
+
+class TierSource(JournalSource):
+    """The same, with ClusterNetworkPolicies (``PolicySource.tier_objects``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cnps: dict[str, Any] = {}
+        self.tier_gen = 0
+
+    def cnp(self, doc: dict[str, Any]) -> None:
+        from routesync.policy.cnp.model import cluster_policy_from
+
+        p = cluster_policy_from(doc)
+        self.cnps[p.name] = p
+        self.tier_gen += 1
+
+    def tier_objects(self) -> tuple[tuple[int, int], tuple[Any, ...], tuple[Any, ...]]:
+        return (self.tier_gen, 0), tuple(self.cnps.values()), ()
+
+
+def test_cluster_policies_are_planned_in_the_pass_and_their_subjects_namespaces_start_pending(tmp_path: Any) -> None:
+    import json
+
+    src = TierSource()
+    src.namespaces.update({"quiet": (), "ns": (("kubernetes.io/metadata.name", "ns"),)})
+    src.pod(pod("srv", "10.244.1.5", app="srv"))
+    d, apl = daemon(tmp_path, src)
+    assert d.reconcile(full=True).ok
+    assert not any(f.table == Table.INGRESS_ADMIN and f.priority for f in apl.applied[-1].flows)
+    src.cnp({"metadata": {"name": "deny-all"}, "spec": {
+        "tier": "Admin", "priority": 3,
+        "subject": {"namespaces": {"matchLabels": {"kubernetes.io/metadata.name": "ns"}}},
+        "ingress": [{"action": "Deny", "from": [{"namespaces": {}}]}]}})
+    assert d.reconcile(full=False).ok
+    admin = [f for f in apl.applied[-1].flows if f.table == Table.INGRESS_ADMIN and f.priority]
+    assert any("nw_dst=10.244.1.5" in f.text() for f in admin) and any(f.text().endswith("drop") for f in admin)
+    assert apl.applied[-1].policy_namespaces == ("ns",)  # a new Pod there starts pending; "quiet" is no subject
+    report = json.loads((tmp_path / "policy.json").read_text())
+    assert report["tiersOf"] == {"ns/srv": ["Admin/3/deny-all"]}
+    src.cnps.clear()
+    src.tier_gen += 1
+    assert d.reconcile(full=False).ok
+    assert not any(f.table == Table.INGRESS_ADMIN and f.priority for f in apl.applied[-1].flows)
