@@ -45,6 +45,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .cnp.model import ACCEPT, ADMIN, BASELINE, DENY, PASS
+from .cnp.plan import TierHostRule, TierPlan
 from .deniedlog import EGRESS, INGRESS
 from .plan import HostRule, Plan
 
@@ -63,17 +65,21 @@ class HostJudge:
     ingress_isolated: tuple[str, ...]
     rules: tuple[HostRule, ...]
     service_cidrs: tuple[str, ...] = ()
+    tier_rules: tuple[TierHostRule, ...] = ()  # ClusterNetworkPolicy's local rules, in precedence order
 
 
-def judge(plan: Plan, gateway: str, node_addresses: Iterable[str], service_cidrs: Iterable[str] = ()) -> HostJudge:
-    """The host's judge for ``plan``; ``node_addresses``: the Node's own (CIDRs or plain)."""
+def judge(plan: Plan, gateway: str, node_addresses: Iterable[str], service_cidrs: Iterable[str] = (),
+          tiers: TierPlan | None = None) -> HostJudge:
+    """The host's judge for ``plan`` and the ClusterNetworkPolicy ``tiers``; ``node_addresses``:
+    the Node's own (CIDRs or plain)."""
     ips = {p.key: p.ips for p in plan.local_pods}
     egress = sorted({ip for key, (_i, e) in plan.isolated.items() if e for ip in ips.get(key, ())}, key=_order)
     ingress = sorted({ip for key, (i, _e) in plan.isolated.items() if i for ip in ips.get(key, ())}, key=_order)
     own = sorted({str(ipaddress.ip_interface(a).ip) for a in node_addresses}, key=_order)
     rules = tuple(sorted(plan.host_rules, key=lambda r: (r.direction, r.conj_id)))
     services = tuple(str(ipaddress.ip_network(c, strict=False)) for c in service_cidrs)
-    return HostJudge(gateway, tuple(own), tuple(egress), tuple(ingress), rules, services)
+    return HostJudge(gateway, tuple(own), tuple(egress), tuple(ingress), rules, services,
+                     tuple(tiers.host_rules) if tiers is not None else ())
 
 
 def _order(addr: str) -> tuple[int, int]:
@@ -131,22 +137,15 @@ def render(j: HostJudge) -> str:
         body += _set(f"services{v}", kind, _elements(j.service_cidrs, v))
     chains: dict[str, list[str]] = defaultdict(list)
     for r in j.rules:
-        for v, ip, kind in FAMILIES:
-            applied = _elements(r.applied, v)
-            peers = None if r.peers is None else _elements(r.peers, v)
-            if not applied or peers is not None and not peers:
-                continue  # nothing of this family
-            body += _set(f"r{r.conj_id}a{v}", kind, applied)
-            if peers is not None:
-                body += _set(f"r{r.conj_id}p{v}", kind, peers)
-            if r.direction == EGRESS:
-                head = f"{ip} saddr @r{r.conj_id}a{v} "
-                peer = "" if peers is None else f"{ip} daddr @r{r.conj_id}p{v} "
-            else:
-                head = f"{ip} daddr @r{r.conj_id}a{v} "
-                peer = "" if peers is None else f"ct original {ip} saddr @r{r.conj_id}p{v} "
-            for port in _ports(r.ports):
-                chains[r.direction].append(f"\t\t{head}{peer}{port}accept comment \"rule {r.conj_id}\"\n")
+        sets, lines = _rule(f"r{r.conj_id}", r.direction, r.applied, r.peers, r.ports, "accept", f"rule {r.conj_id}")
+        body += sets
+        chains[r.direction] += lines
+    for t in j.tier_rules:
+        verdict = _TIER_VERDICTS[(t.tier == ADMIN, t.action)].format(direction=t.direction)
+        sets, lines = _rule(f"t{t.conj_id}", t.direction, t.applied, t.peers, t.ports, verdict,
+                            f"{t.tier} rule {t.conj_id}")
+        body += sets
+        chains[f"{t.tier}-{t.direction}"] += lines
     gw = _quoted(j.gateway)
     undnated = "".join(f"\t\tct state new {ip} daddr @services{v} jump egress\n" for v, ip, _k in FAMILIES)
     body += ("\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n"
@@ -155,20 +154,72 @@ def render(j: HostJudge) -> str:
              f"\t\tct state new ct status dnat oifname != {gw} jump egress\n{undnated}\t}}\n")
     body += ("\tchain postrouting {\n\t\ttype filter hook postrouting priority srcnat + 10; policy accept;\n"
              f"\t\tct state new ct status snat oifname {gw} jump ingress\n\t}}\n")
-    body += "\tchain egress {\n"
+    if not j.tier_rules:
+        body += "\tchain egress {\n"
+        for v, ip, _kind in FAMILIES:
+            body += f"\t\t{ip} saddr != @egress{v} return\n"
+        body += "".join(chains[EGRESS])
+        body += "\t\tcounter drop comment \"egress denied after DNAT\"\n\t}\n"
+        body += "\tchain ingress {\n"
+        for v, ip, _kind in FAMILIES:
+            body += f"\t\t{ip} daddr != @ingress{v} return\n"
+        for v, ip, _kind in FAMILIES:
+            body += f"\t\tct original {ip} saddr @node{v} return\n"
+            body += f"\t\tct original {ip} saddr . {ip} daddr @self{v} return\n"
+        body += "".join(chains[INGRESS])
+        body += "\t\tcounter drop comment \"ingress denied after SNAT\"\n\t}\n"
+        return body
+    # the tiers: Admin, then NetworkPolicy (a Pod it does not isolate goes on to Baseline), then Baseline
+    body += "\tchain egress {\n" + "".join(chains[f"{ADMIN}-{EGRESS}"]) + "\t\tgoto egress_np\n\t}\n"
+    body += "\tchain egress_np {\n"
     for v, ip, _kind in FAMILIES:
-        body += f"\t\t{ip} saddr != @egress{v} return\n"
+        body += f"\t\t{ip} saddr != @egress{v} goto egress_baseline\n"
     body += "".join(chains[EGRESS])
     body += "\t\tcounter drop comment \"egress denied after DNAT\"\n\t}\n"
+    body += "\tchain egress_baseline {\n" + "".join(chains[f"{BASELINE}-{EGRESS}"]) + "\t\taccept\n\t}\n"
     body += "\tchain ingress {\n"
-    for v, ip, _kind in FAMILIES:
-        body += f"\t\t{ip} daddr != @ingress{v} return\n"
     for v, ip, _kind in FAMILIES:
         body += f"\t\tct original {ip} saddr @node{v} return\n"
         body += f"\t\tct original {ip} saddr . {ip} daddr @self{v} return\n"
+    body += "".join(chains[f"{ADMIN}-{INGRESS}"]) + "\t\tgoto ingress_np\n\t}\n"
+    body += "\tchain ingress_np {\n"
+    for v, ip, _kind in FAMILIES:
+        body += f"\t\t{ip} daddr != @ingress{v} goto ingress_baseline\n"
     body += "".join(chains[INGRESS])
     body += "\t\tcounter drop comment \"ingress denied after SNAT\"\n\t}\n"
+    body += "\tchain ingress_baseline {\n" + "".join(chains[f"{BASELINE}-{INGRESS}"]) + "\t\taccept\n\t}\n"
     return body
+
+
+# (Admin tier, action) -> the nft verdict of a ClusterNetworkPolicy rule: a Pass goes on to the
+# NetworkPolicy chain of its direction (Admin) or accepts (Baseline: nothing after it)
+_TIER_VERDICTS = {(True, ACCEPT): "accept", (True, DENY): "counter drop", (True, PASS): "goto {direction}_np",
+                  (False, ACCEPT): "accept", (False, DENY): "counter drop", (False, PASS): "accept"}
+
+
+def _rule(name: str, direction: str, applied: Sequence[str], peers: Sequence[str] | None,
+          ports: tuple[tuple[str, int | None, int | None], ...] | None, verdict: str, comment: str
+          ) -> tuple[str, list[str]]:
+    """A conjunction as nft: its sets (the Pods it applies to, its peers; per family) and one
+    line per family and protocol that ends in ``verdict``."""
+    sets, lines = "", []
+    for v, ip, kind in FAMILIES:
+        mine = _elements(applied, v)
+        theirs = None if peers is None else _elements(peers, v)
+        if not mine or theirs is not None and not theirs:
+            continue  # nothing of this family
+        sets += _set(f"{name}a{v}", kind, mine)
+        if theirs is not None:
+            sets += _set(f"{name}p{v}", kind, theirs)
+        if direction == EGRESS:
+            head = f"{ip} saddr @{name}a{v} "
+            peer = "" if theirs is None else f"{ip} daddr @{name}p{v} "
+        else:
+            head = f"{ip} daddr @{name}a{v} "
+            peer = "" if theirs is None else f"ct original {ip} saddr @{name}p{v} "
+        for port in _ports(ports):
+            lines.append(f"\t\t{head}{peer}{port}{verdict} comment \"{comment}\"\n")
+    return sets, lines
 
 
 def _quoted(name: str) -> str:

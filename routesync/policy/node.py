@@ -125,7 +125,8 @@ class PolicyNode:
         self.plan: policy_plan.Plan | None = None
         self._gen: tuple[int, int, int] | None = None
         self._version = -1
-        self._judged: tuple[policy_plan.Plan, tuple[object, ...], str] | None = None  # (plan, addresses, body)
+        # (plan, tiers, addresses, body) of the host's judge last rendered
+        self._judged: tuple[policy_plan.Plan, TierPlan, tuple[object, ...], str] | None = None
         self.denied_log = DeniedLog()
         self._next_denied_log = 0.0
         self.drift_repairs = 0
@@ -171,7 +172,7 @@ class PolicyNode:
             plan = self._planned(planner.snapshot(), how, self.clock() - t0, planner)
         delta = planner.take_delta()
         tiers = self._tiers(planner, facts, full)
-        return PolicyStep(plan, self._host_judge(plan, local, facts.service_cidrs), len(delta), tiers)
+        return PolicyStep(plan, self._host_judge(plan, tiers, local, facts.service_cidrs), len(delta), tiers)
 
     def _tiers(self, planner: IncrementalPlanner, facts: policy_plan.NodeFacts, full: bool) -> TierPlan:
         """The ClusterNetworkPolicy tiers, planned again (in full: few policies, each a sum of
@@ -259,16 +260,18 @@ class PolicyNode:
         except OSError as e:
             log.warning("policy report not written: %s", e)
 
-    def _host_judge(self, plan: policy_plan.Plan, local: LocalFacts, services: tuple[str, ...]) -> str:
+    def _host_judge(self, plan: policy_plan.Plan, tiers: TierPlan, local: LocalFacts,
+                    services: tuple[str, ...]) -> str:
         """The host's judge of what kube-proxy's NAT takes past OVS (:mod:`.hostjudge`), rendered
-        again only when the plan, the Node's addresses or the Service CIDRs moved."""
+        again only when a plan, the Node's addresses or the Service CIDRs moved."""
         key = (local.node_addresses, services)
-        if self._judged is None or self._judged[0] is not plan or self._judged[1] != key:
+        j = self._judged
+        if j is None or j[0] is not plan or j[1] is not tiers or j[2] != key:
             from . import hostjudge
 
-            judge = hostjudge.judge(plan, GATEWAY_PORT, local.node_addresses, services)
-            self._judged = (plan, key, hostjudge.render(judge))
-        return self._judged[2]
+            judge = hostjudge.judge(plan, GATEWAY_PORT, local.node_addresses, services, tiers)
+            j = self._judged = (plan, tiers, key, hostjudge.render(judge))
+        return j[3]
 
     def tick(self, appliers: PolicyFlows) -> None:
         """Every ``DENIED_LOG_INTERVAL`` s: the policy counters for the metrics and, when the

@@ -587,24 +587,33 @@ def _add_rule(fl: FlowSet, out: Plan, ids: ConjIds, direction: str, policy: Poli
     conj = IngressRule.CONJ if direction == INGRESS else EgressRule.CONJ
     then = goto(Table.CONNTRACK_COMMIT) if direction == INGRESS else goto(Table.INGRESS_ADMIN)
     n = ids.get(f"{policy.key}|{direction}{'-remote' if remote else ''}|{index}|{part.tag}")
-    clauses = 3 if part.ports is not None else 2
     info = RuleInfo(n, policy.key, direction, index, tuple(p.key for p in part.applied), part.tag)
     (out.remote_rules if remote else out.rules).append(info)
     if not remote:
         out.host_rules.append(HostRule(n, direction, tuple(ip for pod in part.applied for ip in pod.ips),
                                        part.peers, part.ports))
-    applied_is_src = direction == EGRESS
-    fl.conjunction(table, conj, [ip for pod in part.applied for ip in pod.ips], applied_is_src,
-                   Conjunction(n, 1, clauses))
-    if part.peers is None:
+    add_conjunction(fl, table, conj, n, [ip for pod in part.applied for ip in pod.ips], direction == EGRESS,
+                    part.peers, part.ports, (then,))
+
+
+def add_conjunction(fl: FlowSet, table: Table, prio: int, n: int, applied: Iterable[str], applied_is_src: bool,
+                    peers: Sequence[str] | None, ports: Sequence[tuple[str, int | None, int | None]] | None,
+                    then: Sequence[Any]) -> None:
+    """Conjunction ``n`` at ``prio``: clause 1 the addresses it applies to (sources when
+    ``applied_is_src``), clause 2 its peers (None: any, one ``ip`` and one ``ipv6`` flow), clause 3
+    its ports if it has any; its ``conj_id`` flow does ``then``.  NetworkPolicy's and the
+    ClusterNetworkPolicy tiers' rules (:mod:`.cnp.plan`) alike."""
+    clauses = 3 if ports is not None else 2
+    fl.conjunction(table, prio, applied, applied_is_src, Conjunction(n, 1, clauses))
+    if peers is None:
         for proto in (IP, IPV6):
-            fl.add(table, conj, (proto,), (Conjunction(n, 2, clauses),))
+            fl.add(table, prio, (proto,), (Conjunction(n, 2, clauses),))
     else:
-        fl.conjunction(table, conj, part.peers, not applied_is_src, Conjunction(n, 2, clauses))
-    if part.ports is not None:
-        for match in port_matches(part.ports):
-            fl.add(table, conj, match, (Conjunction(n, 3, clauses),))
-    fl.add(table, conj, (m.CONJ_ID(n),), (then,))
+        fl.conjunction(table, prio, peers, not applied_is_src, Conjunction(n, 2, clauses))
+    if ports is not None:
+        for match in port_matches(ports):
+            fl.add(table, prio, match, (Conjunction(n, 3, clauses),))
+    fl.add(table, prio, (m.CONJ_ID(n),), then)
 
 
 def policy_namespaces(policies: Iterable[Policy]) -> list[str]:

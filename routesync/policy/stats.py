@@ -65,12 +65,16 @@ def read_report(state_file: str) -> dict[str, Any]:
     return doc
 
 
+def conj_id_flows(flows: Iterable[DumpedFlow], tables: Iterable[Table]) -> dict[int, DumpedFlow]:
+    """The ``conj_id`` flows of ``tables`` by id (a rule's: its counters are the rule's)."""
+    ours = set(tables)
+    return {int(f.match.split("=", 1)[1].split(",")[0]): f for f in flows
+            if f.table in ours and f.match.startswith("conj_id=")}
+
+
 def rule_counts(rules: Iterable[RuleInfo], flows: Iterable[DumpedFlow]) -> list[RuleCount]:
     """Each rule with its ``conj_id`` flow's counters (0 when the flow is not installed)."""
-    by_id: dict[int, DumpedFlow] = {}
-    for f in flows:
-        if f.table in (Table.INGRESS_RULE, Table.EGRESS_RULE) and f.match.startswith("conj_id="):
-            by_id[int(f.match.split("=", 1)[1].split(",")[0])] = f
+    by_id = conj_id_flows(flows, (Table.INGRESS_RULE, Table.EGRESS_RULE))
     out = []
     for r in rules:
         hit = by_id.get(r.conj_id)
@@ -91,10 +95,7 @@ class TierRuleCount:
 def tier_rule_counts(rules: Iterable[TierRule], flows: Iterable[DumpedFlow]) -> list[TierRuleCount]:
     """Each ClusterNetworkPolicy rule with its ``conj_id`` flow's counters: the packets it
     accepted, denied or passed (0 when the flow is not installed)."""
-    by_id: dict[int, DumpedFlow] = {}
-    for f in flows:
-        if f.table in TIER_TABLES and f.match.startswith("conj_id="):
-            by_id[int(f.match.split("=", 1)[1].split(",")[0])] = f
+    by_id = conj_id_flows(flows, TIER_TABLES)
     out = []
     for r in rules:
         hit = by_id.get(r.conj_id)

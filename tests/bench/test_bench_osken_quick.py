@@ -51,7 +51,7 @@ def test_bench_osken_runs_tiny_and_paths_agree(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(out.read_text())
     (size,) = res["sizes"]
-    assert size["peers"] == 10 and size["flows"] == 2 * 10 + 35  # base + conntrack and policy tables, two a peer
+    assert size["peers"] == 10 and size["flows"] == 2 * 10 + 39  # base + conntrack and policy tables, two a peer
     assert set(size["full"]) == {"ferry", "osken", "ofctl"}
     assert all(s["n"] == 2 for s in size["full"].values())
     assert set(size["change"]) == {"ferry", "osken"} and all(s["n"] == 3 for s in size["change"].values())

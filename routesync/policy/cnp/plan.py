@@ -31,14 +31,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cni.pipeline import match as m
-from cni.pipeline.actions import DROP, Conjunction, goto
-from cni.pipeline.match import IP, IPV6
+from cni.pipeline.actions import DROP, goto
 from cni.pipeline.tables import EgressAdmin, EgressBaseline, Flow, IngressAdmin, IngressBaseline, Table
 
 from .. import selector as sel
 from ..model import Pod
-from ..plan import ConjIds, FlowSet, PodIndex, block_text, port_matches
+from ..plan import ConjIds, FlowSet, PodIndex, add_conjunction, block_text
 from .model import ADMIN, BASELINE, DENY, PASS, ClusterPolicy, NodeInfo, Peer, Rule, Selection
 
 if TYPE_CHECKING:
@@ -84,6 +82,19 @@ class TierRule:
     port: str = ""  # a named port's resolution, "http=8080/TCP"
 
 
+@dataclass(frozen=True)
+class TierHostRule:
+    """One local conjunction as the host's judge reads it (:mod:`..hostjudge`), in precedence order."""
+
+    conj_id: int
+    tier: str
+    direction: str
+    action: str
+    applied: tuple[str, ...]  # this Node's subject Pods' addresses
+    peers: tuple[str, ...] | None  # None: any
+    ports: tuple[tuple[str, int | None, int | None], ...] | None  # None: any
+
+
 @dataclass
 class TierPlan:
     flows: list[Flow] = field(default_factory=list)
@@ -91,6 +102,7 @@ class TierPlan:
     errors: list[str] = field(default_factory=list)
     subject_namespaces: list[str] = field(default_factory=list)  # where a new Pod may be a subject: starts pending
     tiers_of: dict[str, list[str]] = field(default_factory=dict)  # local Pod -> its policies, in evaluation order
+    host_rules: list[TierHostRule] = field(default_factory=list)  # the local rules, for the host's judge
 
 
 def rung(top: int, priority: int, index: int) -> int:
@@ -223,18 +235,11 @@ def _add(fl: FlowSet, out: TierPlan, ids: ConjIds, table: Table, prio: int, then
     if part.peers is not None and not part.peers or part.ports is not None and not part.ports or not part.applied:
         return  # it matches nothing
     n = ids.get(f"{policy.name}|{direction}|{index}|{part.tag}")
-    clauses = 3 if part.ports is not None else 2
+    local = [p for p in part.applied if p.node == here]
     out.rules.append(TierRule(n, policy.name, policy.tier, policy.priority, direction, index, rule.name,
-                              rule.action, tuple(p.key for p in part.applied if p.node == here), part.tag))
-    applied_is_src = direction == EGRESS
-    fl.conjunction(table, prio, dict.fromkeys(ip for pod in part.applied for ip in pod.ips), applied_is_src,
-                   Conjunction(n, 1, clauses))
-    if part.peers is None:
-        for proto in (IP, IPV6):
-            fl.add(table, prio, (proto,), (Conjunction(n, 2, clauses),))
-    else:
-        fl.conjunction(table, prio, part.peers, not applied_is_src, Conjunction(n, 2, clauses))
-    if part.ports is not None:
-        for match in port_matches(part.ports):
-            fl.add(table, prio, match, (Conjunction(n, 3, clauses),))
-    fl.add(table, prio, (m.CONJ_ID(n),), then)
+                              rule.action, tuple(p.key for p in local), part.tag))
+    if local:
+        out.host_rules.append(TierHostRule(n, policy.tier, direction, rule.action,
+                                           tuple(ip for p in local for ip in p.ips), part.peers, part.ports))
+    add_conjunction(fl, table, prio, n, dict.fromkeys(ip for pod in part.applied for ip in pod.ips),
+                    direction == EGRESS, part.peers, part.ports, then)

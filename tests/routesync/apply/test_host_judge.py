@@ -110,8 +110,9 @@ def connects(ns: str, addr: str, port: int) -> bool:
 
 def drops(node: str, chain: str) -> int:
     text = ns_sh(node, "nft", "list", "chain", "inet", POLICY_TABLE, chain)
-    line = next(ln for ln in text.splitlines() if "counter packets" in ln and "drop" in ln)
-    return int(line.split("counter packets")[1].split()[0])
+    # every counted drop of the chain: the isolation's, and each ClusterNetworkPolicy Deny's (per family)
+    return sum(int(ln.split("counter packets")[1].split()[0]) for ln in text.splitlines()
+               if "counter packets" in ln and "drop" in ln)
 
 
 def denied(node: str, chain: str, ns: str, addr: str, port: int) -> bool:
@@ -230,3 +231,67 @@ def test_the_table_is_written_once_and_removed_with_policy_off(lab: Names, nft: 
     assert nft.sync_policy(None)
     assert POLICY_TABLE not in ns_sh(node, "nft", "list", "tables")
     assert "table inet kp" in ns_sh(node, "nft", "list", "tables")  # another's table untouched
+
+
+def judge_tiers(nft: NftApplier, policies: tuple[dict, ...], tiers: tuple[dict, ...]) -> None:
+    """The judge of NetworkPolicies ``policies`` and ClusterNetworkPolicies ``tiers``."""
+    from routesync.policy.cnp import plan as tp
+    from routesync.policy.cnp.model import cluster_policy_from
+
+    t = tp.plan(tp.Inputs((CLI, SRV, FREE), NAMESPACES, tuple(cluster_policy_from(d) for d in tiers)),
+                tp.Facts("n1"))
+    j = hj.judge(plan(*policies), "ferry-gw0", ["10.244.1.1/24", "192.168.77.1/24", "fd00:77::1/64"],
+                 ["10.96.0.0/16", "fd00:96::/112"], t)
+    nft.sync_policy(hj.render(j))
+
+
+NAMESPACES = {"a": (("kubernetes.io/metadata.name", "a"),), "b": (("kubernetes.io/metadata.name", "b"),)}
+
+
+def cnp(name: str, tier: str, priority: int, app: str | None, ns: str, **rules: list) -> dict:
+    """A ClusterNetworkPolicy whose subject is Pods ``app`` of namespace ``ns`` (None: all of it)."""
+    nss = {"matchLabels": {"kubernetes.io/metadata.name": ns}}
+    subject = ({"pods": {"namespaceSelector": nss, "podSelector": {"matchLabels": {"app": app}}}} if app
+               else {"namespaces": nss})
+    return {"metadata": {"name": name}, "spec": {"tier": tier, "priority": priority, "subject": subject, **rules}}
+
+
+TO_API = [{"networks": ["192.168.77.2/32", "fd00:77::2/128"]}]
+FROM_B = [{"namespaces": {"matchLabels": {"kubernetes.io/metadata.name": "b"}}}]
+
+
+def test_the_tiers_judge_what_kube_proxy_takes_past_ovs(lab: Names, nft: NftApplier) -> None:
+    """Egress after a DNAT and ingress after a masquerade, by the Admin tier before NetworkPolicy
+    and the Baseline tier after it, as OVS judges what it sees."""
+    node, cli, srv, free, ext = lab
+    with servers(ext, ("::", 6443)), servers(srv, ("10.244.1.6", 80)):
+        deny_api = cnp("deny-api", "Admin", 10, "cli", "a", egress=[{"action": "Deny", "to": TO_API}])
+        judge_tiers(nft, (), (deny_api,))
+        assert denied(node, "egress", cli, "10.96.0.1", 443) and denied(node, "egress", cli, "fd00:96::1", 443)
+        assert connects(free, "10.96.0.1", 443)  # positive control: not a subject
+        # a Pass hands it to NetworkPolicy: its egress isolation denies, its ipBlock rule allows
+        pass_api = cnp("pass-api", "Admin", 5, "cli", "a", egress=[{"action": "Pass", "to": TO_API}])
+        judge_tiers(nft, (DENY_EGRESS,), (deny_api, pass_api))
+        assert denied(node, "egress_np", cli, "10.96.0.1", 443)
+        judge_tiers(nft, (DENY_EGRESS, API_ALLOWED), (deny_api, pass_api))
+        assert connects(cli, "10.96.0.1", 443)
+        # an Admin Accept opens what the NetworkPolicy isolates
+        accept_api = cnp("accept-api", "Admin", 1, "cli", "a", egress=[{"action": "Accept", "to": TO_API}])
+        judge_tiers(nft, (DENY_EGRESS,), (accept_api,))
+        assert connects(cli, "10.96.0.1", 443)
+        # Baseline: a Deny for a Pod no NetworkPolicy isolates; one that isolates it decides instead
+        base = cnp("base", "Baseline", 0, None, "a", egress=[{"action": "Deny", "to": TO_API}])
+        judge_tiers(nft, (), (base,))
+        assert denied(node, "egress_baseline", cli, "10.96.0.1", 443)
+        judge_tiers(nft, (DENY_EGRESS, API_ALLOWED), (base,))
+        assert connects(cli, "10.96.0.1", 443)
+        # ingress after a NodePort's masquerade, on the original client: a Pod of namespace b
+        no_b = cnp("no-b", "Admin", 0, "srv", "a", ingress=[{"action": "Deny", "from": FROM_B}])
+        judge_tiers(nft, (), (no_b,))
+        assert denied(node, "ingress", free, "192.168.77.1", 30080)
+        assert connects(ext, "192.168.77.1", 30080)  # not a peer of the rule
+        base_in = cnp("base-in", "Baseline", 0, "srv", "a", ingress=[{"action": "Deny", "from": FROM_B}])
+        judge_tiers(nft, (), (base_in,))
+        assert denied(node, "ingress_baseline", free, "192.168.77.1", 30080)
+        judge_tiers(nft, (), ())
+        assert connects(free, "192.168.77.1", 30080) and connects(cli, "10.96.0.1", 443)

@@ -94,3 +94,35 @@ def test_nft_takes_it() -> None:
     proc = subprocess.run(["nft", "-c", "-f", "-"], input=f"table inet ferry_policy {{\n{body}}}\n",
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_tiers_go_around_networkpolicy_in_precedence_order() -> None:
+    """ClusterNetworkPolicy's local rules: Admin lines first (a Pass goes to NetworkPolicy's chain),
+    NetworkPolicy's (a Pod it does not isolate goes on to Baseline), Baseline's (a Pass accepts);
+    a remote subject is not the host's: OVS judges it where its packets are."""
+    from routesync.policy.cnp import plan as tp
+    from routesync.policy.cnp.model import cluster_policy_from
+
+    sub = {"pods": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "cli"}}}}
+    far = {"pods": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "far"}}}}
+    docs = [{"metadata": {"name": n}, "spec": {"tier": t, "priority": p, "subject": sub, "egress": [
+        {"action": a, "to": [{"networks": ["192.0.2.0/24"]}]}]}}
+        for n, t, p, a in (("late", "Admin", 9, "Deny"), ("early", "Admin", 1, "Pass"),
+                           ("base", "Baseline", 0, "Pass"))]
+    docs.append({"metadata": {"name": "remote"}, "spec": {"tier": "Admin", "priority": 0, "subject": far,
+                                                            "egress": [{"action": "Deny", "to": [far]}]}})
+    t = tp.plan(tp.Inputs((CLI, SRV, FREE, FAR), {"a": (), "b": ()}, tuple(cluster_policy_from(d) for d in docs)),
+                tp.Facts(NODE))
+    plan = pp.plan(pp.Inputs((CLI, SRV, FREE, FAR), {"a": (), "b": ()}, ()), pp.NodeFacts(NODE))
+    text = hj.render(hj.judge(plan, "ferry-gw0", ["192.168.77.1/24"], (), t))
+    egress = text.split("chain egress {")[1].split("}")[0]
+    ids = {r.policy: r.conj_id for r in t.rules}
+    assert [ln.strip().split(" comment")[0].rsplit(" ", 2)[-2:] for ln in egress.splitlines() if "@t" in ln] == [
+        ["goto", "egress_np"], ["counter", "drop"]]  # early's Pass, then late's Deny (IPv4 only)
+    assert egress.index(f"rule {ids['early']}") < egress.index(f"rule {ids['late']}")
+    assert egress.strip().splitlines()[-1].strip() == "goto egress_np"
+    np_chain = text.split("chain egress_np {")[1].split("}")[0]
+    assert "ip saddr != @egress4 goto egress_baseline" in np_chain
+    baseline = text.split("chain egress_baseline {")[1].split("}")[0]
+    assert f'accept comment "Baseline rule {ids["base"]}"' in baseline
+    assert f"t{ids['remote']}a4" not in text  # far is another Node's
