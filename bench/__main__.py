@@ -11,8 +11,9 @@ their clear references, with TCP round trips after each iperf3 run), ``services`
 planner on a simulated 10,000-Pod cluster, and 1,000 policies' flows on a real bridge),
 ``policy-replay`` (bench_policy_replay: generated Pod and policy event streams through the
 incremental policy planner beside the full one, at 10,000 Pods / 1,000 policies and 150,000 /
-10,000 over 5,000 Nodes, RSS at 30,000 / 3,000, and the differential test's replay of 1,000,000
-events), ``realize``
+10,000 over 5,000 Nodes, RSS at 30,000 / 3,000, the differential test's replay of 1,000,000
+events, and the ClusterNetworkPolicy tiers' incremental planner beside their full one at 10,000
+Pods / 100 policies), ``realize``
 (bench_policy_realize: policy created → enforced on every Node, and a selected Pod Running →
 reachable, on a Kubernetes cluster with 100 Pods per Node), ``system``
 (bench_system: the plugin's netlink, OVSDB and OpenFlow calls against pyroute2, ovsdbapp and
@@ -60,7 +61,8 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
                          *cb],
             "policy": ["bench.bench_policy", "--quick", *cb],
             "policy-replay": ["bench.bench_policy_replay", "--scale", "2000:200:20:18", "--pod-events", "300",
-                              "--policy-events", "30", "--rss", "3000:300:30:27", "--diff-events", "2000"],
+                              "--policy-events", "30", "--rss", "3000:300:30:27", "--diff-events", "2000",
+                              "--tiers", "2000:20:20:18"],
             "system": ["bench.bench_system", "--n", "5"],
         }
     return {

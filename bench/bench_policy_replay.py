@@ -21,6 +21,12 @@ CPU seconds of this process (``process_time``):
 * RSS (a fresh process per figure, ``--rss`` scale): after building the inputs, after the
   incremental planner's load, after a full plan.
 
+``--tiers PODS:CNPS:NAMESPACES:NODES[,...]``: the same for the ClusterNetworkPolicy tiers
+(``routesync.policy.cnp.incremental`` beside ``routesync.policy.cnp.plan.plan``), with
+:func:`cluster_policies`' shapes over the same generated cluster: full plan and load CPU, then
+per Pod event and per policy change (each with the snapshot the daemon takes) beside a full plan;
+exit 1 if the two planners differ after the replay.
+
 ``--diff-events N``: also the differential test's replay (tests/routesync/policy/test_incremental.py)
 for N events, the incremental planner checked against the full one after every event (``make
 bench`` runs 1,000,000).  Nothing is asserted on times: each figure stands beside its reference."""
@@ -257,6 +263,106 @@ def measure_scale(spec: str, args: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
+def cluster_policies(n: int, namespaces: int, seed: int) -> list[Any]:
+    """``n`` ClusterNetworkPolicies of the shapes administrators write: a tenant's Namespaces
+    isolated from the others (Admin Deny from every Namespace but its own, Pass within it), the
+    monitoring Namespace accepted into every Pod (Admin Accept, a named port), egress to the
+    API server's Nodes and to a block kept (Admin Accept by nodes and networks), and a Baseline
+    default deny per environment with an allow from the same team."""
+    from routesync.policy.cnp.model import cluster_policy_from
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        team = f"team-{rng.randrange(max(1, namespaces))}"
+        shape = i % 4
+        spec: dict[str, Any] = {"tier": "Admin", "priority": rng.randrange(0, 1000)}
+        mine = {"namespaces": {"matchLabels": {"team": team}}}
+        if shape == 0:
+            spec["subject"] = mine
+            spec["ingress"] = [{"action": "Pass", "from": [mine]},
+                               {"action": "Deny", "from": [{"namespaces": {}}]}]
+        elif shape == 1:
+            spec["subject"] = {"pods": {"namespaceSelector": {"matchLabels": {"env": "prod"}},
+                                        "podSelector": {"matchLabels": {"app": f"app-{rng.randrange(20)}"}}}}
+            spec["ingress"] = [{"action": "Accept", "from": [{"namespaces": {"matchLabels": {"team": "team-0"}}}],
+                                "protocols": [{"destinationNamedPort": "http"}]}]
+        elif shape == 2:
+            spec["subject"] = mine
+            spec["egress"] = [{"action": "Accept", "to": [{"nodes": {"matchLabels": {"role": "control-plane"}}}],
+                               "protocols": [{"tcp": {"destinationPort": 6443}}]},
+                              {"action": "Deny", "to": [{"networks": ["10.0.0.0/8", "fd00:10::/32"]}]}]
+        else:
+            spec = {"tier": "Baseline", "priority": rng.randrange(0, 1000),
+                    "subject": {"namespaces": {"matchLabels": {"env": rng.choice(("prod", "staging", "dev"))}}},
+                    "ingress": [{"action": "Accept", "from": [mine]},
+                                {"action": "Deny", "from": [{"namespaces": {}}]}]}
+        out.append(cluster_policy_from({"metadata": {"name": f"cnp-{i:04d}"}, "spec": spec}))
+    return out
+
+
+def measure_tiers(spec: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The ClusterNetworkPolicy tiers at ``PODS:CNPS:NAMESPACES:NODES``: a full plan, the
+    incremental planner's load, and per Pod and per policy event the incremental planner's CPU
+    beside a full plan's (today's cost of the same event before the incremental planner)."""
+    from bench import bench_policy as bp
+    from routesync.policy.cnp import plan as tp
+    from routesync.policy.cnp.incremental import TierPlanner
+    from routesync.policy.cnp.model import NodeInfo
+    from routesync.policy.plan import ConjIds
+
+    pods, cnps, namespaces, nodes = scale_of(spec)
+    rng = random.Random(args.seed)
+    base = cluster_inputs(pods, 0, namespaces, nodes, args.local, args.seed)
+    node_objs = tuple(NodeInfo(bp.node_name(i), (("role", "control-plane" if i < 3 else "worker"),),
+                               (f"192.168.{i // 250}.{i % 250 + 1}",)) for i in range(nodes))
+    policies = tuple(cluster_policies(cnps, namespaces, args.seed))
+    inputs = tp.Inputs(base.pods, base.namespaces, policies, node_objs)
+    facts = tp.Facts(bp.LOCAL, ("10.96.0.0/16",))
+    full_s, full = cpu(lambda: tp.plan(inputs, facts, ConjIds(tp.FIRST_CONJ_ID)))
+    inc = TierPlanner(facts)
+    load_s, _ = cpu(lambda: inc.load(inputs))
+    log(f"tiers {spec}: full plan {full_s:.2f} s CPU, {len(full.flows):,} flows, {len(full.rules):,} rules; "
+        f"incremental load {load_s:.2f} s")
+    res: dict[str, Any] = {"scale": spec, "pods": len(inputs.pods), "policies": len(policies),
+                           "flows": len(full.flows), "rules": len(full.rules), "full_plan_cpu_s": full_s,
+                           "incremental_load_cpu_s": load_s}
+    pod_evs = pod_events(base, args.pod_events, rng)
+    pol_evs: list[tuple[str, Any]] = []
+    for i in range(args.policy_events):  # a priority moved, or a rule dropped and written again
+        p = rng.choice(policies)
+        if i % 2:
+            pol_evs.append(("cnp", replace(p, priority=(p.priority + 1) % 1001)))
+        else:
+            pol_evs += [("cnp", replace(p, ingress=p.ingress[:1], egress=p.egress[:1])), ("cnp", p)]
+    for kind, events in (("pod", pod_evs), ("policy", pol_evs)):
+        times: list[float] = []
+        for kind_ev, obj in events:
+            c = time.process_time()
+            if kind_ev == "pod":
+                inc.pod_event(obj.key, obj)
+            elif kind_ev == "pod-":
+                inc.pod_event(obj, None)
+            else:
+                inc.policy_event(obj.name, obj)
+            inc.snapshot()
+            times.append(time.process_time() - c)
+        ref = [cpu(lambda: tp.plan(inc.inputs(), facts, inc.ids.copy()))[0] for _ in range(args.full_events)]
+        r = res[kind] = {"events": len(events), "cpu_p50_ms": pct(times, 0.5) * 1e3,
+                         "cpu_p99_ms": pct(times, 0.99) * 1e3,
+                         "full_plan_per_event_ms": statistics.median(ref) * 1e3 if ref else None}
+        r["full_over_incremental_p50"] = (r["full_plan_per_event_ms"] / r["cpu_p50_ms"]
+                                          if r["full_plan_per_event_ms"] and r["cpu_p50_ms"] else None)
+        log(f"tiers {spec}: {kind} events (each with its snapshot): p50 {r['cpu_p50_ms']:.3f} ms, "
+            f"p99 {r['cpu_p99_ms']:.3f} ms CPU; full plan per event {r['full_plan_per_event_ms']:.1f} ms")
+    ids = inc.ids.copy()
+    want = tp.plan(inc.inputs(), facts, ids)
+    got = inc.snapshot()
+    res["equal_to_full_plan_after_replay"] = ({f.key(): f for f in got.flows} == {f.key(): f for f in want.flows}
+                                              and got.rules == want.rules and got.host_rules == want.host_rules)
+    return res
+
+
 def rss_child(spec: str, local: int, seed: int, which: str) -> dict[str, float]:
     from bench import bench_policy as bp
     from routesync.policy import plan as pp
@@ -302,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rss", default="30000:3000:300:273")
     ap.add_argument("--no-rss", action="store_true")
     ap.add_argument("--diff-events", type=int, default=0)
+    ap.add_argument("--tiers", default="10000:100:100:91",
+                    help="ClusterNetworkPolicy scales PODS:CNPS:NAMESPACES:NODES ('' for none)")
     ap.add_argument("--seed", type=int, default=40)
     ap.add_argument("--json")
     ap.add_argument("--rss-child", help=argparse.SUPPRESS)
@@ -314,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     res: dict[str, Any] = {"benchmark": "policy-replay", "goals": GOALS,
                            "scales": [measure_scale(s, args) for s in args.scale.split(",") if s]}
+    res["tiers"] = [measure_tiers(s, args) for s in args.tiers.split(",") if s]
     if not args.no_rss:
         res["rss"] = measure_rss(args)
     if args.diff_events:
@@ -335,10 +444,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {kind} event: p50 {r['cpu_p50_ms']:.3f} ms, p99 {r['cpu_p99_ms']:.3f} ms CPU "
                   f"(full plan per event {r['full_plan_per_event_ms']:.0f} ms, x{r['full_over_incremental_p50']:.0f}); "
                   f"snapshot p50 {r['snapshot_p50_ms']:.1f} ms")
+    for s in res["tiers"]:
+        print(f"tiers {s['scale']}: full plan {s['full_plan_cpu_s']:.2f} s, incremental load "
+              f"{s['incremental_load_cpu_s']:.2f} s, {s['flows']:,} flows; "
+              f"equal after replay: {s['equal_to_full_plan_after_replay']}")
+        for kind in ("pod", "policy"):
+            r = s[kind]
+            print(f"  {kind} event: p50 {r['cpu_p50_ms']:.3f} ms, p99 {r['cpu_p99_ms']:.3f} ms CPU "
+                  f"(full plan per event {r['full_plan_per_event_ms']:.0f} ms, x{r['full_over_incremental_p50']:.0f})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
-    return 0
+    return 0 if all(s["equal_to_full_plan_after_replay"] for s in res["tiers"]) else 1
 
 
 if __name__ == "__main__":

@@ -25,8 +25,9 @@ from cni.pipeline.tables import GATEWAY_PORT
 
 from . import plan as policy_plan
 from .cnp import plan as tier_plan
+from .cnp.incremental import TierPlanner
 from .cnp.plan import TierPlan
-from .incremental import IncrementalPlanner
+from .incremental import Changes, IncrementalPlanner
 from .stats import DeniedLog
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
     from ..config import Config
     from ..model import LocalFacts
+    from .cnp.model import ClusterPolicy, NodeInfo
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +92,11 @@ class PolicyStep:
         return sorted(set(self.plan.policy_namespaces) | set(self.tiers.subject_namespaces))
 
 
-def differences(got: policy_plan.Plan, want: policy_plan.Plan, most: int = 3) -> list[str]:
-    """What differs between two plans, field by field (flows by identity), for a log line."""
+def differences(got: policy_plan.Plan | TierPlan, want: policy_plan.Plan | TierPlan, most: int = 3) -> list[str]:
+    """What differs between two plans (NetworkPolicy's or the tiers'), field by field (flows by
+    identity), for a log line."""
     out = []
-    for f in fields(policy_plan.Plan):
+    for f in fields(want):
         a, b = getattr(got, f.name), getattr(want, f.name)
         if f.name == "flows":
             fa, fb = {x.key(): x for x in a}, {x.key(): x for x in b}
@@ -132,8 +135,10 @@ class PolicyNode:
         self.drift_repairs = 0
         self.checks = 0  # full passes that compared with the full planner
         self.tier_ids = policy_plan.ConjIds(tier_plan.FIRST_CONJ_ID)
+        self.tier_planner: TierPlanner | None = None
         self.tiers = TierPlan()
-        self._tier_key: tuple[object, ...] | None = None
+        self._tier_gen: object = None
+        self._tier_version = -1
 
     def facts(self, gateway_addresses: tuple[str, ...], local: LocalFacts) -> policy_plan.NodeFacts:
         # the Node's own traffic to its Pods (kubelet probes) comes from the gateway's addresses;
@@ -152,6 +157,7 @@ class PolicyNode:
         facts = self.facts(gateway_addresses, local)
         t0 = self.clock()
         planner = self.planner
+        moved: list[Changes] = []
         if planner is None:
             self._gen, inputs = self.source.inputs()
             planner = self.planner = IncrementalPlanner(facts, self.ids)
@@ -160,10 +166,10 @@ class PolicyNode:
         else:
             planner.set_facts(facts)
             if full:
-                self._check(planner, facts)
+                moved = self._check(planner, facts)
                 how = "checked against a full plan"
             elif self.source.generation() != self._gen:
-                self._apply(planner)
+                moved = [self._apply(planner)]
                 how = "applied"
             else:
                 how = ""
@@ -171,50 +177,99 @@ class PolicyNode:
         if plan is None or planner.version != self._version:
             plan = self._planned(planner.snapshot(), how, self.clock() - t0, planner)
         delta = planner.take_delta()
-        tiers = self._tiers(planner, facts, full)
+        tiers = self._tiers(planner, facts, full, moved)
         return PolicyStep(plan, self._host_judge(plan, tiers, local, facts.service_cidrs), len(delta), tiers)
 
-    def _tiers(self, planner: IncrementalPlanner, facts: policy_plan.NodeFacts, full: bool) -> TierPlan:
-        """The ClusterNetworkPolicy tiers, planned again (in full: few policies, each a sum of
-        its sizes) when the objects they read moved; nothing to do while there are none."""
+    def _tiers(self, planner: IncrementalPlanner, facts: policy_plan.NodeFacts, full: bool,
+               moved: list[Changes]) -> TierPlan:
+        """The ClusterNetworkPolicy tiers (:class:`.cnp.incremental.TierPlanner`): the Pods and
+        Namespaces NetworkPolicy's planner took this pass, and the policies and Nodes when their
+        watch moved; at a full pass everything compared, and checked against the full planner."""
         objects = getattr(self.source, "tier_objects", None)
         if objects is None:
             return self.tiers
-        gen, policies, nodes = objects()
-        key = (self._gen, gen, facts.node, facts.service_cidrs)
-        if key == self._tier_key and not full:
-            return self.tiers
+        tfacts = tier_plan.Facts(facts.node, facts.service_cidrs)
         t0 = self.clock()
-        inputs = tier_plan.Inputs(tuple(planner.pods.values()), planner.namespaces, policies, nodes)
-        tiers = tier_plan.plan(inputs, tier_plan.Facts(facts.node, facts.service_cidrs), self.tier_ids)
+        tp = self.tier_planner
+        if tp is None:
+            self._tier_gen, policies, nodes = objects()
+            tp = TierPlanner(tfacts, self.tier_ids)
+            tp.load(tier_plan.Inputs(tuple(planner.pods.values()), planner.namespaces, policies, nodes))
+            self.tier_planner, how = tp, "planned"
+        else:
+            tp.set_facts(tfacts)
+            for changes in moved:
+                tp.apply(changes)
+            generation = getattr(self.source, "tier_generation", None)
+            if full:
+                self._check_tiers(tp, planner, tfacts, objects)
+                how = "checked against a full plan"
+            elif generation is None or generation() != self._tier_gen:
+                self._tier_gen, policies, nodes = objects()
+                tp.sync_tiers(policies, nodes)
+                how = "applied"
+            else:
+                how = "applied"
+        if tp.version == self._tier_version:
+            return self.tiers
+        tiers = tp.snapshot()
         for e in sorted(set(tiers.errors) - set(self.tiers.errors)):
             log.warning("ClusterNetworkPolicy %s", e)
-        if policies or self.tiers.flows:
-            log.info("cluster policy planned in %.1f ms: %d policies, %d rules here, %d flows",
-                     (self.clock() - t0) * 1e3, len(policies), len(tiers.rules), len(tiers.flows))
-        self.tiers, self._tier_key = tiers, key
+        if tp.policies or self.tiers.flows:
+            log.info("cluster policy %s in %.1f ms: %d policies, %d rules here, %d flows", how,
+                     (self.clock() - t0) * 1e3, len(tp.policies), len(tiers.rules), len(tiers.flows))
+        self.tiers, self._tier_version = tiers, tp.version
         if self.plan is not None:
             self._write_report(self.plan, tiers)
         return tiers
 
-    def _apply(self, planner: IncrementalPlanner) -> None:
+    def _check_tiers(self, tp: TierPlanner, planner: IncrementalPlanner, facts: tier_plan.Facts,
+                     objects: Callable[[], tuple[object, tuple[ClusterPolicy, ...], tuple[NodeInfo, ...]]]) -> None:
+        """A full pass: the tier planner holds what the watches hold, and plans what the full
+        planner plans on a copy of its ids; drift repaired and counted as NetworkPolicy's."""
+        self._tier_gen, policies, nodes = objects()
+        inputs = tier_plan.Inputs(tuple(planner.pods.values()), dict(planner.namespaces), policies, nodes)
+        tp.sync_tiers(policies, nodes)  # what the watch changed since the last look
+        missed, _ = tp.sync(inputs)  # the Pods and Namespaces: given as NetworkPolicy's planner took them
+        drift: list[str] = []
+        if missed:
+            drift.append(f"events missed: {missed.describe()}")
+        ids = tp.ids.copy()
+        want = tier_plan.plan(inputs, facts, ids)
+        wrong = differences(tp.snapshot(), want)
+        if wrong:
+            drift.append("the incremental plan differs from the full one: " + "; ".join(wrong))
+            tp.ids = self.tier_ids = ids
+            tp.load(inputs)
+        if drift:
+            self.drift_repairs += 1
+            what = "ClusterNetworkPolicy: " + " | ".join(drift)
+            log.warning("%s drift repaired", what)
+            if self.observer is not None:
+                self.observer.policy_drift_repaired(what)
+
+    def _apply(self, planner: IncrementalPlanner) -> Changes:
+        """What the watches changed, applied; returned for the tiers."""
         changes = getattr(self.source, "changes", None)
         if changes is not None:
             self._gen, moved = changes()
             planner.apply(moved)
-        else:
-            self._gen, inputs = self.source.inputs()
-            planner.sync(inputs)
+            return moved
+        self._gen, inputs = self.source.inputs()
+        return planner.sync(inputs)
 
-    def _check(self, planner: IncrementalPlanner, facts: policy_plan.NodeFacts) -> None:
+    def _check(self, planner: IncrementalPlanner, facts: policy_plan.NodeFacts) -> list[Changes]:
         both = getattr(self.source, "inputs_and_changes", None)
         journal = both is not None
+        out: list[Changes] = []
         if both is not None:
             self._gen, moved, inputs = both()
             planner.apply(moved)
+            out.append(moved)
         else:
             self._gen, inputs = self.source.inputs()
         missed = planner.sync(inputs)
+        out.append(missed)
         drift: list[str] = []
         if missed and journal:
             drift.append(f"events missed: {missed.describe()}")
@@ -235,6 +290,7 @@ class PolicyNode:
             log.warning("NetworkPolicy drift repaired: %s", what)
             if self.observer is not None:
                 self.observer.policy_drift_repaired(what)
+        return out
 
     def _planned(self, plan: policy_plan.Plan, how: str, took: float, planner: IncrementalPlanner
                  ) -> policy_plan.Plan:

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from cni.pipeline.actions import DROP, goto
 from cni.pipeline.tables import EgressAdmin, EgressBaseline, Flow, IngressAdmin, IngressBaseline, Table
@@ -46,7 +46,7 @@ INGRESS, EGRESS = "ingress", "egress"
 RUNGS_PER_PRIORITY = 26  # 25 rules per direction at most, and one rung between priorities
 FIRST_CONJ_ID = 1 << 24  # apart from NetworkPolicy's ids (readable in a dump; OpenFlow scopes them per table)
 
-_TABLES = {(ADMIN, EGRESS): (Table.EGRESS_ADMIN, EgressAdmin.TOP),
+TABLES = {(ADMIN, EGRESS): (Table.EGRESS_ADMIN, EgressAdmin.TOP),
            (ADMIN, INGRESS): (Table.INGRESS_ADMIN, IngressAdmin.TOP),
            (BASELINE, EGRESS): (Table.EGRESS_BASELINE, EgressBaseline.TOP),
            (BASELINE, INGRESS): (Table.INGRESS_BASELINE, IngressBaseline.TOP)}
@@ -121,10 +121,20 @@ def order(p: ClusterPolicy) -> tuple[int, int, str]:
     return (0 if p.tier == ADMIN else 1, p.priority, p.name)
 
 
-class _Select:
-    """Selections over the Plan's PodIndex, each computed once."""
+class PodLookup(Protocol):
+    """What a selection reads: :class:`..plan.PodIndex` (a full plan) or the incremental
+    planner's live index (:mod:`.incremental`)."""
 
-    def __init__(self, index: PodIndex, nodes: Iterable[NodeInfo]) -> None:
+    def namespaces(self, selector: sel.Selector) -> tuple[str, ...]: ...
+
+    def in_namespace(self, ns: str, selector: sel.Selector) -> Sequence[Pod]: ...
+
+
+class Select:
+    """Selections over a Pod index, each computed once, each in the order of the Pods' keys
+    (a plan does not depend on the order the watch delivered them in)."""
+
+    def __init__(self, index: PodLookup, nodes: Iterable[NodeInfo]) -> None:
         self.index = index
         self.nodes = tuple(nodes)
         self._pods: dict[Selection, tuple[Pod, ...]] = {}
@@ -134,8 +144,8 @@ class _Select:
         hit = self._pods.get(s)
         if hit is None:
             pod_sel = s.pods or sel.EVERYTHING
-            hit = self._pods[s] = tuple(p for ns in self.index.namespaces(s.namespaces)
-                                        for p in self.index.in_namespace(ns, pod_sel))
+            hit = self._pods[s] = tuple(sorted((p for ns in self.index.namespaces(s.namespaces)
+                                                for p in self.index.in_namespace(ns, pod_sel)), key=pod_key))
         return hit
 
     def node_addresses(self, s: sel.Selector) -> tuple[str, ...]:
@@ -145,29 +155,37 @@ class _Select:
         return hit
 
 
+def pod_key(p: Pod) -> str:
+    return p.key
+
+
 @dataclass(frozen=True)
-class _Part:
+class Part:
+    """One conjunction of a rule: the Pods it applies to, its peers' addresses (sorted), its
+    ports; ``tag`` names a named port's resolution ("" for the rest)."""
+
     applied: tuple[Pod, ...]
     peers: tuple[str, ...] | None  # None: any
     ports: tuple[tuple[str, int | None, int | None], ...] | None  # None: any
     tag: str = ""
 
 
-def _peer_pods(rule: Rule, s: _Select) -> list[Pod]:
-    return list(dict.fromkeys(p for peer in rule.peers or () if peer.pods is not None for p in s.pods(peer.pods)))
+def _peer_pods(rule: Rule, s: Select) -> list[Pod]:
+    return sorted({p for peer in rule.peers or () if peer.pods is not None for p in s.pods(peer.pods)}, key=pod_key)
 
 
-def _parts(direction: str, rule: Rule, applied: tuple[Pod, ...], s: _Select) -> list[_Part]:
+def parts(direction: str, rule: Rule, applied: tuple[Pod, ...], s: Select) -> list[Part]:
+    """The conjunctions of ``rule`` over ``applied`` (in the order the plan lists them)."""
     peers: tuple[str, ...] | None = None
     if rule.peers is not None:
         addrs: list[str] = []
         for peer in rule.peers:
             addrs += _peer_addresses(peer, s)
-        peers = tuple(dict.fromkeys(addrs))
+        peers = tuple(sorted(set(addrs)))
     if rule.ports is None:
-        return [_Part(applied, peers, None)]
+        return [Part(applied, peers, None)]
     numeric = tuple((p.protocol, p.first, p.last) for p in rule.ports if p.name is None and p.protocol is not None)
-    out = [_Part(applied, peers, numeric)] if numeric else []
+    out = [Part(applied, peers, numeric)] if numeric else []
     for name in dict.fromkeys(p.name for p in rule.ports if p.name is not None):
         # the destination's container port: the subject's (ingress), the peer Pod's (egress)
         candidates = applied if direction == INGRESS else _peer_pods(rule, s)
@@ -179,14 +197,14 @@ def _parts(direction: str, rule: Rule, applied: tuple[Pod, ...], s: _Select) -> 
         for (proto, number), pods in sorted(groups.items()):
             tag = f"{name}={number}/{proto}"
             if direction == INGRESS:
-                out.append(_Part(tuple(pods), peers, ((proto, number, None),), tag))
+                out.append(Part(tuple(pods), peers, ((proto, number, None),), tag))
             else:
-                out.append(_Part(applied, tuple(dict.fromkeys(ip for p in pods for ip in p.ips)),
+                out.append(Part(applied, tuple(sorted({ip for p in pods for ip in p.ips})),
                                  ((proto, number, None),), tag))
     return out
 
 
-def _peer_addresses(peer: Peer, s: _Select) -> list[str]:
+def _peer_addresses(peer: Peer, s: Select) -> list[str]:
     if peer.pods is not None:
         return [ip for p in s.pods(peer.pods) for ip in p.ips]
     if peer.nodes is not None:
@@ -201,7 +219,7 @@ def plan(inputs: Inputs, facts: Facts, ids: ConjIds | None = None) -> TierPlan:
         ids.sweep()
         return out
     index = PodIndex(inputs.pods, inputs.namespaces, facts.node)
-    s = _Select(index, inputs.nodes)
+    s = Select(index, inputs.nodes)
     fl = FlowSet(ids.cookies)
     here = facts.node
     subject_ns: set[str] = set()
@@ -215,11 +233,11 @@ def plan(inputs: Inputs, facts: Facts, ids: ConjIds | None = None) -> TierPlan:
         for direction, rules, applied in ((EGRESS, policy.egress, subjects), (INGRESS, policy.ingress, local)):
             if not applied:
                 continue
-            table, top = _TABLES[(policy.tier, direction)]
+            table, top = TABLES[(policy.tier, direction)]
             for i, rule in enumerate(rules):
                 prio = rung(top, policy.priority, i)
                 then = action_of(policy.tier, direction, rule.action)
-                for part in _parts(direction, rule, applied, s):
+                for part in parts(direction, rule, applied, s):
                     _add(fl, out, ids, table, prio, then, policy, direction, i, rule, part, here)
     for cidr in facts.service_cidrs:
         fl.address(Table.EGRESS_ADMIN, EgressAdmin.SERVICE, block_text(ipaddress.ip_network(cidr, strict=False)),
@@ -231,7 +249,7 @@ def plan(inputs: Inputs, facts: Facts, ids: ConjIds | None = None) -> TierPlan:
 
 
 def _add(fl: FlowSet, out: TierPlan, ids: ConjIds, table: Table, prio: int, then: tuple[Action, ...],
-         policy: ClusterPolicy, direction: str, index: int, rule: Rule, part: _Part, here: str) -> None:
+         policy: ClusterPolicy, direction: str, index: int, rule: Rule, part: Part, here: str) -> None:
     if part.peers is not None and not part.peers or part.ports is not None and not part.ports or not part.applied:
         return  # it matches nothing
     n = ids.get(f"{policy.name}|{direction}|{index}|{part.tag}")

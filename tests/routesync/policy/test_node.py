@@ -223,3 +223,30 @@ def test_cluster_policies_are_planned_in_the_pass_and_their_subjects_namespaces_
     src.tier_gen += 1
     assert d.reconcile(full=False).ok
     assert not any(f.table == Table.INGRESS_ADMIN and f.priority for f in apl.applied[-1].flows)
+
+
+def test_cluster_policies_follow_pod_events_between_full_passes_and_drift_is_repaired(tmp_path: Any) -> None:
+    src = TierSource()
+    src.namespaces.update({"ns": (("kubernetes.io/metadata.name", "ns"),)})
+    src.pod(pod("srv", "10.244.1.5", app="srv"))
+    src.cnp({"metadata": {"name": "deny-all"}, "spec": {
+        "tier": "Admin", "priority": 3,
+        "subject": {"namespaces": {"matchLabels": {"kubernetes.io/metadata.name": "ns"}}},
+        "ingress": [{"action": "Deny", "from": [{"namespaces": {}}]}]}})
+    d, apl = daemon(tmp_path, src)
+    assert d.reconcile(full=True).ok
+
+    def admin() -> set[str]:
+        return {f.text() for f in apl.applied[-1].flows if f.table == Table.INGRESS_ADMIN and f.priority}
+
+    src.pod(pod("new", "10.244.1.9", app="srv"))  # an event, no full pass: the tier planner takes it
+    assert d.reconcile(full=False).ok
+    assert any("nw_dst=10.244.1.9" in f for f in admin()) and any("nw_src=10.244.1.9" in f for f in admin())
+    assert d.policy is not None and d.policy.tier_planner is not None
+    repairs = d.policy.drift_repairs
+    d.policy.tier_planner.pod_event("ns/new", None)  # a lost event: the planner no longer holds the Pod
+    assert d.reconcile(full=False).ok
+    assert not any("10.244.1.9" in f for f in admin())
+    assert d.reconcile(full=True).ok  # the full pass finds it and repairs
+    assert d.policy.drift_repairs == repairs + 1
+    assert any("nw_dst=10.244.1.9" in f for f in admin())
