@@ -13,7 +13,7 @@ planner on a simulated 10,000-Pod cluster, and 1,000 policies' flows on a real b
 incremental policy planner beside the full one, at 10,000 Pods / 1,000 policies and 150,000 /
 10,000 over 5,000 Nodes, RSS at 30,000 / 3,000, the differential test's replay of 1,000,000
 events, and the ClusterNetworkPolicy tiers' incremental planner beside their full one at 10,000
-Pods / 100 policies), ``realize``
+Pods / 40 policies), ``realize``
 (bench_policy_realize: policy created → enforced on every Node, and a selected Pod Running →
 reachable, on a Kubernetes cluster with 100 Pods per Node), ``system``
 (bench_system: the plugin's netlink, OVSDB and OpenFlow calls against pyroute2, ovsdbapp and

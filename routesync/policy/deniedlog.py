@@ -18,7 +18,15 @@ for all such Pods: its userdata names the Pod :data:`REMOTE`, and the line names
 policies by the packet's source address (:meth:`DeniedLog.set_remote`, from each plan):
 
     denied: TCP 10.244.2.9:41234 -> 10.244.1.7:80, egress from ns/client (of another Node,
-    judged here), isolated by ns/p"""
+    judged here), isolated by ns/p
+
+A ClusterNetworkPolicy Deny rule (``routesync.policy.cnp.plan``, with the log on) sends every
+packet it drops up, metered like the rest, with :func:`tier_userdata`: the rule, not a Pod (one
+conjunction covers many), so the line names the policy, its tier and priority, and the rule:
+
+    denied: TCP 10.244.1.5:41234 -> 10.96.0.1:443, egress, by ClusterNetworkPolicy deny-api
+    (Admin tier, priority 10), egress rule 0 "no-api-server"
+"""
 
 from __future__ import annotations
 
@@ -29,6 +37,7 @@ from dataclasses import dataclass
 from cni.ovs.openflow.packetin import Connection
 
 MAGIC = b"F1"  # the version of the userdata below
+TIER_MAGIC = b"T1"  # a ClusterNetworkPolicy Deny rule's (:func:`tier_userdata`)
 SEP = b"|"
 INGRESS, EGRESS = "ingress", "egress"
 MAX_USERDATA = 1024  # a controller() action's userdata, at most (cni.pipeline.actions.Controller)
@@ -62,6 +71,49 @@ def userdata(direction: str, pod: str, policies: Iterable[str]) -> bytes:
     if len(head) + len(body) > MAX_USERDATA:
         raise ValueError(f"pod: {pod!r} is too long for a controller() action's userdata")
     return head + body
+
+
+@dataclass(frozen=True)
+class TierDenial:
+    """What a ClusterNetworkPolicy Deny rule's packet-in says: the rule that denied it."""
+
+    direction: str
+    policy: str  # "Admin/10/name"
+    index: int
+    rule: str
+
+
+def tier_userdata(direction: str, policy: str, index: int, rule: str) -> bytes:
+    """``T1|egress|Admin/10/deny-api|0|rule-name`` (Kubernetes names hold no ``|``)."""
+    if direction not in (INGRESS, EGRESS):
+        raise ValueError(f"direction: {direction!r} is neither {INGRESS} nor {EGRESS}")
+    out = SEP.join((TIER_MAGIC, direction.encode(), policy.encode(), str(index).encode(), rule.encode()))
+    if len(out) > MAX_USERDATA:
+        raise ValueError(f"policy: {policy!r} is too long for a controller() action's userdata")
+    return out
+
+
+def parse_tier_userdata(data: bytes) -> TierDenial | None:
+    """:func:`tier_userdata` read back; None for anything else."""
+    parts = data.split(SEP)
+    if len(parts) != 5 or parts[0] != TIER_MAGIC:
+        return None
+    try:
+        direction, policy, index, rule = (p.decode() for p in parts[1:])
+    except UnicodeDecodeError:
+        return None
+    if direction not in (INGRESS, EGRESS) or not policy or not index.isdigit():
+        return None
+    return TierDenial(direction, policy, int(index), rule)
+
+
+def tier_line(conn: Connection, d: TierDenial) -> str:
+    """The log line of a connection a ClusterNetworkPolicy rule denied."""
+    tier, _, rest = d.policy.partition("/")
+    priority, _, name = rest.partition("/")
+    rule = f' "{d.rule}"' if d.rule else ""
+    return (f"denied: {conn.text()}, {d.direction}, by ClusterNetworkPolicy {name} ({tier} tier, priority "
+            f"{priority}), {d.direction} rule {d.index}{rule}")
 
 
 def parse_userdata(data: bytes) -> Denial | None:
@@ -142,7 +194,9 @@ class DeniedLog:
 
     def offer(self, conn: Connection | None, data: bytes) -> str | None:
         """The line for this packet-in, or None (a repeat, over the bound, or not ours)."""
-        d = parse_userdata(data)
+        d: Denial | TierDenial | None = parse_userdata(data)
+        if d is None:
+            d = parse_tier_userdata(data)
         if d is None or conn is None:
             self.foreign += 1
             return None
@@ -160,4 +214,6 @@ class DeniedLog:
             self.suppressed += 1
             return None
         self.logged += 1
+        if isinstance(d, TierDenial):
+            return tier_line(conn, d)
         return line(conn, resolved(conn, d, self._remote), remote=d.pod == REMOTE)

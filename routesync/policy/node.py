@@ -188,7 +188,7 @@ class PolicyNode:
         objects = getattr(self.source, "tier_objects", None)
         if objects is None:
             return self.tiers
-        tfacts = tier_plan.Facts(facts.node, facts.service_cidrs)
+        tfacts = tier_plan.Facts(facts.node, facts.service_cidrs, facts.denied_log)
         t0 = self.clock()
         tp = self.tier_planner
         if tp is None:

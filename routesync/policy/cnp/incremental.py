@@ -21,9 +21,10 @@ What an event costs:
 - a policy: its own size (removed, then added), and nothing else's.
 
 A rule with a named port is planned again as a whole (:func:`.plan.parts`) when a Pod it reads
-moved: which Pods share a port number is a grouping, not a set.  Other facts (the Node's name)
-rebuild everything; Service CIDRs move only their own flows.  A conjunction id freed in an event
-is released at its end, so a policy replaced by itself keeps its ids.
+moved: which Pods share a port number is a grouping, not a set.  Other facts (the Node's name,
+the denied log switched) rebuild everything; Service CIDRs move only their own flows.  A
+conjunction id freed in an event is released at its end, so a policy replaced by itself keeps
+its ids.
 
 The full planner stays the reference: route-sync compares the two at every full pass
 (``routesync.policy.node``) and a randomized differential test holds them equal event by
@@ -58,10 +59,10 @@ from .plan import (
     TierHostRule,
     TierPlan,
     TierRule,
-    action_of,
     order,
     parts,
     pod_key,
+    rule_actions,
     rung,
 )
 
@@ -181,7 +182,7 @@ class RuleState:
     """One rule of one policy: which Pods its pod peers pick (``members``), its Node and block
     peers, its parts."""
 
-    def __init__(self, policy: PolicyState, direction: str, index: int, rule: Rule) -> None:
+    def __init__(self, policy: PolicyState, direction: str, index: int, rule: Rule, denied_log: bool) -> None:
         self.policy = policy
         self.direction = direction
         self.egress = direction == EGRESS
@@ -190,7 +191,7 @@ class RuleState:
         p = policy.policy
         table, top = TABLES[(p.tier, direction)]
         self.table, self.prio = int(table), rung(top, p.priority, index)
-        self.then = action_of(p.tier, direction, rule.action)
+        self.then = rule_actions(p, direction, index, rule, denied_log)
         peers = rule.peers
         self.pod_peers: list[tuple[Selection, set[str]]] = [(q.pods, set()) for q in peers or () if q.pods is not None]
         self.node_peers = [q.nodes for q in peers or () if q.nodes is not None]
@@ -211,15 +212,15 @@ class RuleState:
 
 
 class PolicyState:
-    def __init__(self, policy: ClusterPolicy) -> None:
+    def __init__(self, policy: ClusterPolicy, denied_log: bool) -> None:
         self.policy = policy
         self.label = f"{policy.tier}/{policy.priority}/{policy.name}"
         self.order = order(policy)
         self.subject_ns: set[str] = set()
         self.subjects: dict[str, Pod] = {}
         self.local: dict[str, Pod] = {}
-        self.rules = ([RuleState(self, EGRESS, i, r) for i, r in enumerate(policy.egress)]
-                      + [RuleState(self, INGRESS, i, r) for i, r in enumerate(policy.ingress)])
+        self.rules = ([RuleState(self, EGRESS, i, r, denied_log) for i, r in enumerate(policy.egress)]
+                      + [RuleState(self, INGRESS, i, r, denied_log) for i, r in enumerate(policy.ingress)])
         # what the snapshot takes of it (its rules, host rules, local subjects), until it moves
         self.shown: tuple[list[TierRule], list[TierHostRule], tuple[Pod, ...]] | None = None
 
@@ -314,7 +315,7 @@ class TierPlanner:
     def set_facts(self, facts: Facts) -> None:
         if facts == self.facts:
             return
-        node_moved = facts.node != self.facts.node
+        node_moved = facts.node != self.facts.node or facts.denied_log != self.facts.denied_log
         self.facts = facts
         if node_moved:
             self.load(self.inputs())
@@ -575,7 +576,7 @@ class TierPlanner:
                 self._peer(part, ip, -1)
 
     def _add_policy(self, policy: ClusterPolicy) -> None:
-        ps = self.policies[policy.name] = PolicyState(policy)
+        ps = self.policies[policy.name] = PolicyState(policy, self.facts.denied_log)
         if any(r.node_peers for r in ps.rules):
             self._node_policies.add(policy.name)
         for ns in self._universe():

@@ -31,12 +31,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from cni.pipeline.actions import DROP, goto
-from cni.pipeline.tables import EgressAdmin, EgressBaseline, Flow, IngressAdmin, IngressBaseline, Table
+from cni.pipeline.actions import DROP, Controller, goto
+from cni.pipeline.tables import (
+    DENIED_LOG_METER,
+    EgressAdmin,
+    EgressBaseline,
+    Flow,
+    IngressAdmin,
+    IngressBaseline,
+    Table,
+)
 
+from .. import deniedlog
 from .. import selector as sel
 from ..model import Pod
-from ..plan import ConjIds, FlowSet, PodIndex, add_conjunction, block_text
+from ..plan import DENIED_LOG_MAX_LEN, ConjIds, FlowSet, PodIndex, add_conjunction, block_text
 from .model import ADMIN, BASELINE, DENY, PASS, ClusterPolicy, NodeInfo, Peer, Rule, Selection
 
 if TYPE_CHECKING:
@@ -64,6 +73,7 @@ class Inputs:
 class Facts:
     node: str
     service_cidrs: tuple[str, ...] = ()
+    denied_log: bool = False  # Deny rules send what they drop up, metered (routesync.policy.deniedlog)
 
 
 @dataclass(frozen=True)
@@ -110,11 +120,23 @@ def rung(top: int, priority: int, index: int) -> int:
 
 
 def action_of(tier: str, direction: str, action: str) -> tuple[Action, ...]:
+    """Where a rule's ``conj_id`` flow sends what it matched (see the module)."""
     if action == DENY:
         return DROP
     if action == PASS and tier == ADMIN:
         return (goto(Table.EGRESS_RULE if direction == EGRESS else Table.INGRESS_RULE),)
     return (goto(Table.INGRESS_ADMIN if direction == EGRESS else Table.CONNTRACK_COMMIT),)
+
+
+def rule_actions(policy: ClusterPolicy, direction: str, index: int, rule: Rule, denied_log: bool
+                 ) -> tuple[Action, ...]:
+    """:func:`action_of`; with the denied log on a Deny also sends the packet up, naming the rule
+    (:func:`..deniedlog.tier_userdata`; sending it nowhere else is the drop)."""
+    if rule.action == DENY and denied_log:
+        label = f"{policy.tier}/{policy.priority}/{policy.name}"
+        return (Controller(deniedlog.tier_userdata(direction, label, index, rule.name), DENIED_LOG_MAX_LEN,
+                           DENIED_LOG_METER),)
+    return action_of(policy.tier, direction, rule.action)
 
 
 def order(p: ClusterPolicy) -> tuple[int, int, str]:
@@ -236,7 +258,7 @@ def plan(inputs: Inputs, facts: Facts, ids: ConjIds | None = None) -> TierPlan:
             table, top = TABLES[(policy.tier, direction)]
             for i, rule in enumerate(rules):
                 prio = rung(top, policy.priority, i)
-                then = action_of(policy.tier, direction, rule.action)
+                then = rule_actions(policy, direction, i, rule, facts.denied_log)
                 for part in parts(direction, rule, applied, s):
                     _add(fl, out, ids, table, prio, then, policy, direction, i, rule, part, here)
     for cidr in facts.service_cidrs:

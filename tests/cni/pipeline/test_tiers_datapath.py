@@ -8,6 +8,8 @@ and real connections between Pods the plugin plugged, both families.
 * Baseline after it: a Deny holds for a Pod no NetworkPolicy isolates, and a NetworkPolicy that
   isolates the Pod overrides it;
 * protocols: a Deny of one TCP port range leaves the ports outside it open;
+* with the denied log on, a connection an Admin Deny drops gives one line naming the policy and
+  its rule (route-sync's listener on the bridge), and one it accepts gives none;
 * a remote client whose egress a NetworkPolicy isolates with no rule, which an Admin Accept lets
   reach a local Pod: judged again here, the Accept holds (NetworkPolicy's drop of a remote
   client's egress at the destination does not undo it)."""
@@ -62,13 +64,14 @@ def np(name: str, app: str, ingress: list | None = None, egress: list | None = N
 
 
 def install(node: Node, of: OpenFlow, pods: list[Pod], policies: list[dict], tiers: list[dict],
-            pod_cidrs: tuple[str, ...] = ()) -> tp.TierPlan:
+            pod_cidrs: tuple[str, ...] = (), denied_log: bool = False) -> tp.TierPlan:
     """Every POLICY flow replaced by NetworkPolicy's plan and the tiers' for these objects."""
     gw = (node.pods[0].gateway(4), node.pods[0].gateway(6))
     ns = {"default": ()}
     npp = pp.plan(pp.Inputs(tuple(pods), ns, tuple(policy_from(d) for d in policies)),
                   pp.NodeFacts(NODE, gw, pod_cidrs=pod_cidrs))
-    tiers_plan = tp.plan(tp.Inputs(tuple(pods), ns, tuple(cluster_policy_from(d) for d in tiers)), tp.Facts(NODE))
+    tiers_plan = tp.plan(tp.Inputs(tuple(pods), ns, tuple(cluster_policy_from(d) for d in tiers)),
+                         tp.Facts(NODE, denied_log=denied_log))
     assert not tiers_plan.errors, tiers_plan.errors
     of.del_flows(Cookie.owner_match(Owner.POLICY))
     of.add_flows(npp.flows + tiers_plan.flows)
@@ -152,3 +155,35 @@ def test_an_admin_accept_of_a_remote_clients_egress_holds_at_the_destination(nod
             for s in servers:
                 s.kill()
                 s.wait()
+
+
+def test_a_denied_connection_is_logged_with_the_cluster_policy_and_its_rule(node: Node) -> None:
+    import time
+
+    from routesync.policy.deniedlog import DeniedLog
+    from tests.cni.pipeline.test_policy_denied_log import _listen, _meter
+    from tests.support.waiting import until
+
+    a, b, c = node.add_pod("la"), node.add_pod("lb"), node.add_pod("lc")
+    of = OpenFlow(node.bridge, node.ovs.dir)
+    _meter(node, (10_000, 10_000))
+    pods = [_pod(a, "a"), _pod(b, "b"), _pod(c, "c")]
+    install(node, of, pods, [], [cnp("guard-b", "Admin", 4, apps("b"), ingress=[
+        {"name": "from-c", "action": "Deny", "from": [apps("c")]},
+        {"name": "from-a", "action": "Accept", "from": [apps("a")]}])], denied_log=True)
+    server = b.serve(PORT)
+    lines: list[str] = []
+    listener = _listen(node, DeniedLog(100, 100, time.monotonic), lines)
+    try:
+        assert not reach(c, b, 4)
+        assert reach(a, b, 4)
+        assert not reach(c, b, 6)  # the marker: once it is logged, all before it was read
+        until(lambda: any(f"-> [{b.ip(6)}]:{PORT}" in x for x in lines), "the marker's line")
+        want = ', ingress, by ClusterNetworkPolicy guard-b (Admin tier, priority 4), ingress rule 0 "from-c"'
+        assert [x.split(" -> ")[0].rsplit(":", 1)[0] for x in lines] == [f"denied: TCP {c.ip(4)}",
+                                                                         f"denied: TCP [{c.ip(6)}]"]
+        assert all(x.endswith(want) for x in lines), lines
+    finally:
+        listener.close()
+        server.kill()
+        server.wait()

@@ -174,3 +174,19 @@ def test_remote_drops_are_counted_for_prometheus() -> None:
     metrics = RouteSyncMetrics()
     Observer(metrics).policy_counters(p, flows)
     assert "ferry_route_sync_policy_remote_denied_packets_total 7.0" in metrics.exposition()[0].decode()
+
+
+def test_a_cluster_policy_denial_is_read_back_and_its_line_names_the_policy_and_rule() -> None:
+    data = dl.tier_userdata("egress", "Admin/10/deny-api", 2, "no-api-server")
+    assert data == b"T1|egress|Admin/10/deny-api|2|no-api-server"
+    assert dl.parse_tier_userdata(data) == dl.TierDenial("egress", "Admin/10/deny-api", 2, "no-api-server")
+    assert dl.parse_userdata(data) is None  # not a NetworkPolicy isolation's
+    for foreign in (b"T1|egress|x|y|z", b"T1|sideways|Admin/1/p|0|r", b"T1|egress||0|r", b"T2|egress|a|0|r"):
+        assert dl.parse_tier_userdata(foreign) is None
+    log = dl.DeniedLog(100, 100, Clock())
+    assert log.offer(TCP, data) == ("denied: TCP 10.244.1.5:41234 -> 10.244.2.7:80, egress, by ClusterNetworkPolicy "
+                                    'deny-api (Admin tier, priority 10), egress rule 2 "no-api-server"')
+    assert log.offer(TCP, data) is None and log.repeats == 1  # once per connection, as the others
+    unnamed = dl.tier_userdata("ingress", "Baseline/0/base", 0, "")
+    assert log.offer(Connection(4, 17, "10.0.0.1", "10.0.0.2", 5, 53), unnamed).endswith(
+        "by ClusterNetworkPolicy base (Baseline tier, priority 0), ingress rule 0")

@@ -31,6 +31,7 @@ class World:
         self.nodes: dict[str, NodeInfo] = {}
         self.policies: dict[str, ClusterPolicy] = {}
         self.services: tuple[str, ...] = ("10.96.0.0/16",)
+        self.denied_log = False
 
     def labels(self) -> tuple[tuple[str, str], ...]:
         rng = self.rng
@@ -160,8 +161,9 @@ class World:
             inc.policy_event(name, policy)
             return f"policy {policy}"
         self.services = rng.choice(((), ("10.96.0.0/16",), ("10.96.0.0/16", "fd00:96::/112")))
-        inc.set_facts(tp.Facts(HERE, self.services))
-        return f"services {self.services}"
+        self.denied_log = rng.random() < 0.3
+        inc.set_facts(tp.Facts(HERE, self.services, self.denied_log))
+        return f"services {self.services}, denied log {self.denied_log}"
 
     def inputs(self) -> tp.Inputs:
         return tp.Inputs(tuple(self.pods.values()), dict(self.namespaces), tuple(self.policies.values()),
@@ -170,7 +172,7 @@ class World:
 
 def assert_same(inc: TierPlanner, world: World, where: str) -> tp.TierPlan:
     ids = inc.ids.copy()
-    want = tp.plan(world.inputs(), tp.Facts(HERE, world.services), ids)
+    want = tp.plan(world.inputs(), tp.Facts(HERE, world.services, world.denied_log), ids)
     got = inc.snapshot()
     wrong = differences(got, want)
     assert not wrong, f"{where}: {wrong}"

@@ -137,3 +137,18 @@ def test_ids_are_stable_across_plans_and_apart_from_networkpolicys() -> None:
     first = {r.policy: r.conj_id for r in tp.plan(inputs, tp.Facts(HERE), ids).rules}
     again = {r.policy: r.conj_id for r in tp.plan(tp.Inputs(PODS, NAMESPACES, (two,)), tp.Facts(HERE), ids).rules}
     assert again["two"] == first["two"] and min(first.values()) >= tp.FIRST_CONJ_ID
+
+
+def test_with_the_denied_log_a_deny_sends_up_naming_its_rule_and_the_rest_is_unchanged() -> None:
+    from routesync.policy import deniedlog
+
+    deny = cnp("no-b", "Admin", 7, ns("a"), egress=[{"name": "to-b", "action": "Deny", "to": [ns("b")]},
+                                                    {"action": "Accept", "to": [ns("b")]}])
+    quiet = planned(deny)
+    logged = tp.plan(tp.Inputs(PODS, NAMESPACES, (deny,), ()), tp.Facts(HERE, (), denied_log=True))
+    d0, a0 = (r.conj_id for r in quiet.rules)
+    assert conj_flow(quiet, d0).actions_text() == "drop"
+    (up,) = conj_flow(logged, d0).actions
+    assert deniedlog.parse_tier_userdata(up.userdata) == deniedlog.TierDenial("egress", "Admin/7/no-b", 0, "to-b")
+    assert conj_flow(logged, a0) == conj_flow(quiet, a0)
+    assert len(logged.flows) == len(quiet.flows)
