@@ -147,12 +147,45 @@ def devices_hold_every_peer(lab: Lab) -> bool:
     return True
 
 
+def sessions_up(lab: Lab) -> bool:
+    """Every Node's WireGuard device has made a handshake with every other Node's published key."""
+    keys = published_keys(lab)
+    for n in lab.nodes:
+        try:
+            state = Uapi(n.paths.wireguard_run).read(WireGuardConfig().interface)
+        except (LookupError, OSError):
+            return False
+        want = {k for m, k in keys.items() if m != n.name}
+        if None in want or not want <= {p.public_key for p in state.peers if p.last_handshake > 0}:
+            return False
+    return True
+
+
+def warm_sessions(lab: Lab) -> None:
+    """A WireGuard session between every two Nodes, made by a Pod's ping in each direction: with
+    no persistent keepalive the first packet to a peer waits for a handshake, whose time is the
+    machine's (two userspace wireguard-go processes, under load a second and more), and a probe
+    with its own timeout must not race it."""
+    firsts = {n.name: pods[0] for n in lab.nodes if (pods := n.pods())}
+
+    def poke() -> bool:
+        for a, pa in firsts.items():
+            for b, pb in firsts.items():
+                dst = pb.ipv4 or pb.ipv6
+                if a != b and dst:
+                    lab.ping(pa, dst, timeout=1.0)  # the answer does not matter: the handshake does
+        return sessions_up(lab)
+
+    until(poke, "a WireGuard session between every two Nodes")
+
+
 def settle_encrypted(lab: Lab) -> None:
-    """Every peer published its key, every state file sends every peer through WireGuard, and
-    every device holds every peer: what a Pod's first packet to another Node needs."""
+    """Every peer published its key, every state file sends every peer through WireGuard, every
+    device holds every peer, and every two Nodes have a session (:func:`warm_sessions`)."""
     until(lambda: all(published_keys(lab).values()), "every Node's public key in the registry")
     until(lambda: wireguard_to_every_peer(lab), "every Node's state file: every peer through WireGuard")
     until(lambda: devices_hold_every_peer(lab), "every Node's WireGuard device: every peer's key")
+    warm_sessions(lab)
 
 
 def settle_clear(lab: Lab, m: Mode) -> None:
