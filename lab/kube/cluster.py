@@ -403,6 +403,10 @@ class Cluster:
         return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
 
     def deploy_ferry(self, overlay: manifests.Overlay) -> None:
+        """The CRDs Ferry reads (``deploy/crds/``), established, then Ferry's manifest, as a user
+        applies them (README)."""
+        self.kubectl("apply", "--server-side", "-f", manifests.CRDS)
+        self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "-f", manifests.CRDS)
         docs = manifests.apply_overlay(manifests.load(), overlay)
         self.kubectl("apply", "-f", "-", input=manifests.dump(docs))
 

@@ -28,6 +28,7 @@ from cni.pipeline.modes import NETDEV
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = os.path.join(REPO, "deploy", "ferry.yaml")
+CRDS = os.path.join(REPO, "deploy", "crds")  # the ClusterNetworkPolicy CRD (tools/sync-cnp-crd.sh)
 CONFIG_KEY = "route-sync.yaml"
 
 

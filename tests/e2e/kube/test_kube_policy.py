@@ -172,3 +172,65 @@ def test_policies_stay_in_force_across_restarts_and_the_api_server_away(lab: Lab
         print(f"{name}: {probe.through} of {probe.tried} denied connections got through; client back: {back}")
         assert probe.through == 0, f"{name}: {probe.through} of {probe.tried} connections from other reached srv"
         assert back, f"{name}: the client never reached srv again"
+
+
+def _cnp(name: str, priority: int, subject_label: str, ingress: list[dict]) -> dict:
+    return {"apiVersion": "policy.networking.k8s.io/v1beta1", "kind": "ClusterNetworkPolicy",
+            "metadata": {"name": name},
+            "spec": {"tier": "Admin", "priority": priority,
+                     "subject": {"pods": {"namespaceSelector": {},
+                                          "podSelector": {"matchLabels": {svc.LABEL: subject_label}}}},
+                     "ingress": ingress}}
+
+
+def test_cluster_network_policies_through_the_api_over_networkpolicy(lab: Lab) -> None:
+    """The CRD deploy/crds/ installs, objects the API server validated against it, enforced from
+    the DaemonSet under its ClusterRole: an Admin Deny closes a Pod (by Pod IP and through its
+    ClusterIP, the connection judged after kube-proxy's DNAT) and is logged naming the policy and
+    rule; an Admin Accept above it opens one client again, even through a NetworkPolicy that
+    isolates the Pod; Pass hands the Pod back to that NetworkPolicy; deleted, everything opens."""
+    cluster = lab.kube()
+    cli, oth, srv = lab.add_pod("node-1", "tcli"), lab.add_pod("node-2", "toth"), lab.add_pod("node-3", "tsrv")
+    for p in (cli, oth):
+        lab.ensure_echo(p.netns)
+    svc.backend(lab, srv, "tsrv")
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-1", "tcli"), "role=tcli", "--overwrite")
+    ep = svc.create(cluster, svc.service("tsrv", ECHO_PORT), 1)
+    cip, sip, cli_ip, oip = v4(ep.cluster_ips), pod_ip(srv), pod_ip(cli), pod_ip(oth)
+    failures: list[str] = []
+
+    def expect(what: str, src: Pod, addr: str, want: bool, port: int = 80) -> None:
+        if not _settles(lab, src, addr, want, port):
+            failures.append(f"{what}: {'not reached' if want else 'reached'}")
+
+    def apply(doc: dict) -> None:
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(doc))
+
+    from_tcli = [{"pods": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"role": "tcli"}}}}]
+    try:
+        expect("no policy: other -> srv", oth, sip, True, ECHO_PORT)
+        apply(_cnp("lab-deny", 20, "tsrv", [{"name": "no-one", "action": "Deny", "from": [{"namespaces": {}}]}]))
+        expect("Admin Deny: client -> srv Pod IP", cli, sip, False, ECHO_PORT)
+        expect("Admin Deny: client -> srv ClusterIP", cli, cip, False)
+        expect("Admin Deny: other -> srv ClusterIP", oth, cip, False)
+        denied = re.compile(rf"denied: TCP {re.escape(oip)}:\d+ -> {re.escape(sip)}:{ECHO_PORT}, ingress, by "
+                            r'ClusterNetworkPolicy lab-deny \(Admin tier, priority 20\), ingress rule 0 "no-one"')
+        until(lambda: denied.findall(_route_sync_log(cluster, "node-3")), "node-3's denied line naming lab-deny", 30)
+        # a NetworkPolicy isolating srv with no rule, and an Admin Accept for the client above the Deny
+        Policies(lab).apply(policy("tsrv-closed", {svc.LABEL: "tsrv"}, ingress=[]))
+        apply(_cnp("lab-accept", 10, "tsrv", [{"name": "tcli", "action": "Accept", "from": from_tcli}]))
+        expect("Admin Accept over Deny and NetworkPolicy: client -> srv ClusterIP", cli, cip, True)
+        expect("Admin Accept is the client's only: other -> srv ClusterIP", oth, cip, False)
+        # Pass: the decision goes to NetworkPolicy, which isolates srv with no rule
+        apply(_cnp("lab-accept", 10, "tsrv", [{"name": "tcli", "action": "Pass", "from": from_tcli}]))
+        expect("Admin Pass to an isolating NetworkPolicy: client -> srv ClusterIP", cli, cip, False)
+        Policies(lab).apply(policy("tsrv-closed", {svc.LABEL: "tsrv"},
+                                   ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "tcli"}}}]}]))
+        expect("Admin Pass, NetworkPolicy allows the client: client -> srv ClusterIP", cli, cip, True)
+    finally:
+        for name in ("lab-accept", "lab-deny"):
+            cluster.kubectl("delete", "clusternetworkpolicy", name, "--ignore-not-found", "--wait=true")
+        cluster.kubectl("delete", "networkpolicy", "-n", NS, "tsrv-closed", "--ignore-not-found", "--wait=true")
+    expect("every policy deleted: other -> srv ClusterIP", oth, cip, True)
+    expect("every policy deleted: other -> client", oth, cli_ip, True, ECHO_PORT)
+    assert not failures, "\n".join(failures)
