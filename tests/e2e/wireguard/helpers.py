@@ -132,9 +132,9 @@ def wireguard_to_every_peer(lab: Lab) -> bool:
     return True
 
 
-def devices_hold_every_peer(lab: Lab) -> bool:
+def _every_device_has(lab: Lab, handshaken: bool) -> bool:
     """Every Node's WireGuard device (read over its UAPI socket) has every other Node's published
-    public key as a peer."""
+    public key as a peer (``handshaken``: one it made a handshake with)."""
     keys = published_keys(lab)
     for n in lab.nodes:
         try:
@@ -142,23 +142,19 @@ def devices_hold_every_peer(lab: Lab) -> bool:
         except (LookupError, OSError):
             return False
         want = {k for m, k in keys.items() if m != n.name}
-        if None in want or not want <= {p.public_key for p in state.peers}:
+        if None in want or not want <= {p.public_key for p in state.peers if not handshaken or p.last_handshake > 0}:
             return False
     return True
+
+
+def devices_hold_every_peer(lab: Lab) -> bool:
+    """Every Node's WireGuard device has every other Node's published public key as a peer."""
+    return _every_device_has(lab, handshaken=False)
 
 
 def sessions_up(lab: Lab) -> bool:
     """Every Node's WireGuard device has made a handshake with every other Node's published key."""
-    keys = published_keys(lab)
-    for n in lab.nodes:
-        try:
-            state = Uapi(n.paths.wireguard_run).read(WireGuardConfig().interface)
-        except (LookupError, OSError):
-            return False
-        want = {k for m, k in keys.items() if m != n.name}
-        if None in want or not want <= {p.public_key for p in state.peers if p.last_handshake > 0}:
-            return False
-    return True
+    return _every_device_has(lab, handshaken=True)
 
 
 def warm_sessions(lab: Lab) -> None:
