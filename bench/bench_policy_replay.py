@@ -438,17 +438,8 @@ def main(argv: list[str] | None = None) -> int:
                                "seconds": time.monotonic() - t, "ok": True}
     res["elapsed_s"] = round(time.monotonic() - t0, 1)
     res["loadavg"] = os.getloadavg()
-    for s in res["scales"]:
-        print(f"{s['scale']}: full plan {s['full_plan_cpu_s']:.2f} s, incremental load "
-              f"{s['incremental_load_cpu_s']:.2f} s, {s['flows']:,} flows; "
-              f"equal after replay: {s['equal_to_full_plan_after_replay']}")
-        for kind in ("pod", "policy"):
-            r = s[kind]
-            print(f"  {kind} event: p50 {r['cpu_p50_ms']:.3f} ms, p99 {r['cpu_p99_ms']:.3f} ms CPU "
-                  f"(full plan per event {r['full_plan_per_event_ms']:.0f} ms, x{r['full_over_incremental_p50']:.0f}); "
-                  f"snapshot p50 {r['snapshot_p50_ms']:.1f} ms")
-    for s in res["tiers"]:
-        print(f"tiers {s['scale']}: full plan {s['full_plan_cpu_s']:.2f} s, incremental load "
+    for prefix, s in [("", s) for s in res["scales"]] + [("tiers ", s) for s in res["tiers"]]:
+        print(f"{prefix}{s['scale']}: full plan {s['full_plan_cpu_s']:.2f} s, incremental load "
               f"{s['incremental_load_cpu_s']:.2f} s, {s['flows']:,} flows; "
               f"equal after replay: {s['equal_to_full_plan_after_replay']}")
         for kind in ("pod", "policy"):

@@ -340,19 +340,11 @@ class TierPlanner:
     def sync(self, inputs: Inputs) -> tuple[Changes, TierChanges]:
         """What differs between what it holds and ``inputs``, applied: the objects that moved."""
         pods = {p.key: p for p in inputs.pods}
-        policies = {p.name: p for p in inputs.policies}
-        nodes = {n.name: n for n in inputs.nodes}
-        held = {k: ps.policy for k, ps in self.policies.items()}
         moved = Changes({k: pods.get(k) for k in self.pods.keys() | pods.keys() if self.pods.get(k) != pods.get(k)},
                         {k: inputs.namespaces.get(k) for k in self.namespaces.keys() | inputs.namespaces.keys()
                          if self.namespaces.get(k) != inputs.namespaces.get(k)})
-        tiers = TierChanges({k: policies.get(k) for k in held.keys() | policies.keys()
-                             if not _same(held.get(k), policies.get(k))},
-                            {k: nodes.get(k) for k in self.nodes.keys() | nodes.keys()
-                             if self.nodes.get(k) != nodes.get(k)})
         self.apply(moved)
-        self.apply_tiers(tiers)
-        return moved, tiers
+        return moved, self.sync_tiers(inputs.policies, inputs.nodes)
 
     def sync_tiers(self, policies: Iterable[ClusterPolicy], nodes: Iterable[NodeInfo]) -> TierChanges:
         """The policies and Nodes as the watch holds them now: what moved, applied."""

@@ -199,7 +199,6 @@ def test_incremental_tiers_equal_the_full_plan_after_every_event(seed: int) -> N
 
 
 def test_an_event_elsewhere_touches_no_flow_and_a_peer_touches_one() -> None:
-    world = World(random.Random(0))
     inc = TierPlanner(tp.Facts(HERE))
     web = cluster_policy_from({"metadata": {"name": "web"}, "spec": {
         "tier": "Admin", "priority": 1, "subject": {"namespaces": {"matchLabels": {"team": "a"}}},
@@ -217,4 +216,3 @@ def test_an_event_elsewhere_touches_no_flow_and_a_peer_touches_one() -> None:
     after = {f.text() for f in inc.snapshot().flows}
     assert len(after - before) == 1 and not before - after  # one peer flow more, nothing else moved
     assert "nw_src=10.0.2.99" in next(iter(after - before))
-    del world
