@@ -11,7 +11,7 @@ swapped every repetition, so machine load hits both alike. Per mode and target: 
 rate (median, min, max) and the median time of ``--rtt`` echo exchanges (connect, 1,000 bytes
 each way, close: the lab's echo probe); the ``ratios`` are ClusterIP / Pod IP from the medians.
 What the ClusterIP path adds: kube-proxy's DNAT in node-1's stack, the trip through its gateway
-port both ways, and Ferry's conntrack commit and lookup (docs/design.md, "Services")."""
+port both ways, and Ferry's conntrack commit and lookup (docs/design/services.md)."""
 
 from __future__ import annotations
 

@@ -560,8 +560,8 @@ def _section_dataplane(d: dict[str, Any]) -> str:
                                 "throughput per repetition"], ratio_rows)) if ratio_rows else ""
     return (f"{d.get('pair')}; {d.get('repetitions')} x {d.get('seconds'):g} s each{how}.  CPU s / Gbit: both "
             "Nodes' ovs-vswitchd (and, encrypted, both Nodes' wireguard-go) and both iperf3 processes per Gbit "
-            f"received.{rtt}  Where the cycles go and what "
-            "was tried for issue 7: docs/design.md, \"The fast path on the userspace datapath\".\n\n"
+            f"received.{rtt}  Where the cycles go and what was tried to speed up the fast path: "
+            "docs/design/decisions.md, \"The fast path on the userspace datapath\".\n\n"
             + _md_table(["path", "median Gbit/s", "min", "max", "reps", "CPU s / Gbit", "RTT p50 µs", "RTT p99 µs",
                          "retransmits (median run)", "path check (node-1 counters)"], rows)
             + ratio_table)

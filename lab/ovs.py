@@ -1,5 +1,5 @@
 """One private OVS instance (ovsdb-server + ovs-vswitchd) per simulated Node, started inside
-the Node's namespace with its own OVS_RUNDIR/OVS_DBDIR/OVS_LOGDIR (docs/design.md)."""
+the Node's namespace with its own OVS_RUNDIR/OVS_DBDIR/OVS_LOGDIR (docs/design/tests.md)."""
 
 from __future__ import annotations
 

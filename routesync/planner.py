@@ -397,7 +397,7 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
 
     tunnel_ofport = facts.tunnel_ofport if tunnel is not None else None
     # networkPolicyOnly: the host un-DNATs a Service's reply only if it sees it; Pod sources that
-    # come in through the gateway are flagged so their replies go back to it (docs/design.md)
+    # come in through the gateway are flagged so their replies go back to it (docs/design/services.md)
     returned = config.cluster_cidrs if config.mode == NETWORK_POLICY_ONLY else ()
     flows = base_flows(GatewayPort(facts.gateway_ofport, facts.gateway_mac, gw_addrs), returned)
 

@@ -1,4 +1,4 @@
-"""What the plugin and route-sync must agree on is declared once (docs/design.md, "Declared once"),
+"""What the plugin and route-sync must agree on is declared once (docs/design/contracts.md, "Declared once"),
 read from the sources (nothing is imported or run):
 
 * ``cni/pipeline/tables.py`` holds the OVS ``external_ids`` keys and values, the cookies, port

@@ -173,7 +173,7 @@ def add(req: Request) -> Result:
                 if node.state is not None and _state_id(conf.state_file) != state_id:
                     # route-sync rewrote the state (a path, the mode or the underlay changed) since
                     # it was read: it may have updated the Node's Pods before this one's port was
-                    # in OVS, so this ADD brings its own Pod up to date (docs/design.md, MTU)
+                    # in OVS, so this ADD brings its own Pod up to date (docs/design/contracts.md, MTU)
                     step("state file changed: MTUs again")
                     pod = _refresh_pod_net(conf, ips, pod_nl, host_nl, host, req.ifname, pod)
                 step(f"ofport of {host}")

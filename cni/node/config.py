@@ -24,7 +24,7 @@ DEFAULT_OVS_RUN_DIR = "/var/run/openvswitch"
 
 @record(frozen=True)
 class PluginConfig:
-    """Ferry's own keys of the network config (see docs/design.md)."""
+    """Ferry's own keys of the network config (see docs/design/contracts.md, "Plugin configuration")."""
 
     network: str
     state_file: str = nodestate.DEFAULT_STATE_FILE

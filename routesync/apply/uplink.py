@@ -2,7 +2,7 @@
 
 Why: OVS userspace tunnels (``datapath_type=netdev``) only work when the tunnel endpoint
 address sits on an OVS internal port of the bridge that holds the uplink
-(docs/design.md, "The fast path on the userspace datapath").
+(docs/design/decisions.md, "The fast path on the userspace datapath").
 
 Decision: the uplink goes onto ``br-int`` itself, not onto a separate ``br-phy`` joined by
 patch ports.  One bridge means one flow pipeline that sees the uplink, the tunnel port, the

@@ -8,7 +8,7 @@
         ovs.db        # "unix:<dir>/db.sock"   (for cni.ovs.ovsdb.Ovsdb)
         ovs.run_dir   # where <bridge>.mgmt lives (for cni.ovs.openflow.bridge.OpenFlow)
 
-Each instance has its own OVS_RUNDIR/OVS_DBDIR/OVS_LOGDIR (see docs/design.md), so
+Each instance has its own OVS_RUNDIR/OVS_DBDIR/OVS_LOGDIR (see docs/design/tests.md), so
 several run side by side without the OVS kernel module (use datapath_type=netdev).  Run each
 instance in its own namespace (``netns=``) when several may run at once: a netdev datapath
 creates tap devices (``ovs-netdev``, internal ports) in vswitchd's namespace.  ``stop()``

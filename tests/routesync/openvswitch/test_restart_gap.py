@@ -206,7 +206,7 @@ def test_a_killed_vswitchd_forwards_again_with_its_flows_before_route_sync_acts(
 def test_the_gap_end_to_end_with_route_sync_running(ovs_node: Node) -> None:
     """As in production: route-sync free to act.  The ping comes back, the bridge holds the flows
     it held, and route-sync's pass for the new instance (after flow-restore-wait is cleared) sends
-    no flow-mod.  Prints the figures of docs/design.md ("Open vSwitch in the DaemonSet")."""
+    no flow-mod.  Prints the figures of docs/design/openvswitch.md ("The gap of an ovs-vswitchd SIGKILL")."""
     n = ovs_node
     a = n.plugin.add_pod_as("a", "c0ffee1a")  # type: ignore[attr-defined]
     b = n.plugin.add_pod_as("b", "c0ffee1b")  # type: ignore[attr-defined]
