@@ -463,7 +463,7 @@ def _section_cni(d: dict[str, Any]) -> str:
                  _f(c.get("ratio")) + "x" if c.get("ratio") is not None else "—", c["target"],
                  f"not built: {c['not_built']}" if c.get("not_built") else
                  ("pass" if c["pass"] else "short") if "pass" in c else ""] for c in d.get("comparisons", [])]
-    cmp_table = ("\n\nSide by side (issue 18), ours / reference, same run.\n\n"
+    cmp_table = ("\n\nSide by side, ours / reference, same run.\n\n"
                  + _md_table(["comparison", "ours", "reference", "ratio", "target", ""], cmp_rows)) if cmp_rows else ""
     return (f"{meta.get('pods')} Pods, concurrency {meta.get('conc')}; wall time per plugin process "
             f"(fork+exec+run+exit).  Plugins:\n\n" + "\n".join(who) + "\n\n"
@@ -481,7 +481,7 @@ def _section_cni_encryption(e: dict[str, Any] | None) -> str:
     r = e.get("ratios") or {}
     routes = "; ".join(f"{side}: " + ", ".join(f"{dst} mtu {mtu}" for dst, _gw, mtu in rs)
                        for side, rs in (e.get("routes") or {}).items())
-    return (f"\n\nEncryption (issue 30): the same Ferry on one {e.get('mode')} Node whose state file says encryption "
+    return (f"\n\nEncryption: the same Ferry on one {e.get('mode')} Node whose state file says encryption "
             "none or wireguard, the two taking turns call by call (the order alternating per pair); every Pod's "
             f"routes checked ({routes}).  wireguard / clear: ADD p50 {_f(r.get('ADD p50'), 3)}x "
             f"({r.get('target')}), ADD p99 {_f(r.get('ADD p99'), 3)}x, DEL p50 {_f(r.get('DEL p50'), 3)}x, "
@@ -499,7 +499,7 @@ def _section_cni_policy(p: dict[str, Any] | None) -> str:
             for op in ("add", "del") for side in ("none", "policy")]
     r = p.get("ratios") or {}
     drops = p.get("pending_drops") or {}
-    return (f"\n\nPolicies (issue 27): the same Ferry on one {p.get('mode')} Node, its Pods in namespace "
+    return (f"\n\nPolicies: the same Ferry on one {p.get('mode')} Node, its Pods in namespace "
             f"`{p.get('namespace')}`, whose state file lists that namespace in policyNamespaces or not, the two "
             "taking turns call by call (the order alternating per pair); every Pod's pending drops checked on the "
             f"bridge ({drops.get('policy')} on the policy side, {drops.get('none')} on the other, none after the "
@@ -648,15 +648,15 @@ def _section_system(d: dict[str, Any]) -> str:
 
 
 SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
-    "startup": ("Start-up: VERSION and error path vs Go bridge (issue 2)", _section_startup),
-    "cni": ("CNI ADD/DEL: Ferry (launcher, frozen) vs ovs-cni and bridge + host-local (issues 3, 18)", _section_cni),
-    "ipam": ("IPAM on a /16 vs host-local (issue 5)", _section_ipam),
-    "routesync": ("route-sync reconcile (issue 6)", _section_routesync),
-    "dataplane": ("Data plane: iperf3 Pod↔Pod across Nodes, clear and encrypted (issues 6, 7, 30)",
+    "startup": ("Start-up: VERSION and error path vs Go bridge", _section_startup),
+    "cni": ("CNI ADD/DEL: Ferry (launcher, frozen) vs ovs-cni and bridge + host-local", _section_cni),
+    "ipam": ("IPAM on a /16 vs host-local: ADD and DEL as it fills", _section_ipam),
+    "routesync": ("route-sync reconcile: full passes by number of peers, one Node change", _section_routesync),
+    "dataplane": ("Data plane: iperf3 Pod↔Pod across Nodes, clear and encrypted",
                   _section_dataplane),
-    "services": ("Services: Pod → ClusterIP against Pod → Pod IP, kube-proxy on a real cluster (issue 26)",
+    "services": ("Services: Pod → ClusterIP against Pod → Pod IP, kube-proxy on a real cluster",
                  _section_services),
-    "policy": ("NetworkPolicy: the planner at 10,000 Pods / 1,000 policies, and the data plane under them (issue 27)",
+    "policy": ("NetworkPolicy: the planner at 10,000 Pods / 1,000 policies, and the data plane under them",
                _section_policy),
     "system": ("The plugin's system layer: netlink, OVSDB, OpenFlow vs pyroute2, ovsdbapp, ovs-vsctl", _section_system),
 }
@@ -795,7 +795,7 @@ def plot_reconcile(results: dict[str, Any], path: str) -> None:
         xs = [r["peers"] for r in sizes]
         ax.plot(xs, [r["reconcile_s"] for r in sizes], "o-", label="full reconcile")
         ax.plot(xs, [r["noop_reconcile_s"] for r in sizes], "s--", label="re-assert (no change)")
-        ax.plot([1000, 5000], [1.0, 5.0], "r^", label="target (issue 6)")
+        ax.plot([1000, 5000], [1.0, 5.0], "r^", label="budget: 1 s per 1,000 peers")
         ax.set_xscale("log")
         ax.set_yscale("log")
         from matplotlib.ticker import FuncFormatter, NullFormatter
