@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any, Protocol
 
+    from cni.ipam.api import IpamConfig
     from cni.kernel.netlink import Netlink
     from cni.node.nodestate import NodeState
     from cni.ovs.openflow.bridge import OpenFlow
@@ -28,10 +29,9 @@ if TYPE_CHECKING:
     from cni.pipeline.tables import Flow
     from cni.spec.request import Request
     from cni.spec.result import IPConfig, Result
-    from ipam.api import IpamConfig
 
     class Ipam(Protocol):
-        """What the verbs call of IPAM, with the config :func:`ipam_for` parsed: ``ipam.api`` is one
+        """What the verbs call of IPAM, with the config :func:`ipam_for` parsed: ``cni.ipam.api`` is one
         (mypy checks the module against it); a type only, so the per-Pod path never imports typing."""
 
         def allocate(self, conf: IpamConfig, container_id: str, ifname: str,
@@ -76,7 +76,7 @@ def random_mac() -> str:
 
 
 def ipam_for(conf_dict: dict, node: cfg.NodeContext) -> tuple[Ipam, IpamConfig]:
-    from ipam import api as ipam_api
+    from cni.ipam import api as ipam_api
 
     return ipam_api, ipam_api.parse_config(conf_dict, node.pod_cidrs)
 
