@@ -480,8 +480,8 @@ class Verifier:
                     "ipam": len([f for f in os.listdir(ipdir) if f[:1].isdigit()]) if os.path.isdir(ipdir) else 0,
                     "cache": len(cache)}
         if self.plugin.kind == "ferry":
+            from cni.ipam.api import list_allocations
             from cni.pipeline.tables import HOST_VETH_PREFIX, Cookie, Owner
-            from ipam.api import list_allocations
 
             names = _run(["ovs-vsctl", f"--db={self.ovs.db}", "--bare", "--columns=name", "list",
                           "Interface"]).stdout.split()

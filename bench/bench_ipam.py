@@ -7,7 +7,7 @@ claims + records + cursor, host-local's one file per IP + ``last_reserved_ip.0``
 on the same random reserved address, then each implementation does ADD then DEL of a fresh
 attachment, again and again (the fill stays put):
 
-* ``ferry in-process``: ``ipam.api.allocate`` / ``release`` (what the ``ferry`` plugin calls);
+* ``ferry in-process``: ``cni.ipam.api.allocate`` / ``release`` (what the ``ferry`` plugin calls);
 * ``ferry-ipam exec``: the ``ferry-ipam`` CNI plugin exec'd (lean launcher), config on stdin;
 * ``host-local exec``: ``/usr/lib/cni/host-local`` exec'd with the same ranges.
 
@@ -44,7 +44,7 @@ def _write(path: str, data: str) -> None:
 
 
 def prefill_ferry(store: str, reserved: list[str], cursor: str | None, subnet: str = SUBNET) -> None:
-    from ipam.store import ATTACHMENTS, IPS, record_name
+    from cni.ipam.store import ATTACHMENTS, IPS, record_name
 
     os.makedirs(os.path.join(store, IPS), mode=0o755, exist_ok=True)
     os.makedirs(os.path.join(store, ATTACHMENTS), mode=0o755, exist_ok=True)
@@ -73,7 +73,7 @@ def netconf(kind: str, data_dir: str, subnet: str = SUBNET) -> dict[str, object]
 
 
 def bench_in_process(data_dir: str, iterations: int, subnet: str = SUBNET) -> tuple[list[float], list[float]]:
-    from ipam import api
+    from cni.ipam import api
 
     conf = api.parse_config(netconf("ferry-ipam", data_dir, subnet), [])
     add, dele = [], []

@@ -15,14 +15,14 @@ from __future__ import annotations
 import os
 import sys
 
-ENTRY_POINTS = {"ferry": "cni.plugin", "ferry-ipam": "ipam.plugin"}
+ENTRY_POINTS = {"ferry": "cni.plugin", "ferry-ipam": "cni.ipam.plugin"}
 # Every module an ADD, DEL or CHECK imports (the verbs' modules pull in the rest lazily): what the
 # lean-imports test and bench_cni's import floor load.
 PER_POD_MODULES = ("cni.plugin", "cni.spec.protocol", "cni.commands.add", "cni.commands.delete",
                    "cni.commands.check", "cni.kernel.netlink",
                    "cni.ovs.ovsdb", "cni.ovs.openflow.bridge", "cni.ovs.openflow.ofctl", "cni.pipeline.flows",
                    "cni.node.locks", "cni.kernel.netns", "cni.kernel.ethtool", "cni.kernel.announce",
-                   "ipam.api")
+                   "cni.ipam.api")
 REFERENCE_PLUGIN_DIR = "/usr/lib/cni"
 
 TEMPLATE = """#!{python} -IS

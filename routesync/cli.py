@@ -55,7 +55,7 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
 
     observer, server = None, None
     if metrics_port:
-        from .health import serve
+        from .monitoring import serve
 
         observer, server = serve(cfg.state_file, metrics_host, metrics_port)
     source = make_source(cfg)

@@ -10,7 +10,7 @@ import ipaddress
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from cni.node.nodestate import DEFAULT_STATE_FILE
@@ -161,7 +161,7 @@ class Config:
     node_name: str
     mode: Mode = ENCAP
     tunnel_type: TunnelType = VXLAN
-    tunnel_port: int | None = 4789
+    tunnel_port: int | None = DEFAULT_TUNNEL_PORTS[VXLAN]
     transport_interface: str = "eth0"
     transport_interface_cidrs: tuple[str, ...] = ()
     # the underlay is 802.1Q VLAN ``transport_vlan`` (a trunk port): OVS tags what leaves the
@@ -305,18 +305,19 @@ def _ovsdb(key: str, v: Any) -> str:
 
 def _node_source(key: str, v: Any) -> NodeSourceConfig:
     _section(key, v, {"type", "registryDir", "kubeconfig", "pollInterval"}, "a mapping")
-    kind = _choice(f"{key}.type", v.get("type", "registry"), SOURCE_TYPES)
+    d = NodeSourceConfig()
+    kind = _choice(f"{key}.type", v.get("type", d.type), SOURCE_TYPES)
     if kind == "registry" and "kubeconfig" in v:
         raise ConfigError(f"{key}.kubeconfig", "only valid with type kubernetes")
     if kind == "kubernetes" and "registryDir" in v:
         raise ConfigError(f"{key}.registryDir", "only valid with type registry")
-    poll = v.get("pollInterval", 0.1)
+    poll = v.get("pollInterval", d.poll_interval)
     if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not 0.01 <= poll <= 5:
         raise ConfigError(f"{key}.pollInterval", f"expected seconds in [0.01, 5], got {poll!r}")
     return NodeSourceConfig(
         type=kind,
-        registry_dir=_str(f"{key}.registryDir", v.get("registryDir", DEFAULT_REGISTRY_DIR)),
-        kubeconfig=_str(f"{key}.kubeconfig", v["kubeconfig"]) if v.get("kubeconfig") is not None else None,
+        registry_dir=_str(f"{key}.registryDir", v.get("registryDir", d.registry_dir)),
+        kubeconfig=_str(f"{key}.kubeconfig", v["kubeconfig"]) if v.get("kubeconfig") is not None else d.kubeconfig,
         poll_interval=float(poll),
     )
 
@@ -389,12 +390,12 @@ def _bgp(key: str, v: Any) -> BgpConfig:
         if ident in seen:
             raise ConfigError(f"{key}.peers[{i}].address", f"{ident} is listed twice")
         seen.add(ident)
-    router_id = _ip(f"{key}.routerID", v["routerID"], 4) if v.get("routerID") is not None else None
-    prefixes = _cidrs(f"{key}.prefixes", v["prefixes"], False) if v.get("prefixes") is not None else None
-    gr = _int(f"{key}.gracefulRestart", v.get("gracefulRestart", 0), 0, 4095)  # a 12-bit field (RFC 4724)
-    run_dir = _str(f"{key}.runDir", v["runDir"]) if v.get("runDir") is not None else None
-    return BgpConfig(local_asn=local_asn, peers=peers, router_id=router_id, prefixes=prefixes,
-                     graceful_restart=gr, run_dir=run_dir)
+    d = BgpConfig(local_asn=local_asn, peers=peers)  # the defaults of the keys left out
+    router_id = _ip(f"{key}.routerID", v["routerID"], 4) if v.get("routerID") is not None else d.router_id
+    prefixes = _cidrs(f"{key}.prefixes", v["prefixes"], False) if v.get("prefixes") is not None else d.prefixes
+    gr = _int(f"{key}.gracefulRestart", v.get("gracefulRestart", d.graceful_restart), 0, 4095)  # 12 bits (RFC 4724)
+    run_dir = _str(f"{key}.runDir", v["runDir"]) if v.get("runDir") is not None else d.run_dir
+    return replace(d, router_id=router_id, prefixes=prefixes, graceful_restart=gr, run_dir=run_dir)
 
 
 _WG_KEYS = {"port", "interface", "implementation", "userspaceCommand", "runDir", "keyDir", "rotationPeriod",
@@ -410,20 +411,22 @@ def _seconds(key: str, v: Any, lo: float, hi: float) -> float:
 def _wireguard(key: str, v: Any) -> WireGuardConfig:
     _section(key, v, _WG_KEYS, "a mapping (port, interface, ...)")
     g = v.get
-    period = g("rotationPeriod", 0)
+    d = WireGuardConfig()
+    period = g("rotationPeriod", d.rotation_period)
     if period != 0:
         period = _seconds(f"{key}.rotationPeriod", period, 10, 365 * 86400)
     return WireGuardConfig(
-        port=_int(f"{key}.port", g("port", DEFAULT_WG_PORT), 1, 65535),
-        interface=_ifname(f"{key}.interface", g("interface", "ferry-wg0")),
-        implementation=_choice(f"{key}.implementation", g("implementation", WG_AUTO), WG_IMPLEMENTATIONS),
-        userspace_command=_str(f"{key}.userspaceCommand", g("userspaceCommand", "wireguard-go")),
-        run_dir=_abspath(f"{key}.runDir", g("runDir", "/var/run/wireguard")),
-        key_dir=_abspath(f"{key}.keyDir", g("keyDir", "/var/lib/ferry/wireguard")),
+        port=_int(f"{key}.port", g("port", d.port), 1, 65535),
+        interface=_ifname(f"{key}.interface", g("interface", d.interface)),
+        implementation=_choice(f"{key}.implementation", g("implementation", d.implementation), WG_IMPLEMENTATIONS),
+        userspace_command=_str(f"{key}.userspaceCommand", g("userspaceCommand", d.userspace_command)),
+        run_dir=_abspath(f"{key}.runDir", g("runDir", d.run_dir)),
+        key_dir=_abspath(f"{key}.keyDir", g("keyDir", d.key_dir)),
         rotation_period=float(period),
-        rotation_lead=_seconds(f"{key}.rotationLead", g("rotationLead", 2.0), 0, 600),
-        persistent_keepalive=_int(f"{key}.persistentKeepalive", g("persistentKeepalive", 0), 0, 65535),
-        start_userspace=_bool(f"{key}.startUserspace", g("startUserspace", True)),
+        rotation_lead=_seconds(f"{key}.rotationLead", g("rotationLead", d.rotation_lead), 0, 600),
+        persistent_keepalive=_int(f"{key}.persistentKeepalive", g("persistentKeepalive", d.persistent_keepalive),
+                                  0, 65535),
+        start_userspace=_bool(f"{key}.startUserspace", g("startUserspace", d.start_userspace)),
     )
 
 
@@ -464,9 +467,10 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         node_name = env.get("NODE_NAME") or socket.gethostname()
     if len(node_name) > 253 or "/" in node_name or node_name.startswith("."):
         raise ConfigError("nodeName", f"not a valid Node name: {node_name!r}")
-    mode = _choice("trafficEncapMode", g("trafficEncapMode", ENCAP), MODES)
-    datapath = _choice("datapathType", g("datapathType", NETDEV), DATAPATHS)
-    tunnel_type = _choice("tunnelType", g("tunnelType", VXLAN), TUNNEL_TYPES)
+    d = Config(node_name=node_name)  # every default, declared once: on the dataclass's fields
+    mode = _choice("trafficEncapMode", g("trafficEncapMode", d.mode), MODES)
+    datapath = _choice("datapathType", g("datapathType", d.datapath_type), DATAPATHS)
+    tunnel_type = _choice("tunnelType", g("tunnelType", d.tunnel_type), TUNNEL_TYPES)
     if tunnel_type == STT and datapath == NETDEV:
         raise ConfigError("tunnelType", "stt is not supported by the netdev (userspace) datapath; "
                           "use vxlan, geneve or gre, or datapathType system")
@@ -477,55 +481,57 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         tunnel_port: int | None = _int("tunnelPort", g("tunnelPort"), 1, 65535)
     else:
         tunnel_port = default_port
-    no_snat = _bool("noSNAT", g("noSNAT", False))
+    no_snat = _bool("noSNAT", g("noSNAT", d.no_snat))
     if no_snat and mode != NO_ENCAP:
         raise ConfigError("noSNAT", f"only valid with trafficEncapMode noEncap (mode is {mode})")
-    encryption = _choice("trafficEncryptionMode", g("trafficEncryptionMode", ENCRYPTION_NONE), ENCRYPTIONS)
+    encryption = _choice("trafficEncryptionMode", g("trafficEncryptionMode", d.encryption), ENCRYPTIONS)
     if encryption != ENCRYPTION_NONE and mode == NETWORK_POLICY_ONLY:
         raise ConfigError("trafficEncryptionMode", "not valid with trafficEncapMode networkPolicyOnly (the primary "
                           "CNI carries Pod traffic between Nodes; encrypt there)")
     if g(WG_SECTION) is not None and encryption != ENCRYPTION_WIREGUARD:
         raise ConfigError(WG_SECTION, f"only valid with trafficEncryptionMode {ENCRYPTION_WIREGUARD}")
-    fast_path = _bool("fastPath", g("fastPath", False))
+    fast_path = _bool("fastPath", g("fastPath", d.fast_path))
     if fast_path and mode not in FAST_PATH_MODES:
         raise ConfigError("fastPath", f"only valid with trafficEncapMode noEncap or hybrid (mode is {mode})")
-    default_mtu = g("defaultMTU", 0)
+    default_mtu = g("defaultMTU", d.default_mtu)
     if default_mtu != 0:
         default_mtu = _int("defaultMTU", default_mtu, 68, 65535)
-    resync = g("resyncSeconds", 60)
+    resync = g("resyncSeconds", d.resync_seconds)
     if isinstance(resync, bool) or not isinstance(resync, (int, float)) or not 0.1 <= resync <= 86400:
         raise ConfigError("resyncSeconds", f"expected seconds in [0.1, 86400], got {resync!r}")
-    return Config(
-        node_name=node_name,
+    return replace(
+        d,
         mode=mode,
         tunnel_type=tunnel_type,
         tunnel_port=tunnel_port,
-        transport_interface=_ifname("transportInterface", g("transportInterface", "eth0")),
-        transport_interface_cidrs=_cidrs("transportInterfaceCIDRs", g("transportInterfaceCIDRs", []), True),
-        transport_vlan=vlan_id("transportVLAN", g("transportVLAN")) if g("transportVLAN") is not None else None,
+        transport_interface=_ifname("transportInterface", g("transportInterface", d.transport_interface)),
+        transport_interface_cidrs=_cidrs("transportInterfaceCIDRs",
+                                         g("transportInterfaceCIDRs", list(d.transport_interface_cidrs)), True),
+        transport_vlan=vlan_id("transportVLAN", g("transportVLAN")) if g("transportVLAN") is not None
+        else d.transport_vlan,
         no_snat=no_snat,
         default_mtu=default_mtu,
-        bridge=_ifname("bridge", g("bridge", DEFAULT_BRIDGE)),
+        bridge=_ifname("bridge", g("bridge", d.bridge)),
         datapath_type=datapath,
-        ovsdb=_ovsdb("ovsdb", g("ovsdb", "unix:/var/run/openvswitch/db.sock")),
-        ovs_run_dir=_str("ovsRunDir", g("ovsRunDir", "/var/run/openvswitch")),
-        state_file=_str("stateFile", g("stateFile", DEFAULT_STATE_FILE)),
-        pod_cidrs=_cidrs("podCIDRs", g("podCIDRs", []), False),
-        cluster_cidrs=_cidrs("clusterCIDRs", g("clusterCIDRs", []), False),
-        node_source=_node_source("nodeSource", g("nodeSource", {"type": "registry"})),
+        ovsdb=_ovsdb("ovsdb", g("ovsdb", d.ovsdb)),
+        ovs_run_dir=_str("ovsRunDir", g("ovsRunDir", d.ovs_run_dir)),
+        state_file=_str("stateFile", g("stateFile", d.state_file)),
+        pod_cidrs=_cidrs("podCIDRs", g("podCIDRs", list(d.pod_cidrs)), False),
+        cluster_cidrs=_cidrs("clusterCIDRs", g("clusterCIDRs", list(d.cluster_cidrs)), False),
+        node_source=_node_source("nodeSource", g("nodeSource", {})),  # {}: NodeSourceConfig's defaults
         fast_path=fast_path,
-        mac_source=_choice("macSource", g("macSource", "annotation"), MAC_SOURCES),
+        mac_source=_choice("macSource", g("macSource", d.mac_source), MAC_SOURCES),
         resync_seconds=float(resync),
-        log_file=_str("logFile", g("logFile")) if g("logFile") is not None else None,
-        bgp=_bgp("bgp", g("bgp")) if g("bgp") is not None else None,
-        network_policy=_bool("networkPolicy", g("networkPolicy", True)),
-        service_cidrs=_cidrs("serviceCIDRs", g("serviceCIDRs", []), False),
+        log_file=_str("logFile", g("logFile")) if g("logFile") is not None else d.log_file,
+        bgp=_bgp("bgp", g("bgp")) if g("bgp") is not None else d.bgp,
+        network_policy=_bool("networkPolicy", g("networkPolicy", d.network_policy)),
+        service_cidrs=_cidrs("serviceCIDRs", g("serviceCIDRs", list(d.service_cidrs)), False),
         denied_log=_denied_log(DENIED_LOG_SECTION, {} if g(DENIED_LOG_SECTION) is None else g(DENIED_LOG_SECTION)),
-        ovs_daemons=_choice("ovsDaemons", g("ovsDaemons", OVS_HOST), OVS_DAEMONS),
-        ovs_database=_abspath("ovsDatabase", g("ovsDatabase", "/var/lib/ferry/openvswitch/conf.db")),
-        ovs_log_dir=_abspath("ovsLogDir", g("ovsLogDir", "/var/log/ferry")),
+        ovs_daemons=_choice("ovsDaemons", g("ovsDaemons", d.ovs_daemons), OVS_DAEMONS),
+        ovs_database=_abspath("ovsDatabase", g("ovsDatabase", d.ovs_database)),
+        ovs_log_dir=_abspath("ovsLogDir", g("ovsLogDir", d.ovs_log_dir)),
         encryption=encryption,
-        wireguard=_wireguard(WG_SECTION, g(WG_SECTION)) if g(WG_SECTION) is not None else WireGuardConfig(),
+        wireguard=_wireguard(WG_SECTION, g(WG_SECTION)) if g(WG_SECTION) is not None else d.wireguard,
     )
 
 

@@ -7,7 +7,10 @@
 * ``/metrics``: Prometheus exposition of :class:`routesync.metrics.RouteSyncMetrics`.
 
     server = HealthServer(("0.0.0.0", 9469), health, metrics.exposition)
-    server.start(); ...; server.close()"""
+    server.start(); ...; server.close()
+
+It knows nothing of the metrics but their exposition callable; ``routesync.monitoring`` wires the
+two together for the daemon."""
 
 from __future__ import annotations
 
@@ -17,10 +20,6 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .metrics import Observer
 
 log = logging.getLogger(__name__)
 
@@ -112,12 +111,3 @@ class HealthServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-
-def serve(state_file: str, host: str, port: int) -> tuple[Observer, HealthServer]:
-    """Metrics + health for a daemon: the observer to hand it and the started server."""
-    from .metrics import Observer, RouteSyncMetrics
-
-    metrics = RouteSyncMetrics()
-    health = Health(state_file)
-    server = HealthServer((host, port), health, metrics.exposition).start()
-    return Observer(metrics, health), server

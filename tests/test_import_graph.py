@@ -1,7 +1,9 @@
 """The import graph of Ferry's packages, read from the sources (no import runs): no module takes
 another module's underscored names (``from m import _x``, or ``m._x`` on an imported module), and
-no import cycle, package ``__init__`` files included. Imports under ``if TYPE_CHECKING:`` do not
-count (they never run); imports inside functions do (they run, later).
+no import cycle, package ``__init__`` files included, and no loop between packages either: not
+between the top-level packages, nor between the subpackages (and modules) of one package (A imports
+B and B imports A, through any of their modules). Imports under ``if TYPE_CHECKING:`` do not count
+(they never run); imports inside functions do (they run, later).
 
 ``KNOWN_*`` would list accepted exceptions; there are none. The test fails on any new case, and
 on a listed one that is gone (so a list only shrinks)."""
@@ -14,12 +16,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("cni", "ipam", "routesync", "lab", "bench")
+PACKAGES = ("cni", "routesync", "lab", "bench")
 
 # (importer, exporter, name) and cycles that exist and are known; empty since the verbs' shared
 # steps moved to cni.commands.steps
 KNOWN_PRIVATE: set[tuple[str, str, str]] = set()
 KNOWN_CYCLES: set[frozenset[str]] = set()
+# package-level loops that exist and are known; empty since ipam became a layer of the plugin (cni.ipam)
+KNOWN_PACKAGE_CYCLES: set[frozenset[str]] = set()
 
 
 @dataclass
@@ -136,6 +140,32 @@ def cycles(edges: dict[str, set[str]]) -> set[frozenset[str]]:
     return found
 
 
+def package_edges(edges: dict[str, set[str]], packages: set[str]) -> dict[str, set[str]]:
+    """The module graph folded onto packages, one level at a time: at each depth d, a module's node
+    is the package of its first d names (``cni.commands.add`` -> ``cni`` at 1, ``cni.commands`` at
+    2), and an edge joins two different sibling packages (``cni.commands`` -> ``cni.ipam``;
+    ``routesync`` -> ``cni`` at depth 1). Plain modules are no nodes: a subpackage may use its
+    parent's modules (``routesync.apply`` its ``routesync.model``) and be used by them; a package's
+    own modules and ``__init__`` are the module-level check's business."""
+    folded: dict[str, set[str]] = {}
+    for a, bs in edges.items():
+        pa = a.split(".")
+        for b in bs:
+            pb = b.split(".")
+            for d in range(1, min(len(pa), len(pb)) + 1):
+                na, nb = ".".join(pa[:d]), ".".join(pb[:d])
+                if na == nb:
+                    continue
+                if na in packages and nb in packages:
+                    folded.setdefault(na, set()).add(nb)
+                break  # they part here: deeper names are not siblings
+    return folded
+
+
+def packages(g: Graph) -> set[str]:
+    return {m for m, path in g.modules.items() if path.endswith("__init__.py")}
+
+
 def test_reader_sees_what_it_must() -> None:
     """The reader itself: it finds the packages, relative imports and a known edge."""
     g = read_graph()
@@ -143,6 +173,14 @@ def test_reader_sees_what_it_must() -> None:
     assert "routesync.sources.base" in g.edges["routesync.sources.kube"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == {frozenset("abc")}
     assert cycles({"a": {"b"}, "b": set()}) == set()
+    # package loops: top-level (x.m -> y.n -> x.k), one package's subpackages (p.a.m -> p.b.n -> p.a.k),
+    # and none from a package's own modules or from modules that merely share a parent
+    pkgs = {"x", "y", "p", "p.a", "p.b"}
+    assert cycles(package_edges({"x.m": {"y.n"}, "y.n": {"x.k"}}, pkgs)) == {frozenset({"x", "y"})}
+    assert cycles(package_edges({"p.a.m": {"p.b.n"}, "p.b.n": {"p.a.k"}}, pkgs)) == {frozenset({"p.a", "p.b"})}
+    assert cycles(package_edges({"p.a.m": {"p.a", "p.c"}, "p.a": {"p.a.k"}, "p.c": {"p.a.m"}}, pkgs)) == set()
+    g = read_graph()
+    assert {"cni", "cni.commands", "routesync.apply"} <= packages(g) and "cni.plugin" not in packages(g)
 
 
 def test_no_module_takes_another_modules_private_names() -> None:
@@ -160,14 +198,16 @@ LAYERS = {
     "cni.kernel": {"cni.lean", "cni.pipeline"},  # podroutes: a Pod's routes as podnet plans them
     "cni.ovs": {"cni.lean", "cni.pipeline"},
     "cni.node": {"cni.lean", "cni.pipeline", "cni.spec"},
-    "cni.commands": {"cni.lean", "cni.spec", "cni.pipeline", "cni.kernel", "cni.ovs", "cni.node"},
+    "cni.ipam": {"cni.lean", "cni.spec", "cni.node"},
+    "cni.commands": {"cni.lean", "cni.spec", "cni.pipeline", "cni.kernel", "cni.ovs", "cni.node", "cni.ipam"},
     "cni.plugin": {"cni.lean", "cni.spec", "cni.commands"},
     "cni.launcher": set(),
-    "ipam": {"cni.lean", "cni.spec", "cni.node"},
     "routesync": {"cni.lean", "cni.pipeline", "cni.kernel", "cni.ovs", "cni.node"},
     "lab": {"cni.lean", "cni.pipeline", "cni.node", "cni.launcher", "cni.spec"},
     # bench_netlink measures cni.kernel; bench_policy installs its flows through cni.ovs, as route-sync does
-    "bench": {"cni.lean", "cni.pipeline", "cni.node", "cni.launcher", "cni.spec", "cni.kernel", "cni.ovs"},
+    # bench_ipam and bench_cni call IPAM in-process and read its store
+    "bench": {"cni.lean", "cni.pipeline", "cni.node", "cni.launcher", "cni.spec", "cni.kernel", "cni.ovs",
+              "cni.ipam"},
 }
 
 
@@ -188,3 +228,12 @@ def test_no_import_cycle() -> None:
     found = cycles(read_graph().edges)
     assert found - KNOWN_CYCLES == set(), "new import cycles"
     assert KNOWN_CYCLES - found == set(), "gone: remove them from KNOWN_CYCLES"
+
+
+def test_no_package_loop() -> None:
+    """No two packages import each other (top-level or subpackages of one package), through any of
+    their modules: the folder tree shows the layers, and a loop would join two of them into one."""
+    g = read_graph()
+    found = cycles(package_edges(g.edges, packages(g)))
+    assert found - KNOWN_PACKAGE_CYCLES == set(), "new package loops"
+    assert KNOWN_PACKAGE_CYCLES - found == set(), "gone: remove them from KNOWN_PACKAGE_CYCLES"

@@ -1,7 +1,7 @@
 """ADD of the ``ferry`` plugin: the Pod's veth, addresses, routes, OVS port and flows.
 
 Reads the conf and the node state, then drives the lean system layer (``cni.kernel.netlink``,
-``cni.ovs.ovsdb``, ``cni.ovs.openflow``) and IPAM (``ipam.api``).  ADD pushes an undo for everything
+``cni.ovs.ovsdb``, ``cni.ovs.openflow``) and IPAM (``cni.ipam.api``).  ADD pushes an undo for everything
 it creates, so a failure at any step leaves nothing behind.  On a Node without
 route-sync the bridge and gateway come from :mod:`cni.commands.gateway`.  Imports no other verb:
 an ADD loads only what it runs.  Standard library only: this runs once per Pod."""

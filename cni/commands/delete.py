@@ -90,7 +90,7 @@ def delete(req: Request) -> None:
             step("wait for the veths to go")
             veths.join()
         step("IPAM release")
-        from ipam import api as ipam_api
+        from cni.ipam import api as ipam_api
 
         # Releasing is keyed by (container ID, ifname): it needs the store, not the ranges, so a
         # DEL while the node state is gone (route-sync down, /run cleared) still frees them. The

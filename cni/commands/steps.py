@@ -17,9 +17,10 @@ from time import perf_counter as _now  # time is loaded already (cni.spec.log)
 from cni.lean.typecheck import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from types import ModuleType
-    from typing import Any
+    from collections.abc import Sequence
+    from typing import Any, Protocol
 
+    from cni.ipam.api import IpamConfig
     from cni.kernel.netlink import Netlink
     from cni.node.nodestate import NodeState
     from cni.ovs.openflow.bridge import OpenFlow
@@ -28,7 +29,21 @@ if TYPE_CHECKING:
     from cni.pipeline.tables import Flow
     from cni.spec.request import Request
     from cni.spec.result import IPConfig, Result
-    from ipam.api import IpamConfig
+
+    class Ipam(Protocol):
+        """What the verbs call of IPAM, with the config :func:`ipam_for` parsed: ``cni.ipam.api`` is one
+        (mypy checks the module against it); a type only, so the per-Pod path never imports typing."""
+
+        def allocate(self, conf: IpamConfig, container_id: str, ifname: str,
+                     requested: Sequence[str] = ()) -> list[IPConfig]: ...
+
+        def check(self, conf: IpamConfig, container_id: str, ifname: str, addresses: list[str]) -> None: ...
+
+        def release(self, conf: IpamConfig, container_id: str, ifname: str) -> None: ...
+
+        def gc(self, conf: IpamConfig, valid: set[tuple[str, str]]) -> list[tuple[str, str]]: ...
+
+        def status(self, conf: IpamConfig) -> None: ...
 
 from cni.lean import addr
 from cni.node import config as cfg
@@ -60,8 +75,8 @@ def random_mac() -> str:
     return ":".join(f"{x:02x}" for x in b)
 
 
-def ipam_for(conf_dict: dict, node: cfg.NodeContext) -> tuple[ModuleType, IpamConfig]:
-    from ipam import api as ipam_api
+def ipam_for(conf_dict: dict, node: cfg.NodeContext) -> tuple[Ipam, IpamConfig]:
+    from cni.ipam import api as ipam_api
 
     return ipam_api, ipam_api.parse_config(conf_dict, node.pod_cidrs)
 

@@ -3,7 +3,7 @@
 Readers see the old content or the new, never a torn file; a symlink planted at the path is
 replaced, never followed (rename does not follow), and the temp file is created with O_EXCL and
 O_NOFOLLOW so nothing planted there is written through.  Used for the node state file (route-sync),
-the embedded registry's records and every file of the IPAM store (``ipam.store``, which names
+the embedded registry's records and every file of the IPAM store (``cni.ipam.store``, which names
 its files relative to directory descriptors it holds, and fsyncs its directories in batches)."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from routesync.cli import main
-from routesync.config import ConfigError, from_dict, load
+from routesync.config import Config, ConfigError, NodeSourceConfig, WireGuardConfig, from_dict, load
 
 
 def test_defaults_and_case_insensitive_mode() -> None:
@@ -19,6 +19,14 @@ def test_defaults_and_case_insensitive_mode() -> None:
     assert from_dict({"nodeName": "n", "tunnelType": "gre"}).tunnel_port is None
     assert from_dict({"nodeName": "n", "tunnelType": "stt", "datapathType": "system"}).tunnel_port == 7471
     assert from_dict({}).node_name  # hostname
+
+
+def test_an_empty_file_gives_the_dataclasses_defaults() -> None:
+    """The defaults are declared once, on the fields: the parser reads them from there."""
+    assert from_dict({"nodeName": "n"}) == Config(node_name="n")
+    assert from_dict({"nodeName": "n", "nodeSource": {}}).node_source == NodeSourceConfig()
+    wg = from_dict({"nodeName": "n", "trafficEncryptionMode": "wireguard", "wireguard": {}}).wireguard
+    assert wg == WireGuardConfig()
 
 
 @pytest.mark.parametrize("raw,key", [

@@ -22,7 +22,7 @@ PREFIX = "sp8"
 CACHE = ROOT / "build" / "ship"
 
 
-SOURCES = ("cni", "ipam", "routesync", "conflist")
+SOURCES = ("cni", "routesync", "conflist")
 
 
 REFERENCE_PLUGINS = "/usr/lib/cni"

@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.support.paths import REPO
 
 ROOT = REPO
-AREAS = ("cni", "ipam", "routesync", "lab", "bench", "tests", "deploy")
+AREAS = ("cni", "routesync", "lab", "bench", "tests", "deploy")
 SHELL_CALLS = {("os", "system"), ("os", "popen"), ("subprocess", "getoutput"), ("subprocess", "getstatusoutput"),
                ("os", "execl"), ("os", "spawnl")}
 

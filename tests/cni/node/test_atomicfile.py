@@ -48,7 +48,7 @@ def test_a_failed_write_leaves_the_old_content_and_no_temp_file(tmp_path: Path) 
 
 def test_names_relative_to_a_directory_descriptor(tmp_path: Path) -> None:
     """With ``dir_fd`` the name is resolved against the open directory, never through its path
-    again: a directory moved meanwhile still gets the file (ipam.store holds its directories so)."""
+    again: a directory moved meanwhile still gets the file (cni.ipam.store holds its directories so)."""
     (tmp_path / "store").mkdir()
     fd = os.open(tmp_path / "store", os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ipam.api import list_allocations
+from cni.ipam.api import list_allocations
 from lab.api import Lab, Probe
 from lab.kube import pods as kube_pods
 from lab.kube.cluster import Cluster, wait_for

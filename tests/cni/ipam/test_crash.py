@@ -16,8 +16,8 @@ import signal
 import time
 from pathlib import Path
 
-from ipam import api
-from ipam.store import JOURNAL, Store
+from cni.ipam import api
+from cni.ipam.store import JOURNAL, Store
 
 OPS = 200
 MAX_OPS = 20 * OPS

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from cni.ipam import api
 from cni.spec.errors import CniError
-from ipam import api
 
 
 def _conf(tmp_path, durable=None):

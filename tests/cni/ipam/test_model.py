@@ -16,9 +16,9 @@ import random
 from pathlib import Path
 from typing import Any
 
+from cni.ipam import api
+from cni.ipam.store import Store
 from cni.spec.errors import IPAM_EXHAUSTED, CniError
-from ipam import api
-from ipam.store import Store
 
 WORKERS = 16
 OPS_PER_WORKER = 125  # 2,000 in total

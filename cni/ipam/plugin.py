@@ -16,9 +16,9 @@ from cni.lean.typecheck import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Any
 
+    from cni.ipam.api import IpamConfig
     from cni.spec.request import Handlers, Request
     from cni.spec.result import Result
-    from ipam.api import IpamConfig
 
 
 def _node_cidrs(config: dict[str, Any]) -> list[str]:
@@ -35,7 +35,7 @@ def _node_cidrs(config: dict[str, Any]) -> list[str]:
 
 
 def _conf(req: Request) -> IpamConfig:
-    from ipam import api
+    from cni.ipam import api
 
     return api.parse_config(req.config, _node_cidrs(req.config))
 
@@ -54,8 +54,8 @@ def _requested(req: Request) -> list[str]:
 
 
 def _add(req: Request) -> Result:
+    from cni.ipam import api
     from cni.spec.result import Result
-    from ipam import api
 
     conf = _conf(req)
     ips = api.allocate(conf, req.container_id, req.ifname, _requested(req))
@@ -63,8 +63,8 @@ def _add(req: Request) -> Result:
 
 
 def _delete(req: Request) -> None:
+    from cni.ipam import api
     from cni.spec.errors import TRY_AGAIN_LATER, CniError
-    from ipam import api
 
     try:
         conf = _conf(req)
@@ -76,8 +76,8 @@ def _delete(req: Request) -> None:
 
 
 def _check(req: Request) -> None:
+    from cni.ipam import api
     from cni.spec.errors import INVALID_CONFIG, CniError
-    from ipam import api
 
     if req.prev_result is None:
         raise CniError(INVALID_CONFIG, "CHECK needs a prevResult")
@@ -85,15 +85,15 @@ def _check(req: Request) -> None:
 
 
 def _gc(req: Request) -> None:
-    from ipam import api
+    from cni.ipam import api
 
     valid = {(a["containerID"], a["ifname"]) for a in req.config.get("cni.dev/valid-attachments") or []}
     api.gc(_conf(req), valid)
 
 
 def _status(req: Request) -> None:
+    from cni.ipam import api
     from cni.spec.errors import NOT_READY, CniError
-    from ipam import api
 
     try:
         conf = _conf(req)
@@ -111,8 +111,8 @@ def ls(argv: list[str]) -> int:
     import json
     import sys
 
+    from cni.ipam.api import DEFAULT_DATA_DIR, list_allocations
     from cni.spec.errors import CniError
-    from ipam.api import DEFAULT_DATA_DIR, list_allocations
 
     p = argparse.ArgumentParser(prog="ferry-ipam ls", description="List Ferry IPAM allocations.")
     p.add_argument("--json", action="store_true", help="one JSON document instead of a table")

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from cni.ipam import api
+from cni.ipam.store import Store
 from cni.spec.errors import (
     INVALID_CONFIG,
     IO_FAILURE,
@@ -19,8 +21,6 @@ from cni.spec.errors import (
     TRY_AGAIN_LATER,
     CniError,
 )
-from ipam import api
-from ipam.store import Store
 
 
 def netconf(tmp_path: Path, ranges: Any = None, **ipam: Any) -> dict[str, Any]:
@@ -212,12 +212,12 @@ def test_add_and_del_never_scan_the_store(tmp_path: Path, monkeypatch: pytest.Mo
     conf = api.parse_config(netconf(tmp_path, [[{"subnet": "10.7.0.0/16"}]]), [])
     for i in range(50):
         api.allocate(conf, f"fill{i}", "eth0")
-    import ipam.store
+    import cni.ipam.store
 
     def no_scan(*a: object) -> list[str]:
         raise AssertionError("directory scanned on the per-Pod path")
 
-    monkeypatch.setattr(ipam.store.os, "listdir", no_scan)
+    monkeypatch.setattr(cni.ipam.store.os, "listdir", no_scan)
     ips = api.allocate(conf, "c1", "eth0")
     api.check(conf, "c1", "eth0", [ips[0].address])
     api.release(conf, "c1", "eth0")

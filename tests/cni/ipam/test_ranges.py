@@ -7,9 +7,9 @@ import ipaddress
 
 import pytest
 
+from cni.ipam.allocator import match_requested, parse_cursor, pick_free
+from cni.ipam.ranges import fmt, iter_from, parse_range, parse_range_sets, range_sets_from_cidrs
 from cni.spec.errors import INVALID_CONFIG, IPAM_EXHAUSTED, CniError
-from ipam.allocator import match_requested, parse_cursor, pick_free
-from ipam.ranges import fmt, iter_from, parse_range, parse_range_sets, range_sets_from_cidrs
 
 
 def ip(text: str) -> int:

@@ -1,16 +1,16 @@
 """Choosing addresses: pure logic over range sets, a cursor and an "is this address taken" test.
 
-The disk layer (``ipam.store``) answers ``taken(addr, bits)`` in O(1) (one ``lstat``), so picking
+The disk layer (``cni.ipam.store``) answers ``taken(addr, bits)`` in O(1) (one ``lstat``), so picking
 costs O(1) in the common case: the cursor sits just after the last address handed out and the
 next one is usually free (host-local's ``last_reserved_ip`` scheme).  Only a nearly full set
 pays a walk, and only up to the next hole."""
 
 from __future__ import annotations
 
+from cni.ipam.ranges import Range, RangeSet, find_range, fmt, iter_from, parse_address
 from cni.lean.record import record
 from cni.lean.typecheck import TYPE_CHECKING
 from cni.spec.errors import INVALID_CONFIG, IPAM_EXHAUSTED, CniError
-from ipam.ranges import Range, RangeSet, find_range, fmt, iter_from, parse_address
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

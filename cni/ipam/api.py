@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+from cni.ipam.allocator import Pick, match_requested, parse_cursor, pick_free
+from cni.ipam.ranges import RangeSet, fmt, parse_address, parse_range_sets, range_sets_from_cidrs
+from cni.ipam.store import Key, Record, Store, StoredIP
 from cni.lean import addr
 from cni.lean.record import record
 from cni.spec.errors import (
@@ -30,9 +33,6 @@ from cni.spec.errors import (
     CniError,
 )
 from cni.spec.result import IPConfig, Route
-from ipam.allocator import Pick, match_requested, parse_cursor, pick_free
-from ipam.ranges import RangeSet, fmt, parse_address, parse_range_sets, range_sets_from_cidrs
-from ipam.store import Key, Record, Store, StoredIP
 
 DEFAULT_DATA_DIR = "/var/lib/ferry/ipam"
 
