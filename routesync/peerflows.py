@@ -13,23 +13,14 @@ from dataclasses import dataclass
 from cni.lean import addr
 from cni.pipeline import match as m
 from cni.pipeline.actions import DEC_TTL, POP_VLAN, DecTtl, PopVlan, SetField, goto, output, tagged_output
-from cni.pipeline.flows import (
-    arp_responder_actions,
-    commit_flows,
-    from_host_reply_flow,
-    host_return_flow,
-    mac,
-    via_flag,
-)
+from cni.pipeline.flows import arp_responder_actions, mac
 from cni.pipeline.match import ARP, IN_PORT, IP, IPV6, Field
 from cni.pipeline.modes import PATH_FAST, PATH_TUNNEL
+from cni.pipeline.services import host_uplink_flows
 from cni.pipeline.tables import (
-    CT_MARK_VIA_MASK,
-    CT_MARK_VIA_UPLINK,
     NODE_COOKIE,
     VIRTUAL_MAC,
     Classifier,
-    ConntrackCommit,
     Flow,
     L3Forwarding,
     NeighborResponder,
@@ -104,41 +95,15 @@ def untag(vlan: int | None) -> tuple[PopVlan, ...]:
     return () if vlan is None else (POP_VLAN,)
 
 
-def host_uplink_flows(port: FastPort) -> list[Flow]:
-    """The fast path's half of Conntrack (see :mod:`cni.pipeline.tables`): a local Pod's packet
-    that the host routes out of its uplink port (kube-proxy DNATed it to a fast peer's Pod) is
-    flagged :data:`CT_MARK_VIA_UPLINK` and goes through Conntrack and policy like any other;
-    ConntrackCommit commits it with that mark and outputs it to the physical uplink (the host
-    already addressed it to the next hop).  The reply, which the peer sends on its own fast path
-    and which enters from the uplink, goes back to the host's port, not to the Pod."""
-    if port.host_ofport is None:
-        return []
-    host, ofport = int(port.host_ofport), int(port.ofport)
-    to_uplink = tagged_output(ofport, port.vlan)
-    flows: list[Flow] = []
-    families = set()
-    for cidr in port.local_pod_cidrs:
-        net = ipaddress.ip_network(cidr, strict=False)
-        families.add(net.version)
-        flows.append(Flow(Table.CLASSIFIER, Classifier.HOST_OUT, (IN_PORT(host), IP if net.version == 4 else IPV6,
-                                                             _prefix(net, True)),
-                          (via_flag(CT_MARK_VIA_UPLINK), goto(Table.CONNTRACK)), NODE_COOKIE))
-    if not flows:
-        return flows
-    flows += commit_flows(CT_MARK_VIA_UPLINK, to_uplink, NODE_COOKIE)
-    # a known connection's later packets: out the same way, nothing to commit
-    flows.append(Flow(Table.CONNTRACK_COMMIT, ConntrackCommit.VIA_KNOWN,
-                      (m.masked(m.REG0, CT_MARK_VIA_UPLINK, CT_MARK_VIA_MASK),), to_uplink, NODE_COOKIE))
-    flows += [host_return_flow(f, CT_MARK_VIA_UPLINK, port.mac, host, NODE_COOKIE) for f in sorted(families)]
-    flows.append(from_host_reply_flow(host, NODE_COOKIE))
-    return flows
-
-
 def node_flows(tunnel_ofport: int | None, gateway_mac: str, fast_port: FastPort | None = None) -> list[Flow]:
     """Classifier: what arrives from the tunnel is addressed to the virtual MAC; make it look
     routed by this Node's gateway so L3Forwarding's per-Pod flows (``dl_dst=<gw MAC>``) match.
-    With the fast path, :func:`host_uplink_flows`."""
-    flows = host_uplink_flows(fast_port) if fast_port is not None else []
+    With the fast path and its host port, the Services' flows of the host's uplink port
+    (:func:`cni.pipeline.services.host_uplink_flows`)."""
+    flows: list[Flow] = []
+    if fast_port is not None and fast_port.host_ofport is not None:
+        flows = host_uplink_flows(fast_port.host_ofport, fast_port.ofport, fast_port.mac, fast_port.local_pod_cidrs,
+                                  fast_port.vlan)
     if tunnel_ofport is None:
         return flows
     return [*flows, Flow(Table.CLASSIFIER, Classifier.TUNNEL_IN, (IN_PORT(tunnel_ofport),),

@@ -11,16 +11,12 @@ from cni.lean import addr
 from cni.lean.record import record
 from cni.lean.typecheck import TYPE_CHECKING
 from cni.pipeline import match as m
-from cni.pipeline.actions import DEC_TTL, DROP, TO_IN_PORT, Ct, Load, Move, SetField, goto, output
+from cni.pipeline.actions import DEC_TTL, DROP, TO_IN_PORT, Load, Move, SetField, goto, output
 from cni.pipeline.match import ARP, ICMP, ICMP6, IN_PORT, IP, IPV6, mac
 from cni.pipeline.tables import (
     BASE_COOKIE,
-    CT_MARK_VIA_GATEWAY,
-    CT_MARK_VIA_MASK,
-    CT_ZONE,
+    PIPELINE,
     Classifier,
-    Conntrack,
-    ConntrackCommit,
     ConntrackState,
     Cookie,
     Flow,
@@ -29,25 +25,26 @@ from cni.pipeline.tables import (
     NeighborResponder,
     SpoofGuard,
     Table,
-    ladder,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from cni.pipeline.actions import Action
 
-__all__ = ["GatewayPort", "PodPort", "arp_responder_actions", "base_flows", "commit_flows", "from_host_reply_flow",
-           "host_return_flow", "link_local", "mac", "miss_flow", "pending_flows", "pod_flows", "via_flag"]
+__all__ = ["GatewayPort", "PodPort", "arp_responder_actions", "base_flows", "link_local", "mac", "miss_flows",
+           "pending_flows", "pod_flows"]
 
 ICMP6_NS, ICMP6_NA, ICMP6_RA, ICMP6_REDIRECT = 135, 136, 134, 137
 ICMP_REDIRECT = 5
 
 
-def miss_flow(table: Table, cookie: Cookie = BASE_COOKIE) -> Flow:
-    """``table``'s miss flow, as its declaration (:class:`cni.pipeline.tables.Ladder`) says."""
-    decl = ladder(table)
-    return Flow(table, decl.MISS, (), DROP if decl.MISS_GOTO is None else (goto(decl.MISS_GOTO),), cookie)
+def miss_flows(cookie: Cookie = BASE_COOKIE) -> Iterator[Flow]:
+    """Every table's miss flow, in packet order, as :data:`cni.pipeline.tables.PIPELINE` declares
+    it (its lowest rung, on to ``MISS_GOTO``, or dropped when it names none): the only place a
+    miss flow is written."""
+    for decl in PIPELINE:
+        yield Flow(decl.TABLE, decl.MISS, (), DROP if decl.MISS_GOTO is None else (goto(decl.MISS_GOTO),), cookie)
 
 
 def link_local(mac_address: str) -> str:
@@ -78,105 +75,6 @@ _SPA_TO_TPA = Move(m.ARP_SPA, m.ARP_TPA)
 def routed_to(src_mac: str, dst_mac: str, then: Action) -> tuple[Action, ...]:
     """Rewrite a routed packet's MACs, decrement its TTL, then ``then``."""
     return (SetField(m.ETH_SRC, m.mac_value(src_mac)), SetField(m.ETH_DST, m.mac_value(dst_mac)), DEC_TTL, then)
-
-
-def _networks(addresses: Sequence[str]) -> list[tuple[int, str]]:
-    """(family, network CIDR) of every CIDR among ``addresses`` (plain addresses name none)."""
-    out = []
-    for a in addresses:
-        if "/" not in a:
-            continue
-        value, plen, bits = addr.parse_interface(a)
-        out.append((4 if bits == 32 else 6, f"{addr.format_ip(addr.network(value, plen, bits), bits)}/{plen}"))
-    return out
-
-
-def _net_field(family: int, cidr: str, source: bool) -> m.Field:
-    if family == 4:
-        return m.address(m.IPV4_SRC if source else m.IPV4_DST, cidr)
-    return m.address(m.IPV6_SRC if source else m.IPV6_DST, cidr)
-
-
-def host_return_flow(family: int, mark: int, gateway_mac: str, ofport: int, cookie: Cookie) -> Flow:
-    """ConntrackState: a reply of a connection whose first packets came from the host through
-    ``ofport`` (``mark``) goes back there, addressed to that port's MAC."""
-    return Flow(Table.CONNTRACK_STATE, ConntrackState.HOST_RETURN,
-                (IP if family == 4 else IPV6, m.ct_state(m.CT_TRK | m.CT_RPL),
-                 m.masked(m.CT_MARK, mark, CT_MARK_VIA_MASK)),
-                (SetField(m.ETH_DST, m.mac_value(gateway_mac)), output(ofport)), cookie)
-
-
-def via_flag(mark: int) -> Action:
-    """Conntrack: note in reg0 which host port a local Pod's packet came through (``mark``)."""
-    return Load(mark, m.REG0)
-
-
-def commit_flows(mark: int, then: tuple[Action, ...], cookie: Cookie) -> list[Flow]:
-    """ConntrackCommit: a new connection flagged ``mark`` in reg0 is committed with that mark
-    (ct() needs the packet's family in the match: one flow each)."""
-    commit = Ct(CT_ZONE, commit=True, exec=(SetField(m.CT_MARK, mark),))
-    return [Flow(Table.CONNTRACK_COMMIT, ConntrackCommit.COMMIT_VIA,
-                 (proto, m.ct_state(m.CT_NEW | m.CT_TRK), m.masked(m.REG0, mark, CT_MARK_VIA_MASK)),
-                 (commit, *then), cookie) for proto in (IP, IPV6)]
-
-
-def conntrack_flows(gw: GatewayPort, local_cidrs: Sequence[tuple[int, str]]) -> list[Flow]:
-    """Conntrack, ConntrackState, ConntrackCommit and the NetworkPolicy tables' misses (see
-    :mod:`cni.pipeline.tables`).  Every IP packet is looked up in :data:`CT_ZONE`; one of a known
-    connection skips policy; a new one is committed after it.  A local Pod's packets the host
-    forwards back into OVS through the gateway (kube-proxy's DNAT: to a local Pod, a tunnel, the
-    fast path) are committed with :data:`CT_MARK_VIA_GATEWAY`, and a reply of such a connection
-    goes to the host, which undoes its NAT, instead of straight to the Pod (that would see the
-    backend's address)."""
-    port = int(gw.ofport)
-    c = BASE_COOKIE
-    lookup = Ct(CT_ZONE, table=Table.CONNTRACK_STATE)
-    to_commit, to_l3 = (goto(Table.CONNTRACK_COMMIT),), (goto(Table.L3_FORWARDING),)
-    flows = [
-        miss_flow(Table.CONNTRACK, c),
-        Flow(Table.CONNTRACK, Conntrack.LOOKUP, (IP,), (lookup,), c),
-        Flow(Table.CONNTRACK, Conntrack.LOOKUP, (IPV6,), (lookup,), c),
-        miss_flow(Table.CONNTRACK_STATE, c),
-        # replies of a known connection skip policy; its original direction crosses policy on
-        # every packet (the switch caches the verdict per megaflow), so a policy that starts to
-        # deny a connection stops it, not only new ones
-        Flow(Table.CONNTRACK_STATE, ConntrackState.KNOWN, (m.ct_state(m.CT_TRK | m.CT_EST | m.CT_RPL),), to_commit, c),
-        Flow(Table.CONNTRACK_STATE, ConntrackState.KNOWN, (m.ct_state(m.CT_TRK | m.CT_REL),), to_commit, c),
-        miss_flow(Table.EGRESS_ADMIN, c),
-        miss_flow(Table.EGRESS_RULE, c),
-        miss_flow(Table.EGRESS_DEFAULT, c),
-        miss_flow(Table.EGRESS_BASELINE, c),
-        miss_flow(Table.INGRESS_ADMIN, c),
-        miss_flow(Table.INGRESS_RULE, c),
-        miss_flow(Table.INGRESS_DEFAULT, c),
-        miss_flow(Table.INGRESS_BASELINE, c),
-        miss_flow(Table.CONNTRACK_COMMIT, c),
-        Flow(Table.CONNTRACK_COMMIT, ConntrackCommit.COMMIT, (IP, m.ct_state(m.CT_NEW | m.CT_TRK)),
-             (Ct(CT_ZONE, commit=True), *to_l3), c),
-        Flow(Table.CONNTRACK_COMMIT, ConntrackCommit.COMMIT, (IPV6, m.ct_state(m.CT_NEW | m.CT_TRK)),
-             (Ct(CT_ZONE, commit=True), *to_l3), c),
-    ]
-    if not local_cidrs:
-        return flows
-    for family, cidr in local_cidrs:
-        proto = IP if family == 4 else IPV6
-        flows.append(Flow(Table.CONNTRACK, Conntrack.VIA_GATEWAY,
-                          (IN_PORT(port), proto, _net_field(family, cidr, True)),
-                          (via_flag(CT_MARK_VIA_GATEWAY), lookup), c))
-    flows += commit_flows(CT_MARK_VIA_GATEWAY, to_l3, c)
-    for family in sorted({f for f, _c in local_cidrs}):
-        flows.append(host_return_flow(family, CT_MARK_VIA_GATEWAY, gw.mac, port, c))
-    flows.append(from_host_reply_flow(port, c))
-    return flows
-
-
-def from_host_reply_flow(ofport: int, cookie: Cookie) -> Flow:
-    """ConntrackState: a reply that comes *from* the host (through ``ofport``) has crossed the
-    host already: it never goes back to it, whatever port its connection was marked with (on
-    an asymmetric path, a reply the host routed in through the gateway for a connection that left
-    through the uplink port would otherwise bounce between the two)."""
-    return Flow(Table.CONNTRACK_STATE, ConntrackState.FROM_HOST,
-                (IN_PORT(int(ofport)), m.ct_state(m.CT_TRK | m.CT_RPL)), (goto(Table.CONNTRACK_COMMIT),), cookie)
 
 
 def pending_flows(cookie: Cookie, addresses: Sequence[str]) -> list[Flow]:
@@ -214,7 +112,8 @@ class GatewayPort:
 
 
 def base_flows(gw: GatewayPort, via_gateway_cidrs: Sequence[str] = ()) -> list[Flow]:
-    """Flows every bridge needs once: table misses, the gateway's own traffic and neighbours.
+    """Flows every bridge needs once: the gateway's own traffic and neighbours, every table's miss
+    (:func:`miss_flows`) and the Services' conntrack flows (:func:`cni.pipeline.services.conntrack_flows`).
 
     ``via_gateway_cidrs``: the sources whose packets from the gateway are flagged (and their
     connections' replies sent back to the host), besides the gateway's own Pod CIDRs.
@@ -237,15 +136,10 @@ def base_flows(gw: GatewayPort, via_gateway_cidrs: Sequence[str] = ()) -> list[F
              DROP, c),
         Flow(Table.CLASSIFIER, Classifier.GATEWAY_REDIRECT, (IN_PORT(port), ICMP6, m.ICMPV6_TYPE(ICMP6_REDIRECT)),
              DROP, c),
-        miss_flow(Table.CLASSIFIER, c),
-        miss_flow(Table.SPOOF_GUARD, c),
-        miss_flow(Table.NEIGHBOR_RESPONDER, c),
-        miss_flow(Table.L3_FORWARDING, c),
         Flow(Table.L2_FORWARDING, L2Forwarding.GATEWAY, (m.ETH_DST(gmac),), to_gw, c),
         # Unsolicited NAs (only a Pod's own, SpoofGuard saw to that) reach the Node's stack.
         Flow(Table.L2_FORWARDING, L2Forwarding.GATEWAY,
              (ICMP6, m.ETH_DST("33:33:00:00:00:01"), m.ICMPV6_TYPE(ICMP6_NA)), to_gw, c),
-        miss_flow(Table.L2_FORWARDING, c),
     ]
     for ip in v4:
         flows.append(Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.ANSWER, (ARP, m.ARP_OP(1), m.ARP_TPA(ip)),
@@ -253,7 +147,11 @@ def base_flows(gw: GatewayPort, via_gateway_cidrs: Sequence[str] = ()) -> list[F
     for ip in v6 + [link_local(gmac)]:
         flows.append(Flow(Table.NEIGHBOR_RESPONDER, NeighborResponder.ANSWER,
                           (ICMP6, m.ICMPV6_TYPE(ICMP6_NS), m.ND_TARGET(ip)), to_gw, c))
-    return flows + conntrack_flows(gw, _networks(gw.addresses) + _networks(via_gateway_cidrs))
+    # imported here, not with this module: the plugin needs the base flows only in the ADD that
+    # creates a lone Node's gateway, so every other ADD and DEL leaves the Services' module unloaded
+    from cni.pipeline.services import conntrack_flows
+
+    return [*flows, *miss_flows(c), *conntrack_flows(gw, (*gw.addresses, *via_gateway_cidrs))]
 
 
 @record(frozen=True)

@@ -37,7 +37,7 @@ Packet walk (IPv4 and IPv6 alike):
   enters OVS from the host (the gateway port; on the fast path also the host's uplink port) is
   flagged in reg0 and committed (ConntrackCommit) with a mark saying which port; a
   reply of a marked connection goes back to the host through that port (the host undoes its
-  NAT and routes it on) instead of to the Pod.
+  NAT and routes it on) instead of to the Pod (:mod:`cni.pipeline.services`).
 * L3Forwarding rewrites routed packets (dst MAC = gateway MAC): to a local Pod, to a tunnel,
   or (fast path) to the uplink.  What it does not match falls through unchanged.
 * L2Forwarding outputs by destination MAC: each Pod's MAC to its port, the gateway MAC to the
@@ -108,9 +108,9 @@ class Ladder:
     flow goes on to ``MISS_GOTO``; None: dropped, Antrea's ``defaultDrop``), and its priority
     ladder: one named rung (a class attribute) per reason a flow sits where it does.  Planners
     name a rung, never a number (``Classifier.TUNNEL_IN``), so a table's order reads here whole;
-    rungs sharing a value hold flows whose matches are disjoint.  The miss flows themselves are
-    built from this (:func:`cni.pipeline.flows.miss_flow`).  Each table's class says what it is
-    for in a comment, not a docstring: this module is on the per-Pod path, and so is its size."""
+    rungs sharing a value hold flows whose matches are disjoint.  The miss flows are built from
+    this (:func:`cni.pipeline.flows.miss_flows`).  Each table's class says what it is for in a
+    comment, not a docstring: this module is on the per-Pod path, and so is its size."""
 
     TABLE: Table
     MISS_GOTO: Table | None = None

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from cni.pipeline import match as m
 from cni.pipeline.actions import DROP, Conjunction, Controller, goto
 from cni.pipeline.match import IP, IPV6
+from cni.pipeline.services import to_service_cidr
 from cni.pipeline.tables import (
     DENIED_LOG_METER,
     EgressDefault,
@@ -632,7 +633,7 @@ class IncrementalPlanner:
             self.terminal(int(Table.INGRESS_RULE), int(IngressRule.HOST), match, text, "", commit, 1)
         for cidr in facts.service_cidrs:
             match, text = self.addresses.match(block_text(ipaddress.ip_network(cidr, strict=False)), False)
-            self.terminal(int(Table.EGRESS_RULE), int(EgressRule.SERVICE), match, text, "", commit, 1)
+            self.terminal(int(Table.EGRESS_RULE), int(EgressRule.SERVICE), match, text, "", to_service_cidr(), 1)
 
     def load(self, inputs: Inputs) -> None:
         """Everything again from ``inputs`` (a start, a resync that found drift): like a full

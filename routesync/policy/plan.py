@@ -45,6 +45,7 @@ from typing import Any
 from cni.pipeline import match as m
 from cni.pipeline.actions import DROP, Conjunction, Controller, goto
 from cni.pipeline.match import IP, IPV6
+from cni.pipeline.services import to_service_cidr
 from cni.pipeline.tables import (
     DENIED_LOG_METER,
     Cookie,
@@ -510,7 +511,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
                    (goto(Table.CONNTRACK_COMMIT),))
     for cidr in facts.service_cidrs:
         fl.address(Table.EGRESS_RULE, EgressRule.SERVICE, block_text(ipaddress.ip_network(cidr, strict=False)), False,
-                   (goto(Table.CONNTRACK_COMMIT),))
+                   to_service_cidr())
     out.flows = fl.flows()
     return out
 

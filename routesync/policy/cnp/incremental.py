@@ -39,8 +39,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cni.pipeline import match as m
-from cni.pipeline.actions import Conjunction, goto
+from cni.pipeline.actions import Conjunction
 from cni.pipeline.match import IP, IPV6
+from cni.pipeline.services import to_service_cidr
 from cni.pipeline.tables import Cookie, EgressAdmin, Flow, Table, policy_cookie
 
 from .. import selector as sel
@@ -728,7 +729,7 @@ class TierPlanner:
                 key = (int(Table.EGRESS_ADMIN), EgressAdmin.SERVICE, text)
                 want.append(key)
                 if key not in self._services:
-                    self._flows.terminal(key, match, (goto(Table.CONNTRACK_COMMIT),))
+                    self._flows.terminal(key, match, to_service_cidr())
         for key in self._services:
             if key not in want:
                 self._flows.terminal(key, (), None)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from cni.pipeline.actions import DROP, Controller, goto
+from cni.pipeline.services import to_service_cidr
 from cni.pipeline.tables import (
     DENIED_LOG_METER,
     EgressAdmin,
@@ -263,7 +264,7 @@ def plan(inputs: Inputs, facts: Facts, ids: ConjIds | None = None) -> TierPlan:
                     _add(fl, out, ids, table, prio, then, policy, direction, i, rule, part, here)
     for cidr in facts.service_cidrs:
         fl.address(Table.EGRESS_ADMIN, EgressAdmin.SERVICE, block_text(ipaddress.ip_network(cidr, strict=False)),
-                   False, (goto(Table.CONNTRACK_COMMIT),))
+                   False, to_service_cidr())
     ids.sweep()
     out.subject_namespaces = sorted(subject_ns)
     out.flows = fl.flows()

@@ -10,11 +10,11 @@ import ast
 import pytest
 
 from cni.pipeline import tables as pl
-from cni.pipeline.flows import base_flows, miss_flow
+from cni.pipeline.flows import base_flows, miss_flows
 from tests.cni.pipeline.test_golden import GW, sections
 from tests.support.paths import REPO
 
-PLANNERS = ("cni/pipeline/flows.py", "cni/pipeline/chained.py", "routesync/peerflows.py",
+PLANNERS = ("cni/pipeline/flows.py", "cni/pipeline/services.py", "cni/pipeline/chained.py", "routesync/peerflows.py",
             "routesync/apply/uplink.py", "routesync/policy/plan.py")
 TABLE_CONSTANTS = {v for k, v in vars(pl.Table).items() if k.isupper()}
 
@@ -42,9 +42,19 @@ def test_the_pipeline_declares_every_table_once_in_packet_order() -> None:
 def test_the_miss_flows_are_the_declarations() -> None:
     flows = base_flows(GW)
     misses = [f for f in flows if f.priority == 0]
-    assert sorted(misses, key=lambda f: f.table) == [miss_flow(decl.TABLE) for decl in pl.PIPELINE]
-    assert miss_flow(pl.Table.CLASSIFIER).text() == "table=0,priority=0,cookie=0x100000000000000,actions=drop"
-    assert miss_flow(pl.Table.CONNTRACK).actions_text() == "goto_table:70"
+    declared = {f.table: f for f in miss_flows()}
+    assert sorted(misses, key=lambda f: f.table) == [declared[decl.TABLE] for decl in pl.PIPELINE]
+    assert declared[pl.Table.CLASSIFIER].text() == "table=0,priority=0,cookie=0x100000000000000,actions=drop"
+    assert declared[pl.Table.CONNTRACK].actions_text() == "goto_table:70"
+
+
+def test_no_miss_flow_is_written_by_hand() -> None:
+    """Every miss comes from the declaration (``flows.miss_flows``): no planner builds a flow on a
+    table's ``MISS`` rung itself."""
+    writers = [path.relative_to(REPO).as_posix() for base in ("cni", "routesync")
+               for path in sorted((REPO / base).rglob("*.py"))
+               if any(rung in path.read_text() for rung in (".MISS,", ".MISS)"))]
+    assert writers == ["cni/pipeline/flows.py"]
 
 
 def test_every_planned_flow_sits_on_a_rung_of_its_tables_ladder() -> None:
