@@ -57,7 +57,7 @@ tier,direction,rule,action}`` and ``..._bytes_total``            accepted, denie
                                                                  listens for packet-ins
 ==============================================================  ==========================================
 
-The policy figures are the switch's own counters, read every 10 s (``routesync.daemon``)."""
+The policy figures are the switch's own counters, read every 10 s (``routesync.policy.node``)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from cni.pipeline.modes import PATHS
 
 if TYPE_CHECKING:
+    from cni.ovs.openflow.ofctl import DumpedFlow
+
+    from .apply.pods import PodSyncReport
+    from .daemon import ReconcileResult
     from .health import Health
+    from .model import DesiredState, PeerPlan
+    from .policy.cnp.plan import TierPlan
+    from .policy.plan import Plan
 
 FAMILIES = ("4", "6")
 PREFIX = "ferry_route_sync"
@@ -79,9 +86,8 @@ RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 CHANGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
-def peer_counts(peers: Iterable[Any]) -> dict[tuple[str, str], int]:
-    """(path, family) -> count for every known pair (zeros included, so a vanished path drops to 0);
-    ``peers`` are :class:`routesync.model.PeerPlan` (anything with ``path`` and ``family``)."""
+def peer_counts(peers: Iterable[PeerPlan]) -> dict[tuple[str, str], int]:
+    """(path, family) -> count for every known pair (zeros included, so a vanished path drops to 0)."""
     counts: dict[tuple[str, str], int] = {(p, f): 0 for p in PATHS for f in FAMILIES}
     for peer in peers:
         key = (str(peer.path), str(peer.family))
@@ -222,16 +228,15 @@ class Observer:
         if self.health is not None:
             self.health.tick()
 
-    def reconciled(self, result: Any, desired: Any | None) -> None:
-        """``result``: :class:`routesync.daemon.ReconcileResult`; ``desired``: the applied
-        :class:`routesync.model.DesiredState` when the pass succeeded."""
+    def reconciled(self, result: ReconcileResult, desired: DesiredState | None) -> None:
+        """``desired``: the applied state when the pass succeeded."""
         m = self.metrics
         try:
-            m.reconcile_duration.observe(max(0.0, float(result.duration)))
+            m.reconcile_duration.observe(max(0.0, result.duration))
             if result.ok:
                 m.reconciles.labels("ok").inc()
                 m.last_success.set(1)
-                if getattr(result, "state_written", False):
+                if result.state_written:
                     m.state_writes.inc()
                 if desired is not None:
                     for (path, family), n in peer_counts(desired.peers).items():
@@ -243,12 +248,11 @@ class Observer:
                 m.last_success.set(0)
         finally:
             if self.health is not None:
-                self.health.reconciled(bool(result.ok))
+                self.health.reconciled(result.ok)
 
-    def pods_synced(self, report: Any) -> None:
-        """``report``: :class:`routesync.apply.pods.PodSyncReport` of one pass over the Pods."""
-        for res in ("updated", "failed", "skipped"):
-            n = int(getattr(report, res, 0) or 0)
+    def pods_synced(self, report: PodSyncReport) -> None:
+        """One pass over the Pods."""
+        for res, n in (("updated", report.updated), ("failed", report.failed), ("skipped", report.skipped)):
             if n:
                 self.metrics.pod_mtu_updates.labels(res).inc(n)
 
@@ -266,8 +270,8 @@ class Observer:
     def bgp_error(self, peer: str, reason: str) -> None:
         self.metrics.bgp_errors.labels(peer, reason).inc()
 
-    def policy_planned(self, plan: Any) -> None:
-        """``plan``: :class:`routesync.policy.plan.Plan`, just planned: the flows gauge follows it at
+    def policy_planned(self, plan: Plan) -> None:
+        """``plan`` just planned: the flows gauge follows it at
         once (the rule and denied counters wait for the next read of the switch's counters)."""
         self.metrics.policy.flows = len(plan.flows)
 
@@ -276,8 +280,8 @@ class Observer:
         routesync.policy.node)."""
         self.metrics.policy_drift_repairs.inc()
 
-    def policy_counters(self, plan: Any, flows: Any) -> None:
-        """``plan``: :class:`routesync.policy.plan.Plan`; ``flows``: its flows as dumped."""
+    def policy_counters(self, plan: Plan, flows: list[DumpedFlow]) -> None:
+        """``flows``: the plan's flows as dumped."""
         from .policy import stats
 
         pc = self.metrics.policy
@@ -291,8 +295,8 @@ class Observer:
         pc.remote_denied = stats.remote_denied(plan.remote_isolation_id, flows)
         pc.flows = len(plan.flows)
 
-    def tier_counters(self, tiers: Any, flows: Any) -> None:
-        """``tiers``: :class:`routesync.policy.cnp.plan.TierPlan`; ``flows``: the policy flows as dumped."""
+    def tier_counters(self, tiers: TierPlan, flows: list[DumpedFlow]) -> None:
+        """``flows``: the policy flows as dumped."""
         from .policy import stats
 
         totals: dict[tuple[str, str, str, str, str], list[int]] = {}

@@ -458,9 +458,9 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
 
 
 def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: LocalFacts,
-               rows: dict[int, tuple[PeerPlan, nodestate.Peer]] | None = None,
-               policy_namespaces: Sequence[str] = ()) -> nodestate.NodeState:
-    """What the plugin reads: written by the daemon when it differs from the last one written.
+               rows: dict[int, tuple[PeerPlan, nodestate.Peer]] | None = None) -> nodestate.NodeState:
+    """What the plugin reads: written by the daemon when it differs from the last one written
+    (``policyNamespaces``: where a new Pod starts pending, ``desired.policy_namespaces``).
     ``rows`` (the caller's, kept across calls): each PeerPlan object's row, reused while the
     plan is the same object (the planner's memo), so an unchanged peer costs no new record and
     comparing two states skips it by identity."""
@@ -483,7 +483,7 @@ def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: 
         tunnel=tunnel,
         peers=_peer_rows(desired.peers, rows),
         transportMTU=desired.transport_mtu or desired.mtu,
-        policyNamespaces=list(policy_namespaces),
+        policyNamespaces=list(desired.policy_namespaces),
         encryption=config.encryption,
     )
 

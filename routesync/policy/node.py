@@ -1,6 +1,9 @@
-"""NetworkPolicy for route-sync's loop: its state and its steps, one call per pass
-(:meth:`PolicyNode.step`) and one per loop iteration (:meth:`PolicyNode.tick`), as BGP has its
-speaker.
+"""NetworkPolicy in route-sync's loop: the daemon's seam to it (``routesync.feature.Feature``), as
+BGP has its speaker.  In each pass :meth:`PolicyNode.desire` adds the policy's flows, its host
+judge and the namespaces where a new Pod starts pending to the desired state
+(:meth:`PolicyNode.step`), and :meth:`PolicyNode.applied` lifts the pending block of the Pods
+whose policy is in force now; between passes :meth:`PolicyNode.tick` reads the policy flows'
+counters (metrics, the denied log).
 
 Between full passes it plans incrementally (:class:`.incremental.IncrementalPlanner`): the
 objects the watches changed since the last pass (:meth:`.watch.PolicySource.changes`) are
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from cni.pipeline.tables import GATEWAY_PORT
 
+from ..feature import Need
 from . import plan as policy_plan
 from .cnp import plan as tier_plan
 from .cnp.incremental import TierPlanner
@@ -31,12 +35,15 @@ from .incremental import Changes, IncrementalPlanner
 from .stats import DeniedLog
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from cni.ovs.openflow.ofctl import DumpedFlow
     from cni.pipeline.tables import Flow
 
     from ..config import Config
-    from ..model import LocalFacts
+    from ..model import DesiredState, LocalFacts, NodeRecord
     from .cnp.model import ClusterPolicy, NodeInfo
+    from .model import Pod
 
 log = logging.getLogger(__name__)
 
@@ -56,19 +63,48 @@ class PolicyInputs(Protocol):
 
 
 class PolicyObserver(Protocol):
-    """The part of ``routesync.daemon.DaemonObserver`` that policy reports to."""
+    """NetworkPolicy's part of ``routesync.daemon.DaemonObserver``."""
 
-    def policy_planned(self, plan: policy_plan.Plan) -> None: ...
+    def policy_planned(self, plan: policy_plan.Plan) -> None:
+        """NetworkPolicy planned again (the cluster's Pods, Namespaces or policies moved)."""
+        ...
 
-    def policy_counters(self, plan: policy_plan.Plan, flows: list[DumpedFlow]) -> None: ...
+    def policy_counters(self, plan: policy_plan.Plan, flows: list[DumpedFlow]) -> None:
+        """Every :data:`DENIED_LOG_INTERVAL` s: the policy flows with their counters."""
+        ...
 
-    def policy_drift_repaired(self, what: str) -> None: ...
+    def policy_drift_repaired(self, what: str) -> None:
+        """A full pass found the incremental policy plan (or the objects it holds) off the full
+        planner's and repaired it (``what``: what drifted)."""
+        ...
 
 
-class PolicyFlows(Protocol):
-    """``Appliers.policy_flows``: the installed policy flows with their counters."""
+class NullPolicyObserver:
+    """A :class:`PolicyObserver` that records nothing (``routesync.daemon.NullObserver``'s part)."""
 
-    def policy_flows(self) -> list[DumpedFlow]: ...
+    def policy_planned(self, plan: policy_plan.Plan) -> None:
+        pass
+
+    def policy_counters(self, plan: policy_plan.Plan, flows: list[DumpedFlow]) -> None:
+        pass
+
+    def policy_drift_repaired(self, what: str) -> None:
+        pass
+
+
+class PolicyAppliers(Protocol):
+    """NetworkPolicy's part of ``routesync.daemon.Appliers`` (``routesync.apply.NodeAppliers``)."""
+
+    def release_pending(self, pods: Sequence[Pod], full: bool) -> int:
+        """After ``apply``, NetworkPolicy on: lift the pending block of every local Pod the policy
+        planner has seen (its policy is in force now).  Delta: each Pod once; ``full``: all again
+        (idempotent).  Returns how many were lifted."""
+        ...
+
+    def policy_flows(self) -> list[DumpedFlow]:
+        """The installed NetworkPolicy flows with their counters (read-only).  An exception is
+        logged (debug); the counters are not read this time."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -115,11 +151,13 @@ class PolicyNode:
     """This Node's NetworkPolicy: the watches' objects → the incremental planner → the plan
     and the host's judge, checked against the full planner at full passes (see the module)."""
 
-    def __init__(self, config: Config, source: PolicyInputs, observer: PolicyObserver | None = None,
+    def __init__(self, config: Config, source: PolicyInputs, appliers: PolicyAppliers,
+                 observer: PolicyObserver | None = None,
                  remote_sources: Callable[[Mapping[str, tuple[str, tuple[str, ...]]]], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.source = source
+        self.appliers = appliers
         self.observer = observer
         self._remote_sources = remote_sources  # the per-connection denied log's naming of remote Pods
         self.clock = clock
@@ -140,6 +178,27 @@ class PolicyNode:
         self._tier_gen: object = None
         self._tier_version = -1
 
+    # -- the loop's seam (routesync.feature.Feature) ----------------------------------------------
+    def start(self) -> None:
+        pass
+
+    def own_record(self, me: NodeRecord, peers: Sequence[NodeRecord]) -> NodeRecord:
+        return me
+
+    def desire(self, desired: DesiredState, facts: LocalFacts) -> None:
+        step = self.step(desired.gateway_addresses, facts, desired.full)
+        desired.flows = desired.flows + step.flows
+        desired.policy_namespaces = tuple(step.namespaces)
+        desired.policy_nft = step.nft
+
+    def applied(self, me: NodeRecord, peers: Sequence[NodeRecord], desired: DesiredState) -> None:
+        if self.plan is not None:  # this pass's (desire)
+            self.appliers.release_pending(self.plan.local_pods, desired.full)
+
+    def wake_in(self) -> float | None:
+        return None  # its counters every DENIED_LOG_INTERVAL s: the loop's looks are often enough
+
+    # -- the steps ------------------------------------------------------------------------------
     def facts(self, gateway_addresses: tuple[str, ...], local: LocalFacts) -> policy_plan.NodeFacts:
         # the Node's own traffic to its Pods (kubelet probes) comes from the gateway's addresses;
         # in networkPolicyOnly, where it has none, from whichever of the Node's the kernel picks
@@ -329,20 +388,20 @@ class PolicyNode:
             j = self._judged = (plan, tiers, key, hostjudge.render(judge))
         return j[3]
 
-    def tick(self, appliers: PolicyFlows) -> None:
+    def tick(self) -> Need:
         """Every ``DENIED_LOG_INTERVAL`` s: the policy counters for the metrics and, when the
         per-connection log (``networkPolicyDeniedLog``, :mod:`.listener`) is off, a line per Pod
         whose isolation dropped packets since the last look (:class:`.stats.DeniedLog`: bounded
-        per Node)."""
+        per Node).  Never asks for a pass."""
         plan, dl = self.plan, self.denied_log
         if plan is None or self.clock() < self._next_denied_log:
-            return
+            return Need.NOTHING
         self._next_denied_log = self.clock() + DENIED_LOG_INTERVAL
         try:
-            flows = appliers.policy_flows()
+            flows = self.appliers.policy_flows()
         except Exception as e:  # noqa: BLE001 - a log that cannot be read is not a reconcile failure
             log.debug("policy counters not read: %s", e)
-            return
+            return Need.NOTHING
         lines = dl.lines({p.key: list(p.ips) for p in plan.local_pods}, plan.policies_of, flows)
         if not self.config.denied_log.enabled:
             for line in lines:
@@ -352,4 +411,5 @@ class PolicyNode:
             tier_counters = getattr(self.observer, "tier_counters", None)
             if tier_counters is not None:
                 tier_counters(self.tiers, flows)
+        return Need.NOTHING
 

@@ -1,5 +1,6 @@
 """This Node's WireGuard between passes: its keys on disk, the plan of each pass, what it tells
-the log and ``show``.  The daemon holds one (``trafficEncryptionMode: wireguard``) and asks it
+the log and ``show``.  The loop's seam (:class:`.loop.WireGuardLoop`, ``trafficEncryptionMode:
+wireguard``) holds one and asks it
 
 * :meth:`WireGuardNode.plan_for` in each pass (the keys, the time: :mod:`.plan`),
 * :meth:`WireGuardNode.spec` for the appliers (``DesiredState.wireguard``),
@@ -61,7 +62,7 @@ class WireGuardNode:
 
     def plan_ahead(self, local: NodeRecord, peers: Sequence[NodeRecord], wg: WgPlan) -> tuple[float, WgPlan] | None:
         """The plan of the instant ``wg`` changes by itself (a rotation's switch), computed now, so
-        that at that instant only its difference is applied (:meth:`Daemon.run`): every Node
+        that at that instant only its difference is applied (:meth:`.loop.WireGuardLoop.tick`): every Node
         switches within a millisecond or two of the time, not a pass later."""
         if wg.wake_at is None:
             return None

@@ -39,7 +39,7 @@ def test_a_claimed_twice_cidr_is_applied_once_logged_once_counted_and_shown(tmp_
     apl, metrics = RecordingAppliers(), RouteSyncMetrics()
     d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a", poll_interval=0.02), apl,
                observer=Observer(metrics))
-    caplog.set_level(logging.INFO, logger="routesync.daemon")
+    caplog.set_level(logging.INFO, logger="routesync.findings")
     t = threading.Thread(target=d.run, daemon=True)
     t.start()
     try:

@@ -295,18 +295,18 @@ def test_a_new_vswitchd_s_pass_waits_for_its_flows_to_be_restored(tmp_path) -> N
 
 
 def test_a_restore_that_hangs_holds_the_pass_for_a_bounded_time(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from routesync.daemon import RESTORE_WAIT_MAX
+    from routesync.ovswatch import RESTORE_WAIT_MAX
 
     now = [100.0]
     apl = RecordingAppliers()
     cfg = from_dict({"nodeName": "node-a", "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "s.json"),
                      "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
     d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a"), apl, clock=lambda: now[0])
-    assert d._restoring(2) is False  # not waiting: nothing held
+    assert d.ovs.restoring(2) is False  # not waiting: nothing held
     apl.restoring = True
-    assert d._restoring(2) is True
+    assert d.ovs.restoring(2) is True
     now[0] += RESTORE_WAIT_MAX
-    assert d._restoring(2) is True
+    assert d.ovs.restoring(2) is True
     now[0] += 1.0
-    assert d._restoring(2) is False  # given up: route-sync puts its flows back itself
-    assert d._restoring(3) is True  # another instance: held again
+    assert d.ovs.restoring(2) is False  # given up: route-sync puts its flows back itself
+    assert d.ovs.restoring(3) is True  # another instance: held again

@@ -250,3 +250,19 @@ def test_cluster_policies_follow_pod_events_between_full_passes_and_drift_is_rep
     assert d.reconcile(full=True).ok  # the full pass finds it and repairs
     assert d.policy.drift_repairs == repairs + 1
     assert any("nw_dst=10.244.1.9" in f for f in admin())
+
+
+def test_the_state_file_names_the_namespaces_where_a_new_pod_starts_pending(tmp_path: Any) -> None:
+    """The plugin reads them from the node state file: a Pod added there starts pending until its
+    policy is in force (the pass writes the desired state's)."""
+    from cni.node import nodestate
+
+    src = JournalSource()
+    src.pod(pod("srv", "10.244.1.5", app="srv"))
+    d, apl = daemon(tmp_path, src)
+    assert d.reconcile(full=True).ok
+    assert nodestate.read(str(tmp_path / "s.json")).policyNamespaces == []
+    src.policy(WEB)
+    assert d.reconcile(full=True).ok
+    assert apl.applied[-1].policy_namespaces == ("ns",)
+    assert nodestate.read(str(tmp_path / "s.json")).policyNamespaces == ["ns"]
