@@ -39,7 +39,9 @@ def install(dist: str, tmp: str) -> tuple[str, str]:
 
 
 def add_del(paths: dict[str, str], pods: int, tmp: str) -> dict[str, dict[str, list[float]]]:
-    """ADD then DEL of ``pods`` Pods per side, the sides' calls taking turns; ms per verb and side."""
+    """ADD then DEL of ``pods`` Pods per side (``paths``: side -> its ``ferry``, in the order the
+    sides take turns), the sides' calls taking turns; ms per verb and side.  Each side makes one
+    ADD and DEL first (the bridge and base flows, and its own bytecode caches)."""
     from tests.support.ovs_instance import OvsInstance, netns
 
     name = f"fbe-{secrets.token_hex(3)}"
@@ -51,9 +53,11 @@ def add_del(paths: dict[str, str], pods: int, tmp: str) -> dict[str, dict[str, l
             "logFile": os.path.join(tmp, "cni.log"),
             "ipam": {"type": "ferry-ipam", "dataDir": os.path.join(tmp, "ipam"),
                      "ranges": [[{"subnet": "10.244.1.0/24"}]]}}).encode()
-        order = ab_order(SIDES, pods)
-        pod_ns = {(side, i): f"{ns}-{side[0]}{i}" for side, i in order}
-        names = [f"{ns}-warm", *pod_ns.values()]
+        sides = tuple(paths)
+        order = ab_order(sides, pods)
+        pod_ns = {(side, i): f"{ns}-{sides.index(side)}{i}" for side, i in order}
+        warm = {side: f"{ns}-w{k}" for k, side in enumerate(sides)}
+        names = [*warm.values(), *pod_ns.values()]
 
         def call(verb: str, side: str, cid: str, netns_name: str) -> float:
             env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "CNI_COMMAND": verb, "CNI_CONTAINERID": cid,
@@ -67,11 +71,12 @@ def add_del(paths: dict[str, str], pods: int, tmp: str) -> dict[str, dict[str, l
         try:
             for p in names:
                 subprocess.run(["ip", "netns", "add", p], check=True)
-            call("ADD", "link", "fbe-warm", names[0])  # the bridge and base flows, once
-            call("DEL", "link", "fbe-warm", names[0])
+            for k, side in enumerate(sides):
+                call("ADD", side, f"fbe-warm{k}", warm[side])
+                call("DEL", side, f"fbe-warm{k}", warm[side])
             for verb in ("ADD", "DEL"):
                 ms = [call(verb, side, f"fbe-{side}{i}", pod_ns[(side, i)]) for side, i in order]
-                out[verb] = ab_by_side(ms, order, SIDES)
+                out[verb] = ab_by_side(ms, order, sides)
         finally:
             for p in names:
                 subprocess.run(["ip", "netns", "del", p], check=False, capture_output=True)
