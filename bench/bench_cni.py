@@ -789,11 +789,11 @@ def encryption_phase(tb: Testbed) -> dict[str, Any]:
 
 def _pending_on_bridge(ovs: Any) -> dict[int, frozenset[pol.Canon]]:
     """The pending drops on br-int, per cookie (one dump of their table)."""
-    from cni.ovs.openflow.ofctl import parse_flow_line
+    from cni.ovs.openflow.ofctl import parse_dump
     from cni.pipeline.tables import Table
 
     dump = ovs.ofctl("dump-flows", "br-int", f"table={int(Table.CONNTRACK_STATE)}")
-    return pol.installed_pending(f for f in map(parse_flow_line, dump.splitlines()) if f is not None)
+    return pol.installed_pending(parse_dump(dump))
 
 
 def _check_pending(ovs: Any, expected: dict[int, frozenset[pol.Canon]], when: str) -> None:

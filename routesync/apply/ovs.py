@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
 from cni.ovs.openflow.codec import OpenFlowError
+from cni.ovs.openflow.ofctl import DEFAULT_PRIORITY, DumpedFlow, parse_dump
 from cni.pipeline.modes import GRE, NETDEV, TUNNEL_TYPES
 from cni.pipeline.tables import (
     EXT_CHAINED_GATEWAYS,
@@ -66,23 +67,6 @@ class OvsError(RuntimeError):
     """An OVSDB transaction or ovs-ofctl call failed."""
 
 
-@dataclass(frozen=True)
-class InstalledFlow:
-    """One flow as OVS prints it (canonical text), with its counters."""
-
-    cookie: int
-    table: int
-    priority: int
-    match: str
-    actions: str
-    n_packets: int = 0
-    n_bytes: int = 0
-    duration: float = 0.0
-
-    def canon(self) -> tuple[int, int, str, str]:
-        return (self.table, self.priority, self.match, self.actions)
-
-
 @dataclass
 class FlowDiff:
     """What one sync did: cookies replaced (changed or missing), added, deleted, left alone."""
@@ -100,42 +84,12 @@ class FlowDiff:
 
 # ---------------------------------------------------------------- pure helpers (no system access)
 
-def _split_stats(text: str) -> tuple[dict[str, str], str]:
-    """Split a dump-flows line (without actions) into its ``k=v, `` stats and the match part."""
-    stats: dict[str, str] = {}
-    parts = text.split(", ")
-    for part in parts[:-1]:
-        k, _, v = part.partition("=")
-        stats[k.strip()] = v
-    return stats, parts[-1].strip()
-
-
 def _priority_match(text: str) -> tuple[int, str]:
-    """``priority=200,ip,nw_dst=...`` → (200, "ip,nw_dst=..."); OVS omits the default 32768."""
+    """``priority=200,ip,nw_dst=...`` → (200, "ip,nw_dst=..."); OVS omits the default priority."""
     if text.startswith("priority="):
         head, _, rest = text.partition(",")
         return int(head.split("=", 1)[1]), rest
-    if text == "":
-        return 32768, ""
-    return 32768, text
-
-
-def parse_dump(text: str) -> list[InstalledFlow]:
-    """Parse ``ovs-ofctl --no-names dump-flows`` output."""
-    flows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("cookie="):
-            continue
-        left, _, actions = line.partition(" actions=")
-        stats, rest = _split_stats(left)
-        priority, match = _priority_match(rest)
-        flows.append(InstalledFlow(
-            cookie=int(stats["cookie"], 16), table=int(stats.get("table", "0")), priority=priority,
-            match=match, actions=actions, n_packets=int(stats.get("n_packets", "0")),
-            n_bytes=int(stats.get("n_bytes", "0")),
-            duration=float(stats.get("duration", "0s").rstrip("s"))))
-    return flows
+    return DEFAULT_PRIORITY, text
 
 
 def parse_flow_mods(text: str) -> list[tuple[int, int, int, str, str]]:
@@ -165,9 +119,9 @@ def owner_of(cookie: int) -> Owner | None:
         return None
 
 
-def group_installed(flows: Iterable[InstalledFlow]) -> dict[int, list[InstalledFlow]]:
+def group_installed(flows: Iterable[DumpedFlow]) -> dict[int, list[DumpedFlow]]:
     """Installed flows of route-sync's owners, grouped by cookie (POD and foreign cookies dropped)."""
-    groups: dict[int, list[InstalledFlow]] = defaultdict(list)
+    groups: dict[int, list[DumpedFlow]] = defaultdict(list)
     for f in flows:
         if owner_of(f.cookie) in SYNCED_OWNERS:
             groups[f.cookie].append(f)
@@ -293,7 +247,6 @@ class OvsApplier:
         self._conn: Any = None
         self._canon_cache: dict[str, tuple[int, int, int, str, str]] = {}
         self._canon_warm: threading.Thread | None = None
-        self._last_instance: int | None = None
         self.session = OpenFlowSession(bridge, run_dir, timeout)
         # the flow list the last sync installed and its groups (the next delta starts from it)
         self._last: tuple[list[Flow], dict[int, tuple[Flow, ...]]] | None = None
@@ -439,13 +392,6 @@ class OvsApplier:
         return dpid or None
 
     # -- restart detection
-    def vswitchd_pid(self) -> int | None:
-        try:
-            with open(os.path.join(self.run_dir, "ovs-vswitchd.pid")) as f:
-                return int(f.read().strip())
-        except (OSError, ValueError):
-            return None
-
     def vswitchd_instance(self) -> int | None:
         """One number per ovs-vswitchd instance: its pid with the pidfile's modification time.
         The pid alone is not enough once Open vSwitch runs in a container (Ferry's openvswitch
@@ -468,15 +414,6 @@ class OvsApplier:
 
         other = self._get("Open_vSwitch", ".", "other_config")
         return str(dict(other or {}).get(FLOW_RESTORE_WAIT, "false")).lower() == "true"
-
-    def vswitchd_restarted(self) -> bool:
-        """True when ovs-vswitchd's instance differs from the one seen at the last call (flows
-        are lost on restart: the daemon then re-runs ``sync_flows`` and ``replay_pod_flows``).
-        The first call only records the instance.  ``sync_flows`` also repairs missing flows on
-        its own, since it compares with a fresh dump every time."""
-        instance = self.vswitchd_instance()
-        before, self._last_instance = self._last_instance, instance
-        return before is not None and instance != before
 
     def pod_ports(self) -> list[dict[str, Any]]:
         """Interfaces the plugin created (``ferry-owner=pod``): name, ofport, external_ids."""
@@ -594,7 +531,7 @@ class OvsApplier:
             raise OvsError(f"{' '.join(argv)}: {proc.stderr.strip()}")
         return proc.stdout
 
-    def dump_flows(self) -> list[InstalledFlow]:
+    def dump_flows(self) -> list[DumpedFlow]:
         return parse_dump(self._ofctl("dump-flows", "--no-names"))
 
     def canonical(self, flows: Iterable[Flow]) -> dict[int, frozenset[tuple[int, int, str, str]]]:

@@ -197,12 +197,6 @@ class RouteApplier:
                      len(diff.neigh_added), len(diff.neigh_deleted))
         return diff
 
-    def delete_all(self) -> int:
-        """Teardown: every route of our protocol goes, nothing else."""
-        _, delete = plan_routes((), self.installed())
-        self.apply_routes([], delete)
-        return len(delete)
-
     # -- neighbours
     def installed_neighbors(self, devs: Iterable[str]) -> set[Neighbor]:
         out = set()

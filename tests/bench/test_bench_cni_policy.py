@@ -12,7 +12,7 @@ from bench import cni_policy as pol
 from bench import report
 from cni.lean.record import as_dict
 from cni.node import nodestate
-from cni.ovs.openflow.ofctl import parse_flow_line
+from cni.ovs.openflow.ofctl import parse_dump
 from cni.pipeline.tables import pod_cookie
 
 MAC = "02:00:00:aa:bb:cc"
@@ -27,7 +27,7 @@ DUMP = """OFPST_FLOW reply (OF1.3) (xid=0x2):
 
 
 def _dumped(text: str) -> list[object]:
-    return [f for f in map(parse_flow_line, text.splitlines()) if f is not None]
+    return parse_dump(text)
 
 
 def test_the_state_files_are_one_node_with_and_without_the_pods_namespace() -> None:

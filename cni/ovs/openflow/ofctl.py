@@ -19,7 +19,8 @@ _STAT_KEYS = frozenset({"cookie", "duration", "table", "n_packets", "n_bytes", "
                         "hard_timeout", "idle_age", "hard_age", "importance"})
 _FLAG_WORDS = frozenset({"send_flow_rem", "check_overlap", "reset_counts", "no_packet_counts",
                          "no_byte_counts"})
-_DEFAULT_PRIORITY = 32768
+# A flow's priority when none is given (OpenFlow's OFP_DEFAULT_PRIORITY); dumps leave it out.
+DEFAULT_PRIORITY = 32768
 
 
 class OfctlError(OpenFlowError):
@@ -28,6 +29,8 @@ class OfctlError(OpenFlowError):
 
 @record(frozen=True)
 class DumpedFlow:
+    """One flow as ``ovs-ofctl dump-flows`` prints it (OVS's canonical text), with its counters."""
+
     table: int
     priority: int
     cookie: int
@@ -35,6 +38,16 @@ class DumpedFlow:
     actions: str
     n_packets: int
     n_bytes: int
+    duration: float = 0.0  # seconds since the flow was installed (or last reset)
+
+    def canon(self) -> tuple[int, int, str, str]:
+        """What makes it the same flow: (table, priority, match, actions)."""
+        return (self.table, self.priority, self.match, self.actions)
+
+
+def parse_dump(text: str) -> list[DumpedFlow]:
+    """Every flow of ``ovs-ofctl --no-names dump-flows`` output (any OpenFlow version)."""
+    return [f for f in map(parse_flow_line, text.splitlines()) if f is not None]
 
 
 def parse_flow_line(line: str) -> DumpedFlow | None:
@@ -59,12 +72,13 @@ def parse_flow_line(line: str) -> DumpedFlow | None:
             match_parts.append(item)
     return DumpedFlow(
         table=int(fields.get("table", "0")),
-        priority=int(fields.get("priority", _DEFAULT_PRIORITY)),
+        priority=int(fields.get("priority", DEFAULT_PRIORITY)),
         cookie=int(fields.get("cookie", "0"), 0),
         match=",".join(match_parts),
         actions=actions.strip(),
         n_packets=int(fields.get("n_packets", "0")),
         n_bytes=int(fields.get("n_bytes", "0")),
+        duration=float(fields.get("duration", "0s").rstrip("s")),
     )
 
 
@@ -92,8 +106,7 @@ class Ofctl:
 
     def dump_flows(self, selector: str = "") -> list[DumpedFlow]:
         """``dump-flows`` of the flows ``selector`` (``cookie=V/M,table=T``) picks, all without one."""
-        out = self.run(["dump-flows", *([selector] if selector else [])], options=["--no-names"])
-        return [f for f in map(parse_flow_line, out.splitlines()) if f is not None]
+        return parse_dump(self.run(["dump-flows", *([selector] if selector else [])], options=["--no-names"]))
 
     def del_flows(self, selector: str) -> None:
         self.run(["del-flows", selector])

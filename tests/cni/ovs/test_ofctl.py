@@ -56,6 +56,7 @@ def test_parse_flow_line() -> None:
     assert parse_flow_line("OFPST_FLOW reply (OF1.4) (xid=0x2):") is None
     miss = parse_flow_line(" cookie=0x0, duration=1s, table=0, n_packets=0, n_bytes=0, priority=0 actions=drop")
     assert miss is not None and (miss.priority, miss.match, miss.actions) == (0, "", "drop")
+    assert (f.duration, miss.duration) == (1.5, 1.0)
 
 
 @pytest.mark.root

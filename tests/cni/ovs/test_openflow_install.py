@@ -184,8 +184,8 @@ def test_policy_flows_install_as_ofctl_installs_them_and_dump_back_as_their_text
     """Conjunction clause flows, conj_id flows, port ranges, registers: the codec (one-shot, and
     route-sync's bundle) installs what ovs-ofctl installs from the text, and the dump reads back
     as the text's canonical form (what route-sync compares)."""
+    from cni.ovs.openflow.ofctl import parse_dump
     from routesync.apply.ofsession import OpenFlowSession
-    from routesync.apply.ovs import parse_dump
 
     flows = policy_flows()
     OpenFlow("brn", rs_ovs.run_dir).add_flows(flows)

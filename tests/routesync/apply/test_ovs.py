@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from cni.ovs.openflow.ofctl import DumpedFlow, parse_dump
 from cni.pipeline import match as m
 from cni.pipeline.actions import DROP, SetField, goto, output
 from cni.pipeline.tables import (
@@ -20,10 +21,8 @@ from cni.pipeline.tables import (
     pod_cookie,
 )
 from routesync.apply.ovs import (
-    InstalledFlow,
     OvsApplier,
     group_installed,
-    parse_dump,
     plan_flow_sync,
 )
 from routesync.model import TunnelSpec
@@ -79,12 +78,12 @@ AGE = 0.2  # s: how much older the flows are than anything a sync would re-insta
 SLACK = 0.05  # s: durations print in ms and are taken flow by flow within one dump
 
 
-def reinstalled(before: list[InstalledFlow], after: list[InstalledFlow], ref_cookie: int) -> set[int]:
+def reinstalled(before: list[DumpedFlow], after: list[DumpedFlow], ref_cookie: int) -> set[int]:
     """Cookies with a flow (re)installed between two dumps.  A flow left alone ages exactly as
     much as the reference flows (``ref_cookie``: flows no sync touches) between the dumps; one
     re-installed is younger than that by its age at ``before`` (>= AGE: the test paused so).
     Only OVS's own durations are compared, so how fast the machine is does not matter."""
-    def key(f: InstalledFlow) -> tuple[int, int, int, str, str]:
+    def key(f: DumpedFlow) -> tuple[int, int, int, str, str]:
         return (f.cookie, *f.canon())
 
     was = {key(f): f.duration for f in before}
@@ -225,8 +224,8 @@ def test_vswitchd_restart_detected_and_flows_reinstalled() -> None:
         app = n.applier
         desired = base_flows() + peer_flows("b", "192.168.7.2", "10.244.2.0/24")
         app.sync_flows(desired)
-        assert app.vswitchd_restarted() is False  # first call records the pid
-        assert app.vswitchd_restarted() is False
+        before = app.vswitchd_instance()  # what the applier replays Pod flows once per
+        assert before is not None and app.vswitchd_instance() == before
         d = n.ovs.dir
         old = n.ovs._pids[1]
         n.ovs.appctl("exit")
@@ -235,11 +234,12 @@ def test_vswitchd_restart_detected_and_flows_reinstalled() -> None:
                         f"--pidfile={d}/ovs-vswitchd.pid", f"--log-file={d}/ovs-vswitchd.log",
                         f"--unixctl={d}/ovs-vswitchd.ctl", "--detach", "--no-chdir"],
                        env=n.ovs.env, check=True, capture_output=True)
-        new = app.vswitchd_pid()
+        with open(f"{d}/ovs-vswitchd.pid") as f:
+            new = int(f.read().strip())
         assert new and new != old
         n.ovs._pids[1] = new  # so the fixture stops the new daemon
         until(lambda: _answers(app), "the bridge to answer OpenFlow again")
-        assert app.vswitchd_restarted() is True
+        assert app.vswitchd_instance() != before
         assert installed(app) == {}  # OVS lost every flow
         t0 = time.perf_counter()
         res = app.sync_flows(desired)
@@ -391,15 +391,16 @@ def test_a_new_vswitchd_with_the_old_pid_is_a_new_instance(tmp_path) -> None:
     instance (pid + the pidfile's mtime) still changes, so route-sync replays the flows."""
     app = OvsApplier("unix:/nonexistent.sock", "br-int", str(tmp_path))
     pidfile = tmp_path / "ovs-vswitchd.pid"
-    assert app.vswitchd_instance() is None and app.vswitchd_restarted() is False
+    assert app.vswitchd_instance() is None
     pidfile.write_text("42\n")
     os.utime(pidfile, ns=(1_000_000_000, 1_000_000_000))
     first = app.vswitchd_instance()
-    assert first is not None and app.vswitchd_restarted() is False  # the first instance seen
-    assert app.vswitchd_restarted() is False  # the same one
+    assert first is not None  # the first instance seen
+    assert app.vswitchd_instance() == first  # the same one
     pidfile.write_text("42\n")  # the next container's ovs-vswitchd, same pid
     os.utime(pidfile, ns=(2_000_000_000, 2_000_000_000))
-    assert app.vswitchd_instance() != first and app.vswitchd_restarted() is True
+    second = app.vswitchd_instance()
+    assert second is not None and second != first
     pidfile.write_text("43\n")  # another pid, same second
     os.utime(pidfile, ns=(2_000_000_000, 2_000_000_000))
-    assert app.vswitchd_restarted() is True
+    assert app.vswitchd_instance() not in (None, second)

@@ -3,7 +3,7 @@ the bounded denied log, and ``show policy``'s table, from flows as ``ovs-ofctl``
 
 from __future__ import annotations
 
-from cni.ovs.openflow.ofctl import parse_flow_line
+from cni.ovs.openflow.ofctl import parse_dump
 from routesync.policy import stats
 from routesync.policy.plan import Plan, RuleInfo
 
@@ -16,7 +16,7 @@ actions=drop
 
 
 def flows(text: str = DUMP) -> list:
-    return [f for f in map(parse_flow_line, text.splitlines()) if f is not None]
+    return parse_dump(text)
 
 
 def test_rule_and_denied_counts_come_from_the_switch() -> None:

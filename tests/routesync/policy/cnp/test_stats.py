@@ -3,7 +3,7 @@ in ``show policy``'s table (evaluation order) and in the Prometheus exposition."
 
 from __future__ import annotations
 
-from cni.ovs.openflow.ofctl import parse_flow_line
+from cni.ovs.openflow.ofctl import parse_dump
 from cni.pipeline.tables import Table
 from routesync.metrics import Observer, RouteSyncMetrics
 from routesync.policy import stats
@@ -21,7 +21,7 @@ priority=200,conj_id={BASE.conj_id} actions=goto_table:60
 
 
 def flows() -> list:
-    return [f for f in map(parse_flow_line, DUMP.splitlines()) if f is not None]
+    return parse_dump(DUMP)
 
 
 def test_a_tier_rule_counts_its_own_tables_conj_id_flow_only() -> None:
