@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
+from cni.lean import fastjson
 from cni.node.nodestate import DEFAULT_STATE_FILE
 from cni.pipeline.match import VLAN_MAX, VLAN_MIN
 from cni.pipeline.modes import (
@@ -216,22 +217,15 @@ class Config:
 
 # --- value checkers: each takes (key, raw value) and returns the typed value or raises -------------
 
-def _str(key: str, v: Any) -> str:
-    if not isinstance(v, str) or not v:
-        raise ConfigError(key, f"expected a non-empty string, got {v!r}")
-    return v
+_T = TypeVar("_T")
 
 
-def _bool(key: str, v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise ConfigError(key, f"expected true or false, got {v!r}")
-    return v
-
-
-def _int(key: str, v: Any, lo: int, hi: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise ConfigError(key, f"expected an integer in [{lo}, {hi}], got {v!r}")
-    return v
+def _typed(kind: type[_T], key: str, v: Any, lo: int | None = None, hi: int | None = None) -> _T:
+    """``v`` when it is a ``kind`` (a string: not empty; an integer: in [lo, hi])."""
+    try:
+        return fastjson.check(key, v, kind, nonempty=kind is str, lo=lo, hi=hi)
+    except fastjson.FieldError as e:
+        raise ConfigError(key, f"expected {e.expected}, got {v!r}") from None
 
 
 _Word = TypeVar("_Word", bound=str)
@@ -246,7 +240,7 @@ def _choice(key: str, v: Any, choices: tuple[_Word, ...]) -> _Word:
 
 
 def _ifname(key: str, v: Any) -> str:
-    name = _str(key, v)
+    name = _typed(str, key, v)
     if len(name.encode()) > MAX_IFNAME or "/" in name or any(c.isspace() for c in name):
         raise ConfigError(key, f"not a valid interface name: {name!r}")
     return name
@@ -290,14 +284,14 @@ def _section(key: str, v: Any, allowed: set[str], expected: str) -> None:
 
 
 def _abspath(key: str, v: Any) -> str:
-    s = _str(key, v)
+    s = _typed(str, key, v)
     if not os.path.isabs(s):
         raise ConfigError(key, f"expected an absolute path, got {s!r}")
     return s
 
 
 def _ovsdb(key: str, v: Any) -> str:
-    s = _str(key, v)
+    s = _typed(str, key, v)
     if not s.startswith(("unix:", "tcp:", "ssl:")):
         raise ConfigError(key, f"expected unix:PATH, tcp:IP:PORT or ssl:IP:PORT, got {s!r}")
     return s
@@ -316,8 +310,9 @@ def _node_source(key: str, v: Any) -> NodeSourceConfig:
         raise ConfigError(f"{key}.pollInterval", f"expected seconds in [0.01, 5], got {poll!r}")
     return NodeSourceConfig(
         type=kind,
-        registry_dir=_str(f"{key}.registryDir", v.get("registryDir", d.registry_dir)),
-        kubeconfig=_str(f"{key}.kubeconfig", v["kubeconfig"]) if v.get("kubeconfig") is not None else d.kubeconfig,
+        registry_dir=_typed(str, f"{key}.registryDir", v.get("registryDir", d.registry_dir)),
+        kubeconfig=(_typed(str, f"{key}.kubeconfig", v["kubeconfig"]) if v.get("kubeconfig") is not None
+                    else d.kubeconfig),
         poll_interval=float(poll),
     )
 
@@ -352,7 +347,7 @@ def _bgp_peer(key: str, v: Any) -> BgpPeer:
             raise ConfigError(f"{key}.{k}", "missing")
     password = v.get("password")
     if password is not None:
-        password = _str(f"{key}.password", password)
+        password = _typed(str, f"{key}.password", password)
         if len(password.encode()) > MAX_MD5_KEY or '"' in password or "\n" in password:
             raise ConfigError(f"{key}.password", f"at most {MAX_MD5_KEY} bytes, no '\"' or newline")
     family = None
@@ -370,7 +365,7 @@ def _bgp_peer(key: str, v: Any) -> BgpPeer:
         except ConfigError:
             raise ConfigError(f"{key}.address", f"expected an IP address or {DEFAULT_GATEWAY}, "
                                                 f"got {v['address']!r}") from None
-    return BgpPeer(address=address, asn=_int(f"{key}.asn", v["asn"], 1, MAX_ASN), password=password,
+    return BgpPeer(address=address, asn=_typed(int, f"{key}.asn", v["asn"], 1, MAX_ASN), password=password,
                    hold_time=_hold_time(f"{key}.holdTime", v.get("holdTime", DEFAULT_HOLD_TIME)),
                    address_family=family)
 
@@ -379,7 +374,7 @@ def _bgp(key: str, v: Any) -> BgpConfig:
     _section(key, v, _BGP_KEYS, "a mapping (localASN, peers, ...)")
     if "localASN" not in v:
         raise ConfigError(f"{key}.localASN", "missing")
-    local_asn = _int(f"{key}.localASN", v["localASN"], 1, MAX_ASN)
+    local_asn = _typed(int, f"{key}.localASN", v["localASN"], 1, MAX_ASN)
     peers_in = v.get("peers")
     if not isinstance(peers_in, list) or not peers_in:
         raise ConfigError(f"{key}.peers", f"expected a non-empty list of peers, got {peers_in!r}")
@@ -393,8 +388,9 @@ def _bgp(key: str, v: Any) -> BgpConfig:
     d = BgpConfig(local_asn=local_asn, peers=peers)  # the defaults of the keys left out
     router_id = _ip(f"{key}.routerID", v["routerID"], 4) if v.get("routerID") is not None else d.router_id
     prefixes = _cidrs(f"{key}.prefixes", v["prefixes"], False) if v.get("prefixes") is not None else d.prefixes
-    gr = _int(f"{key}.gracefulRestart", v.get("gracefulRestart", d.graceful_restart), 0, 4095)  # 12 bits (RFC 4724)
-    run_dir = _str(f"{key}.runDir", v["runDir"]) if v.get("runDir") is not None else d.run_dir
+    # a 12-bit field (RFC 4724)
+    gr = _typed(int, f"{key}.gracefulRestart", v.get("gracefulRestart", d.graceful_restart), 0, 4095)
+    run_dir = _typed(str, f"{key}.runDir", v["runDir"]) if v.get("runDir") is not None else d.run_dir
     return replace(d, router_id=router_id, prefixes=prefixes, graceful_restart=gr, run_dir=run_dir)
 
 
@@ -416,17 +412,17 @@ def _wireguard(key: str, v: Any) -> WireGuardConfig:
     if period != 0:
         period = _seconds(f"{key}.rotationPeriod", period, 10, 365 * 86400)
     return WireGuardConfig(
-        port=_int(f"{key}.port", g("port", d.port), 1, 65535),
+        port=_typed(int, f"{key}.port", g("port", d.port), 1, 65535),
         interface=_ifname(f"{key}.interface", g("interface", d.interface)),
         implementation=_choice(f"{key}.implementation", g("implementation", d.implementation), WG_IMPLEMENTATIONS),
-        userspace_command=_str(f"{key}.userspaceCommand", g("userspaceCommand", d.userspace_command)),
+        userspace_command=_typed(str, f"{key}.userspaceCommand", g("userspaceCommand", d.userspace_command)),
         run_dir=_abspath(f"{key}.runDir", g("runDir", d.run_dir)),
         key_dir=_abspath(f"{key}.keyDir", g("keyDir", d.key_dir)),
         rotation_period=float(period),
         rotation_lead=_seconds(f"{key}.rotationLead", g("rotationLead", d.rotation_lead), 0, 600),
-        persistent_keepalive=_int(f"{key}.persistentKeepalive", g("persistentKeepalive", d.persistent_keepalive),
+        persistent_keepalive=_typed(int, f"{key}.persistentKeepalive", g("persistentKeepalive", d.persistent_keepalive),
                                   0, 65535),
-        start_userspace=_bool(f"{key}.startUserspace", g("startUserspace", d.start_userspace)),
+        start_userspace=_typed(bool, f"{key}.startUserspace", g("startUserspace", d.start_userspace)),
     )
 
 
@@ -442,9 +438,9 @@ _KEYS = {
 def _denied_log(key: str, v: Any) -> DeniedLogConfig:
     _section(key, v, _DENIED_LOG_KEYS, "a mapping (enabled, rate, burst)")
     d = DeniedLogConfig()
-    return DeniedLogConfig(enabled=_bool(f"{key}.enabled", v.get("enabled", d.enabled)),
-                           rate=_int(f"{key}.rate", v.get("rate", d.rate), 1, 10_000),
-                           burst=_int(f"{key}.burst", v.get("burst", d.burst), 1, 100_000))
+    return DeniedLogConfig(enabled=_typed(bool, f"{key}.enabled", v.get("enabled", d.enabled)),
+                           rate=_typed(int, f"{key}.rate", v.get("rate", d.rate), 1, 10_000),
+                           burst=_typed(int, f"{key}.burst", v.get("burst", d.burst), 1, 100_000))
 
 
 def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
@@ -462,7 +458,7 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
     g = raw.get
     env = os.environ if environ is None else environ
     if g("nodeName") is not None:
-        node_name = _str("nodeName", g("nodeName"))
+        node_name = _typed(str, "nodeName", g("nodeName"))
     else:
         node_name = env.get("NODE_NAME") or socket.gethostname()
     if len(node_name) > 253 or "/" in node_name or node_name.startswith("."):
@@ -478,10 +474,10 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
     if g("tunnelPort") is not None:
         if tunnel_type == GRE:
             raise ConfigError("tunnelPort", "gre has no UDP port")
-        tunnel_port: int | None = _int("tunnelPort", g("tunnelPort"), 1, 65535)
+        tunnel_port: int | None = _typed(int, "tunnelPort", g("tunnelPort"), 1, 65535)
     else:
         tunnel_port = default_port
-    no_snat = _bool("noSNAT", g("noSNAT", d.no_snat))
+    no_snat = _typed(bool, "noSNAT", g("noSNAT", d.no_snat))
     if no_snat and mode != NO_ENCAP:
         raise ConfigError("noSNAT", f"only valid with trafficEncapMode noEncap (mode is {mode})")
     encryption = _choice("trafficEncryptionMode", g("trafficEncryptionMode", d.encryption), ENCRYPTIONS)
@@ -490,12 +486,12 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
                           "CNI carries Pod traffic between Nodes; encrypt there)")
     if g(WG_SECTION) is not None and encryption != ENCRYPTION_WIREGUARD:
         raise ConfigError(WG_SECTION, f"only valid with trafficEncryptionMode {ENCRYPTION_WIREGUARD}")
-    fast_path = _bool("fastPath", g("fastPath", d.fast_path))
+    fast_path = _typed(bool, "fastPath", g("fastPath", d.fast_path))
     if fast_path and mode not in FAST_PATH_MODES:
         raise ConfigError("fastPath", f"only valid with trafficEncapMode noEncap or hybrid (mode is {mode})")
     default_mtu = g("defaultMTU", d.default_mtu)
     if default_mtu != 0:
-        default_mtu = _int("defaultMTU", default_mtu, 68, 65535)
+        default_mtu = _typed(int, "defaultMTU", default_mtu, 68, 65535)
     resync = g("resyncSeconds", d.resync_seconds)
     if isinstance(resync, bool) or not isinstance(resync, (int, float)) or not 0.1 <= resync <= 86400:
         raise ConfigError("resyncSeconds", f"expected seconds in [0.1, 86400], got {resync!r}")
@@ -514,17 +510,17 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         bridge=_ifname("bridge", g("bridge", d.bridge)),
         datapath_type=datapath,
         ovsdb=_ovsdb("ovsdb", g("ovsdb", d.ovsdb)),
-        ovs_run_dir=_str("ovsRunDir", g("ovsRunDir", d.ovs_run_dir)),
-        state_file=_str("stateFile", g("stateFile", d.state_file)),
+        ovs_run_dir=_typed(str, "ovsRunDir", g("ovsRunDir", d.ovs_run_dir)),
+        state_file=_typed(str, "stateFile", g("stateFile", d.state_file)),
         pod_cidrs=_cidrs("podCIDRs", g("podCIDRs", list(d.pod_cidrs)), False),
         cluster_cidrs=_cidrs("clusterCIDRs", g("clusterCIDRs", list(d.cluster_cidrs)), False),
         node_source=_node_source("nodeSource", g("nodeSource", {})),  # {}: NodeSourceConfig's defaults
         fast_path=fast_path,
         mac_source=_choice("macSource", g("macSource", d.mac_source), MAC_SOURCES),
         resync_seconds=float(resync),
-        log_file=_str("logFile", g("logFile")) if g("logFile") is not None else d.log_file,
+        log_file=_typed(str, "logFile", g("logFile")) if g("logFile") is not None else d.log_file,
         bgp=_bgp("bgp", g("bgp")) if g("bgp") is not None else d.bgp,
-        network_policy=_bool("networkPolicy", g("networkPolicy", d.network_policy)),
+        network_policy=_typed(bool, "networkPolicy", g("networkPolicy", d.network_policy)),
         service_cidrs=_cidrs("serviceCIDRs", g("serviceCIDRs", list(d.service_cidrs)), False),
         denied_log=_denied_log(DENIED_LOG_SECTION, {} if g(DENIED_LOG_SECTION) is None else g(DENIED_LOG_SECTION)),
         ovs_daemons=_choice("ovsDaemons", g("ovsDaemons", d.ovs_daemons), OVS_DAEMONS),

@@ -13,7 +13,11 @@ itself wraps; this module wraps it the same way, minus the regexes:
 * ``loads`` / ``raw_decode`` use ``_json.make_scanner`` (the C scanner ``json.loads`` uses) and
   raise ``ValueError`` (``json.JSONDecodeError`` is one) on malformed input, like ``json``;
 * ``dumps`` writes compact or default-separated JSON of dicts, lists, strings, numbers, booleans
-  and None, escaping strings with ``_json.encode_basestring_ascii`` (ASCII output, as ``json``).
+  and None, escaping strings with ``_json.encode_basestring_ascii`` (ASCII output, as ``json``);
+* ``field`` / ``check`` read one typed field of a decoded object (the one reader of the plugin's
+  config, the node state, CNI results and route-sync's config): the value, or :class:`FieldError`
+  naming the field and what it should have been, which each caller words into its own error
+  (here rather than in a module of its own: the per-Pod path loads no more modules).
 
 Long-lived code (route-sync, the lab, tests) uses ``json``."""
 
@@ -24,7 +28,9 @@ import _json
 from cni.lean.typecheck import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 _WS = " \t\n\r"
 _CONSTANTS = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}
@@ -129,3 +135,50 @@ def dumps(obj: Any, compact: bool = False) -> str:
     out: list[str] = []
     _encode(obj, out, "," if compact else ", ", ":" if compact else ": ")
     return "".join(out)
+
+
+# ---------------------------------------------------------------- typed fields of a decoded object
+
+REQUIRED: Any = object()  # field()'s default: the key must be there
+_KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+          dict: "an object"}
+
+
+class FieldError(ValueError):
+    """Field ``key`` is ``missing``, or its ``value`` is not ``expected`` (``"a string"``, ``"an
+    integer in [1, 65535]"``...): callers raise their own error from it, in their own words."""
+
+    def __init__(self, key: str, expected: str, value: Any = None, missing: bool = False) -> None:
+        super().__init__(f"{key}: missing" if missing else f"{key}: expected {expected}, got {value!r}")
+        self.key = key
+        self.expected = expected
+        self.value = value
+        self.missing = missing
+
+
+def check(key: str, value: Any, kind: type[T], nonempty: bool = False, lo: int | None = None,
+          hi: int | None = None) -> T:
+    """``value`` (field ``key``'s) when it is a ``kind``: never a bool for int or float, not empty
+    when ``nonempty``, within [``lo``, ``hi``] when given; :class:`FieldError` otherwise."""
+    expected = _KINDS.get(kind, kind.__name__)
+    if nonempty:
+        expected = f"a non-empty {expected.removeprefix('a ').removeprefix('an ')}"
+    if lo is not None and hi is not None:
+        expected = f"{expected} in [{lo}, {hi}]"
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool) \
+            or (nonempty and not value) \
+            or (lo is not None and value < lo) or (hi is not None and value > hi):  # type: ignore[operator]
+        raise FieldError(key, expected, value)
+    return value
+
+
+def field(obj: dict[str, Any], key: str, kind: type[T], default: Any = REQUIRED, nonempty: bool = False,
+          lo: int | None = None, hi: int | None = None, falsy_default: bool = False) -> T:
+    """``obj[key]``, checked as :func:`check` does; ``default`` when the key is absent (and, with
+    ``falsy_default``, when its value is false: null, "", 0, [], {}; otherwise a JSON ``null`` is a
+    value, of no kind); :class:`FieldError` with ``missing`` when there is no default."""
+    if key not in obj or (falsy_default and not obj[key]):
+        if default is REQUIRED:
+            raise FieldError(key, _KINDS.get(kind, kind.__name__), missing=True)
+        return default  # type: ignore[no-any-return]
+    return check(key, obj[key], kind, nonempty, lo, hi)

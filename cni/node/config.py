@@ -8,11 +8,13 @@ from cni.lean.record import Factory, record
 from cni.lean.typecheck import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeVar
 
     from cni.pipeline.modes import Datapath, Mode
 
-from cni.lean import addr
+    T = TypeVar("T")
+
+from cni.lean import addr, fastjson
 from cni.node import nodestate
 from cni.pipeline.modes import DATAPATHS, ENCAP, SYSTEM, is_datapath
 from cni.pipeline.tables import DEFAULT_BRIDGE, GATEWAY_PORT, MAX_IFNAME
@@ -45,11 +47,20 @@ class PluginConfig:
         return os.path.join(os.path.dirname(self.state_file) or ".", "locks")
 
 
+def _field(conf: dict[str, Any], key: str, kind: type[T], default: Any = fastjson.REQUIRED, nonempty: bool = False,
+           falsy_default: bool = False) -> T:
+    try:
+        return fastjson.field(conf, key, kind, default, nonempty=nonempty, falsy_default=falsy_default)
+    except fastjson.FieldError as e:
+        raise CniError(INVALID_CONFIG, f"config field {key!r} must be {e.expected}") from None
+
+
 def _opt_str(conf: dict[str, Any], key: str) -> str | None:
-    value = conf.get(key)
-    if value is None:
+    """None when absent or null, else a non-empty string without a NUL."""
+    if conf.get(key) is None:
         return None
-    if not isinstance(value, str) or not value or "\x00" in value:
+    value = _field(conf, key, str, nonempty=True)
+    if "\x00" in value:
         raise CniError(INVALID_CONFIG, f"config field {key!r} must be a non-empty string")
     return value
 
@@ -66,14 +77,10 @@ def parse(conf: dict[str, Any]) -> PluginConfig:
     mtu = conf.get("mtu", 0)
     if not isinstance(mtu, int) or isinstance(mtu, bool) or not (mtu == 0 or 68 <= mtu <= 65535):
         raise CniError(INVALID_CONFIG, "config field 'mtu' must be an integer between 68 and 65535")
-    ipam = conf.get("ipam") or {}
-    if not isinstance(ipam, dict):
-        raise CniError(INVALID_CONFIG, "config field 'ipam' must be an object")
+    ipam = _field(conf, "ipam", dict, {}, falsy_default=True)
     if ipam and ipam.get("type") not in ("ferry-ipam", None):
         raise CniError(INVALID_CONFIG, f"config field 'ipam.type' {ipam.get('type')!r}: only 'ferry-ipam' is supported")
-    dns = conf.get("dns") or {}
-    if not isinstance(dns, dict):
-        raise CniError(INVALID_CONFIG, "config field 'dns' must be an object")
+    dns = _field(conf, "dns", dict, {}, falsy_default=True)
     ovsdb = _opt_str(conf, "ovsdb")
     if ovsdb is not None and not ovsdb.startswith("unix:"):
         raise CniError(INVALID_CONFIG, "config field 'ovsdb' must be 'unix:<path to db.sock>'")

@@ -39,9 +39,11 @@ from cni.lean.typecheck import TYPE_CHECKING
 from cni.pipeline.modes import ENCRYPTION_NONE, is_encryption, is_mode, is_path
 
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeVar
 
     from cni.pipeline.modes import Encryption, Mode, Path
+
+    T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 DEFAULT_STATE_FILE = "/var/run/ferry/node-state.json"
@@ -105,13 +107,13 @@ class NodeState:
         return json.dumps(as_dict(self), sort_keys=True, separators=(",", ":"))
 
 
-def _require(d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in d:
-        raise StateError(f"{where}: missing key {key!r}")
-    value = d[key]
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
-        raise StateError(f"{where}: key {key!r} has the wrong type")
-    return value
+def _require(d: dict[str, Any], key: str, kind: type[T], where: str, default: Any = fastjson.REQUIRED,
+             falsy_default: bool = False) -> T:
+    try:
+        return fastjson.field(d, key, kind, default, falsy_default=falsy_default)
+    except fastjson.FieldError as e:
+        raise StateError(f"{where}: missing key {key!r}" if e.missing
+                         else f"{where}: key {key!r} has the wrong type") from None
 
 
 def parse(text: str | bytes, where: str = "node state") -> NodeState:
@@ -141,10 +143,7 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
                         port=_require(t, "port", str, where + ".tunnel"),
                         ofport=_require(t, "ofport", int, where + ".tunnel"))
     peers = []
-    raw_peers = d.get("peers") or []
-    if not isinstance(raw_peers, list):
-        raise StateError(f"{where}: key 'peers' has the wrong type")
-    for i, p in enumerate(raw_peers):
+    for i, p in enumerate(_require(d, "peers", list, where, [], falsy_default=True)):
         w = f"{where}.peers[{i}]"
         if not isinstance(p, dict):
             raise StateError(f"{w}: not an object")
@@ -177,7 +176,7 @@ def parse(text: str | bytes, where: str = "node state") -> NodeState:
         ovsRunDir=_require(d, "ovsRunDir", str, where),
         mtu=mtu,
         podCIDRs=[str(c) for c in _require(d, "podCIDRs", list, where)],
-        clusterCIDRs=[str(c) for c in (_require(d, "clusterCIDRs", list, where) if d.get("clusterCIDRs") else [])],
+        clusterCIDRs=[str(c) for c in _require(d, "clusterCIDRs", list, where, [], falsy_default=True)],
         gateway=gateway,
         tunnel=tunnel,
         peers=peers,

@@ -10,9 +10,11 @@ from cni.lean.record import Factory, record
 from cni.lean.typecheck import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeVar
 
-from cni.lean import addr
+    T = TypeVar("T")
+
+from cni.lean import addr, fastjson
 from cni.spec.errors import DECODE_FAILURE, CniError
 
 SUPPORTED_VERSIONS = ("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
@@ -124,20 +126,14 @@ class Result:
         return out
 
 
-def _str(d: dict[str, Any], key: str, where: str, required: bool = False) -> str:
-    value = d.get(key, "")
-    if required and key not in d:
-        raise CniError(DECODE_FAILURE, f"{where}: missing {key!r}")
-    if not isinstance(value, str):
-        raise CniError(DECODE_FAILURE, f"{where}: {key!r} must be a string")
-    return value
-
-
-def _list(d: dict[str, Any], key: str, where: str) -> list[Any]:
-    value = d.get(key) or []
-    if not isinstance(value, list):
-        raise CniError(DECODE_FAILURE, f"{where}: {key!r} must be a list")
-    return value
+def _field(d: dict[str, Any], key: str, kind: type[T], where: str, default: Any = fastjson.REQUIRED,
+           falsy_default: bool = False) -> T:
+    """``d[key]`` (``default`` when absent), or :class:`CniError` 6 naming the field."""
+    try:
+        return fastjson.field(d, key, kind, default, falsy_default=falsy_default)
+    except fastjson.FieldError as e:
+        raise CniError(DECODE_FAILURE, f"{where}: missing {key!r}" if e.missing
+                       else f"{where}: {key!r} must be {e.expected}") from None
 
 
 def decode(obj: Any, where: str = "prevResult") -> Result:
@@ -145,21 +141,21 @@ def decode(obj: Any, where: str = "prevResult") -> Result:
     if not isinstance(obj, dict):
         raise CniError(DECODE_FAILURE, f"{where} must be a JSON object")
     res = Result()
-    for n, i in enumerate(_list(obj, "interfaces", where)):
+    for n, i in enumerate(_field(obj, "interfaces", list, where, [], falsy_default=True)):
         w = f"{where}.interfaces[{n}]"
         if not isinstance(i, dict):
             raise CniError(DECODE_FAILURE, f"{w} must be an object")
         mtu = i.get("mtu", 0)
         if not isinstance(mtu, int) or isinstance(mtu, bool):
             raise CniError(DECODE_FAILURE, f"{w}.mtu must be an integer")
-        res.interfaces.append(Interface(name=_str(i, "name", w, True), mac=_str(i, "mac", w),
-                                        sandbox=_str(i, "sandbox", w), mtu=mtu))
-    for n, ip in enumerate(_list(obj, "ips", where)):
+        res.interfaces.append(Interface(name=_field(i, "name", str, w), mac=_field(i, "mac", str, w, ""),
+                                        sandbox=_field(i, "sandbox", str, w, ""), mtu=mtu))
+    for n, ip in enumerate(_field(obj, "ips", list, where, [], falsy_default=True)):
         w = f"{where}.ips[{n}]"
         if not isinstance(ip, dict):
             raise CniError(DECODE_FAILURE, f"{w} must be an object")
-        address = _str(ip, "address", w, True)
-        gateway = _str(ip, "gateway", w)
+        address = _field(ip, "address", str, w)
+        gateway = _field(ip, "gateway", str, w, "")
         try:
             addr.parse_interface(address)
             if gateway:
@@ -171,11 +167,11 @@ def decode(obj: Any, where: str = "prevResult") -> Result:
                                   or index >= len(res.interfaces)):
             raise CniError(DECODE_FAILURE, f"{w}.interface must index {where}.interfaces")
         res.ips.append(IPConfig(address=address, gateway=gateway, interface=index))
-    for n, r in enumerate(_list(obj, "routes", where)):
+    for n, r in enumerate(_field(obj, "routes", list, where, [], falsy_default=True)):
         w = f"{where}.routes[{n}]"
         if not isinstance(r, dict):
             raise CniError(DECODE_FAILURE, f"{w} must be an object")
-        dst, gw = _str(r, "dst", w, True), _str(r, "gw", w)
+        dst, gw = _field(r, "dst", str, w), _field(r, "gw", str, w, "")
         mtu = r.get("mtu", 0)
         if not isinstance(mtu, int) or isinstance(mtu, bool) or mtu < 0:
             raise CniError(DECODE_FAILURE, f"{w}.mtu must be a non-negative integer")
@@ -189,8 +185,9 @@ def decode(obj: Any, where: str = "prevResult") -> Result:
     dns = obj.get("dns") or {}
     if not isinstance(dns, dict):
         raise CniError(DECODE_FAILURE, f"{where}.dns must be an object")
-    res.dns = DNS(nameservers=[str(x) for x in _list(dns, "nameservers", where + ".dns")],
-                  domain=_str(dns, "domain", where + ".dns"),
-                  search=[str(x) for x in _list(dns, "search", where + ".dns")],
-                  options=[str(x) for x in _list(dns, "options", where + ".dns")])
+    dw = f"{where}.dns"
+    res.dns = DNS(nameservers=[str(x) for x in _field(dns, "nameservers", list, dw, [], falsy_default=True)],
+                  domain=_field(dns, "domain", str, dw, ""),
+                  search=[str(x) for x in _field(dns, "search", list, dw, [], falsy_default=True)],
+                  options=[str(x) for x in _field(dns, "options", list, dw, [], falsy_default=True)])
     return res

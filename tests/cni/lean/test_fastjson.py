@@ -69,3 +69,41 @@ def test_syntax_errors_are_value_errors_in_a_fresh_interpreter():
             "try:\n    f.loads(b'{\"a\": 1,')\nexcept ValueError as e:\n    print('ValueError', e)")
     out = subprocess.run([sys.executable, "-EsS", "-c", code], cwd=REPO, check=False, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("ValueError"), out.stderr
+
+
+KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+         dict: "an object"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(values, st.sampled_from(list(KINDS)))
+def test_a_field_is_read_when_of_its_kind_and_named_when_not(value, kind):
+    """What JSON decodes to, read as each kind: the value itself when it is one (a bool is no
+    number), else FieldError naming the key and the kind."""
+    ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if ok:
+        assert fastjson.field({"k": value}, "k", kind) is value
+    else:
+        with pytest.raises(fastjson.FieldError) as e:
+            fastjson.field({"k": value}, "k", kind)
+        assert (e.value.key, e.value.value, e.value.missing) == ("k", value, False)
+        assert e.value.expected == KINDS[kind]
+
+
+def test_absent_null_empty_and_bounds() -> None:
+    with pytest.raises(fastjson.FieldError) as e:
+        fastjson.field({}, "name", str)
+    assert e.value.missing and e.value.key == "name" and str(e.value) == "name: missing"
+    assert fastjson.field({}, "name", str, "") == ""
+    with pytest.raises(fastjson.FieldError):
+        fastjson.field({"name": None}, "name", str, "")  # null is a value, of no kind
+    assert fastjson.field({"ips": None}, "ips", list, [], falsy_default=True) == []
+    assert fastjson.field({"ips": {}}, "ips", list, [], falsy_default=True) == []
+    with pytest.raises(fastjson.FieldError) as e:
+        fastjson.check("nodeName", "", str, nonempty=True)
+    assert e.value.expected == "a non-empty string"
+    assert fastjson.check("port", 1, int, lo=1, hi=65535) == 1
+    for bad in (0, 65536, True, "1"):
+        with pytest.raises(fastjson.FieldError) as e:
+            fastjson.check("port", bad, int, lo=1, hi=65535)
+        assert str(e.value) == f"port: expected an integer in [1, 65535], got {bad!r}"
