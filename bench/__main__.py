@@ -144,7 +144,8 @@ def run_one(name: str, argv: Sequence[str], out_dir: str) -> dict[str, Any]:
     with open(logf, errors="replace") as f:
         tail = f.read()[-1500:]
     why = "timed out" if rc is None else f"exit {rc}" + ("" if data is not None else ", no JSON")
-    print(f"[bench] {name}: FAILED ({why}); see {logf}", file=sys.stderr, flush=True)
+    print(f"[bench] {name}: FAILED ({why}); see {logf}; its last lines:\n" +
+          "\n".join(f"[bench]   | {line}" for line in tail.splitlines()[-25:]), file=sys.stderr, flush=True)
     # a benchmark that failed part-way may still have written figures (dataplane: other paths)
     return {"status": "failed", "seconds": seconds, "error": f"{why}: {tail}", "data": data,
             "log": os.path.basename(logf)}

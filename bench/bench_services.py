@@ -57,7 +57,7 @@ def prepare(mode: str, proxy: str, cni_bin: str) -> dict[str, Any]:
     ips = {"pod": (server.ipv4, server.ipv4), "service": (iperf.cluster_ips[0], echo.cluster_ips[0])}
     for target, (_i, e) in ips.items():
         port = 80 if target == "service" else ECHO_PORT
-        if not svc.until(lambda a=e, p=port: lab.connect(client, a, p), timeout=60).ok:
+        if not svc.until(lambda a=e, p=port: lab.connect(client, a, p), timeout=180).ok:  # bounds a hang only
             raise RuntimeError(f"{mode}: {target} {e} does not answer")
     return {"lab": lab, "client": client, "server": server, "ips": ips, "runs": {t: [] for t in TARGETS},
             "rtt": {t: [] for t in TARGETS}}

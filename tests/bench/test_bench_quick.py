@@ -45,7 +45,8 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     assert results["meta"]["quick"] is True
     statuses = {k: v["status"] for k, v in results["benchmarks"].items()}
     assert set(statuses) == set(SECTIONS)
-    assert p.returncode == 0, f"{statuses}\n{p.stderr[-3000:]}"
+    errors = {k: v.get("error", "")[-1500:] for k, v in results["benchmarks"].items() if v["status"] != "ok"}
+    assert p.returncode == 0, f"{statuses}\n{errors}\n{p.stderr[-3000:]}"
     assert all(s == "ok" for s in statuses.values()), statuses
     data = {k: v["data"] for k, v in results["benchmarks"].items()}
     assert {s["plugin"] for s in data["startup"]["series"]} >= {"ferry", "bridge"}
