@@ -37,6 +37,7 @@ import bisect
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from cni.pipeline import match as m
@@ -69,7 +70,6 @@ from .plan import (
     Plan,
     RuleInfo,
     block_text,
-    conj_order,
     port_matches,
 )
 from .ranges import block_minus
@@ -223,7 +223,7 @@ class Part:
 
     def _create(self) -> None:
         n = self.n = self.pl.ref_id(self.key)
-        self.conjs = tuple(Conjunction(n, c, self.clauses) for c in range(1, self.clauses + 1))
+        self.conjs = tuple(self.pl.conj(n, c, self.clauses) for c in range(1, self.clauses + 1))
         if self.owner is not None:
             self.owner.version += 1
         self._emit(1)
@@ -328,7 +328,9 @@ class RuleState:
         self.all_candidates = bool(self.named) and not ingress and rule.peers is None
         self.b: AddrSet | None = None
         self.members: list[dict[str, Pod] | None] = []
-        self._sorted: dict[int, tuple[str, ...]] = {}  # peer -> its members' addresses in order (a cache)
+        # peer -> its members in the full planner's order: their orders and their addresses, made at
+        # the first look and then kept by bisection (a snapshot joins them without sorting again)
+        self._sorted: dict[int, tuple[list[tuple[str, str]], list[tuple[str, ...]]]] = {}
         self.blocks: list[tuple[str, ...]] = []
         if rule.peers is not None:
             b = self.b = AddrSet()
@@ -387,7 +389,20 @@ class RuleState:
     def peer_change(self, k: int, old: Pod | None, new: Pod | None) -> None:
         """A Pod entered (``old`` None), left (``new`` None) or changed in peer ``k``'s members."""
         self.version += 1
-        self._sorted.pop(k, None)
+        order = self._sorted.get(k)
+        if order is not None:
+            keys, ips = order
+            if old is not None:
+                o = _peer_order(old)
+                i = bisect.bisect_left(keys, o)
+                if i < len(keys) and keys[i] == o:
+                    del keys[i]
+                    del ips[i]
+            if new is not None:
+                o = _peer_order(new)
+                i = bisect.bisect_left(keys, o)
+                keys.insert(i, o)
+                ips.insert(i, new.ips)
         mem = self.members[k]
         assert mem is not None and self.b is not None
         b = self.b
@@ -510,10 +525,13 @@ class RuleState:
             if mem is None:
                 out += self.blocks[k]
                 continue
-            ips = self._sorted.get(k)
-            if ips is None:
-                ips = self._sorted[k] = tuple([ip for p in sorted(mem.values(), key=_peer_order) for ip in p.ips])
-            out += ips
+            order = self._sorted.get(k)
+            if order is None:
+                pods = sorted(mem.values(), key=_peer_order)
+                order = self._sorted[k] = ([_peer_order(p) for p in pods], [p.ips for p in pods])
+            out += chain.from_iterable(order[1])
+        if self.b is not None and len(out) == len(self.b.count):
+            return tuple(out)  # ``b`` holds the same addresses as a multiset: each once, nothing to drop
         return tuple(dict.fromkeys(out))
 
     def _candidate_order(self) -> dict[str, int]:
@@ -572,7 +590,11 @@ class IncrementalPlanner:
     def _reset(self) -> None:
         """Every derived structure empty (the inputs, ids, flows installed and delta base kept)."""
         facts = self.facts
-        self._table: dict[FlowKey, list[Any]] = {}  # key -> [match, conjunctions, {order: [actions, n]} | None]
+        # key -> [match, (id, clause) of each conjunction in order, those conjunctions, {order:
+        # [actions, n]} | None]: a flow's conjunctions kept sorted (as the full planner orders them),
+        # so one comes or goes by bisection on a flow thousands share and its actions are one copy
+        self._table: dict[FlowKey, list[Any]] = {}
+        self._conjs: dict[tuple[int, int, int], Conjunction] = {}  # one object per value (see conj)
         self._dirty: set[FlowKey] = set(self._flows)
         self._maybe_free |= set(self._refs)
         self._refs = {}
@@ -1221,24 +1243,41 @@ class IncrementalPlanner:
         key = (table, prio, text)
         e = self._table.get(key)
         if e is None:
-            e = self._table[key] = [match, [], None]
+            e = self._table[key] = [match, [], [], None]
+        keys, objs = e[1], e[2]
+        ck = (conj.id, conj.clause)
         if d > 0:
-            e[1].extend([conj] * d)
+            i = bisect.bisect_right(keys, ck)
+            keys[i:i] = [ck] * d
+            objs[i:i] = [conj] * d
         else:
-            acts = e[1]
-            for _ in range(-d):
-                acts.remove(conj)
+            i = bisect.bisect_left(keys, ck)
+            if keys[i:i - d] != [ck] * -d:
+                raise ValueError(f"{conj.text()} is not on {text} {-d} times")
+            del keys[i:i - d]
+            del objs[i:i - d]
         self._dirty.add(key)
+
+    def conj(self, n: int, clause: int, clauses: int) -> Conjunction:
+        """The one Conjunction object of that value: flows compare by identity first, so an
+        unchanged flow of thousands of conjunctions compares without the records' equality."""
+        k = (n, clause, clauses)
+        c = self._conjs.get(k)
+        if c is None:
+            if len(self._conjs) > 4 * len(self._refs) + 10_000:
+                self._conjs = {}
+            c = self._conjs[k] = Conjunction(n, clause, clauses)
+        return c
 
     def terminal(self, table: int, prio: int, match: tuple[m.MatchItem, ...], text: str, order: str,
                  actions: tuple[Action, ...], d: int) -> None:
         key = (table, prio, text)
         e = self._table.get(key)
         if e is None:
-            e = self._table[key] = [match, [], None]
-        terms = e[2]
+            e = self._table[key] = [match, [], [], None]
+        terms = e[3]
         if terms is None:
-            terms = e[2] = {}
+            terms = e[3] = {}
         have = terms.get(order)
         if have is None:
             terms[order] = [actions, d]
@@ -1348,15 +1387,17 @@ class IncrementalPlanner:
         for key in self._dirty:
             e = self._table.get(key)
             flow: Flow | None = None
+            was = flows.get(key)
             if e is not None:
                 acts: tuple[Action, ...] | None = None
-                if e[1]:
-                    conjs: list[Conjunction] = e[1]
-                    acts = tuple(sorted(conjs, key=conj_order))
-                elif e[2]:
-                    acts = e[2][min(e[2])][0]
+                if e[2]:
+                    acts = tuple(e[2])  # in the full planner's order (conj_order), each as often as held
+                elif e[3]:
+                    acts = e[3][min(e[3])][0]
                 if acts is None:
                     del self._table[key]
+                elif was is not None and was.actions == acts:
+                    continue  # the same flow: its table, priority, match and cookie follow from its key
                 else:
                     table, prio, text = key
                     ident = f"{table}|{prio}|{text}"
@@ -1364,8 +1405,7 @@ class IncrementalPlanner:
                     if cookie is None:
                         cookie = cookies[ident] = policy_cookie(ident)
                     flow = Flow(Table(table), prio, e[0], acts, cookie)
-            was = flows.get(key)
-            if was == flow:
+            if was is None and flow is None:
                 continue
             if key not in base:
                 base[key] = was
@@ -1387,7 +1427,12 @@ class IncrementalPlanner:
         added, removed = [], []
         for key, was in self._base.items():
             now = self._flows.get(key)
-            if was == now:
+            if was is now:
+                continue
+            # table, priority, match and cookie follow from the key: equal actions, the same flow,
+            # which keeps the object handed over before (whoever holds it by identity finds it)
+            if was is not None and now is not None and was.actions == now.actions:
+                self._flows[key] = was
                 continue
             if was is not None:
                 removed.append(was)

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from cni.pipeline.tables import GATEWAY_PORT
 
+from ..flowdelta import FlowTracker, TrackedFlows
 from . import plan as policy_plan
 from .cnp import plan as tier_plan
 from .cnp.incremental import TierPlanner
 from .cnp.plan import TierPlan
-from .incremental import Changes, IncrementalPlanner
+from .incremental import Changes, FlowDelta, IncrementalPlanner
 from .stats import DeniedLog
 
 if TYPE_CHECKING:
@@ -74,15 +75,20 @@ class PolicyFlows(Protocol):
 @dataclass(frozen=True)
 class PolicyStep:
     """One pass's policy: the plan, the host's judge (``DesiredState.policy_nft``), how many
-    flows changed since the previous pass, and the ClusterNetworkPolicy tiers' plan."""
+    flows changed since the previous pass, the ClusterNetworkPolicy tiers' plan, and both plans'
+    flows as a :class:`..flowdelta.TrackedFlows` (which cookie groups changed since the previous
+    step's: the OVS applier writes those without grouping the rest)."""
 
     plan: policy_plan.Plan
     nft: str
     changed_flows: int
     tiers: TierPlan = field(default_factory=TierPlan)
+    tracked: TrackedFlows | None = None
 
     @property
     def flows(self) -> list[Flow]:
+        if self.tracked is not None:
+            return self.tracked
         return self.plan.flows + self.tiers.flows
 
     @property
@@ -139,6 +145,8 @@ class PolicyNode:
         self.tiers = TierPlan()
         self._tier_gen: object = None
         self._tier_version = -1
+        self.flow_tracker = FlowTracker()  # the flows handed over, by cookie group
+        self._grouped_tiers: TierPlan | None = None  # the tiers' plan the tracker has
 
     def facts(self, gateway_addresses: tuple[str, ...], local: LocalFacts) -> policy_plan.NodeFacts:
         # the Node's own traffic to its Pods (kubelet probes) comes from the gateway's addresses;
@@ -178,7 +186,17 @@ class PolicyNode:
             plan = self._planned(planner.snapshot(), how, self.clock() - t0, planner)
         delta = planner.take_delta()
         tiers = self._tiers(planner, facts, full, moved)
-        return PolicyStep(plan, self._host_judge(plan, tiers, local, facts.service_cidrs), len(delta), tiers)
+        return PolicyStep(plan, self._host_judge(plan, tiers, local, facts.service_cidrs), len(delta), tiers,
+                          self._tracked(plan, delta, tiers))
+
+    def _tracked(self, plan: policy_plan.Plan, delta: FlowDelta, tiers: TierPlan) -> TrackedFlows:
+        """Both plans' flows, with the cookie groups that changed since the last step's
+        (:class:`..flowdelta.FlowTracker`: NetworkPolicy's from the planner's delta, the tiers'
+        compared when their plan moved)."""
+        moved = tiers is not self._grouped_tiers
+        self._grouped_tiers = tiers
+        return self.flow_tracker.step(plan.flows + tiers.flows, delta.added, delta.removed,
+                                      tiers.flows if moved else None)
 
     def _tiers(self, planner: IncrementalPlanner, facts: policy_plan.NodeFacts, full: bool,
                moved: list[Changes]) -> TierPlan:
