@@ -1246,10 +1246,20 @@ class IncrementalPlanner:
             e = self._table[key] = [match, [], [], None]
         keys, objs = e[1], e[2]
         ck = (conj.id, conj.clause)
-        if d > 0:
+        if d == 1:
+            i = bisect.bisect_right(keys, ck)
+            keys.insert(i, ck)
+            objs.insert(i, conj)
+        elif d > 0:
             i = bisect.bisect_right(keys, ck)
             keys[i:i] = [ck] * d
             objs[i:i] = [conj] * d
+        elif d == -1:
+            i = bisect.bisect_left(keys, ck)
+            if i == len(keys) or keys[i] != ck:
+                raise ValueError(f"{conj.text()} is not on {text}")
+            del keys[i]
+            del objs[i]
         else:
             i = bisect.bisect_left(keys, ck)
             if keys[i:i - d] != [ck] * -d:

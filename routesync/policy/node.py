@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..model import LocalFacts
     from .cnp.model import ClusterPolicy, NodeInfo
+    from .hostjudge import RenderMemo
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,7 @@ class PolicyNode:
         self._version = -1
         # (plan, tiers, addresses, body) of the host's judge last rendered
         self._judged: tuple[policy_plan.Plan, TierPlan, tuple[object, ...], str] | None = None
+        self._judge_memo: RenderMemo | None = None  # what the last render keeps for the next
         self.denied_log = DeniedLog()
         self._next_denied_log = 0.0
         self.drift_repairs = 0
@@ -344,7 +346,9 @@ class PolicyNode:
             from . import hostjudge
 
             judge = hostjudge.judge(plan, GATEWAY_PORT, local.node_addresses, services, tiers)
-            j = self._judged = (plan, tiers, key, hostjudge.render(judge))
+            if self._judge_memo is None:
+                self._judge_memo = hostjudge.RenderMemo()
+            j = self._judged = (plan, tiers, key, hostjudge.render(judge, self._judge_memo))
         return j[3]
 
     def tick(self, appliers: PolicyFlows) -> None:
