@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import ipaddress
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -283,6 +284,21 @@ class _NsSelector:
         self.matched: set[str] = set()
         self.peers: set[tuple[RuleState, int]] = set()
         self.local_peers: set[tuple[RuleState, int]] = set()
+
+
+def _same_actions(a: tuple[Action, ...], b: tuple[Action, ...]) -> bool:
+    """Two flows of one key are the same when their actions are (table, priority, match and
+    cookie follow from the key).  Conjunctions come from :meth:`IncrementalPlanner.conj`, one
+    object per value, so two lists of them are equal when they are the same objects: no record
+    equality (a policy edit changes thousands of flows of the same length).  Should that fail (its
+    memo dropped), a flow is written again as it was: never one left out."""
+    if len(a) != len(b):
+        return False
+    if all(map(operator.is_, a, b)):
+        return True
+    if a and type(a[0]) is Conjunction and type(b[0]) is Conjunction:
+        return False
+    return a == b
 
 
 def _policy_state(p: Policy | None) -> tuple[Policy, tuple[str, ...]] | None:
@@ -578,6 +594,7 @@ class IncrementalPlanner:
         self._port_cache: dict[tuple[tuple[str, int | None, int | None], ...],
                                list[tuple[tuple[m.MatchItem, ...], str]]] = {}
         self._block_cache: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+        self._conjs: dict[tuple[int, int, int], Conjunction] = {}  # one object per value (see conj), kept by load
         self.events = 0  # events taken
         self.version = 0  # events that changed something (each: a new snapshot)
         self.pods: dict[str, Pod] = {}
@@ -594,7 +611,6 @@ class IncrementalPlanner:
         # [actions, n]} | None]: a flow's conjunctions kept sorted (as the full planner orders them),
         # so one comes or goes by bisection on a flow thousands share and its actions are one copy
         self._table: dict[FlowKey, list[Any]] = {}
-        self._conjs: dict[tuple[int, int, int], Conjunction] = {}  # one object per value (see conj)
         self._dirty: set[FlowKey] = set(self._flows)
         self._maybe_free |= set(self._refs)
         self._refs = {}
@@ -1406,7 +1422,7 @@ class IncrementalPlanner:
                     acts = e[3][min(e[3])][0]
                 if acts is None:
                     del self._table[key]
-                elif was is not None and was.actions == acts:
+                elif was is not None and _same_actions(was.actions, acts):
                     continue  # the same flow: its table, priority, match and cookie follow from its key
                 else:
                     table, prio, text = key
@@ -1441,7 +1457,7 @@ class IncrementalPlanner:
                 continue
             # table, priority, match and cookie follow from the key: equal actions, the same flow,
             # which keeps the object handed over before (whoever holds it by identity finds it)
-            if was is not None and now is not None and was.actions == now.actions:
+            if was is not None and now is not None and _same_actions(was.actions, now.actions):
                 self._flows[key] = was
                 continue
             if was is not None:
