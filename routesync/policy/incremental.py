@@ -286,6 +286,9 @@ class _NsSelector:
         self.local_peers: set[tuple[RuleState, int]] = set()
 
 
+_conj_key = operator.attrgetter("id", "clause")  # conj_order's key, in C
+
+
 def _same_actions(a: tuple[Action, ...], b: tuple[Action, ...]) -> bool:
     """Two flows of one key are the same when their actions are (table, priority, match and
     cookie follow from the key).  Conjunctions come from :meth:`IncrementalPlanner.conj`, one
@@ -607,9 +610,9 @@ class IncrementalPlanner:
     def _reset(self) -> None:
         """Every derived structure empty (the inputs, ids, flows installed and delta base kept)."""
         facts = self.facts
-        # key -> [match, (id, clause) of each conjunction in order, those conjunctions, {order:
-        # [actions, n]} | None]: a flow's conjunctions kept sorted (as the full planner orders them),
-        # so one comes or goes by bisection on a flow thousands share and its actions are one copy
+        # key -> [match, its conjunctions, {order: [actions, n]} | None]: a flow's conjunctions kept
+        # sorted by (id, clause) as the full planner orders them, so one comes or goes by bisection
+        # on a flow thousands share and its actions are one copy
         self._table: dict[FlowKey, list[Any]] = {}
         self._dirty: set[FlowKey] = set(self._flows)
         self._maybe_free |= set(self._refs)
@@ -1259,28 +1262,23 @@ class IncrementalPlanner:
         key = (table, prio, text)
         e = self._table.get(key)
         if e is None:
-            e = self._table[key] = [match, [], [], None]
-        keys, objs = e[1], e[2]
+            e = self._table[key] = [match, [], None]
+        objs = e[1]
         ck = (conj.id, conj.clause)
         if d == 1:
-            i = bisect.bisect_right(keys, ck)
-            keys.insert(i, ck)
-            objs.insert(i, conj)
+            objs.insert(bisect.bisect_right(objs, ck, key=_conj_key), conj)
         elif d > 0:
-            i = bisect.bisect_right(keys, ck)
-            keys[i:i] = [ck] * d
+            i = bisect.bisect_right(objs, ck, key=_conj_key)
             objs[i:i] = [conj] * d
         elif d == -1:
-            i = bisect.bisect_left(keys, ck)
-            if i == len(keys) or keys[i] != ck:
+            i = bisect.bisect_left(objs, ck, key=_conj_key)
+            if i == len(objs) or _conj_key(objs[i]) != ck:
                 raise ValueError(f"{conj.text()} is not on {text}")
-            del keys[i]
             del objs[i]
         else:
-            i = bisect.bisect_left(keys, ck)
-            if keys[i:i - d] != [ck] * -d:
+            i = bisect.bisect_left(objs, ck, key=_conj_key)
+            if i - d > len(objs) or any(_conj_key(c) != ck for c in objs[i:i - d]):
                 raise ValueError(f"{conj.text()} is not on {text} {-d} times")
-            del keys[i:i - d]
             del objs[i:i - d]
         self._dirty.add(key)
 
@@ -1300,10 +1298,10 @@ class IncrementalPlanner:
         key = (table, prio, text)
         e = self._table.get(key)
         if e is None:
-            e = self._table[key] = [match, [], [], None]
-        terms = e[3]
+            e = self._table[key] = [match, [], None]
+        terms = e[2]
         if terms is None:
-            terms = e[3] = {}
+            terms = e[2] = {}
         have = terms.get(order)
         if have is None:
             terms[order] = [actions, d]
@@ -1416,10 +1414,10 @@ class IncrementalPlanner:
             was = flows.get(key)
             if e is not None:
                 acts: tuple[Action, ...] | None = None
-                if e[2]:
-                    acts = tuple(e[2])  # in the full planner's order (conj_order), each as often as held
-                elif e[3]:
-                    acts = e[3][min(e[3])][0]
+                if e[1]:
+                    acts = tuple(e[1])  # in the full planner's order (conj_order), each as often as held
+                elif e[2]:
+                    acts = e[2][min(e[2])][0]
                 if acts is None:
                     del self._table[key]
                 elif was is not None and _same_actions(was.actions, acts):
