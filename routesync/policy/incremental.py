@@ -598,6 +598,7 @@ class IncrementalPlanner:
                                list[tuple[tuple[m.MatchItem, ...], str]]] = {}
         self._block_cache: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
         self._conjs: dict[tuple[int, int, int], Conjunction] = {}  # one object per value (see conj), kept by load
+        self._unsorted: set[FlowKey] | None = None  # during a load: flows whose conjunctions are not sorted yet
         self.events = 0  # events taken
         self.version = 0  # events that changed something (each: a new snapshot)
         self.pods: dict[str, Pod] = {}
@@ -682,6 +683,7 @@ class IncrementalPlanner:
         self.namespaces = dict(inputs.namespaces)
         self.policies = {}
         self._reset()
+        self._unsorted = set()
         for name, labels in self.namespaces.items():
             self.ns_labels[name] = dict(labels)
             self.universe.add(name)
@@ -1264,6 +1266,16 @@ class IncrementalPlanner:
         if e is None:
             e = self._table[key] = [match, [], None]
         objs = e[1]
+        unsorted = self._unsorted
+        if unsorted is not None:  # a load: appended, sorted once at its commit
+            if d > 0:
+                objs += [conj] * d
+                unsorted.add(key)
+                self._dirty.add(key)
+                return
+            if key in unsorted:
+                objs.sort(key=_conj_key)
+                unsorted.discard(key)
         ck = (conj.id, conj.clause)
         if d == 1:
             objs.insert(bisect.bisect_right(objs, ck, key=_conj_key), conj)
@@ -1406,6 +1418,12 @@ class IncrementalPlanner:
             units, self._unit_dirty = self._unit_dirty, set()
             for pk in units:
                 self._unit(pk)
+        if self._unsorted is not None:
+            for key in self._unsorted:
+                e = self._table.get(key)
+                if e is not None:
+                    e[1].sort(key=_conj_key)  # stable: the full planner's order
+            self._unsorted = None
         cookies = self.ids.cookies
         flows, base = self._flows, self._base
         for key in self._dirty:
