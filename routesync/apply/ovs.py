@@ -45,6 +45,7 @@ from cni.pipeline.tables import (
     Owner,
 )
 from routesync.apply.ofsession import OpenFlowSession
+from routesync.flowdelta import Changed, TrackedFlows, tail_changes
 from routesync.model import TunnelSpec
 
 if TYPE_CHECKING:
@@ -211,6 +212,25 @@ def _group(flows: Iterable[Flow]) -> dict[int, tuple[Flow, ...]]:
     return {c: tuple(g) for c, g in groups.items()}
 
 
+def _compare(old: Mapping[int, tuple[Flow, ...]], new: Mapping[int, tuple[Flow, ...]]
+             ) -> tuple[list[int], list[int], list[int], int]:
+    """Cookie groups to add, replace and delete to go from ``old`` to ``new``, and how many are
+    unchanged: the very same flows, or the same texts; every cookie route-sync's."""
+    for c in new:
+        if owner_of(c) not in SYNCED_OWNERS:
+            raise ValueError(f"route-sync does not own cookie {c:#x} ({new[c][0].text()})")
+    add, replace, unchanged = [], [], 0
+    for c, flows in new.items():
+        was = old.get(c)
+        if was is None:
+            add.append(c)
+        elif was == flows or {f.text() for f in was} == {f.text() for f in flows}:
+            unchanged += 1
+        else:
+            replace.append(c)
+    return add, replace, [c for c in old if c not in new], unchanged
+
+
 def stable_mac(seed: str) -> str:
     """A locally administered unicast MAC derived from ``seed`` (02:xx:..)."""
     d = hashlib.sha256(seed.encode()).digest()
@@ -249,7 +269,9 @@ class OvsApplier:
         self._canon_warm: threading.Thread | None = None
         self.session = OpenFlowSession(bridge, run_dir, timeout)
         # the flow list the last sync installed and its groups (the next delta starts from it)
-        self._last: tuple[list[Flow], dict[int, tuple[Flow, ...]]] | None = None
+        # the flows the last sync installed, grouped by cookie; True: their head's only
+        # (routesync.flowdelta: the tracked tail is followed by its changes)
+        self._last: tuple[list[Flow], dict[int, tuple[Flow, ...]], bool] | None = None
         self.native_bundles = self.ofctl_bundles = 0  # how bundles went (tests, metrics)
         self.flow_mods = 0  # flow-mods sent (deletes by cookie and adds), replays included
         self._meters: dict[int, tuple[int | None, int, int]] = {}  # id -> (vswitchd instance, rate, burst) made
@@ -580,7 +602,7 @@ class OvsApplier:
         add, replace, delete, unchanged = plan_flow_sync(want, have)
         self._last = None
         self._send_bundle(add, replace, delete, by_cookie)
-        self._last = (desired, _group(desired))
+        self._last = (desired, _group(desired), False)
         if add:
             self._warm_canonical([f for c in add for f in by_cookie[c]])
         diff = FlowDiff(added=add, replaced=replace, deleted=delete, unchanged=unchanged,
@@ -597,31 +619,56 @@ class OvsApplier:
         sync installed (drift is :meth:`sync_flows`' business).  A group of the very same Flow
         objects (the planner's memo hands them over for unchanged peers) is equal without
         rendering any text, and ``before`` is not grouped again when it is the list the last
-        sync got: a change costs one pass over the flows, not text sets of all of them."""
+        sync got: a change costs one pass over the flows, not text sets of all of them.  Where
+        ``after`` tells which of its policy flows changed since ``before``
+        (:mod:`routesync.flowdelta`), only the rest is grouped."""
+        joined = tail_changes(before, after)
+        if joined is not None:
+            return self._sync_joined_delta(before, after, *joined)
         last = self._last
-        old = last[1] if last is not None and last[0] is before else _group(before)
+        old = last[1] if last is not None and last[0] is before and not last[2] else _group(before)
         new = _group(after)
-        for c in new:
+        add, replace, delete, unchanged = _compare(old, new)
+        return self._send_delta(add, replace, delete, unchanged, new, (after, new, False))
+
+    def _sync_joined_delta(self, before: list[Flow], after: list[Flow], old_head: list[Flow], new_head: list[Flow],
+                           tail: TrackedFlows, changed: Changed) -> FlowDiff:
+        """:meth:`sync_flow_delta` where ``after``'s tracked part (``routesync.flowdelta``: the
+        policy flows) says which of its groups changed since ``before``'s: the Node's own flows
+        (the head) grouped and compared as there, the tracked part's changed groups taken as
+        they are (named because they changed: no text to compare), the rest not looked at."""
+        last = self._last
+        old = last[1] if last is not None and last[0] is before and last[2] else _group(old_head)
+        new = _group(new_head)
+        add, replace, delete, unchanged = _compare(old, new)
+        flows_of: dict[int, tuple[Flow, ...]] = dict(new)
+        written = 0
+        for c, (was, now) in changed.items():
+            if not now:
+                if was:
+                    delete.append(c)
+                continue
             if owner_of(c) not in SYNCED_OWNERS:
-                raise ValueError(f"route-sync does not own cookie {c:#x} ({new[c][0].text()})")
-        add, replace, delete, unchanged = [], [], [], 0
-        for c, flows in new.items():
-            was = old.get(c)
-            if was is None:
-                add.append(c)
-            elif was == flows or {f.text() for f in was} == {f.text() for f in flows}:
-                unchanged += 1
-            else:
-                replace.append(c)
-        delete = [c for c in old if c not in new]
+                raise ValueError(f"route-sync does not own cookie {c:#x} ({now[0].text()})")
+            if was == now:
+                continue
+            (replace if was else add).append(c)
+            flows_of[c] = now
+            written += 1
+        return self._send_delta(add, replace, delete, unchanged + tail.groups - written, flows_of,
+                                (after, new, True))
+
+    def _send_delta(self, add: list[int], replace: list[int], delete: list[int], unchanged: int,
+                    flows_of: Mapping[int, tuple[Flow, ...]],
+                    last: tuple[list[Flow], dict[int, tuple[Flow, ...]], bool]) -> FlowDiff:
         add.sort()
         replace.sort()
         delete.sort()
         self._last = None
-        self._send_bundle(add, replace, delete, {c: list(new[c]) for c in add + replace})
-        self._last = (after, new)
+        self._send_bundle(add, replace, delete, {c: list(flows_of[c]) for c in add + replace})
+        self._last = last
         diff = FlowDiff(added=add, replaced=replace, deleted=delete, unchanged=unchanged,
-                        flows_sent=sum(len(new[c]) for c in add + replace))
+                        flows_sent=sum(len(flows_of[c]) for c in add + replace))
         if diff.changed:
             LOG.info("flows (delta): +%d groups, ~%d replaced, -%d deleted", len(add), len(replace), len(delete))
         return diff

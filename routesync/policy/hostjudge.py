@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from .cnp.model import ACCEPT, ADMIN, BASELINE, DENY, PASS
@@ -91,9 +91,32 @@ def _version(text: str) -> int:
     return 6 if ":" in text else 4
 
 
-def _elements(items: Iterable[str], version: int) -> list[str]:
-    return sorted({i for i in items if _version(i) == version},
-                  key=lambda t: (int(ipaddress.ip_network(t, strict=False).network_address), t))
+def _sort_key(t: str) -> tuple[int, str]:
+    return int(ipaddress.ip_network(t, strict=False).network_address), t
+
+
+class RenderMemo:
+    """What a :func:`render` keeps for the next one (route-sync renders again whenever the plan
+    moved): each rule's sets and lines by its inputs, so a rule whose Pods, peers and ports did
+    not move is not sorted and written again; each address's sort key (parsing an address is
+    most of sorting thousands).  Only the rules of the last render are kept."""
+
+    def __init__(self) -> None:
+        self.rules: dict[tuple[object, ...], tuple[str, list[str]]] = {}
+        self.keys: dict[str, tuple[int, str]] = {}
+
+
+def _elements(items: Iterable[str], version: int, memo: RenderMemo | None = None) -> list[str]:
+    chosen = {i for i in items if _version(i) == version}
+    if memo is None:
+        return sorted(chosen, key=_sort_key)
+    keys = memo.keys
+    if len(keys) > 1_000_000:
+        keys.clear()
+    for t in chosen:
+        if t not in keys:
+            keys[t] = _sort_key(t)
+    return sorted(chosen, key=keys.__getitem__)
 
 
 def _set(name: str, kind: str, elements: Sequence[str], interval: bool = True) -> str:
@@ -125,9 +148,31 @@ def _ports(ports: tuple[tuple[str, int | None, int | None], ...] | None) -> list
     return out
 
 
-def render(j: HostJudge) -> str:
-    """The body of ``table inet ferry_policy`` (inside its braces)."""
+def render(j: HostJudge, memo: RenderMemo | None = None) -> str:
+    """The body of ``table inet ferry_policy`` (inside its braces); ``memo``: what the last
+    render with it kept (the same text, sooner)."""
+    if memo is None:
+        return _body(j, _rule)
+    used: dict[tuple[object, ...], tuple[str, list[str]]] = {}
+
+    def rule(name: str, direction: str, applied: Sequence[str], peers: Sequence[str] | None,
+             ports: tuple[tuple[str, int | None, int | None], ...] | None, verdict: str, comment: str
+             ) -> tuple[str, list[str]]:
+        args = (name, direction, applied, peers, ports, verdict, comment)
+        hit = used.get(args) or memo.rules.get(args)
+        if hit is None:
+            hit = _rule(name, direction, applied, peers, ports, verdict, comment, memo)
+        used[args] = hit
+        return hit
+
+    body = _body(j, rule)
+    memo.rules = used
+    return body
+
+
+def _body(j: HostJudge, rule: Callable[..., tuple[str, list[str]]]) -> str:
     body = ""
+
     for v, _ip, kind in FAMILIES:
         body += _set(f"egress{v}", kind, _elements(j.egress_isolated, v), interval=False)
         body += _set(f"ingress{v}", kind, _elements(j.ingress_isolated, v), interval=False)
@@ -137,12 +182,12 @@ def render(j: HostJudge) -> str:
         body += _set(f"services{v}", kind, _elements(j.service_cidrs, v))
     chains: dict[str, list[str]] = defaultdict(list)
     for r in j.rules:
-        sets, lines = _rule(f"r{r.conj_id}", r.direction, r.applied, r.peers, r.ports, "accept", f"rule {r.conj_id}")
+        sets, lines = rule(f"r{r.conj_id}", r.direction, r.applied, r.peers, r.ports, "accept", f"rule {r.conj_id}")
         body += sets
         chains[r.direction] += lines
     for t in j.tier_rules:
         verdict = _TIER_VERDICTS[(t.tier == ADMIN, t.action)].format(direction=t.direction)
-        sets, lines = _rule(f"t{t.conj_id}", t.direction, t.applied, t.peers, t.ports, verdict,
+        sets, lines = rule(f"t{t.conj_id}", t.direction, t.applied, t.peers, t.ports, verdict,
                             f"{t.tier} rule {t.conj_id}")
         body += sets
         chains[f"{t.tier}-{t.direction}"] += lines
@@ -198,14 +243,14 @@ _TIER_VERDICTS = {(True, ACCEPT): "accept", (True, DENY): "counter drop", (True,
 
 
 def _rule(name: str, direction: str, applied: Sequence[str], peers: Sequence[str] | None,
-          ports: tuple[tuple[str, int | None, int | None], ...] | None, verdict: str, comment: str
-          ) -> tuple[str, list[str]]:
+          ports: tuple[tuple[str, int | None, int | None], ...] | None, verdict: str, comment: str,
+          memo: RenderMemo | None = None) -> tuple[str, list[str]]:
     """A conjunction as nft: its sets (the Pods it applies to, its peers; per family) and one
     line per family and protocol that ends in ``verdict``."""
     sets, lines = "", []
     for v, ip, kind in FAMILIES:
-        mine = _elements(applied, v)
-        theirs = None if peers is None else _elements(peers, v)
+        mine = _elements(applied, v, memo)
+        theirs = None if peers is None else _elements(peers, v, memo)
         if not mine or theirs is not None and not theirs:
             continue  # nothing of this family
         sets += _set(f"{name}a{v}", kind, mine)

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import bisect
 import ipaddress
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from cni.pipeline import match as m
@@ -70,7 +72,6 @@ from .plan import (
     Plan,
     RuleInfo,
     block_text,
-    conj_order,
     port_matches,
 )
 from .ranges import block_minus
@@ -224,7 +225,7 @@ class Part:
 
     def _create(self) -> None:
         n = self.n = self.pl.ref_id(self.key)
-        self.conjs = tuple(Conjunction(n, c, self.clauses) for c in range(1, self.clauses + 1))
+        self.conjs = tuple(self.pl.conj(n, c, self.clauses) for c in range(1, self.clauses + 1))
         if self.owner is not None:
             self.owner.version += 1
         self._emit(1)
@@ -286,6 +287,24 @@ class _NsSelector:
         self.local_peers: set[tuple[RuleState, int]] = set()
 
 
+_conj_key = operator.attrgetter("id", "clause")  # conj_order's key, in C
+
+
+def _same_actions(a: tuple[Action, ...], b: tuple[Action, ...]) -> bool:
+    """Two flows of one key are the same when their actions are (table, priority, match and
+    cookie follow from the key).  Conjunctions come from :meth:`IncrementalPlanner.conj`, one
+    object per value, so two lists of them are equal when they are the same objects: no record
+    equality (a policy edit changes thousands of flows of the same length).  Should that fail (its
+    memo dropped), a flow is written again as it was: never one left out."""
+    if len(a) != len(b):
+        return False
+    if all(map(operator.is_, a, b)):
+        return True
+    if a and type(a[0]) is Conjunction and type(b[0]) is Conjunction:
+        return False
+    return a == b
+
+
 def _policy_state(p: Policy | None) -> tuple[Policy, tuple[str, ...]] | None:
     return None if p is None else (p, p.errors)
 
@@ -329,7 +348,9 @@ class RuleState:
         self.all_candidates = bool(self.named) and not ingress and rule.peers is None
         self.b: AddrSet | None = None
         self.members: list[dict[str, Pod] | None] = []
-        self._sorted: dict[int, tuple[str, ...]] = {}  # peer -> its members' addresses in order (a cache)
+        # peer -> its members in the full planner's order: their orders and their addresses, made at
+        # the first look and then kept by bisection (a snapshot joins them without sorting again)
+        self._sorted: dict[int, tuple[list[tuple[str, str]], list[tuple[str, ...]]]] = {}
         self.blocks: list[tuple[str, ...]] = []
         if rule.peers is not None:
             b = self.b = AddrSet()
@@ -388,7 +409,20 @@ class RuleState:
     def peer_change(self, k: int, old: Pod | None, new: Pod | None) -> None:
         """A Pod entered (``old`` None), left (``new`` None) or changed in peer ``k``'s members."""
         self.version += 1
-        self._sorted.pop(k, None)
+        order = self._sorted.get(k)
+        if order is not None:
+            keys, ips = order
+            if old is not None:
+                o = _peer_order(old)
+                i = bisect.bisect_left(keys, o)
+                if i < len(keys) and keys[i] == o:
+                    del keys[i]
+                    del ips[i]
+            if new is not None:
+                o = _peer_order(new)
+                i = bisect.bisect_left(keys, o)
+                keys.insert(i, o)
+                ips.insert(i, new.ips)
         mem = self.members[k]
         assert mem is not None and self.b is not None
         b = self.b
@@ -511,10 +545,13 @@ class RuleState:
             if mem is None:
                 out += self.blocks[k]
                 continue
-            ips = self._sorted.get(k)
-            if ips is None:
-                ips = self._sorted[k] = tuple([ip for p in sorted(mem.values(), key=_peer_order) for ip in p.ips])
-            out += ips
+            order = self._sorted.get(k)
+            if order is None:
+                pods = sorted(mem.values(), key=_peer_order)
+                order = self._sorted[k] = ([_peer_order(p) for p in pods], [p.ips for p in pods])
+            out += chain.from_iterable(order[1])
+        if self.b is not None and len(out) == len(self.b.count):
+            return tuple(out)  # ``b`` holds the same addresses as a multiset: each once, nothing to drop
         return tuple(dict.fromkeys(out))
 
     def _candidate_order(self) -> dict[str, int]:
@@ -561,6 +598,8 @@ class IncrementalPlanner:
         self._port_cache: dict[tuple[tuple[str, int | None, int | None], ...],
                                list[tuple[tuple[m.MatchItem, ...], str]]] = {}
         self._block_cache: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+        self._conjs: dict[tuple[int, int, int], Conjunction] = {}  # one object per value (see conj), kept by load
+        self._unsorted: set[FlowKey] | None = None  # during a load: flows whose conjunctions are not sorted yet
         self.events = 0  # events taken
         self.version = 0  # events that changed something (each: a new snapshot)
         self.pods: dict[str, Pod] = {}
@@ -573,7 +612,10 @@ class IncrementalPlanner:
     def _reset(self) -> None:
         """Every derived structure empty (the inputs, ids, flows installed and delta base kept)."""
         facts = self.facts
-        self._table: dict[FlowKey, list[Any]] = {}  # key -> [match, conjunctions, {order: [actions, n]} | None]
+        # key -> [match, its conjunctions, {order: [actions, n]} | None]: a flow's conjunctions kept
+        # sorted by (id, clause) as the full planner orders them, so one comes or goes by bisection
+        # on a flow thousands share and its actions are one copy
+        self._table: dict[FlowKey, list[Any]] = {}
         self._dirty: set[FlowKey] = set(self._flows)
         self._maybe_free |= set(self._refs)
         self._refs = {}
@@ -642,6 +684,7 @@ class IncrementalPlanner:
         self.namespaces = dict(inputs.namespaces)
         self.policies = {}
         self._reset()
+        self._unsorted = set()
         for name, labels in self.namespaces.items():
             self.ns_labels[name] = dict(labels)
             self.universe.add(name)
@@ -1223,13 +1266,45 @@ class IncrementalPlanner:
         e = self._table.get(key)
         if e is None:
             e = self._table[key] = [match, [], None]
-        if d > 0:
-            e[1].extend([conj] * d)
+        objs = e[1]
+        unsorted = self._unsorted
+        if unsorted is not None:  # a load: appended, sorted once at its commit
+            if d > 0:
+                objs += [conj] * d
+                unsorted.add(key)
+                self._dirty.add(key)
+                return
+            if key in unsorted:
+                objs.sort(key=_conj_key)
+                unsorted.discard(key)
+        ck = (conj.id, conj.clause)
+        if d == 1:
+            objs.insert(bisect.bisect_right(objs, ck, key=_conj_key), conj)
+        elif d > 0:
+            i = bisect.bisect_right(objs, ck, key=_conj_key)
+            objs[i:i] = [conj] * d
+        elif d == -1:
+            i = bisect.bisect_left(objs, ck, key=_conj_key)
+            if i == len(objs) or _conj_key(objs[i]) != ck:
+                raise ValueError(f"{conj.text()} is not on {text}")
+            del objs[i]
         else:
-            acts = e[1]
-            for _ in range(-d):
-                acts.remove(conj)
+            i = bisect.bisect_left(objs, ck, key=_conj_key)
+            if i - d > len(objs) or any(_conj_key(c) != ck for c in objs[i:i - d]):
+                raise ValueError(f"{conj.text()} is not on {text} {-d} times")
+            del objs[i:i - d]
         self._dirty.add(key)
+
+    def conj(self, n: int, clause: int, clauses: int) -> Conjunction:
+        """The one Conjunction object of that value: flows compare by identity first, so an
+        unchanged flow of thousands of conjunctions compares without the records' equality."""
+        k = (n, clause, clauses)
+        c = self._conjs.get(k)
+        if c is None:
+            if len(self._conjs) > 4 * len(self._refs) + 10_000:
+                self._conjs = {}
+            c = self._conjs[k] = Conjunction(n, clause, clauses)
+        return c
 
     def terminal(self, table: int, prio: int, match: tuple[m.MatchItem, ...], text: str, order: str,
                  actions: tuple[Action, ...], d: int) -> None:
@@ -1344,20 +1419,28 @@ class IncrementalPlanner:
             units, self._unit_dirty = self._unit_dirty, set()
             for pk in units:
                 self._unit(pk)
+        if self._unsorted is not None:
+            for key in self._unsorted:
+                e = self._table.get(key)
+                if e is not None:
+                    e[1].sort(key=_conj_key)  # stable: the full planner's order
+            self._unsorted = None
         cookies = self.ids.cookies
         flows, base = self._flows, self._base
         for key in self._dirty:
             e = self._table.get(key)
             flow: Flow | None = None
+            was = flows.get(key)
             if e is not None:
                 acts: tuple[Action, ...] | None = None
                 if e[1]:
-                    conjs: list[Conjunction] = e[1]
-                    acts = tuple(sorted(conjs, key=conj_order))
+                    acts = tuple(e[1])  # in the full planner's order (conj_order), each as often as held
                 elif e[2]:
                     acts = e[2][min(e[2])][0]
                 if acts is None:
                     del self._table[key]
+                elif was is not None and _same_actions(was.actions, acts):
+                    continue  # the same flow: its table, priority, match and cookie follow from its key
                 else:
                     table, prio, text = key
                     ident = f"{table}|{prio}|{text}"
@@ -1365,8 +1448,7 @@ class IncrementalPlanner:
                     if cookie is None:
                         cookie = cookies[ident] = policy_cookie(ident)
                     flow = Flow(Table(table), prio, e[0], acts, cookie)
-            was = flows.get(key)
-            if was == flow:
+            if was is None and flow is None:
                 continue
             if key not in base:
                 base[key] = was
@@ -1388,7 +1470,12 @@ class IncrementalPlanner:
         added, removed = [], []
         for key, was in self._base.items():
             now = self._flows.get(key)
-            if was == now:
+            if was is now:
+                continue
+            # table, priority, match and cookie follow from the key: equal actions, the same flow,
+            # which keeps the object handed over before (whoever holds it by identity finds it)
+            if was is not None and now is not None and _same_actions(was.actions, now.actions):
+                self._flows[key] = was
                 continue
             if was is not None:
                 removed.append(was)

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Protocol
 from cni.pipeline.tables import GATEWAY_PORT
 
 from ..feature import Need
+from ..flowdelta import FlowTracker, TrackedFlows, join
 from . import plan as policy_plan
 from .cnp import plan as tier_plan
 from .cnp.incremental import TierPlanner
 from .cnp.plan import TierPlan
-from .incremental import Changes, IncrementalPlanner
+from .incremental import Changes, FlowDelta, IncrementalPlanner
 from .stats import DeniedLog
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from ..model import DesiredState, LocalFacts, NodeRecord
     from .cnp.model import ClusterPolicy, NodeInfo
+    from .hostjudge import RenderMemo
     from .model import Pod
 
 log = logging.getLogger(__name__)
@@ -110,15 +112,20 @@ class PolicyAppliers(Protocol):
 @dataclass(frozen=True)
 class PolicyStep:
     """One pass's policy: the plan, the host's judge (``DesiredState.policy_nft``), how many
-    flows changed since the previous pass, and the ClusterNetworkPolicy tiers' plan."""
+    flows changed since the previous pass, the ClusterNetworkPolicy tiers' plan, and both plans'
+    flows as a :class:`..flowdelta.TrackedFlows` (which cookie groups changed since the previous
+    step's: the OVS applier writes those without grouping the rest)."""
 
     plan: policy_plan.Plan
     nft: str
     changed_flows: int
     tiers: TierPlan = field(default_factory=TierPlan)
+    tracked: TrackedFlows | None = None
 
     @property
     def flows(self) -> list[Flow]:
+        if self.tracked is not None:
+            return self.tracked
         return self.plan.flows + self.tiers.flows
 
     @property
@@ -168,6 +175,7 @@ class PolicyNode:
         self._version = -1
         # (plan, tiers, addresses, body) of the host's judge last rendered
         self._judged: tuple[policy_plan.Plan, TierPlan, tuple[object, ...], str] | None = None
+        self._judge_memo: RenderMemo | None = None  # what the last render keeps for the next
         self.denied_log = DeniedLog()
         self._next_denied_log = 0.0
         self.drift_repairs = 0
@@ -177,6 +185,8 @@ class PolicyNode:
         self.tiers = TierPlan()
         self._tier_gen: object = None
         self._tier_version = -1
+        self.flow_tracker = FlowTracker()  # the flows handed over, by cookie group
+        self._grouped_tiers: TierPlan | None = None  # the tiers' plan the tracker has
 
     # -- the loop's seam (routesync.feature.Feature) ----------------------------------------------
     def start(self) -> None:
@@ -187,7 +197,7 @@ class PolicyNode:
 
     def desire(self, desired: DesiredState, facts: LocalFacts) -> None:
         step = self.step(desired.gateway_addresses, facts, desired.full)
-        desired.flows = desired.flows + step.flows
+        desired.flows = join(desired.flows, step.flows)
         desired.policy_namespaces = tuple(step.namespaces)
         desired.policy_nft = step.nft
 
@@ -237,7 +247,17 @@ class PolicyNode:
             plan = self._planned(planner.snapshot(), how, self.clock() - t0, planner)
         delta = planner.take_delta()
         tiers = self._tiers(planner, facts, full, moved)
-        return PolicyStep(plan, self._host_judge(plan, tiers, local, facts.service_cidrs), len(delta), tiers)
+        return PolicyStep(plan, self._host_judge(plan, tiers, local, facts.service_cidrs), len(delta), tiers,
+                          self._tracked(plan, delta, tiers))
+
+    def _tracked(self, plan: policy_plan.Plan, delta: FlowDelta, tiers: TierPlan) -> TrackedFlows:
+        """Both plans' flows, with the cookie groups that changed since the last step's
+        (:class:`..flowdelta.FlowTracker`: NetworkPolicy's from the planner's delta, the tiers'
+        compared when their plan moved)."""
+        moved = tiers is not self._grouped_tiers
+        self._grouped_tiers = tiers
+        return self.flow_tracker.step(plan.flows + tiers.flows, delta.added, delta.removed,
+                                      tiers.flows if moved else None)
 
     def _tiers(self, planner: IncrementalPlanner, facts: policy_plan.NodeFacts, full: bool,
                moved: list[Changes]) -> TierPlan:
@@ -385,7 +405,9 @@ class PolicyNode:
             from . import hostjudge
 
             judge = hostjudge.judge(plan, GATEWAY_PORT, local.node_addresses, services, tiers)
-            j = self._judged = (plan, tiers, key, hostjudge.render(judge))
+            if self._judge_memo is None:
+                self._judge_memo = hostjudge.RenderMemo()
+            j = self._judged = (plan, tiers, key, hostjudge.render(judge, self._judge_memo))
         return j[3]
 
     def tick(self) -> Need:

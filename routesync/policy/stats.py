@@ -37,9 +37,15 @@ def report_path(state_file: str) -> str:
     return os.path.join(os.path.dirname(state_file) or ".", REPORT_NAME)
 
 
+def _rule_doc(r: RuleInfo) -> dict[str, Any]:
+    """``asdict`` of a RuleInfo (flat: its fields as they are), without ``asdict``'s deep copy
+    of each value (thousands of rules, written whenever the plan moves)."""
+    return dict(vars(r))
+
+
 def report(plan: Plan, tiers: TierPlan | None = None) -> dict[str, Any]:
     t = tiers or TierPlan()
-    return {"rules": [asdict(r) for r in plan.rules],
+    return {"rules": [_rule_doc(r) for r in plan.rules],
             # the ClusterNetworkPolicy tiers: each local Pod's policies in evaluation order, their rules
             "tiersOf": dict(sorted(t.tiers_of.items())), "tierRules": [asdict(r) for r in t.rules],
             "tierErrors": t.errors,
@@ -48,7 +54,7 @@ def report(plan: Plan, tiers: TierPlan | None = None) -> dict[str, Any]:
             "pods": {p.key: list(p.ips) for p in plan.local_pods},
             "errors": plan.errors,
             # remote clients' egress judged here (their Pods are not this Node's)
-            "remoteRules": [asdict(r) for r in plan.remote_rules], "remoteIsolated": plan.remote_isolated}
+            "remoteRules": [_rule_doc(r) for r in plan.remote_rules], "remoteIsolated": plan.remote_isolated}
 
 
 def write_report(plan: Plan, state_file: str, tiers: TierPlan | None = None) -> None:

@@ -126,3 +126,17 @@ def test_the_tiers_go_around_networkpolicy_in_precedence_order() -> None:
     baseline = text.split("chain egress_baseline {")[1].split("}")[0]
     assert f'accept comment "Baseline rule {ids["base"]}"' in baseline
     assert f"t{ids['remote']}a4" not in text  # far is another Node's
+
+
+def test_a_memo_renders_the_same_text_as_it_moves() -> None:
+    """route-sync renders again with what the last render kept (``RenderMemo``): each text is
+    the one a render without it gives, whatever moved in between."""
+    memo = hj.RenderMemo()
+    far2 = Pod("a", "far2", "n2", (("app", "far"),), ("10.244.2.3", "fd00:244:2::3"))
+    for policies, pods in (([EGRESS, INGRESS], (CLI, SRV, FREE, FAR)),
+                           ([EGRESS, INGRESS], (CLI, SRV, FREE, FAR, far2)),  # a peer more
+                           ([INGRESS], (CLI, SRV, FREE, FAR, far2)),
+                           ([EGRESS, INGRESS], (CLI, SRV, FREE, FAR))):
+        j = judge(policies, pods)
+        assert hj.render(j, memo) == hj.render(j)
+    assert len(memo.rules) == len(j.rules)  # only the last render's rules are kept

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from cni.pipeline.tables import Flow
+from routesync.apply.ovs import OvsApplier
+from routesync.flowdelta import FlowTracker, join
 from routesync.policy import plan as pp
 from routesync.policy.incremental import IncrementalPlanner
 from routesync.policy.model import NamedPort, Pod, Policy, policy_from
@@ -253,14 +255,43 @@ def assert_same(inc: IncrementalPlanner, world: World, facts: pp.NodeFacts, wher
     return want
 
 
+class InstallingOvs(OvsApplier):
+    """The OVS applier's flow delta, its bundles applied to a dict (cookie -> flows) instead of
+    sent: what OVS would hold."""
+
+    def __init__(self) -> None:
+        super().__init__("unix:/nonexistent", "br-int", "/nonexistent")
+        self.groups: dict[int, list[Flow]] = {}
+
+    def _send_bundle(self, add: list[int], replace: list[int], delete: list[int],
+                     flows_by_cookie: dict[int, list[Flow]]) -> None:
+        for c in delete + replace:
+            assert self.groups.pop(c, None) is not None, f"{c:#x} deleted or replaced, not installed"
+        for c in add + replace:
+            assert c not in self.groups, f"{c:#x} added twice"
+            self.groups[c] = list(flows_by_cookie[c])
+
+
+def by_cookie(flows: list[Flow]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for f in flows:
+        out.setdefault(f.cookie.value, []).append(f.text())
+    return {c: sorted(t) for c, t in out.items()}
+
+
 def replay(seed: int, events: int, check_every: int = 1) -> int:
     """``events`` random events from ``seed``, the incremental planner checked against the full one
-    every ``check_every`` events (and at the end); the number of flow changes its deltas carried."""
+    every ``check_every`` events (and at the end); the number of flow changes its deltas carried.
+    Its deltas also go through route-sync's way to OVS (``routesync.flowdelta``: the groups that
+    changed, behind the Node's own flows; now and then a pass that never reached the applier, so
+    the next one groups everything): what that installs is the full plan too."""
     rng = random.Random(seed)
     facts = facts_for(rng)
     world = World(rng)
     inc = IncrementalPlanner(facts)
     installed: dict[tuple[int, int, str], Flow] = {}
+    tracker, ovs = FlowTracker(), InstallingOvs()
+    applied: list[Flow] = []
     changes = 0
     pending: tuple[str, Any] | None = None
     for i in range(events):
@@ -282,9 +313,15 @@ def replay(seed: int, events: int, check_every: int = 1) -> int:
         for f in delta.added:
             assert f.key() not in installed
             installed[f.key()] = f
+        after = join([], tracker.step(inc.flows(), delta.added, delta.removed, None))
+        if rng.random() < 0.97:  # else a pass whose apply failed: OVS keeps what it had
+            ovs.sync_flow_delta(applied, after)
+            applied = after
         if i % check_every == 0 or i == events - 1:
             want = assert_same(inc, world, facts, f"seed {seed} event {i} {ev[0]}")
             assert sorted(installed.values(), key=Flow.key) == sorted(want.flows, key=Flow.key)
+            if applied is after:
+                assert by_cookie([f for g in ovs.groups.values() for f in g]) == by_cookie(want.flows)
     return changes
 
 

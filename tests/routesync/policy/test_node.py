@@ -14,6 +14,7 @@ from cni.pipeline.tables import Flow, Table
 from routesync.apply.ovs import OvsApplier
 from routesync.config import from_dict
 from routesync.daemon import Daemon, NullObserver
+from routesync.flowdelta import tail_changes
 from routesync.model import DesiredState
 from routesync.policy import plan as pp
 from routesync.policy.incremental import Changes
@@ -147,6 +148,30 @@ def test_an_event_that_changes_no_flow_writes_nothing_and_one_that_does_writes_i
     assert d.policy_plan is not first
     assert d.reconcile(full=False).ok  # nothing moved: the same plan, nothing written
     assert len(apl.ovs.bundles) == 1
+
+
+def test_a_pass_hands_the_applier_the_policy_groups_that_changed_and_nothing_else(tmp_path: Any) -> None:
+    """The policy flows reach the applier as ``routesync.flowdelta`` tracks them: the cookie
+    groups that changed since the pass before, so it need not group the policy flows again."""
+    src = JournalSource()
+    src.pod(pod("srv", "10.244.1.5", app="srv"))
+    src.pod(pod("cli", "10.244.2.7", node="node-b", app="cli"))
+    src.policy(WEB)
+    d, apl = daemon(tmp_path, src)
+    assert d.reconcile(full=True).ok
+    src.pod(pod("cli2", "10.244.2.8", node="node-b", app="cli"))
+    assert d.reconcile(full=False).ok
+    before, after = apl.applied[-2].flows, apl.applied[-1].flows
+    joined = tail_changes(before, after)
+    assert joined is not None
+    changed = joined[3]
+    (cookie, (was, now)), = changed.items()
+    assert was == () and [f.text() for f in now] == [f.text() for f in after if f.cookie.value == cookie]
+    assert "nw_src=10.244.2.8" in now[0].text()
+    assert apl.ovs.bundles == [([cookie], [], [])]
+    assert d.reconcile(full=False).ok  # nothing moved: the same tracked flows, nothing to write
+    again = tail_changes(after, apl.applied[-1].flows)
+    assert again is not None and again[3] == {} and len(apl.ovs.bundles) == 1
 
 
 def test_a_full_pass_checks_against_the_full_planner_and_repairs_a_lost_event(
