@@ -406,9 +406,23 @@ class Cluster:
         """The CRDs Ferry reads (``deploy/crds/``), established, then Ferry's manifest, as a user
         applies them (README)."""
         self.kubectl("apply", "--server-side", "-f", manifests.CRDS)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "-f", manifests.CRDS)
+        # kubectl wait fails at once ("accessor error: <nil>") on a CRD whose status has no
+        # conditions yet, as right after it is created: the lab polls the condition itself
+        wait_for("the CRDs of deploy/crds to be Established", self.crds_established, 120.0)
         docs = manifests.apply_overlay(manifests.load(), overlay)
         self.kubectl("apply", "-f", "-", input=manifests.dump(docs))
+
+    def crds_established(self) -> bool:
+        """Every CRD of ``deploy/crds/`` has the condition Established True."""
+        cp = self.kubectl("get", "-f", manifests.CRDS, "-o", "json", check=False)
+        if cp.returncode != 0:
+            return False
+        doc = json.loads(cp.stdout)
+        items = doc.get("items", [doc]) if doc.get("kind") == "List" else [doc]
+        return bool(items) and all(
+            any(c.get("type") == "Established" and c.get("status") == "True"
+                for c in (item.get("status") or {}).get("conditions") or [])
+            for item in items)
 
     def deploy_dns(self, timeout: float = 180.0) -> None:
         """CoreDNS as ``kube-system/kube-dns`` (:mod:`lab.kube.dns`); waits until it answers
