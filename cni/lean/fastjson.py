@@ -160,14 +160,15 @@ def check(key: str, value: Any, kind: type[T], nonempty: bool = False, lo: int |
           hi: int | None = None) -> T:
     """``value`` (field ``key``'s) when it is a ``kind``: never a bool for int or float, not empty
     when ``nonempty``, within [``lo``, ``hi``] when given; :class:`FieldError` otherwise."""
-    expected = _KINDS.get(kind, kind.__name__)
-    if nonempty:
-        expected = f"a non-empty {expected.removeprefix('a ').removeprefix('an ')}"
-    if lo is not None and hi is not None:
-        expected = f"{expected} in [{lo}, {hi}]"
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool) \
             or (nonempty and not value) \
             or (lo is not None and value < lo) or (hi is not None and value > hi):  # type: ignore[operator]
+        # worded only when it fails: the plugin reads a dozen fields per call
+        expected = _KINDS.get(kind, kind.__name__)
+        if nonempty:
+            expected = f"a non-empty {expected.removeprefix('a ').removeprefix('an ')}"
+        if lo is not None and hi is not None:
+            expected = f"{expected} in [{lo}, {hi}]"
         raise FieldError(key, expected, value)
     return value
 
