@@ -65,7 +65,7 @@ NETPOL_CI_SPECS = (
 )
 NETPOL_CI_FOCUS = r"\[sig-network\] Netpol (" + "|".join(literal(s) for s in NETPOL_CI_SPECS) + ")"
 
-# One [Conformance] spec outside sig-network per image the all-conformance suite adds, and the two
+# One [Conformance] spec outside sig-network per image the all-conformance suite adds (busybox: two), the two
 # kinds of webhook the API server calls (each by its full name): the all-conformance-ci suite.
 ALL_CONFORMANCE_CI_SPECS = (
     # httpd 2.4.38-4: readiness on /index.html, which the spec moves away and back
@@ -78,6 +78,12 @@ ALL_CONFORMANCE_CI_SPECS = (
      "privilege escalation when false [LinuxOnly] [NodeConformance] [Conformance]"),
     # busybox: its sh passes on a variable named data-1 (envFrom a ConfigMap), as upstream's ash does
     "[sig-node] ConfigMap should be consumable via the environment [NodeConformance] [Conformance]",
+    # busybox: its sh is ash, whose words for a read-only root the spec compares
+    ("[sig-node] Kubelet when scheduling a read only busybox container should not write to root filesystem "
+     "[LinuxOnly] [NodeConformance] [Conformance]"),
+    # run alone after the parallel pass: it taints a Node NoExecute
+    ("[sig-node] NoExecuteTaintManager Single Pod [Serial] removing taint cancels eviction [Disruptive] "
+     "[Conformance]"),
     # nautilus: data.json through the Pod proxy
     "[sig-cli] Kubectl client Update Demo should create and stop a replication controller [Conformance]",
     # httpd through kubectl run
@@ -98,7 +104,7 @@ SUITES = (
           "conformance, netpol-ci and all-conformance-ci, on one cluster (what CI runs)"),
     Suite("all-conformance", ALL_CONFORMANCE_FOCUS, "every SIG's Conformance specs, not only sig-network's"),
     Suite("all-conformance-ci", ALL_CONFORMANCE_CI_FOCUS,
-          "8 of them: one per image all-conformance adds, and the API server's webhooks"),
+          "10 of them: one per image all-conformance adds, busybox's ash twice, the API server's webhooks, a NoExecute taint"),
 )
 SUITE_NAMES = tuple(s.name for s in SUITES)
 DEFAULT_SUITE = SUITES[0]

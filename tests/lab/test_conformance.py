@@ -192,8 +192,9 @@ def test_all_conformance_is_every_sigs_conformance_specs_and_each_skip_names_its
 
 
 def test_all_conformance_against_e2e_itself() -> None:
-    """Against e2e.test v1.34.4 (when built): 424 [Conformance] specs, 2 [Disruptive] and the
-    Aggregator's skipped, and the sig-network suite loses nothing to the new rule."""
+    """Against e2e.test v1.34.4 (when built): 424 [Conformance] specs, the 2 [Disruptive] ones run
+    alone after the others, the Aggregator's skipped, and the sig-network suite loses nothing to the
+    rule."""
     from lab import tools
 
     if not os.access(tools.tool("e2e.test"), os.X_OK):
@@ -203,14 +204,14 @@ def test_all_conformance_against_e2e_itself() -> None:
     specs = plan.list_tests(cp.stdout)
     rules = plan.skip_rules(sctp=False)
     sel = plan.select(specs, plan.suite("all-conformance").focus, rules)
-    assert len(sel.run) + sum(map(len, sel.skipped.values())) == 424
+    assert len(sel.run) + len(sel.alone) + sum(map(len, sel.skipped.values())) == 424
     assert {k: len(v) for k, v in sel.skipped.items()} == {"load-balancer": 0, "sctp": 0, "aggregator": 1}
     assert len(sel.alone) == 2 and all("NoExecuteTaintManager" in s for s in sel.alone)
     assert len(sel.run) == 421
     assert plan.select(specs, plan.DEFAULT_FOCUS, rules).skipped["aggregator"] == ()
     ci = plan.select(specs, plan.suite("all-conformance-ci").focus, rules)  # each spec once, none skipped
-    assert sorted(ci.run) == sorted(plan.ALL_CONFORMANCE_CI_SPECS) and not any(ci.skipped.values())
-    assert set(ci.run) <= set(sel.run)
+    assert sorted(ci.run + ci.alone) == sorted(plan.ALL_CONFORMANCE_CI_SPECS) and not any(ci.skipped.values())
+    assert set(ci.run) <= set(sel.run) and ci.alone == (plan.ALL_CONFORMANCE_CI_SPECS[5],) and ci.alone[0] in sel.alone
 
 
 def test_sctp_rule_skips_what_needs_sctp_sockets_and_no_more() -> None:
