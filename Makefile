@@ -64,6 +64,7 @@ demo-down:
 CONFORMANCE ?=
 conformance: bin image
 	bash tools/build-go-tools.sh kubernetes kube-e2e kube-e2e-images coredns
+	bash tools/build-busybox.sh
 	$(PY) -m lab.conformance $(CONFORMANCE)
 
 # The pictures docs/ and README show, drawn by the command: the default demo and a hybrid demo.

@@ -5,8 +5,8 @@
 # By default everything (`make test`, `make bench`, `make demo-k8s`, `make dist`/`image`). Switches,
 # each 1 (the default) or 0; `make demo` sets all four to 0 (the embedded-registry demo runs none of it):
 #   FERRY_KUBERNETES   etcd, the Kubernetes components, e2e.test/agnhost/ginkgo, CoreDNS (Go, ~5 min
-#                      cold) and the Nodes' container runtime (containerd, runc, busybox-static; bash-static,
-#                      the e2e busybox images' sh)
+#                      cold), the Nodes' container runtime (containerd, runc, busybox-static) and the
+#                      e2e busybox images' busybox, built from its source (tools/build-busybox.sh, ~2 min cold)
 #   FERRY_BENCH_PEERS  the benchmarks' Go peers: ovs-cni, upstream's bridge + host-local (~40 s cold)
 #   FERRY_DEV          the venv's dev + bench extras (pytest, mypy, ruff, pyroute2, os-ken, ...), iperf3, tcpdump
 #   FERRY_DIST         the frozen bundle's venv (PyInstaller on the distribution's Python), libpython3.11,
@@ -40,7 +40,7 @@ apt_pkgs=(openvswitch-switch openvswitch-common iproute2 nftables iptables ethto
           containernetworking-plugins procps psmisc kmod conntrack python3-venv util-linux graphviz frr
           wireguard-tools)
 [ "$dev" = 0 ] || apt_pkgs+=(iperf3 tcpdump)
-[ "$kubernetes" = 0 ] || apt_pkgs+=(containerd runc busybox-static bash-static)
+[ "$kubernetes" = 0 ] || apt_pkgs+=(containerd runc busybox-static gcc make libc6-dev bzip2 curl)
 [ "$dist" = 0 ] || apt_pkgs+=(libpython3.11 podman mmdebstrap)
 missing=()
 for p in "${apt_pkgs[@]}"; do
@@ -73,6 +73,11 @@ go_sets=(cnitool wireguard-go)
 step go "${go_sets[*]}"
 bash "$here/tools/build-go-tools.sh" "${go_sets[@]}"
 step_done
+if [ "$kubernetes" != 0 ]; then
+  step busybox "the e2e busybox images' busybox 1.37.0 from its source (tools/build-busybox.sh)"
+  bash "$here/tools/build-busybox.sh"
+  step_done
+fi
 
 # The project's virtualenv: runtime dependencies, Ferry installed editable; unless FERRY_DEV=0
 # also the dev and bench-only ones. A stamp per pyproject.toml and extras: a full install also

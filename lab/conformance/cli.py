@@ -66,7 +66,7 @@ def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str
     except (LabError, OSError) as e:
         _fail(f"cannot list e2e's specs ({e}); build it: tools/build-go-tools.sh kube-e2e")
     click.echo(plan.describe(selection, rules, focus))
-    if not selection.run:
+    if not selection.run and not selection.alone:
         _fail(f"focus {focus!r} selects no spec to run")
     refused = {(m.name, kp): why for m in chosen for kp in proxies
                if (why := run_mod().refusal(m, kp, family)) is not None}
@@ -87,7 +87,8 @@ def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str
         archive = run.images_archive(_log)
     except LabError as e:
         _fail(str(e))
-    opts = run.Options(focus=focus, rules=rules, out=os.path.abspath(out), procs=procs, family=family, keep=keep)
+    opts = run.Options(focus=focus, rules=rules, out=os.path.abspath(out), procs=procs, family=family, keep=keep,
+                       alone=selection.alone)
     runs: list[junit.ModeRun] = []
     t0 = time.monotonic()
     for m in chosen:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from lab.conformance.plan import SkipRule, rule_of
@@ -71,10 +71,12 @@ def _first_lines(text: str | None, n: int = 6, width: int = 400) -> str:
     return "\n".join(ln[:width] for ln in lines[:n])
 
 
-def parse(xml_text: str, focus: str, rules: Sequence[SkipRule]) -> Result:
-    """The selected specs of a JUnit report, classified (see the module's docstring)."""
+def parse(xml_text: str, focus: str, rules: Sequence[SkipRule], leave_out: Collection[str] = ()) -> Result:
+    """The selected specs of a JUnit report, classified (see the module's docstring); ``leave_out``:
+    specs this report does not judge (the parallel pass's, which another pass runs alone)."""
     root = ET.fromstring(xml_text)
     focus_re = re.compile(focus)
+    leave = frozenset(leave_out)
     cases = []
     for tc in root.iter("testcase"):
         node, name = _split(tc.get("name", ""))
@@ -85,7 +87,7 @@ def parse(xml_text: str, focus: str, rules: Sequence[SkipRule]) -> Result:
                 text = failure.get("message") or failure.text or failure.get("type", "")
                 cases.append(Case(f"[{node}] {name}".strip(), node, "failed", _first_lines(text), seconds=seconds))
             continue
-        if not focus_re.search(name):
+        if not focus_re.search(name) or name in leave:
             continue
         skipped = tc.find("skipped")
         if failure is not None:
@@ -108,9 +110,18 @@ def parse(xml_text: str, focus: str, rules: Sequence[SkipRule]) -> Result:
     return Result(tuple(cases))
 
 
-def read(path: str, focus: str, rules: Sequence[SkipRule]) -> Result:
+def read(path: str, focus: str, rules: Sequence[SkipRule], leave_out: Collection[str] = ()) -> Result:
     with open(path, encoding="utf-8") as f:
-        return parse(f.read(), focus, rules)
+        return parse(f.read(), focus, rules, leave_out)
+
+
+def merge(results: Sequence[Result], expected: Collection[str] = ()) -> Result:
+    """The passes of one mode as one result (each spec is judged by exactly one pass); a spec of
+    ``expected`` that no pass reports counts as silent (a focus that missed it runs nothing)."""
+    cases = tuple(c for r in results for c in r.cases)
+    seen = {c.name for c in cases}
+    lost = tuple(Case(n, "It", "silent", "no pass reported it") for n in expected if n not in seen)
+    return Result(cases + lost)
 
 
 # ---------------------------------------------------------------- the tables

@@ -65,7 +65,7 @@ NETPOL_CI_SPECS = (
 )
 NETPOL_CI_FOCUS = r"\[sig-network\] Netpol (" + "|".join(literal(s) for s in NETPOL_CI_SPECS) + ")"
 
-# One [Conformance] spec outside sig-network per image the all-conformance suite adds, and the two
+# One [Conformance] spec outside sig-network per image the all-conformance suite adds (busybox: two), the two
 # kinds of webhook the API server calls (each by its full name): the all-conformance-ci suite.
 ALL_CONFORMANCE_CI_SPECS = (
     # httpd 2.4.38-4: readiness on /index.html, which the spec moves away and back
@@ -78,6 +78,12 @@ ALL_CONFORMANCE_CI_SPECS = (
      "privilege escalation when false [LinuxOnly] [NodeConformance] [Conformance]"),
     # busybox: its sh passes on a variable named data-1 (envFrom a ConfigMap), as upstream's ash does
     "[sig-node] ConfigMap should be consumable via the environment [NodeConformance] [Conformance]",
+    # busybox: its sh is ash, whose words for a read-only root the spec compares
+    ("[sig-node] Kubelet when scheduling a read only busybox container should not write to root filesystem "
+     "[LinuxOnly] [NodeConformance] [Conformance]"),
+    # run alone after the parallel pass: it taints a Node NoExecute
+    ("[sig-node] NoExecuteTaintManager Single Pod [Serial] removing taint cancels eviction [Disruptive] "
+     "[Conformance]"),
     # nautilus: data.json through the Pod proxy
     "[sig-cli] Kubectl client Update Demo should create and stop a replication controller [Conformance]",
     # httpd through kubectl run
@@ -98,7 +104,7 @@ SUITES = (
           "conformance, netpol-ci and all-conformance-ci, on one cluster (what CI runs)"),
     Suite("all-conformance", ALL_CONFORMANCE_FOCUS, "every SIG's Conformance specs, not only sig-network's"),
     Suite("all-conformance-ci", ALL_CONFORMANCE_CI_FOCUS,
-          "8 of them: one per image all-conformance adds, and the API server's webhooks"),
+          "10 of them: one per image all-conformance adds, busybox's ash twice, the API server's webhooks, a NoExecute taint"),
 )
 SUITE_NAMES = tuple(s.name for s in SUITES)
 DEFAULT_SUITE = SUITES[0]
@@ -176,10 +182,25 @@ class SkipRule:
         return re.search(self.pattern, spec) is not None
 
 
-DISRUPTIVE = SkipRule(
+@dataclass(frozen=True)
+class AloneRule:
+    """Specs matching ``pattern`` run alone: after the parallel pass, on the same cluster, one at a
+    time, with no other spec beside them, because of ``reason``."""
+
+    name: str
+    pattern: str
+    reason: str
+
+    def matches(self, spec: str) -> bool:
+        return re.search(self.pattern, spec) is not None
+
+
+# The whole [Conformance] set has two (NoExecuteTaintManager's): they taint a Node NoExecute, which
+# evicts every Pod there without a toleration, other specs' Pods and CoreDNS included.
+DISRUPTIVE = AloneRule(
     "disruptive", r"\[Disruptive\]",
-    "restarts or breaks what every spec of the run shares (Nodes, kubelets, the control plane), "
-    "while other specs run in parallel on the same one-machine cluster")
+    "taints Nodes or restarts what every spec of the run shares (Nodes, kubelets, the control plane), "
+    "which would break the specs running beside it on the same one-machine cluster")
 LOAD_BALANCER = SkipRule(
     "load-balancer", r"LoadBalancer",
     "needs a cloud's load balancer: no cloud controller or load-balancer implementation runs here")
@@ -218,12 +239,20 @@ def skip_rules(sctp: bool) -> tuple[SkipRule, ...]:
     """The rules that hold on this machine: ``sctp`` is whether the kernel has SCTP sockets. Each
     rule skips only specs of its kind, so every suite takes them all (a rule that skips none of a
     suite's specs says so in :func:`describe`)."""
-    return (DISRUPTIVE, LOAD_BALANCER) + (() if sctp else (SCTP,)) + (AGGREGATOR,)
+    return (LOAD_BALANCER,) + (() if sctp else (SCTP,)) + (AGGREGATOR,)
 
 
-def ginkgo_args(focus: str, rules: Sequence[SkipRule]) -> list[str]:
-    """e2e.test's ginkgo flags for ``focus`` and ``rules``."""
-    return [f"--ginkgo.focus={focus}", *(f"--ginkgo.skip={r.pattern}" for r in rules)]
+def ginkgo_args(focus: str, rules: Sequence[SkipRule], alone: AloneRule | None = DISRUPTIVE) -> list[str]:
+    """e2e.test's ginkgo flags for ``focus`` and ``rules``; the parallel pass also leaves out what
+    ``alone`` keeps for the pass after it (:func:`alone_focus`)."""
+    skips = [*(r.pattern for r in rules), *([alone.pattern] if alone else [])]
+    return [f"--ginkgo.focus={focus}", *(f"--ginkgo.skip={p}" for p in skips)]
+
+
+def alone_focus(specs: Sequence[str]) -> str:
+    """The focus of the pass that runs ``specs`` alone: each by its whole name (not anchored:
+    ginkgo matches the focus against more than the name ``--list-tests`` prints)."""
+    return "|".join(literal(s) for s in specs)
 
 
 # ---------------------------------------------------------------- which specs
@@ -251,27 +280,36 @@ def rule_of(spec: str, rules: Sequence[SkipRule]) -> SkipRule | None:
 
 @dataclass(frozen=True)
 class Selection:
-    run: tuple[str, ...]  # selected and run
+    run: tuple[str, ...]  # selected and run in the parallel pass
     skipped: dict[str, tuple[str, ...]]  # rule name -> the selected specs it skips (every rule listed)
+    alone: tuple[str, ...] = ()  # selected and run alone, after the parallel pass
 
 
-def select(specs: Iterable[str], focus: str, rules: Sequence[SkipRule]) -> Selection:
+def select(specs: Iterable[str], focus: str, rules: Sequence[SkipRule],
+           alone: AloneRule | None = DISRUPTIVE) -> Selection:
+    """The focused specs by how they run: a skip rule first, then ``alone``, else in parallel."""
     run: list[str] = []
+    later: list[str] = []
     skipped: dict[str, list[str]] = {r.name: [] for r in rules}
     for s in focused(specs, focus):
         r = rule_of(s, rules)
-        (skipped[r.name] if r else run).append(s)
-    return Selection(tuple(run), {k: tuple(v) for k, v in skipped.items()})
+        (skipped[r.name] if r else later if alone and alone.matches(s) else run).append(s)
+    return Selection(tuple(run), {k: tuple(v) for k, v in skipped.items()}, tuple(later))
 
 
-def describe(selection: Selection, rules: Sequence[SkipRule], focus: str) -> str:
-    """The skip rules, each with its reason and the specs it skips; then the count that runs."""
-    total = len(selection.run) + sum(map(len, selection.skipped.values()))
+def describe(selection: Selection, rules: Sequence[SkipRule], focus: str, alone: AloneRule = DISRUPTIVE) -> str:
+    """The skip rules, each with its reason and the specs it skips; the specs run alone after the
+    parallel pass, and why; then the count that runs."""
+    ran = len(selection.run) + len(selection.alone)
+    total = ran + sum(map(len, selection.skipped.values()))
     lines = [f"focus {focus}: {total} specs; skip rules:"]
     for r in rules:
         hit = selection.skipped.get(r.name, ())
         lines.append(f"  {r.name} /{r.pattern}/: {r.reason}")
         lines.append(f"    skips {len(hit)}" + (":" if hit else " of the selected specs"))
         lines += [f"      {s}" for s in hit]
-    lines.append(f"{len(selection.run)} specs run per mode")
+    lines.append(f"run alone, after the parallel pass: {alone.name} /{alone.pattern}/: {alone.reason}")
+    lines.append(f"    {len(selection.alone)}" + (":" if selection.alone else " of the selected specs"))
+    lines += [f"      {s}" for s in selection.alone]
+    lines.append(f"{ran} specs run per mode" + (f" ({len(selection.alone)} of them alone)" if selection.alone else ""))
     return "\n".join(lines)

@@ -3,8 +3,10 @@
 Per mode and kube-proxy mode: the lab comes up with ``kubernetes: {kubeProxy: ...}`` (kube-proxy
 and CoreDNS included) under the name ``cf<i|n>-<mode>``; the e2e images (:mod:`lab.kube.e2eimages`)
 are imported into every Node's containerd; ``ginkgo -p`` runs ``e2e.test`` in the external host's
-network namespace, where the API server listens (as ``ferry-lab kubectl`` does); the JUnit it
-writes is read back against the focus and the skip rules; the lab goes down (``keep``: stays up).
+network namespace, where the API server listens (as ``ferry-lab kubectl`` does), then the specs
+that must run alone (:data:`lab.conformance.plan.DISRUPTIVE`) one at a time on the same cluster;
+the JUnit each pass writes is read back against its focus and the skip rules, and the two are one
+result; the lab goes down (``keep``: stays up).
 A mode the lab refuses (the topology parser names why) is reported as not run, before any lab is
 built."""
 
@@ -23,7 +25,7 @@ from lab import build, tools
 from lab import topology as topology_mod
 from lab.api import Lab, default_cni_bin
 from lab.conformance import junit
-from lab.conformance.plan import Mode, SkipRule, ginkgo_args, topology_doc
+from lab.conformance.plan import Mode, SkipRule, alone_focus, ginkgo_args, topology_doc
 from lab.kube import e2eimages
 from lab.sh import LabError
 from lab.topology import TopologyError
@@ -42,6 +44,7 @@ class Options:
     keep: bool = False  # leave the lab up (debugging one mode)
     timeout: str = "3h"  # ginkgo's suite timeout
     extra: Sequence[str] = field(default_factory=tuple)  # more e2e.test flags
+    alone: Sequence[str] = ()  # specs run alone after the parallel pass (plan.Selection.alone)
 
 
 def lab_name(m: Mode, kube_proxy: str) -> str:
@@ -60,18 +63,22 @@ def refusal(m: Mode, kube_proxy: str, family: str | None) -> str | None:
     return None
 
 
-def e2e_argv(lab: Lab, opts: Options, report_dir: str) -> list[str]:
-    """ginkgo running e2e.test in parallel against ``lab``'s API server, from the external host's
-    network namespace (e2e.test, its kubectl calls and its port-forwards all dial from there)."""
+def e2e_argv(lab: Lab, opts: Options, report_dir: str, alone: bool = False) -> list[str]:
+    """ginkgo running e2e.test against ``lab``'s API server, from the external host's network
+    namespace (e2e.test, its kubectl calls and its port-forwards all dial from there): in parallel
+    (the specs not kept for later), or ``alone``: one process, only :attr:`Options.alone`."""
     plan = lab.kube().plan
+    procs = ["--procs=1"] if alone else ["-p", f"--procs={opts.procs}"]
+    specs = (ginkgo_args(alone_focus(opts.alone), opts.rules, alone=None) if alone
+             else ginkgo_args(opts.focus, opts.rules))
     return ["nsenter", f"--net=/run/netns/{lab.external.netns}", "--",
-            tools.tool("ginkgo"), "-p", f"--procs={opts.procs}", f"--timeout={opts.timeout}", "--no-color",
+            tools.tool("ginkgo"), *procs, f"--timeout={opts.timeout}", "--no-color",
             "--silence-skips", tools.tool("e2e.test"), "--",
             f"--kubeconfig={plan.admin_kubeconfig}", f"--kubectl-path={tools.tool('kubectl')}",
             # skeleton, not local: "local" claims SSH to every Node, which this lab has not; with
             # skeleton, specs that need SSH skip themselves and say so
             "--provider=skeleton", "--disable-log-dump", f"--report-dir={report_dir}",
-            f"--e2e-output-dir={report_dir}", *ginkgo_args(opts.focus, opts.rules), *opts.extra]
+            f"--e2e-output-dir={report_dir}", *specs, *opts.extra]
 
 
 def import_images(lab: Lab, archive: str, log: Log) -> None:
@@ -133,18 +140,27 @@ def run_mode(m: Mode, kube_proxy: str, opts: Options, archive: str, log: Log,
         if bad:
             log(f"  note: the API server's host does not reach Pod IPs {', '.join(bad)} (reaches: "
                 f"{', '.join(ok) or 'no Pod'}); the Proxy specs need it")
-        argv = e2e_argv(lab, opts, out)
-        log_path = os.path.join(out, "e2e.log")
-        log(f"  e2e: {' '.join(argv)}")
-        log(f"  output: {log_path}")
-        rc = run_ginkgo(argv, log_path, echo)
-        report = os.path.join(out, "junit_01.xml")
-        if not os.path.exists(report):
-            return junit.ModeRun(m.name, kube_proxy, error=f"e2e wrote no JUnit (ginkgo exit {rc}); see {log_path}",
-                                 seconds=time.monotonic() - t0)
-        result = junit.read(report, opts.focus, opts.rules)
-        error = "" if rc == 0 or result.failed else f"ginkgo exited {rc} with no failed spec: see {log_path}"
-        return junit.ModeRun(m.name, kube_proxy, result, error, time.monotonic() - t0, report)
+        passes = [(False, out)] + ([(True, os.path.join(out, "alone"))] if opts.alone else [])
+        results: list[junit.Result] = []
+        for alone, report_dir in passes:
+            os.makedirs(report_dir, exist_ok=True)
+            argv = e2e_argv(lab, opts, report_dir, alone)
+            log_path = os.path.join(report_dir, "e2e.log")
+            log(f"  e2e{' (the specs run alone)' if alone else ''}: {' '.join(argv)}")
+            log(f"  output: {log_path}")
+            rc = run_ginkgo(argv, log_path, echo)
+            report = os.path.join(report_dir, "junit_01.xml")
+            if not os.path.exists(report):
+                return junit.ModeRun(m.name, kube_proxy, error=f"e2e wrote no JUnit (ginkgo exit {rc}); see {log_path}",
+                                     seconds=time.monotonic() - t0)
+            focus = alone_focus(opts.alone) if alone else opts.focus
+            results.append(junit.read(report, focus, opts.rules, leave_out=() if alone else opts.alone))
+            if rc != 0 and not results[-1].failed:
+                return junit.ModeRun(m.name, kube_proxy, junit.merge(results),
+                                     f"ginkgo exited {rc} with no failed spec: see {log_path}",
+                                     time.monotonic() - t0, os.path.join(out, "junit_01.xml"))
+        return junit.ModeRun(m.name, kube_proxy, junit.merge(results, opts.alone), "", time.monotonic() - t0,
+                             os.path.join(out, "junit_01.xml"))
     except (LabError, OSError, subprocess.SubprocessError) as e:
         return junit.ModeRun(m.name, kube_proxy, error=str(e), seconds=time.monotonic() - t0)
     finally:
@@ -163,6 +179,8 @@ def preflight() -> list[str]:
     for name in ("e2e.test", "ginkgo", "agnhost", "nnp", "coredns", "kube-proxy", "kubectl", "kubelet"):
         if not os.access(tools.tool(name), os.X_OK):
             missing.append(f"{tools.tool(name)} (tools/build-go-tools.sh kubernetes kube-e2e kube-e2e-images coredns)")
+    if not os.access(tools.tool("busybox"), os.X_OK):
+        missing.append(f"{tools.tool('busybox')} (tools/build-busybox.sh)")
     return missing
 
 

@@ -12,7 +12,7 @@ inside them:
 | ``e2e-test-images/nautilus:1.7``, ``kitten:1.7`` | agnhost's image + ``/data.json`` and the picture from the module's ``test/images/<name>/html``, ``agnhost test-webserver`` | kubectl's Update Demo (reads ``data.json`` through the Pod proxy) |
 | ``e2e-test-images/nonewprivs:1.3`` | busybox + ``/usr/local/bin/nnp`` (``test/images/nonewprivs``, setuid root) | Security Context's AllowPrivilegeEscalation specs ("Effective uid: N") |
 | ``e2e-test-images/nonroot:1.4`` | busybox, ``User 1234`` | Security Context's runAsNonRoot specs |
-| ``e2e-test-images/busybox:1.37.0-1`` | busybox-static with every applet, bash-static as ``sh`` | the framework's default test image (``e2epod.GetDefaultTestImage``) |
+| ``e2e-test-images/busybox:1.37.0-1`` | busybox 1.37.0 built here as upstream's (``tools/build-busybox.sh``: ``defconfig``, static), every applet, ash as ``sh`` | the framework's default test image (``e2epod.GetDefaultTestImage``) |
 | ``registry.k8s.io/pause:3.10.1`` | agnhost alone, ``agnhost pause`` (a pause that ends on SIGTERM) | scheduling, quota, namespace, Service latency specs |
 
 Not made: ``e2e-test-images/sample-apiserver:1.29.2`` and ``etcd:3.6.4-0``, the Aggregator spec's
@@ -67,7 +67,7 @@ DEBIAN_SUITE = "bookworm"
 ROOTFS_PACKAGES = ("apache2-bin", "bind9-dnsutils", "curl", "iproute2", "iputils-ping", "netcat-openbsd", "nginx-light")
 IMAGE_CACHE = os.environ.get("FERRY_IMAGE_CACHE", "/var/cache/ferry/image")
 E2E_CACHE = os.environ.get("FERRY_E2E_IMAGE_CACHE", "/var/cache/ferry/e2e-images")
-FORMAT = 4  # bump when the images' make-up changes: the cached archive is keyed by it
+FORMAT = 5  # bump when the images' make-up changes: the cached archive is keyed by it
 Log = Callable[[str], None]
 
 
@@ -86,9 +86,8 @@ class Parts:
     coredns: str  # the static CoreDNS binary (upstream's agnhost and jessie-dnsutils carry /coredns)
     porter_crt: str  # agnhost porter's TLS pair, read from the working directory (/)
     porter_key: str
-    busybox: str  # busybox-static
+    busybox: str  # busybox 1.37.0 as upstream's image has it (tools/build-busybox.sh)
     applets: Sequence[str]  # what ``busybox --list`` names
-    sh: str  # bash-static: the busybox images' ``sh`` (:func:`busybox_layer` says why)
     nnp: str  # nonewprivs' static binary (tools/build-go-tools.sh kube-e2e-images)
     images_src: str  # the module's test/images: httpd/index.html, nautilus/html, kitten/html
 
@@ -102,22 +101,19 @@ def agnhost_layer(p: Parts) -> tuple[ociimage.ImageSpec, tuple[str, ...]]:
     return spec, ("uploads",)
 
 
-BASH_STATIC = "/bin/bash-static"
 BUSYBOX_DIRS = ("tmp",)  # upstream's busybox has /tmp (mode 1777): specs write there (Probing's /tmp/health)
 
 
 def busybox_layer(p: Parts) -> ociimage.ImageSpec:
-    """busybox-static with every applet but ``sh``, which is bash-static: Debian's busybox 1.35 ash
-    drops environment variables whose names are not shell names (``data-1``) and so hides them from
-    the commands it runs, while upstream's busybox 1.37 ash passes them on, as bash does; ConfigMap's
-    and Secret's ``envFrom`` specs (4) run ``sh -c env`` and look for ``data-1=value-1``.  Debian's
-    1.37 drops them too.  The price: Kubelet's "read only busybox container should not write to root
-    filesystem" compares ash's own message (``can't create /file: Read-only file system``) and bash
-    words it otherwise; one spec instead of four, until busybox is built here with upstream's
-    configuration."""
-    links = {f"bin/{a}": "busybox" for a in p.applets if a not in ("busybox", "sh")}
-    return ociimage.ImageSpec(name="", files={"bin/busybox": p.busybox, "bin/bash": p.sh},
-                              symlinks={**links, "bin/sh": "bash"}, modes={"tmp": 0o1777})
+    """busybox with every applet, ``sh`` its own ash, as upstream's image (Docker's busybox:1.37.0).
+    The busybox is built here from busybox's source with upstream's configuration
+    (``tools/build-busybox.sh``), not Debian's busybox-static: Debian's ash drops environment
+    variables whose names are no shell names (``data-1``) and so hides them from the commands it
+    runs, while upstream's passes them on; ConfigMap's and Secret's ``envFrom`` specs (4) run ``sh -c
+    env`` and look for ``data-1=value-1``, and Kubelet's read-only root spec compares ash's own
+    message (``/bin/sh: can't create /file: Read-only file system``), which no other shell words so."""
+    links = {f"bin/{a}": "busybox" for a in p.applets if a != "busybox"}
+    return ociimage.ImageSpec(name="", files={"bin/busybox": p.busybox}, symlinks=links, modes={"tmp": 0o1777})
 
 
 APACHE_ROOT = "usr/local/apache2"  # upstream httpd's ServerRoot: the StatefulSet specs mv its htdocs/index.html
@@ -217,7 +213,7 @@ def rootfs_key(packages: Sequence[str] = ROOTFS_PACKAGES, suite: str = DEBIAN_SU
 def inputs_key(p: Parts) -> str:
     """The cached archive's key: the files it is made of (path, size, mtime; Go builds live in
     directories keyed by their inputs), the applets, the image definitions and :data:`FORMAT`."""
-    files = [p.rootfs, p.agnhost, p.coredns, p.porter_crt, p.porter_key, p.busybox, p.sh, p.nnp,
+    files = [p.rootfs, p.agnhost, p.coredns, p.porter_crt, p.porter_key, p.busybox, p.nnp,
              os.path.join(p.images_src, "httpd", "index.html"),
              *(os.path.join(p.images_src, n, "html", f) for n in ("nautilus", "kitten")
                for f in sorted(os.listdir(os.path.join(p.images_src, n, "html"))))]
@@ -266,18 +262,13 @@ def kubernetes_module_dir() -> str:
     return str(json.loads(cp.stdout)["Dir"])
 
 
-def busybox_applets(busybox: str = ociimage.BUSYBOX) -> list[str]:
+def busybox_applets(busybox: str) -> list[str]:
+    """What ``busybox --list`` names: each becomes a link in the image's /bin."""
     cp = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=False)
     names = sorted({a for a in cp.stdout.split() if re.fullmatch(r"[a-z0-9_.\[-]+", a) and "/" not in a})
     if cp.returncode != 0 or "sh" not in names:
-        raise ImageBuildError(f"{busybox} --list: no applets (is busybox-static installed?)")
+        raise ImageBuildError(f"{busybox} --list: no applets (tools/build-busybox.sh builds it)")
     return names
-
-
-def static_shell(path: str = BASH_STATIC) -> str:
-    if not os.access(path, os.X_OK):
-        raise ImageBuildError(f"{path} missing: apt-get install bash-static (the busybox images' sh)")
-    return path
 
 
 def parts(log: Log) -> Parts:
@@ -285,11 +276,13 @@ def parts(log: Log) -> Parts:
         if not os.access(tools.tool(name), os.X_OK):
             raise ImageBuildError(f"{tools.tool(name)} missing: run "
                                   "`tools/build-go-tools.sh kube-e2e kube-e2e-images coredns`")
+    if not os.access(tools.tool("busybox"), os.X_OK):
+        raise ImageBuildError(f"{tools.tool('busybox')} missing: run `tools/build-busybox.sh`")
     src = os.path.join(kubernetes_module_dir(), "test", "images")
     porter = os.path.join(src, "agnhost", "porter")
     return Parts(rootfs=ensure_rootfs(log), agnhost=tools.tool("agnhost"), coredns=tools.tool("coredns"),
                  porter_crt=os.path.join(porter, "localhost.crt"), porter_key=os.path.join(porter, "localhost.key"),
-                 busybox=ociimage.BUSYBOX, applets=busybox_applets(), sh=static_shell(), nnp=tools.tool("nnp"),
+                 busybox=tools.tool("busybox"), applets=busybox_applets(tools.tool("busybox")), nnp=tools.tool("nnp"),
                  images_src=src)
 
 

@@ -77,13 +77,23 @@ def test_family_passes_through() -> None:
 
 def test_skip_rules_name_their_reason_and_sctp_follows_the_kernel() -> None:
     with_sctp, without = plan.skip_rules(sctp=True), plan.skip_rules(sctp=False)
-    assert [r.name for r in with_sctp] == ["disruptive", "load-balancer", "aggregator"]
-    assert [r.name for r in without] == ["disruptive", "load-balancer", "sctp", "aggregator"]
+    assert [r.name for r in with_sctp] == ["load-balancer", "aggregator"]
+    assert [r.name for r in without] == ["load-balancer", "sctp", "aggregator"]
     assert all(r.reason and re.compile(r.pattern) for r in without)
+    # the parallel pass leaves out what runs alone after it
     assert plan.ginkgo_args(plan.DEFAULT_FOCUS, without) == [
-        r"--ginkgo.focus=\[sig-network\].*\[Conformance\]", r"--ginkgo.skip=\[Disruptive\]",
+        r"--ginkgo.focus=\[sig-network\].*\[Conformance\]",
         "--ginkgo.skip=LoadBalancer", r"--ginkgo.skip=\[Feature:SCTPConnectivity\]|SCTP HostPort|SCTP service",
-        r"--ginkgo.skip=\[sig-api-machinery\] Aggregator "]
+        r"--ginkgo.skip=\[sig-api-machinery\] Aggregator ", r"--ginkgo.skip=\[Disruptive\]"]
+
+
+def test_the_pass_run_alone_selects_exactly_its_specs() -> None:
+    """Its focus is each spec's whole name: of the suite's specs, it selects those and no other."""
+    other = TAINT_SPEC.replace("removing taint cancels eviction", "evicts pods with minTolerationSeconds")
+    focus = plan.alone_focus([TAINT_SPEC])
+    assert plan.focused([TAINT_SPEC, other, CONFORMANCE_SPEC, *OTHER_SIGS], focus) == [TAINT_SPEC]
+    args = plan.ginkgo_args(focus, plan.skip_rules(sctp=False), alone=None)
+    assert r"--ginkgo.skip=\[Disruptive\]" not in args and args[0] == f"--ginkgo.focus={focus}"
 
 
 # ---------------------------------------------------------------- suites
@@ -167,20 +177,24 @@ def test_all_conformance_is_every_sigs_conformance_specs_and_each_skip_names_its
     assert set(plan.focused(specs, plan.DEFAULT_FOCUS)) < set(conformance)  # sig-network's are a part
     rules = plan.skip_rules(sctp=False)
     sel = plan.select(specs, focus, rules)
-    assert sel.skipped == {"disruptive": (TAINT_SPEC,), "load-balancer": (), "sctp": (),
-                           "aggregator": (AGGREGATOR_SPEC,)}
+    assert sel.skipped == {"load-balancer": (), "sctp": (), "aggregator": (AGGREGATOR_SPEC,)}
     assert sel.run == (CONFORMANCE_SPEC, NEITHER[1], *OTHER_SIGS)  # webhooks and [Serial] specs run
+    assert sel.alone == (TAINT_SPEC,)  # after them, alone on the cluster
     assert plan.rule_of(AGGREGATOR_SPEC, rules) is plan.AGGREGATOR
     assert "sample-apiserver" in plan.AGGREGATOR.reason and "front-proxy" in plan.AGGREGATOR.reason
     text = plan.describe(sel, rules, focus)
-    assert text.startswith(r"focus \[Conformance\]: 9 specs; skip rules:") and text.endswith("7 specs run per mode")
+    assert text.startswith(r"focus \[Conformance\]: 9 specs; skip rules:")
+    assert text.endswith("8 specs run per mode (1 of them alone)")
+    assert "run alone, after the parallel pass: disruptive /\\[Disruptive\\]/: " in text
+    assert f"    1:\n      {TAINT_SPEC}\n" in text
     rule = plan.AGGREGATOR
     assert f"  aggregator /{rule.pattern}/: {rule.reason}\n    skips 1:\n      {AGGREGATOR_SPEC}" in text
 
 
 def test_all_conformance_against_e2e_itself() -> None:
-    """Against e2e.test v1.34.4 (when built): 424 [Conformance] specs, 2 [Disruptive] and the
-    Aggregator's skipped, and the sig-network suite loses nothing to the new rule."""
+    """Against e2e.test v1.34.4 (when built): 424 [Conformance] specs, the 2 [Disruptive] ones run
+    alone after the others, the Aggregator's skipped, and the sig-network suite loses nothing to the
+    rule."""
     from lab import tools
 
     if not os.access(tools.tool("e2e.test"), os.X_OK):
@@ -190,14 +204,14 @@ def test_all_conformance_against_e2e_itself() -> None:
     specs = plan.list_tests(cp.stdout)
     rules = plan.skip_rules(sctp=False)
     sel = plan.select(specs, plan.suite("all-conformance").focus, rules)
-    assert len(sel.run) + sum(map(len, sel.skipped.values())) == 424
-    assert {k: len(v) for k, v in sel.skipped.items()} == {"disruptive": 2, "load-balancer": 0, "sctp": 0,
-                                                          "aggregator": 1}
+    assert len(sel.run) + len(sel.alone) + sum(map(len, sel.skipped.values())) == 424
+    assert {k: len(v) for k, v in sel.skipped.items()} == {"load-balancer": 0, "sctp": 0, "aggregator": 1}
+    assert len(sel.alone) == 2 and all("NoExecuteTaintManager" in s for s in sel.alone)
     assert len(sel.run) == 421
     assert plan.select(specs, plan.DEFAULT_FOCUS, rules).skipped["aggregator"] == ()
     ci = plan.select(specs, plan.suite("all-conformance-ci").focus, rules)  # each spec once, none skipped
-    assert sorted(ci.run) == sorted(plan.ALL_CONFORMANCE_CI_SPECS) and not any(ci.skipped.values())
-    assert set(ci.run) <= set(sel.run)
+    assert sorted(ci.run + ci.alone) == sorted(plan.ALL_CONFORMANCE_CI_SPECS) and not any(ci.skipped.values())
+    assert set(ci.run) <= set(sel.run) and ci.alone == (plan.ALL_CONFORMANCE_CI_SPECS[5],) and ci.alone[0] in sel.alone
 
 
 def test_sctp_rule_skips_what_needs_sctp_sockets_and_no_more() -> None:
@@ -246,7 +260,7 @@ def test_ginkgo_takes_the_suites_focus_and_every_rule() -> None:
     rules = plan.skip_rules(sctp=False)
     args = plan.ginkgo_args(plan.suite("all").focus, rules)
     assert args[0] == r"--ginkgo.focus=\[sig-network\].*\[Conformance\]|\[sig-network\] Netpol\b"
-    assert args[1:] == [f"--ginkgo.skip={r.pattern}" for r in rules]
+    assert args[1:] == [f"--ginkgo.skip={r.pattern}" for r in rules] + [f"--ginkgo.skip={plan.DISRUPTIVE.pattern}"]
 
 
 def test_list_tests_output_is_parsed() -> None:
@@ -262,7 +276,7 @@ def test_select_and_describe_every_rule_with_what_it_skips() -> None:
     rules = plan.skip_rules(sctp=False)
     sel = plan.select(SPECS, plan.DEFAULT_FOCUS, rules)
     assert sel.run == (SPECS[0], SPECS[1], SPECS[3])
-    assert sel.skipped == {"disruptive": (), "load-balancer": (SPECS[2],), "sctp": (SPECS[4],), "aggregator": ()}
+    assert sel.skipped == {"load-balancer": (SPECS[2],), "sctp": (SPECS[4],), "aggregator": ()}
     text = plan.describe(sel, rules, plan.DEFAULT_FOCUS)
     assert "5 specs; skip rules:" in text and "3 specs run per mode" in text
     assert "load-balancer /LoadBalancer/: needs a cloud's load balancer" in text
@@ -330,6 +344,27 @@ def test_junit_failed_setup_counts() -> None:
     r = junit.parse(xml, plan.DEFAULT_FOCUS, ())
     setup = [c for c in r.cases if c.node == "SynchronizedBeforeSuite"]
     assert setup and setup[0].outcome == "failed" and "not ready nodes" in setup[0].reason
+
+
+def test_a_spec_run_alone_is_judged_by_its_own_pass_and_never_lost() -> None:
+    """The parallel pass's JUnit lists the spec kept for later as skipped (by the pass's own skip):
+    that pass does not judge it; the pass that runs it alone does, and a spec no pass reports (a
+    focus that missed it) is a failure, not a disappearance."""
+    tc = (f'<testcase name="[It] {TAINT_SPEC}" status="{{s}}" time="1">{{x}}</testcase>')
+    skipped = tc.format(s="skipped", x='<skipped message="skipped"></skipped>')
+    xml = JUNIT.replace("  </testsuite>", f"    {skipped}\n  </testsuite>")
+    focus = r"\[Conformance\]"
+    rules = plan.skip_rules(sctp=False)
+    assert junit.parse(xml, focus, rules).of("silent")[-1].name == TAINT_SPEC  # judged by it, it would be silent
+    parallel = junit.parse(xml, focus, rules, leave_out=(TAINT_SPEC,))
+    assert TAINT_SPEC not in {c.name for c in parallel.cases}
+    alone_xml = JUNIT.replace("  </testsuite>", f"    {tc.format(s='passed', x='')}\n  </testsuite>")
+    alone = junit.parse(alone_xml, plan.alone_focus([TAINT_SPEC]), rules)
+    assert [(c.name, c.outcome) for c in alone.cases] == [(TAINT_SPEC, "passed")]
+    merged = junit.merge([parallel, alone], expected=(TAINT_SPEC,))
+    assert merged.passed == parallel.passed + 1 and merged.failed == parallel.failed
+    lost = junit.merge([parallel], expected=(TAINT_SPEC,))
+    assert lost.failed == parallel.failed + 1 and lost.of("silent")[-1].name == TAINT_SPEC
 
 
 def test_reports_and_table() -> None:
@@ -418,9 +453,9 @@ def test_nonewprivs_nnp_is_setuid_root_in_its_layer(tmp_path: Path) -> None:
     assert (m.mode, m.uid, m.gid) == (0o6755, 0, 0)
 
 
-def _busybox_parts(busybox: str, shell: str, applets: tuple[str, ...] = ("sh", "cat")) -> e2eimages.Parts:
+def _busybox_parts(busybox: str, applets: tuple[str, ...] = ("busybox", "sh", "cat")) -> e2eimages.Parts:
     return e2eimages.Parts(**{**{f.name: "" for f in dataclasses.fields(e2eimages.Parts)},
-                              "busybox": busybox, "sh": shell, "applets": applets})
+                              "busybox": busybox, "applets": applets})
 
 
 def test_busybox_layer_has_a_world_writable_tmp(tmp_path: Path) -> None:
@@ -428,12 +463,27 @@ def test_busybox_layer_has_a_world_writable_tmp(tmp_path: Path) -> None:
     # and without it the probe fails and the container restarts
     bb = tmp_path / "busybox"
     bb.write_bytes(b"\x7fELF busybox")
-    parts = _busybox_parts(str(bb), str(bb))
+    parts = _busybox_parts(str(bb))
     layer = ociimage.write_layer(e2eimages.busybox_layer(parts), str(tmp_path / "bb.tar"), e2eimages.BUSYBOX_DIRS)
     with tarfile.open(layer) as tar:
         m = tar.getmember("tmp")
         assert m.isdir() and m.mode == 0o1777
         assert tar.getmember("bin").mode == 0o755 and tar.getmember("bin/cat").linkname == "busybox"
+        assert tar.getmember("bin/sh").linkname == "busybox"  # ash, as upstream's: no other shell
+        assert tar.getmember("bin/busybox").isfile()
+
+
+def _busybox_root(tmp_path: Path) -> Path:
+    """The busybox images' layer, built from what ``tools/build-busybox.sh`` made, unpacked."""
+    busybox = e2eimages.tools.tool("busybox")
+    if not os.access(busybox, os.X_OK):
+        pytest.fail(f"{busybox} missing: .ci/install.sh builds it (tools/build-busybox.sh)")
+    parts = _busybox_parts(busybox, tuple(e2eimages.busybox_applets(busybox)))
+    layer = ociimage.write_layer(e2eimages.busybox_layer(parts), str(tmp_path / "bb.tar"), e2eimages.BUSYBOX_DIRS)
+    root = tmp_path / "root"
+    with tarfile.open(layer) as tar:
+        tar.extractall(root, filter="fully_trusted")
+    return root
 
 
 @pytest.mark.root
@@ -441,18 +491,25 @@ def test_busybox_images_sh_passes_every_environment_variable_on(tmp_path: Path) 
     """The layer unpacked and run as a container runs it (chroot): ``sh -c env`` prints a variable
     whose name is no shell name, as upstream's busybox does (ConfigMap's and Secret's envFrom specs
     look for ``data-1=value-1``; Debian's busybox ash drops it)."""
-    if not (os.access(ociimage.BUSYBOX, os.X_OK) and os.access(e2eimages.BASH_STATIC, os.X_OK)):
-        pytest.fail("busybox-static and bash-static are installed by .ci/install.sh")
-    parts = _busybox_parts(ociimage.BUSYBOX, e2eimages.BASH_STATIC, tuple(e2eimages.busybox_applets()))
-    layer = ociimage.write_layer(e2eimages.busybox_layer(parts), str(tmp_path / "bb.tar"), e2eimages.BUSYBOX_DIRS)
-    root = tmp_path / "root"
-    with tarfile.open(layer) as tar:
-        tar.extractall(root, filter="fully_trusted")
+    root = _busybox_root(tmp_path)
     cp = subprocess.run(["env", "-i", "data-1=value-1", "p-data-1=value-1", "PATH=/bin", "/usr/sbin/chroot", str(root),
                          "sh", "-c", "env; echo ok >/tmp/health && cat /tmp/health"],
                         capture_output=True, text=True, check=False)
     assert cp.returncode == 0, cp.stderr
     assert {"data-1=value-1", "p-data-1=value-1", "ok"} <= set(cp.stdout.splitlines()), cp.stdout
+
+
+@pytest.mark.root
+def test_busybox_images_sh_words_a_read_only_root_as_upstream(tmp_path: Path) -> None:
+    """Kubelet's "read only busybox container should not write to root filesystem" runs ``/bin/sh -c
+    'echo test > /file'`` on a read-only root and compares the log with ash's exact words."""
+    root = _busybox_root(tmp_path)
+    script = (f"mount --bind {root} {root} && mount -o remount,bind,ro {root} && "
+              f"exec env -i PATH=/bin /usr/sbin/chroot {root} /bin/sh -c 'echo test > /file'")
+    cp = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                        capture_output=True, text=True, check=False)
+    assert cp.returncode != 0
+    assert cp.stderr == "/bin/sh: can't create /file: Read-only file system\n"
 
 
 def test_nonroot_user_reaches_the_image_config(tmp_path: Path) -> None:
