@@ -68,7 +68,8 @@ command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 # cnitool and wireguard-go (the userspace WireGuard: the lab's --encryption wireguard, make demo's too)
 go_sets=(cnitool wireguard-go)
 [ "$bench_peers" = 0 ] || go_sets+=(ovs-cni cni-plugins)
-# The Kubernetes lab's Services and `make conformance`: CoreDNS, e2e.test + agnhost + ginkgo.
+# The Kubernetes lab's Services and `make conformance`: CoreDNS, e2e.test + agnhost + ginkgo, and what
+# the e2e images carry besides (nonewprivs' nnp, sample-apiserver).
 [ "$kubernetes" = 0 ] || go_sets+=(kubernetes kube-e2e kube-e2e-images coredns)
 step go "${go_sets[*]}"
 bash "$here/tools/build-go-tools.sh" "${go_sets[@]}"

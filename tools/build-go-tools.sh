@@ -31,8 +31,11 @@ packages_of() {
     kube-e2e) echo "e2e.test=test:k8s.io/kubernetes/test/e2e agnhost=static:k8s.io/kubernetes/test/images/agnhost" \
                    "ginkgo=github.com/onsi/ginkgo/v2/ginkgo" ;;
     # What the e2e images carry besides agnhost (lab/kube/e2eimages.py): nonewprivs' nnp, which
-    # prints its effective uid (the image sets it setuid root); static, as agnhost.
-    kube-e2e-images) echo "nnp=static:k8s.io/kubernetes/test/images/nonewprivs" ;;
+    # prints its effective uid (the image sets it setuid root), and the Aggregator spec's extension
+    # API server (k8s.io/sample-apiserver at the lab's version, the module e2e.test itself links);
+    # static, as agnhost.
+    kube-e2e-images) echo "nnp=static:k8s.io/kubernetes/test/images/nonewprivs" \
+                          "sample-apiserver=static:k8s.io/sample-apiserver" ;;
     coredns) echo "coredns=static:github.com/coredns/coredns" ;;
     ovs-cni) echo "ovs-cni/ovs=github.com/k8snetworkplumbingwg/ovs-cni/cmd/plugin" ;;
     cni-plugins) echo "cni-plugins/bridge=github.com/containernetworking/plugins/plugins/main/bridge" \

@@ -65,8 +65,9 @@ NETPOL_CI_SPECS = (
 )
 NETPOL_CI_FOCUS = r"\[sig-network\] Netpol (" + "|".join(literal(s) for s in NETPOL_CI_SPECS) + ")"
 
-# One [Conformance] spec outside sig-network per image the all-conformance suite adds (busybox: two), the two
-# kinds of webhook the API server calls (each by its full name): the all-conformance-ci suite.
+# One [Conformance] spec outside sig-network per image the all-conformance suite adds (busybox: two), the
+# two kinds of webhook the API server calls, the aggregated API it proxies to, and a NoExecute taint (run
+# alone after the others), each by its full name: the all-conformance-ci suite.
 ALL_CONFORMANCE_CI_SPECS = (
     # httpd 2.4.38-4: readiness on /index.html, which the spec moves away and back
     ("[sig-apps] StatefulSet Basic StatefulSet functionality [StatefulSetBasic] Burst scaling should run to "
@@ -92,6 +93,9 @@ ALL_CONFORMANCE_CI_SPECS = (
     "[sig-api-machinery] AdmissionWebhook [Privileged:ClusterAdmin] should mutate configmap [Conformance]",
     ("[sig-api-machinery] CustomResourceConversionWebhook [Privileged:ClusterAdmin] should be able to convert from "
      "CR v1 to CR v2 [Conformance]"),
+    # sample-apiserver and etcd: an APIService the API server proxies to with its front-proxy client certificate
+    ("[sig-api-machinery] Aggregator Should be able to support the 1.17 Sample API Server using the current "
+     "Aggregator [Conformance]"),
 )
 ALL_CONFORMANCE_CI_FOCUS = "|".join(literal(s) for s in ALL_CONFORMANCE_CI_SPECS)
 
@@ -104,7 +108,8 @@ SUITES = (
           "conformance, netpol-ci and all-conformance-ci, on one cluster (what CI runs)"),
     Suite("all-conformance", ALL_CONFORMANCE_FOCUS, "every SIG's Conformance specs, not only sig-network's"),
     Suite("all-conformance-ci", ALL_CONFORMANCE_CI_FOCUS,
-          "10 of them: one per image all-conformance adds, busybox's ash twice, the API server's webhooks, a NoExecute taint"),
+          "11 of them: one per image all-conformance adds, busybox's ash twice, the API server's webhooks, "
+          "an aggregated API, a NoExecute taint"),
 )
 SUITE_NAMES = tuple(s.name for s in SUITES)
 DEFAULT_SUITE = SUITES[0]
@@ -213,16 +218,6 @@ SCTP = SkipRule(
     "EPROTONOSUPPORT)")
 
 
-# The one [Conformance] spec outside sig-network that cannot run here (e2e v1.34.4's
-# test/e2e/apimachinery/aggregator.go): it deploys e2e's sample-apiserver with an etcd sidecar and
-# registers it as an APIService, which the API server then proxies to with its front-proxy client
-# certificate.
-AGGREGATOR = SkipRule(
-    "aggregator", r"\[sig-api-machinery\] Aggregator ",
-    "needs e2e's sample-apiserver:1.29.2 and etcd:3.6.4-0 images, which are not made here (no registry, and "
-    "lab.kube.e2eimages does not build k8s.io/sample-apiserver), and an API server started with a front-proxy "
-    "client certificate (--proxy-client-cert-file, --requestheader-*), which the lab's is not")
-
 
 def kernel_has_sctp() -> bool:
     """Whether this kernel opens SCTP sockets (the lab's Nodes share it)."""
@@ -239,7 +234,7 @@ def skip_rules(sctp: bool) -> tuple[SkipRule, ...]:
     """The rules that hold on this machine: ``sctp`` is whether the kernel has SCTP sockets. Each
     rule skips only specs of its kind, so every suite takes them all (a rule that skips none of a
     suite's specs says so in :func:`describe`)."""
-    return (LOAD_BALANCER,) + (() if sctp else (SCTP,)) + (AGGREGATOR,)
+    return (LOAD_BALANCER,) + (() if sctp else (SCTP,))
 
 
 def ginkgo_args(focus: str, rules: Sequence[SkipRule], alone: AloneRule | None = DISRUPTIVE) -> list[str]:

@@ -176,7 +176,8 @@ def preflight() -> list[str]:
     missing = []
     if os.geteuid() != 0:
         missing.append("root (the lab makes namespaces, OVS, containerd and kubelets)")
-    for name in ("e2e.test", "ginkgo", "agnhost", "nnp", "coredns", "kube-proxy", "kubectl", "kubelet"):
+    for name in ("e2e.test", "ginkgo", "agnhost", "nnp", "sample-apiserver", "etcd", "coredns", "kube-proxy", "kubectl",
+                 "kubelet"):
         if not os.access(tools.tool(name), os.X_OK):
             missing.append(f"{tools.tool(name)} (tools/build-go-tools.sh kubernetes kube-e2e kube-e2e-images coredns)")
     if not os.access(tools.tool("busybox"), os.X_OK):

@@ -22,6 +22,8 @@ from lab import layout, tools
 from lab.kube import dns, manifests, ociimage, pki
 from lab.kube.plan import (
     CLUSTER_DOMAIN,
+    FRONT_PROXY_CA,
+    FRONT_PROXY_CLIENT,
     KUBE_PROXY_USER,
     NODE_CNI_PLUGINS,
     PAUSE_IMAGE,
@@ -288,6 +290,8 @@ class Cluster:
             ca.issue(f"{n.name}-serving", f"system:node:{n.name}", ["system:nodes"],
                      server_names=(n.name, *n.addresses), client=False)
         ca.service_account_keys()
+        # the front proxy's own CA and the API server's client certificate under it (aggregated APIs)
+        pki.Authority(self.plan.front_proxy_pki, FRONT_PROXY_CA).issue(FRONT_PROXY_CLIENT, FRONT_PROXY_CLIENT)
         for path, (stem, _user) in self.plan.kubeconfigs.items():
             doc = kubeconfig(self.plan.api_url, ca.path("ca.crt"), ca.path(f"{stem}.crt"), ca.path(f"{stem}.key"))
             layout.write_atomic(path, yaml.safe_dump(doc, sort_keys=False))

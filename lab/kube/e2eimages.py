@@ -14,9 +14,15 @@ inside them:
 | ``e2e-test-images/nonroot:1.4`` | busybox, ``User 1234`` | Security Context's runAsNonRoot specs |
 | ``e2e-test-images/busybox:1.37.0-1`` | busybox 1.37.0 built here as upstream's (``tools/build-busybox.sh``: ``defconfig``, static), every applet, ash as ``sh`` | the framework's default test image (``e2epod.GetDefaultTestImage``) |
 | ``registry.k8s.io/pause:3.10.1`` | agnhost alone, ``agnhost pause`` (a pause that ends on SIGTERM) | scheduling, quota, namespace, Service latency specs |
+| ``e2e-test-images/sample-apiserver:1.29.2`` | the Debian root file system + ``/sample-apiserver`` (``k8s.io/sample-apiserver`` at the lab's version, static), ``ENTRYPOINT ["/sample-apiserver"]`` as upstream's | the Aggregator spec's extension API server (the wardle.example.com group, served through an APIService) |
+| ``registry.k8s.io/etcd:3.6.4-0`` | the Debian root file system + ``/usr/local/bin/etcd``, the lab's own etcd 3.6.4 | the same spec's second container, sample-apiserver's storage on 127.0.0.1:2379 |
 
-Not made: ``e2e-test-images/sample-apiserver:1.29.2`` and ``etcd:3.6.4-0``, the Aggregator spec's
-(:data:`lab.conformance.plan.AGGREGATOR` skips it and says why).
+etcd is the binary the lab's control plane runs (``tools/build-go-tools.sh kubernetes``), not a
+second, static build: it is built with cgo against this machine's C library (Debian 12's glibc,
+symbols up to GLIBC_2.34), and the root file system under it is Debian 12's too, already stored on
+every Node for the other images, so the image costs only etcd's own layer.  sample-apiserver is
+static, as agnhost: the root file system under it is only for what upstream's Alpine base gives a
+shell in the container.
 
 Upstream agnhost is Alpine with bind-tools, curl, netcat-openbsd, iproute2 and bash
 (``test/images/agnhost/Dockerfile``); jessie-dnsutils is Debian with dnsutils; httpd is Alpine's
@@ -56,8 +62,10 @@ NONEWPRIVS = f"{E2E_REGISTRY}/nonewprivs:1.3"
 NONROOT = f"{E2E_REGISTRY}/nonroot:1.4"
 BUSYBOX = f"{E2E_REGISTRY}/busybox:1.37.0-1"
 PAUSE = "registry.k8s.io/pause:3.10.1"
+SAMPLE_APISERVER = f"{E2E_REGISTRY}/sample-apiserver:1.29.2"
+ETCD = "registry.k8s.io/etcd:3.6.4-0"
 NAMES = (AGNHOST, JESSIE_DNSUTILS, NGINX, NGINX_NEW, HTTPD, HTTPD_NEW, NAUTILUS, KITTEN, NONEWPRIVS, NONROOT,
-         BUSYBOX, PAUSE)
+         BUSYBOX, PAUSE, SAMPLE_APISERVER, ETCD)
 NONROOT_USER = "1234"  # upstream's Dockerfile: USER 1234
 
 DEBIAN_SUITE = "bookworm"
@@ -67,7 +75,7 @@ DEBIAN_SUITE = "bookworm"
 ROOTFS_PACKAGES = ("apache2-bin", "bind9-dnsutils", "curl", "iproute2", "iputils-ping", "netcat-openbsd", "nginx-light")
 IMAGE_CACHE = os.environ.get("FERRY_IMAGE_CACHE", "/var/cache/ferry/image")
 E2E_CACHE = os.environ.get("FERRY_E2E_IMAGE_CACHE", "/var/cache/ferry/e2e-images")
-FORMAT = 5  # bump when the images' make-up changes: the cached archive is keyed by it
+FORMAT = 6  # bump when the images' make-up changes: the cached archive is keyed by it
 Log = Callable[[str], None]
 
 
@@ -89,6 +97,8 @@ class Parts:
     busybox: str  # busybox 1.37.0 as upstream's image has it (tools/build-busybox.sh)
     applets: Sequence[str]  # what ``busybox --list`` names
     nnp: str  # nonewprivs' static binary (tools/build-go-tools.sh kube-e2e-images)
+    sample_apiserver: str  # k8s.io/sample-apiserver, static (tools/build-go-tools.sh kube-e2e-images)
+    etcd: str  # the lab's etcd (tools/build-go-tools.sh kubernetes)
     images_src: str  # the module's test/images: httpd/index.html, nautilus/html, kitten/html
 
 
@@ -158,6 +168,15 @@ def nnp_layer(nnp: str) -> ociimage.ImageSpec:
     return ociimage.ImageSpec(name="", files={"usr/local/bin/nnp": nnp}, modes={"usr/local/bin/nnp": 0o6755})
 
 
+SAMPLE_APISERVER_PATH = "sample-apiserver"  # upstream's Dockerfile: ADD sample-apiserver /sample-apiserver
+ETCD_PATH = "usr/local/bin/etcd"  # where e2e's Deployment runs it from (aggregator.go: /usr/local/bin/etcd)
+
+
+def binary_layer(path: str, binary: str) -> ociimage.ImageSpec:
+    """One executable at ``path`` (sample-apiserver's, etcd's layer)."""
+    return ociimage.ImageSpec(name="", files={path: binary})
+
+
 @dataclass(frozen=True)
 class Layers:
     """The layer files the images are made of (tar files on disk)."""
@@ -169,6 +188,8 @@ class Layers:
     nautilus: str
     kitten: str
     nnp: str
+    sample_apiserver: str
+    etcd: str
 
 
 def layer_names() -> Layers:
@@ -201,6 +222,9 @@ def images(layers: Layers) -> list[ociimage.LayeredImage]:
         ociimage.LayeredImage(NONROOT, (b,), cmd=("sh",), env=("PATH=/bin",), user=NONROOT_USER),
         ociimage.LayeredImage(BUSYBOX, (b,), cmd=("sh",), env=("PATH=/bin",)),
         ociimage.LayeredImage(PAUSE, (a,), entrypoint=("/agnhost", "pause")),
+        ociimage.LayeredImage(SAMPLE_APISERVER, (r, layers.sample_apiserver),
+                              entrypoint=(f"/{SAMPLE_APISERVER_PATH}",)),
+        ociimage.LayeredImage(ETCD, (r, layers.etcd), cmd=(f"/{ETCD_PATH}",)),
     ]
 
 
@@ -213,7 +237,8 @@ def rootfs_key(packages: Sequence[str] = ROOTFS_PACKAGES, suite: str = DEBIAN_SU
 def inputs_key(p: Parts) -> str:
     """The cached archive's key: the files it is made of (path, size, mtime; Go builds live in
     directories keyed by their inputs), the applets, the image definitions and :data:`FORMAT`."""
-    files = [p.rootfs, p.agnhost, p.coredns, p.porter_crt, p.porter_key, p.busybox, p.nnp,
+    files = [p.rootfs, p.agnhost, p.coredns, p.porter_crt, p.porter_key, p.busybox, p.nnp, p.sample_apiserver,
+             p.etcd,
              os.path.join(p.images_src, "httpd", "index.html"),
              *(os.path.join(p.images_src, n, "html", f) for n in ("nautilus", "kitten")
                for f in sorted(os.listdir(os.path.join(p.images_src, n, "html"))))]
@@ -272,10 +297,10 @@ def busybox_applets(busybox: str) -> list[str]:
 
 
 def parts(log: Log) -> Parts:
-    for name in ("agnhost", "coredns", "nnp"):
+    for name in ("agnhost", "coredns", "nnp", "sample-apiserver", "etcd"):
         if not os.access(tools.tool(name), os.X_OK):
             raise ImageBuildError(f"{tools.tool(name)} missing: run "
-                                  "`tools/build-go-tools.sh kube-e2e kube-e2e-images coredns`")
+                                  "`tools/build-go-tools.sh kubernetes kube-e2e kube-e2e-images coredns`")
     if not os.access(tools.tool("busybox"), os.X_OK):
         raise ImageBuildError(f"{tools.tool('busybox')} missing: run `tools/build-busybox.sh`")
     src = os.path.join(kubernetes_module_dir(), "test", "images")
@@ -283,7 +308,7 @@ def parts(log: Log) -> Parts:
     return Parts(rootfs=ensure_rootfs(log), agnhost=tools.tool("agnhost"), coredns=tools.tool("coredns"),
                  porter_crt=os.path.join(porter, "localhost.crt"), porter_key=os.path.join(porter, "localhost.key"),
                  busybox=tools.tool("busybox"), applets=busybox_applets(tools.tool("busybox")), nnp=tools.tool("nnp"),
-                 images_src=src)
+                 sample_apiserver=tools.tool("sample-apiserver"), etcd=tools.tool("etcd"), images_src=src)
 
 
 def build(log: Log, cache: str = E2E_CACHE) -> str:
@@ -310,7 +335,10 @@ def build(log: Log, cache: str = E2E_CACHE) -> str:
                         httpd=layer(hspec, "httpd", hdirs),
                         nautilus=layer(picture_layer(os.path.join(p.images_src, "nautilus", "html")), "nautilus"),
                         kitten=layer(picture_layer(os.path.join(p.images_src, "kitten", "html")), "kitten"),
-                        nnp=layer(nnp_layer(p.nnp), "nnp"))
+                        nnp=layer(nnp_layer(p.nnp), "nnp"),
+                        sample_apiserver=layer(binary_layer(SAMPLE_APISERVER_PATH, p.sample_apiserver),
+                                               "sample-apiserver"),
+                        etcd=layer(binary_layer(ETCD_PATH, p.etcd), "etcd"))
         ociimage.write_layered_archive(images(layers), path)
     for old in os.listdir(cache):
         if old.startswith("e2e-images-") and old.endswith(".tar") and old != os.path.basename(path):

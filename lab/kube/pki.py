@@ -1,6 +1,8 @@
 """The lab cluster's certificates and keys, as a real cluster's installer makes them: one CA, the
 API server's serving certificate, client certificates per component (the identity in CN, the
-groups in O), and the service-account signing key pair.
+groups in O), and the service-account signing key pair; and, as kubeadm, a second CA of its own
+for the front proxy, which signs the client certificate the API server presents to aggregated API
+servers (an extension API server trusts that CA for request headers, not the cluster's).
 
 Plain data in (names, addresses), PEM files out; ``cryptography`` does the work."""
 
@@ -17,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 VALIDITY = datetime.timedelta(days=365)
+CLUSTER_CA = "ferry-lab-ca"
 
 
 def _key() -> ec.EllipticCurvePrivateKey:
@@ -40,9 +43,10 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 class Authority:
-    """A CA kept in ``directory`` (``ca.crt``/``ca.key``); issues certificates into it."""
+    """A CA kept in ``directory`` (``ca.crt``/``ca.key``), named ``name`` (its subject's CN);
+    issues certificates into it."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, name: str = CLUSTER_CA) -> None:
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
         crt, key = self.path("ca.crt"), self.path("ca.key")
@@ -56,8 +60,8 @@ class Authority:
             return
         self.key = _key()
         now = datetime.datetime.now(datetime.UTC)
-        self.cert = (x509.CertificateBuilder().subject_name(_name("ferry-lab-ca"))
-                     .issuer_name(_name("ferry-lab-ca")).public_key(self.key.public_key())
+        self.cert = (x509.CertificateBuilder().subject_name(_name(name))
+                     .issuer_name(_name(name)).public_key(self.key.public_key())
                      .serial_number(x509.random_serial_number())
                      .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALIDITY)
                      .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)

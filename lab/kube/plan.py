@@ -33,6 +33,12 @@ from lab.kube.spec import KubeSpec
 from lab.topology import Topology, external_address, external_netns, node_addresses, node_netns
 
 CLUSTER_DOMAIN = "cluster.local"
+# The front proxy's CA and the API server's client certificate under it, as kubeadm names them
+# (front-proxy-ca, front-proxy-client): the API server proxies a request for an aggregated API
+# (an APIService) with that certificate and the caller's identity in X-Remote-* headers, which the
+# extension API server believes only from a certificate of that CA with an allowed name.
+FRONT_PROXY_CA = "front-proxy-ca"
+FRONT_PROXY_CLIENT = "front-proxy-client"
 KUBE_PROXY_USER = "system:kube-proxy"  # bound to ClusterRole system:node-proxier by default RBAC
 PAUSE_IMAGE = "ferry.local/pause:1"
 WORKLOAD_IMAGE = "ferry.local/busybox:1"
@@ -130,6 +136,11 @@ class ClusterPlan:
         """kube-dns's address of the first family (what a Pod's resolv.conf names first)."""
         return self.dns_ips[0] if self.dns_ips else None
 
+    @property
+    def front_proxy_pki(self) -> str:
+        """The front proxy's CA directory (``ca.crt``, ``front-proxy-client.{crt,key}``)."""
+        return front_proxy_dir(self.pki)
+
     def node(self, name: str) -> NodePlan:
         for n in self.nodes:
             if n.name == name:
@@ -142,6 +153,25 @@ class ClusterPlan:
             if p.role == role:
                 return p
         raise KeyError(role)
+
+
+def front_proxy_dir(pki: str) -> str:
+    return os.path.join(pki, "front-proxy")
+
+
+def front_proxy_flags(pki: str) -> tuple[str, ...]:
+    """kube-apiserver's flags for aggregated APIs, kubeadm's: whom the request headers are
+    believed from (``--requestheader-*``: certificates of the front proxy's CA named
+    ``front-proxy-client``), which headers carry the user, groups and extra, and the client
+    certificate the API server proxies with (``--proxy-client-*``).  The API server publishes the
+    first set in ``kube-system/extension-apiserver-authentication``, where extension API servers
+    read it."""
+    fp = lambda name: os.path.join(front_proxy_dir(pki), name)
+    return (f"--requestheader-client-ca-file={fp('ca.crt')}", f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-username-headers=X-Remote-User",
+            f"--proxy-client-cert-file={fp(FRONT_PROXY_CLIENT + '.crt')}",
+            f"--proxy-client-key-file={fp(FRONT_PROXY_CLIENT + '.key')}")
 
 
 def api_host(topo: Topology) -> str:
@@ -239,7 +269,8 @@ def plan(lab: str, lab_dir: str, topo: Topology, spec: KubeSpec, tools_dir: str)
         f"--kubelet-client-key={p('apiserver-kubelet-client.key')}",
         f"--kubelet-certificate-authority={p('ca.crt')}",
         "--kubelet-preferred-address-types=InternalIP", "--profiling=false",
-        # Admission and conversion webhooks (and aggregated APIs) are Services: the API server dials
+        *front_proxy_flags(pki),
+        # Admission and conversion webhooks and aggregated APIs are Services: the API server dials
         # one of their endpoints' Pod IPs, which its host (the external one) routes to, instead of
         # the ClusterIP, which only a host running kube-proxy can (upstream's advice for an API
         # server without kube-proxy).

@@ -77,14 +77,14 @@ def test_family_passes_through() -> None:
 
 def test_skip_rules_name_their_reason_and_sctp_follows_the_kernel() -> None:
     with_sctp, without = plan.skip_rules(sctp=True), plan.skip_rules(sctp=False)
-    assert [r.name for r in with_sctp] == ["load-balancer", "aggregator"]
-    assert [r.name for r in without] == ["load-balancer", "sctp", "aggregator"]
+    assert [r.name for r in with_sctp] == ["load-balancer"]
+    assert [r.name for r in without] == ["load-balancer", "sctp"]
     assert all(r.reason and re.compile(r.pattern) for r in without)
     # the parallel pass leaves out what runs alone after it
     assert plan.ginkgo_args(plan.DEFAULT_FOCUS, without) == [
         r"--ginkgo.focus=\[sig-network\].*\[Conformance\]",
         "--ginkgo.skip=LoadBalancer", r"--ginkgo.skip=\[Feature:SCTPConnectivity\]|SCTP HostPort|SCTP service",
-        r"--ginkgo.skip=\[sig-api-machinery\] Aggregator ", r"--ginkgo.skip=\[Disruptive\]"]
+        r"--ginkgo.skip=\[Disruptive\]"]
 
 
 def test_the_pass_run_alone_selects_exactly_its_specs() -> None:
@@ -129,9 +129,9 @@ NEITHER = ("[sig-network] Services should work after restarting kube-proxy [Disr
            "ValidatingAdmissionPolicy API operations [Conformance]"))
 ALL_SPECS = [CONFORMANCE_SPEC, NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP, *NETPOL_SCTP, *OTHER_SCTP,
              *NEITHER]
-# [Conformance] specs of other SIGs (e2e v1.34.4), for the all-conformance suite: the one the
-# aggregator rule skips, one of NoExecuteTaintManager's two [Disruptive] ones, and some that run
-# (one [Serial]; one that only shares its words with the Aggregator's).
+# [Conformance] specs of other SIGs (e2e v1.34.4), for the all-conformance suite: the Aggregator's
+# (sample-apiserver behind an APIService), one of NoExecuteTaintManager's two [Disruptive] ones,
+# and some that run (one [Serial]; one that only shares its words with the Aggregator's).
 AGGREGATOR_SPEC = ("[sig-api-machinery] Aggregator Should be able to support the 1.17 Sample API Server using the "
                    "current Aggregator [Conformance]")
 TAINT_SPEC = ("[sig-node] NoExecuteTaintManager Single Pod [Serial] removing taint cancels eviction [Disruptive] "
@@ -177,24 +177,22 @@ def test_all_conformance_is_every_sigs_conformance_specs_and_each_skip_names_its
     assert set(plan.focused(specs, plan.DEFAULT_FOCUS)) < set(conformance)  # sig-network's are a part
     rules = plan.skip_rules(sctp=False)
     sel = plan.select(specs, focus, rules)
-    assert sel.skipped == {"load-balancer": (), "sctp": (), "aggregator": (AGGREGATOR_SPEC,)}
-    assert sel.run == (CONFORMANCE_SPEC, NEITHER[1], *OTHER_SIGS)  # webhooks and [Serial] specs run
+    assert sel.skipped == {"load-balancer": (), "sctp": ()}
+    # webhooks, the aggregated API and [Serial] specs run in parallel
+    assert sel.run == (CONFORMANCE_SPEC, NEITHER[1], AGGREGATOR_SPEC, *OTHER_SIGS)
     assert sel.alone == (TAINT_SPEC,)  # after them, alone on the cluster
-    assert plan.rule_of(AGGREGATOR_SPEC, rules) is plan.AGGREGATOR
-    assert "sample-apiserver" in plan.AGGREGATOR.reason and "front-proxy" in plan.AGGREGATOR.reason
+    assert plan.rule_of(AGGREGATOR_SPEC, rules) is None and AGGREGATOR_SPEC in plan.ALL_CONFORMANCE_CI_SPECS
     text = plan.describe(sel, rules, focus)
     assert text.startswith(r"focus \[Conformance\]: 9 specs; skip rules:")
-    assert text.endswith("8 specs run per mode (1 of them alone)")
+    assert text.endswith("9 specs run per mode (1 of them alone)")
     assert "run alone, after the parallel pass: disruptive /\\[Disruptive\\]/: " in text
     assert f"    1:\n      {TAINT_SPEC}\n" in text
-    rule = plan.AGGREGATOR
-    assert f"  aggregator /{rule.pattern}/: {rule.reason}\n    skips 1:\n      {AGGREGATOR_SPEC}" in text
 
 
 def test_all_conformance_against_e2e_itself() -> None:
-    """Against e2e.test v1.34.4 (when built): 424 [Conformance] specs, the 2 [Disruptive] ones run
-    alone after the others, the Aggregator's skipped, and the sig-network suite loses nothing to the
-    rule."""
+    """Against e2e.test v1.34.4 (when built): 424 [Conformance] specs, none skipped, the 2
+    [Disruptive] ones run alone after the others, and the all-conformance-ci suite's each once among
+    those that run."""
     from lab import tools
 
     if not os.access(tools.tool("e2e.test"), os.X_OK):
@@ -205,10 +203,9 @@ def test_all_conformance_against_e2e_itself() -> None:
     rules = plan.skip_rules(sctp=False)
     sel = plan.select(specs, plan.suite("all-conformance").focus, rules)
     assert len(sel.run) + len(sel.alone) + sum(map(len, sel.skipped.values())) == 424
-    assert {k: len(v) for k, v in sel.skipped.items()} == {"load-balancer": 0, "sctp": 0, "aggregator": 1}
+    assert {k: len(v) for k, v in sel.skipped.items()} == {"load-balancer": 0, "sctp": 0}
     assert len(sel.alone) == 2 and all("NoExecuteTaintManager" in s for s in sel.alone)
-    assert len(sel.run) == 421
-    assert plan.select(specs, plan.DEFAULT_FOCUS, rules).skipped["aggregator"] == ()
+    assert len(sel.run) == 422
     ci = plan.select(specs, plan.suite("all-conformance-ci").focus, rules)  # each spec once, none skipped
     assert sorted(ci.run + ci.alone) == sorted(plan.ALL_CONFORMANCE_CI_SPECS) and not any(ci.skipped.values())
     assert set(ci.run) <= set(sel.run) and ci.alone == (plan.ALL_CONFORMANCE_CI_SPECS[5],) and ci.alone[0] in sel.alone
@@ -276,11 +273,11 @@ def test_select_and_describe_every_rule_with_what_it_skips() -> None:
     rules = plan.skip_rules(sctp=False)
     sel = plan.select(SPECS, plan.DEFAULT_FOCUS, rules)
     assert sel.run == (SPECS[0], SPECS[1], SPECS[3])
-    assert sel.skipped == {"load-balancer": (SPECS[2],), "sctp": (SPECS[4],), "aggregator": ()}
+    assert sel.skipped == {"load-balancer": (SPECS[2],), "sctp": (SPECS[4],)}
     text = plan.describe(sel, rules, plan.DEFAULT_FOCUS)
     assert "5 specs; skip rules:" in text and "3 specs run per mode" in text
     assert "load-balancer /LoadBalancer/: needs a cloud's load balancer" in text
-    assert f"      {SPECS[2]}" in text and "skips 0 of the selected specs" in text
+    assert f"      {SPECS[2]}" in text and "\n    0 of the selected specs\n" in text  # none runs alone
 
 
 # ---------------------------------------------------------------- JUnit
@@ -421,7 +418,7 @@ def test_images_are_made_of_the_shared_layers_and_look_like_upstreams() -> None:
     # every Debian-based image starts from the one root file system; agnhost's layer is shared too
     assert {n for n, i in by.items() if i.layers[0] == "rootfs"} == {
         e2eimages.AGNHOST, e2eimages.JESSIE_DNSUTILS, e2eimages.NGINX, e2eimages.NGINX_NEW, e2eimages.HTTPD,
-        e2eimages.HTTPD_NEW, e2eimages.NAUTILUS, e2eimages.KITTEN}
+        e2eimages.HTTPD_NEW, e2eimages.NAUTILUS, e2eimages.KITTEN, e2eimages.SAMPLE_APISERVER, e2eimages.ETCD}
     assert by[e2eimages.HTTPD].layers == by[e2eimages.HTTPD_NEW].layers == ("rootfs", "httpd")
     assert by[e2eimages.HTTPD_NEW].env[-1] == "HTTPD_VERSION=2.4.39-4"
     assert by[e2eimages.HTTPD].cmd[0] == "httpd"
@@ -430,6 +427,26 @@ def test_images_are_made_of_the_shared_layers_and_look_like_upstreams() -> None:
     assert by[e2eimages.NAUTILUS].entrypoint == ("/agnhost",) and by[e2eimages.NAUTILUS].cmd == ("test-webserver",)
     assert by[e2eimages.NONEWPRIVS].layers == ("busybox", "nnp") and by[e2eimages.NONEWPRIVS].cmd == ("nnp",)
     assert by[e2eimages.NONROOT].user == "1234" and all(i.user == "" for n, i in by.items() if n != e2eimages.NONROOT)
+    # the Aggregator spec's: upstream's ENTRYPOINT ["/sample-apiserver"] (the spec passes only args),
+    # and etcd where the spec's command runs it
+    assert by[e2eimages.SAMPLE_APISERVER].layers == ("rootfs", "sample_apiserver")
+    assert by[e2eimages.SAMPLE_APISERVER].entrypoint == ("/sample-apiserver",)
+    assert by[e2eimages.ETCD].layers == ("rootfs", "etcd") and by[e2eimages.ETCD].cmd == ("/usr/local/bin/etcd",)
+
+
+def test_the_aggregator_specs_binaries_are_where_its_pod_runs_them(tmp_path: Path) -> None:
+    """aggregator.go runs ``/usr/local/bin/etcd`` by command and sample-apiserver by the image's
+    entrypoint: each layer holds its binary there, executable."""
+    for path, name in ((e2eimages.SAMPLE_APISERVER_PATH, "sample-apiserver"), (e2eimages.ETCD_PATH, "etcd")):
+        binary = tmp_path / name
+        binary.write_bytes(b"\x7fELF " + name.encode())
+        layer = ociimage.write_layer(e2eimages.binary_layer(path, str(binary)), str(tmp_path / f"{name}.tar"))
+        with tarfile.open(layer) as tar:
+            m = tar.getmember(path)
+            assert m.isfile() and m.mode == 0o755 and tar.extractfile(m).read() == binary.read_bytes()  # type: ignore[union-attr]
+    by = {i.name: i for i in e2eimages.images(e2eimages.layer_names())}
+    assert by[e2eimages.SAMPLE_APISERVER].entrypoint == (f"/{e2eimages.SAMPLE_APISERVER_PATH}",)
+    assert by[e2eimages.ETCD].cmd == (f"/{e2eimages.ETCD_PATH}",)
 
 
 def test_httpd_serves_from_where_the_statefulset_specs_move_index_html() -> None:

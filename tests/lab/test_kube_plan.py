@@ -180,6 +180,41 @@ def test_certificates_name_who_each_client_is(tmp_path: Path) -> None:
     assert pki.Authority(str(tmp_path)).cert == ca.cert
 
 
+def test_api_server_proxies_to_aggregated_apis_as_kubeadms_front_proxy(tmp_path: Path) -> None:
+    """kubeadm's flags for aggregated APIs, every file they name written by the lab's credentials,
+    the front proxy's client certificate (CN front-proxy-client, the one allowed name) issued by a
+    CA of its own, not the cluster's; and the API server dials an APIService's endpoints (Pod IPs)."""
+    from lab.kube.cluster import Cluster
+
+    t = parsed()
+    assert t.kubernetes is not None
+    p = plan.plan("lab1", str(tmp_path), t, t.kubernetes, "/tools")
+    argv = p.process("kube-apiserver").argv
+    flags = dict(a[2:].split("=", 1) for a in argv if a.startswith("--") and "=" in a)
+    fp = Path(p.front_proxy_pki)
+    assert fp.parent == Path(p.pki)
+    assert {k: v for k, v in flags.items() if k.startswith(("requestheader-", "proxy-client-"))} == {
+        "requestheader-client-ca-file": str(fp / "ca.crt"), "requestheader-allowed-names": "front-proxy-client",
+        "requestheader-extra-headers-prefix": "X-Remote-Extra-", "requestheader-group-headers": "X-Remote-Group",
+        "requestheader-username-headers": "X-Remote-User", "proxy-client-cert-file": str(fp / "front-proxy-client.crt"),
+        "proxy-client-key-file": str(fp / "front-proxy-client.key")}
+    assert flags["enable-aggregator-routing"] == "true"
+    Cluster(p, None, lambda _msg: None).credentials(plan.server_names(t, t.kubernetes))  # type: ignore[arg-type]
+    named = [v for k, v in flags.items() if k.endswith(("-file", "-certificate", "-key", "-authority"))]
+    assert len(named) == 11 and all(Path(f).is_file() for f in named), [f for f in named if not Path(f).is_file()]
+    front_ca = x509.load_pem_x509_certificate((fp / "ca.crt").read_bytes())
+    cluster_ca = x509.load_pem_x509_certificate((Path(p.pki) / "ca.crt").read_bytes())
+    assert front_ca.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "front-proxy-ca"
+    assert front_ca.public_key() != cluster_ca.public_key()
+    client = x509.load_pem_x509_certificate((fp / "front-proxy-client.crt").read_bytes())
+    assert client.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "front-proxy-client"
+    assert list(client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.CLIENT_AUTH]
+    client.verify_directly_issued_by(front_ca)
+    with pytest.raises(ValueError):
+        client.verify_directly_issued_by(cluster_ca)
+
+
 def test_network_policy_only_on_kubernetes_has_a_primary_cni() -> None:
     """networkPolicyOnly on a Kubernetes lab: accepted; each Node gets Debian's ptp + host-local on
     the Pod CIDRs the API gave it (install-cni chains Ferry after it), and no nodePodRoutes from

@@ -10,6 +10,7 @@ require (
 	github.com/onsi/ginkgo/v2 v2.21.0
 	go.etcd.io/etcd/server/v3 v3.6.4
 	k8s.io/kubernetes v1.34.4
+	k8s.io/sample-apiserver v0.34.4
 )
 
 require (

@@ -2,7 +2,9 @@
 
 // Package tools pins the Kubernetes components ferry-lab runs (built with `go build PKG`), and what
 // `make conformance` runs: Kubernetes' own e2e tests (`go test -c k8s.io/kubernetes/test/e2e`), the
-// agnhost image's binary, and the ginkgo CLI that runs e2e.test in parallel processes.
+// agnhost image's binary, the ginkgo CLI that runs e2e.test in parallel processes, and the
+// Aggregator spec's extension API server, k8s.io/sample-apiserver (a module of its own: e2e.test links
+// only its API types, so go.mod requires it directly for `go build k8s.io/sample-apiserver`).
 package tools
 
 import (
@@ -15,4 +17,5 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/test/e2e"
 	_ "k8s.io/kubernetes/test/images/agnhost"
+	_ "k8s.io/sample-apiserver"
 )
