@@ -97,6 +97,16 @@ class NftPlan:
     snat_exclude: tuple[str, ...] = ()  # further destinations not to masquerade (Node addresses)
     tunnel_udp_port: int | None = None
     uplink_ingress_drop: str | None = None  # netdev + uplink on the bridge: the renamed uplink
+    # what ``cluster_pod_cidrs`` gained and lost since the tuple it was made from (the planner's
+    # memo knows; the nft applier then changes its sets by them), not part of the plan's value
+    cluster_changes: ClusterChanges | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ClusterChanges:
+    since: tuple[str, ...]  # the ``cluster_pod_cidrs`` these changes are from (that very tuple)
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import bisect
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import chain, compress
+from itertools import accumulate, chain, compress
 from operator import attrgetter, is_not
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,7 @@ from .model import (
     VLAN_ANNOTATION,
     VLAN_NONE,
     CidrConflict,
+    ClusterChanges,
     DesiredState,
     HostRoute,
     LocalFacts,
@@ -330,6 +331,11 @@ class PeerMemo:
     fixed: frozenset[str] = frozenset()  # the cluster set's part that is no peer's (this context's)
     peer_list: list[NodeRecord] | None = None  # the last call's peers, as given
     disagreeing: int = 0  # results with MAC disagreements
+    # the last plan's plans, flows, state-file rows and their texts, and where each peer's part
+    # starts in them (plans/rows/texts, flows; None: not known since they were joined)
+    lists: tuple[list[PeerPlan], list[Flow], list[nodestate.Peer], list[str]] | None = None
+    offsets: tuple[list[int], list[int]] | None = None
+    cluster_tuple: tuple[str, ...] | None = None  # the cluster set the last plan handed out
     local_in: NodeRecord | None = None  # this Node's record among them, if it was
 
     def use(self, context: Any) -> dict[Any, PeerResult]:
@@ -338,6 +344,7 @@ class PeerMemo:
             self.records, self.keys, self.by_name, self.order = {}, {}, {}, []
             self.routes, self.neighbors, self.counts, self.cluster = set(), set(), {}, {}
             self.cluster_sorted, self.fixed, self.peer_list, self.disagreeing = [], frozenset(), None, 0
+            self.lists, self.offsets, self.cluster_tuple = None, None, None
         return self.results
 
 
@@ -455,6 +462,7 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
         masquerade=not (config.no_snat or config.mode == NETWORK_POLICY_ONLY),
         local_pod_cidrs=pod_cidrs,
         cluster_pod_cidrs=part.cluster,
+        cluster_changes=part.cluster_changes,
         tunnel_udp_port=tunnel.dst_port if tunnel is not None else None,
         uplink_ingress_drop=uplink.renamed if uplink is not None and config.datapath_type == NETDEV else None,
     )
@@ -477,6 +485,7 @@ class _Peers:
     conflicts: tuple[CidrConflict, ...]
     rows: list[nodestate.Peer] | None = None  # the state file's rows, when kept
     texts: list[str] | None = None  # and their JSON
+    cluster_changes: ClusterChanges | None = None  # what ``cluster`` gained and lost, when known
 
 
 def _hop_key(peer: NodeRecord, fast: bool, next_hops: Mapping[str, NextHop] | None) -> Any:
@@ -579,6 +588,10 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
     routes, neighbors = set(memo.routes), set(memo.neighbors)  # the last plan's stay as they were (copies of
     # sets keep their elements' hashes: C work, no HostRoute.__hash__)
     counts, cluster, in_order, order = memo.counts, memo.cluster, memo.cluster_sorted, memo.order
+    replaced: list[tuple[str, PeerResult, PeerResult]] = []  # (peer, was, is): still there, re-planned
+    reordered = False  # a peer came or went: the lists' places moved
+    came: list[str] = []  # CIDRs into the cluster set, and out of it
+    left: list[str] = []
     for n in sorted(moved):
         old = memo.by_name.pop(n, None)
         if old is not None:
@@ -595,10 +608,12 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
                     del cluster[c]
                     if c not in memo.fixed:
                         del in_order[bisect.bisect_left(in_order, c)]
+                        left.append(c)
         peer = current.get(n)
         if peer is None:
             if old is not None:
                 del order[bisect.bisect_left(order, n)]
+                reordered = True
             continue
         if n in aside:
             peer = replace(peer, pod_cidrs=tuple(c for c in peer.pod_cidrs
@@ -615,18 +630,70 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
             cluster[c] = cluster.get(c, 0) + 1
             if cluster[c] == 1 and c not in memo.fixed:
                 bisect.insort(in_order, c)
+                came.append(c)
         if old is None:
             bisect.insort(order, n)
+            reordered = True
+        else:
+            replaced.append((n, old, res))
     memo.records, memo.aside, memo.routes, memo.neighbors = current, aside, routes, neighbors
     memo.peer_list, memo.local_in = list(peers), local_in
-    results = list(map(memo.by_name.__getitem__, order))
-    flows = list(chain.from_iterable(map(_FLOWS, results)))
+    lists = _spliced(memo, replaced) if moved and not reordered else None
+    if lists is None:
+        lists = _joined(memo) if moved or memo.lists is None else memo.lists
+    memo.lists = lists
+    plans, flows, rows, texts = lists
     owned = {n: memo.by_name[n].flows for n in moved if n in memo.by_name}
-    return _Peers(list(chain.from_iterable(map(_PLANS, results))), memo.flows.step(flows, owned, moved),
-                  routes, neighbors,
-                  list(chain.from_iterable(map(_DISAGREEMENTS, results))) if memo.disagreeing else [],
-                  tuple(in_order), conflicts, list(chain.from_iterable(map(_ROWS, results))),
-                  list(chain.from_iterable(map(_TEXTS, results))))
+    disagreements = (list(chain.from_iterable(map(_DISAGREEMENTS, map(memo.by_name.__getitem__, order))))
+                     if memo.disagreeing else [])
+    since, cluster_now = memo.cluster_tuple, tuple(in_order) if came or left or memo.cluster_tuple is None \
+        else memo.cluster_tuple
+    memo.cluster_tuple = cluster_now
+    changes = None
+    if since is not None:
+        both = set(came) & set(left)  # a CIDR one peer gave up and another took
+        changes = ClusterChanges(since, tuple(c for c in came if c not in both),
+                                 tuple(c for c in left if c not in both))
+    return _Peers(plans, memo.flows.step(flows, owned, moved), routes, neighbors, disagreements,
+                  cluster_now, conflicts, rows, texts, changes)
+
+
+_Lists = tuple[list[PeerPlan], list[Flow], list[nodestate.Peer], list[str]]
+
+
+def _joined(memo: PeerMemo) -> _Lists:
+    """The peers' plans, flows, state-file rows and their texts, in peer order, joined from the
+    results (C work over every peer)."""
+    results = list(map(memo.by_name.__getitem__, memo.order))
+    memo.offsets = None
+    return (list(chain.from_iterable(map(_PLANS, results))), list(chain.from_iterable(map(_FLOWS, results))),
+            list(chain.from_iterable(map(_ROWS, results))), list(chain.from_iterable(map(_TEXTS, results))))
+
+
+def _spliced(memo: PeerMemo, replaced: list[tuple[str, PeerResult, PeerResult]]) -> _Lists | None:
+    """The last plan's lists with the re-planned peers' parts put in their places, when each is
+    as long as the part it replaces (a peer's address, Pod CIDR or MAC changed); None: join them
+    again.  The lists handed out before are copies of what is spliced here (a copy of a list is
+    a memory copy, not a pass over its items)."""
+    if memo.lists is None or any(len(a.plans) != len(b.plans) or len(a.flows) != len(b.flows)
+                                 for _, a, b in replaced):
+        return None
+    order, by_name = memo.order, memo.by_name
+    if memo.offsets is None:  # where each peer's part starts (prefix sums: C work, once after a join)
+        results = list(map(by_name.__getitem__, order))
+        memo.offsets = ([0, *accumulate(map(len, map(_PLANS, results)))],
+                        [0, *accumulate(map(len, map(_FLOWS, results)))])
+    at_plan, at_flow = memo.offsets
+    plans, flows, rows, texts = (list(memo.lists[0]), list(memo.lists[1]), list(memo.lists[2]),
+                                 list(memo.lists[3]))
+    for name, _, res in replaced:
+        i = bisect.bisect_left(order, name)
+        p, f = at_plan[i], at_flow[i]
+        plans[p:p + len(res.plans)] = res.plans
+        rows[p:p + len(res.rows)] = res.rows
+        texts[p:p + len(res.texts)] = res.texts
+        flows[f:f + len(res.flows)] = res.flows
+    return plans, flows, rows, texts
 
 
 def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: LocalFacts,

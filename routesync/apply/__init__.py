@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from itertools import compress
+from operator import is_not
 from typing import TYPE_CHECKING
 
 from cni.pipeline.modes import NETDEV, PATH_TUNNEL
@@ -271,10 +273,8 @@ class NodeAppliers:
         if after.tunnel is not None and self.config.datapath_type == NETDEV and after.peers is not before.peers:
             # the plans that are not the very objects of before's (the planner's memo keeps an
             # unchanged peer's): their endpoints, less those of the plans they replaced
-            was = dict(zip(map(id, before.peers), before.peers))
-            now = dict(zip(map(id, after.peers), after.peers))
-            new = [now[i] for i in now.keys() - was.keys()]
-            fresh = _endpoints(new) - _endpoints([was[i] for i in was.keys() - now.keys()])
+            new, gone = _replaced(before.peers, after.peers)
+            fresh = _endpoints(new) - _endpoints(gone)
             if fresh:
                 self.tnl_neigh.sync(tunnel_endpoints(p for p in new if p.transport_address in fresh))
 
@@ -441,6 +441,18 @@ def gateway_mtu(desired: DesiredState) -> int:
     destinations cross it unencapsulated; the Node's own packets to tunnelled peers are held to
     the tunnel MTU by their host routes' MTU."""
     return desired.transport_mtu or desired.mtu
+
+
+def _replaced(before: list[PeerPlan], after: list[PeerPlan]) -> tuple[list[PeerPlan], list[PeerPlan]]:
+    """The plans of ``after`` that are not objects of ``before``, and those of ``before`` gone:
+    place by place when both are as long (a peer re-planned in place: C work), else by identity."""
+    if len(before) == len(after):
+        at = list(compress(range(len(after)), map(is_not, after, before)))
+        if len(at) <= 16:
+            return [after[i] for i in at], [before[i] for i in at]
+    was = dict(zip(map(id, before), before))
+    now = dict(zip(map(id, after), after))
+    return [now[i] for i in now.keys() - was.keys()], [was[i] for i in was.keys() - now.keys()]
 
 
 def _endpoints(peers: list[PeerPlan]) -> set[str | None]:

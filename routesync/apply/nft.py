@@ -601,10 +601,16 @@ class NftApplier:
         self._clusters = None
         if (last is not None and sets is not None and clusters is not None
                 and replace(last, cluster_pod_cidrs=()) == replace(plan, cluster_pod_cidrs=())):
-            old, new = set(last.cluster_pod_cidrs), set(plan.cluster_pod_cidrs)
+            changes = plan.cluster_changes
+            if changes is not None and changes.since is last.cluster_pod_cidrs:  # the planner's word
+                added: Iterable[str] = changes.added
+                removed: Iterable[str] = changes.removed
+            else:
+                old, new = set(last.cluster_pod_cidrs), set(plan.cluster_pod_cidrs)
+                added, removed = new - old, old - new
             out = dict(sets)
             for v in (4, 6):
-                clusters[v].update(new - old, old - new)
+                clusters[v].update(added, removed)
                 out[f"cluster{v}"] = (v, clusters[v].elements())
         else:
             clusters = cluster_sets(plan)

@@ -163,12 +163,18 @@ def replay(seed: int, extra: dict[str, Any], steps: int) -> int:
             clusters = cluster_sets(inc.nft)
         else:
             old, new = set(last_nft.cluster_pod_cidrs), set(inc.nft.cluster_pod_cidrs)
+            said = inc.nft.cluster_changes  # the planner's word on what came and went
+            assert said is not None and said.since is last_nft.cluster_pod_cidrs, where
+            assert (sorted(said.added), sorted(said.removed)) == (sorted(new - old), sorted(old - new)), where
             for v in (4, 6):
-                clusters[v].update(new - old, old - new)
+                clusters[v].update(said.added, said.removed)
         last_nft = inc.nft
         want = inet_sets(full.nft)
         assert [clusters[v].elements() for v in (4, 6)] == [want["cluster4"][1], want["cluster6"][1]], where
-        text = encoder.encode(node_state(cfg, LOCAL, inc, FACTS, rows))
+        state = node_state(cfg, LOCAL, inc, FACTS, rows)
+        assert inc.peer_rows is not None and inc.peer_texts is not None and state.peers is inc.peer_rows
+        encoder.give(state.peers, inc.peer_texts)  # as routesync.statefile.StateFile.state does
+        text = encoder.encode(state)
         assert text == node_state(cfg, LOCAL, full, FACTS).to_json(), where
     return events
 
