@@ -336,6 +336,7 @@ class PeerMemo:
     lists: tuple[list[PeerPlan], list[Flow], list[nodestate.Peer], list[str]] | None = None
     offsets: tuple[list[int], list[int]] | None = None
     cluster_tuple: tuple[str, ...] | None = None  # the cluster set the last plan handed out
+    head: tuple[Any, list[Flow]] | None = None  # the base and Node flows, and what they were made of
     local_in: NodeRecord | None = None  # this Node's record among them, if it was
 
     def use(self, context: Any) -> dict[Any, PeerResult]:
@@ -442,19 +443,25 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     # networkPolicyOnly: the host un-DNATs a Service's reply only if it sees it; Pod sources that
     # come in through the gateway are flagged so their replies go back to it (docs/design/services.md)
     returned = config.cluster_cidrs if config.mode == NETWORK_POLICY_ONLY else ()
-    flows = base_flows(GatewayPort(facts.gateway_ofport, facts.gateway_mac, gw_addrs), returned)
-
     fast = fast_path_ready(config, facts)
     fast_port = None
     if fast:
         assert facts.uplink_ofport is not None and facts.uplink_mac is not None
         fast_port = FastPort(facts.uplink_ofport, facts.uplink_mac, pod_cidrs, facts.uplink_host_ofport,
                              uplink.vlan if uplink is not None else None)
-    flows += node_flows(tunnel_ofport, facts.gateway_mac, fast_port)
+    gateway = GatewayPort(facts.gateway_ofport, facts.gateway_mac, gw_addrs)
+    head_key = (gateway, returned, tunnel_ofport, fast_port)
+    if memo is not None and memo.head is not None and memo.head[0] == head_key:
+        flows = memo.head[1]  # the base and Node flows of the last plan (a list nobody changes)
+    else:
+        flows = base_flows(gateway, returned)
+        flows += node_flows(tunnel_ofport, facts.gateway_mac, fast_port)
+        if memo is not None:
+            memo.head = (head_key, flows)
     args = (config, networks, facts, tunnel_ofport, next_hops, fast, fast_port, route_mtu)
     if memo is None:
         part = _peers_full(local, peers, pod_cidrs, *args)
-        flows += part.flows
+        flows = flows + part.flows
     else:
         part = _peers_delta(memo, local, peers, pod_cidrs, *args)
         flows = join(flows, part.flows)

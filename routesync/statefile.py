@@ -16,6 +16,7 @@ equal to ``to_json``'s."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -36,7 +37,7 @@ STATE_CHEAP, STATE_IDLE, STATE_MAX_DELAY = 0.01, 0.1, 1.0
 
 
 # what a state with no peers holds for them: a key (a string's quotes inside a value are escaped)
-_NO_PEERS = '"peers":[]'
+_NO_PEERS, _NO_CLUSTER = '"peers":[]', '"clusterCIDRs":[]'
 
 
 class Encoder:
@@ -66,7 +67,9 @@ class Encoder:
                 seen[id(row)] = hit
                 parts.append(hit[1])
             self._texts = seen  # the rows are kept alive here, so their ids stay theirs
-        head = nodestate.json_text(record_replace(state, peers=[]))
+        # the cluster CIDRs (5,000 at 5,000 peers) go to json as they are: strings need no as_dict
+        head = nodestate.json_text(record_replace(state, peers=[], clusterCIDRs=[]))
+        head = head.replace(_NO_CLUSTER, '"clusterCIDRs":' + json.dumps(state.clusterCIDRs, separators=(",", ":")), 1)
         return head.replace(_NO_PEERS, '"peers":[' + ",".join(parts) + "]", 1)
 
 

@@ -19,6 +19,7 @@ from cni.pipeline.tables import Flow
 from routesync.apply.nft import Collapsed, _collapse, cluster_sets, inet_sets
 from routesync.apply.ovs import _group
 from routesync.config import Config, from_dict
+from routesync.daemon import own_and_peers
 from routesync.flowdelta import tail_changes
 from routesync.model import MAC_ANNOTATION, DesiredState, LocalFacts, NextHop, NodeRecord
 from routesync.planner import PeerMemo, node_state, plan
@@ -226,3 +227,11 @@ def test_collapsed_sets_follow_cidrs_coming_and_going() -> None:
             for v in (4, 6):
                 sets[v].update(added, gone)
                 assert sets[v].elements() == Collapsed(have, v).elements() == _collapse(have, v), (v, have)
+
+
+def test_own_and_peers_splits_the_source_s_list_as_a_pass_over_it_did() -> None:
+    a, b, c = (NodeRecord(n, (), ()) for n in ("node-a", "node-b", "node-c"))
+    again = NodeRecord("node-a", ("192.168.77.1",), ())
+    assert own_and_peers([b, a, c], "node-a") == (a, [b, c])
+    assert own_and_peers([b, c], "node-a") == (None, [b, c])
+    assert own_and_peers([a, b, again, c], "node-a") == (a, [b, c])  # the first of its name; none in the peers
