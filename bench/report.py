@@ -528,6 +528,9 @@ def _section_routesync(d: dict[str, Any]) -> str:
     if c:
         text += (f"\n\nOne Node change → applied on {c['peers']:,} peers (n={c['n']}): p50 {_f(c['p50_ms'], 1)} ms, "
                  f"p99 {_f(c['p99_ms'], 1)} ms, max {_f(c['max_ms'], 1)} ms.")
+        if "cpu_p50_ms" in c:  # route-sync's own CPU for it (issue 40's budget: 2 ms), and what it sent OVS
+            text += (f" route-sync CPU per change p50 {_f(c['cpu_p50_ms'], 2)} ms, p99 {_f(c['cpu_p99_ms'], 2)} ms; "
+                     f"flow-mods per change p50 {_f(c.get('flow_mods_p50'), 0)}, max {c.get('flow_mods_max')}.")
     return text
 
 

@@ -34,8 +34,9 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Protocol
 
 from . import planclaims, planner
@@ -218,6 +219,21 @@ class Loop:
             self.next_resync = now + self.resync
 
 
+def own_and_peers(nodes: Sequence[NodeRecord], name: str) -> tuple[NodeRecord | None, list[NodeRecord]]:
+    """This Node's record (the first of its name) and every other Node's, in the source's order:
+    by C work over the names (5,000 Nodes: a Python pass over them was ~0.5 ms of a change)."""
+    names = list(map(_NAME, nodes))
+    if name not in names:
+        return None, list(nodes)
+    i = names.index(name)
+    if names.count(name) > 1:
+        return nodes[i], [n for n in nodes if n.name != name]
+    return nodes[i], [*nodes[:i], *nodes[i + 1:]]
+
+
+_NAME = attrgetter("name")
+
+
 class Daemon:
     def __init__(self, config: Config, source: NodeSource, appliers: Appliers,
                  clock: Callable[[], float] = time.monotonic, observer: DaemonObserver | None = None,
@@ -281,7 +297,7 @@ class Daemon:
             except SourceError:
                 self.ovs.restore_host_path(cfg)
                 raise
-            local = next((n for n in nodes if n.name == cfg.node_name), None)
+            local, peers = own_and_peers(nodes, cfg.node_name)
             prepared = self._prepared
             self._prepared = None
             if not full and prepared is not None and prepared[0] == local:
@@ -291,7 +307,6 @@ class Daemon:
                 gw = planner.gateway_addresses(cfg, base)
                 facts = self.appliers.prepare(cfg, planner.tunnel_spec(cfg), planner.uplink_spec(cfg, base), gw)
             me = planner.self_record(cfg, local, facts)
-            peers = [n for n in nodes if n.name != cfg.node_name]
             for f in self.features:
                 me = f.own_record(me, peers)
             if me != local:

@@ -13,6 +13,7 @@ from cni.pipeline.modes import via
 from cni.pipeline.tables import Flow
 
 if TYPE_CHECKING:
+    from cni.node import nodestate
     from cni.pipeline.modes import Path, TunnelType
     from routesync.wireguard.model import WgSpec
 
@@ -96,6 +97,16 @@ class NftPlan:
     snat_exclude: tuple[str, ...] = ()  # further destinations not to masquerade (Node addresses)
     tunnel_udp_port: int | None = None
     uplink_ingress_drop: str | None = None  # netdev + uplink on the bridge: the renamed uplink
+    # what ``cluster_pod_cidrs`` gained and lost since the tuple it was made from (the planner's
+    # memo knows; the nft applier then changes its sets by them), not part of the plan's value
+    cluster_changes: ClusterChanges | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class ClusterChanges:
+    since: tuple[str, ...]  # the ``cluster_pod_cidrs`` these changes are from (that very tuple)
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -142,6 +153,10 @@ class DesiredState:
     # trafficEncryptionMode wireguard: the device and its peers (the daemon adds it: its keys and
     # the time decide it, routesync.wireguard.plan); None: no encryption
     wireguard: WgSpec | None = None
+    # the state file's peer rows and their JSON, in ``peers``' order, when the planner kept them
+    # (its memo: routesync.statefile writes an unchanged peer's text again); None: made from ``peers``
+    peer_rows: list[nodestate.Peer] | None = None
+    peer_texts: list[str] | None = None
     # True: the appliers compare with what the system holds (dumps; repairs drift).  False (a
     # Node change between re-assertions): they may apply only the difference from the desired
     # state they applied last, without reading the system back.

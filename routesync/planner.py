@@ -20,13 +20,20 @@ gateway port).  The kernel's answers come in as ``next_hops`` (destination → :
 Two Nodes claiming one Pod CIDR (any overlap): one claim stands, the other is planned nowhere
 (:mod:`.planclaims`: this Node's own first, then the Node whose name sorts first).
 
-Everything is recomputed from scratch on every reconcile; the appliers diff."""
+Without a memo everything is computed from scratch (the reference: a full pass's meaning); with
+one (:class:`PeerMemo`, the daemon's) an unchanged peer's result is reused and the peers' flows
+say which cookie groups moved since the last plan (``routesync.flowdelta``); the appliers diff
+what is left.  ``tests/routesync/test_node_delta.py`` replays random Node events through both
+and holds them equal."""
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import accumulate, chain, compress
+from operator import attrgetter, is_not
 from typing import TYPE_CHECKING, Any
 
 from cni.lean import addr
@@ -53,10 +60,13 @@ from cni.pipeline.tables import GATEWAY_PORT, TUNNEL_PORT, VIRTUAL_MAC, Flow
 from . import mtu as mtu_mod
 from . import planclaims
 from .config import Config, ConfigError, vlan_id
+from .flowdelta import KeyedFlowTracker, join
 from .model import (
     MAC_ANNOTATION,
     VLAN_ANNOTATION,
     VLAN_NONE,
+    CidrConflict,
+    ClusterChanges,
     DesiredState,
     HostRoute,
     LocalFacts,
@@ -287,22 +297,55 @@ class PeerResult:
     neighbors: frozenset[Neighbor]
     disagreements: tuple[MacDisagreement, ...]
     pod_cidrs: frozenset[str]  # the peer's Pod CIDRs, normalized (the cluster set)
+    rows: tuple[nodestate.Peer, ...] = ()  # its rows of the state file (one per plan)
+    texts: tuple[str, ...] = ()  # their JSON, as NodeState.to_json writes them
 
 
 @dataclass
 class PeerMemo:
-    """Per-peer results of earlier :func:`plan` calls, reused while the planning context (config,
-    transport networks, ports, MACs) is the same: a change of one Node re-plans that Node only
-    (1,000 peers: ~5 ms instead of ~250 ms of ``ipaddress`` work).  The caller (the daemon) owns
-    it; ``plan`` without one computes everything."""
+    """What :func:`plan` keeps between calls to plan a Node change as a delta: each peer's
+    result (reused while its record, and the planning context: config, transport networks,
+    ports, MACs, this Node's Pod CIDRs, is the same) and the sums over the peers (flows, routes,
+    neighbours, the cluster's Pod CIDRs, the state file's rows), each changed by what the peers
+    that moved take out and put in.  A call finds the peers that moved by identity (the sources
+    hand an unchanged Node's record over again), so a change of one Node costs that Node, not
+    5,000 (the per-peer loop over every result was ~11 % of a change's CPU there).  Another
+    context plans every peer again.  The caller (the daemon) owns it; ``plan`` without one
+    computes everything (the reference: ``tests/routesync/test_node_delta.py``)."""
 
     context: Any = None
-    results: dict[Any, PeerResult] = field(default_factory=dict)
+    results: dict[Any, PeerResult] = field(default_factory=dict)  # key -> result, the peers now
     claims: planclaims.ClaimIndex = field(default_factory=planclaims.ClaimIndex)  # every Node's Pod CIDRs
+    by_name: dict[str, PeerResult] = field(default_factory=dict)  # the last plan's, per peer
+    # the peers' flows as routesync.flowdelta tracks them: the cookie groups of the peers re-planned
+    flows: KeyedFlowTracker = field(default_factory=KeyedFlowTracker)
+    records: dict[str, NodeRecord] = field(default_factory=dict)  # the last plan's peer records
+    keys: dict[str, Any] = field(default_factory=dict)  # peer -> its key in ``results``
+    aside: dict[str, frozenset[str]] = field(default_factory=dict)  # the last plan's set-aside CIDRs
+    order: list[str] = field(default_factory=list)  # the peers planned, sorted
+    routes: set[HostRoute] = field(default_factory=set)
+    neighbors: set[Neighbor] = field(default_factory=set)
+    counts: dict[Any, int] = field(default_factory=dict)  # route/neighbour -> peers wanting it
+    cluster: dict[str, int] = field(default_factory=dict)  # peers' Pod CIDR -> peers claiming it
+    cluster_sorted: list[str] = field(default_factory=list)  # the cluster set, sorted
+    fixed: frozenset[str] = frozenset()  # the cluster set's part that is no peer's (this context's)
+    peer_list: list[NodeRecord] | None = None  # the last call's peers, as given
+    disagreeing: int = 0  # results with MAC disagreements
+    # the last plan's plans, flows, state-file rows and their texts, and where each peer's part
+    # starts in them (plans/rows/texts, flows; None: not known since they were joined)
+    lists: tuple[list[PeerPlan], list[Flow], list[nodestate.Peer], list[str]] | None = None
+    offsets: tuple[list[int], list[int]] | None = None
+    cluster_tuple: tuple[str, ...] | None = None  # the cluster set the last plan handed out
+    head: tuple[Any, list[Flow]] | None = None  # the base and Node flows, and what they were made of
+    local_in: NodeRecord | None = None  # this Node's record among them, if it was
 
     def use(self, context: Any) -> dict[Any, PeerResult]:
         if context != self.context:
             self.context, self.results = context, {}
+            self.records, self.keys, self.by_name, self.order = {}, {}, {}, []
+            self.routes, self.neighbors, self.counts, self.cluster = set(), set(), {}, {}
+            self.cluster_sorted, self.fixed, self.peer_list, self.disagreeing = [], frozenset(), None, 0
+            self.lists, self.offsets, self.cluster_tuple = None, None, None
         return self.results
 
 
@@ -320,8 +363,9 @@ def peer_result(config: Config, networks: Sequence[str], peer: NodeRecord, facts
         routes |= r
         neighbors |= n
     # every Pod CIDR is in exactly one family's plan, already canonical there
+    rows = tuple(_peer_row(p) for p in plans)
     return PeerResult(tuple(plans), tuple(flows), frozenset(routes), frozenset(neighbors), tuple(disagreements),
-                      frozenset(c for p in plans for c in p.pod_cidrs))
+                      frozenset(c for p in plans for c in p.pod_cidrs), rows, tuple(map(nodestate.json_text, rows)))
 
 
 def wg_overhead(ipv6_underlay: bool) -> int:
@@ -399,29 +443,80 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     # networkPolicyOnly: the host un-DNATs a Service's reply only if it sees it; Pod sources that
     # come in through the gateway are flagged so their replies go back to it (docs/design/services.md)
     returned = config.cluster_cidrs if config.mode == NETWORK_POLICY_ONLY else ()
-    flows = base_flows(GatewayPort(facts.gateway_ofport, facts.gateway_mac, gw_addrs), returned)
-
     fast = fast_path_ready(config, facts)
     fast_port = None
     if fast:
         assert facts.uplink_ofport is not None and facts.uplink_mac is not None
         fast_port = FastPort(facts.uplink_ofport, facts.uplink_mac, pod_cidrs, facts.uplink_host_ofport,
                              uplink.vlan if uplink is not None else None)
-    flows += node_flows(tunnel_ofport, facts.gateway_mac, fast_port)
-    disagreements: list[MacDisagreement] = []
-    plans: list[PeerPlan] = []
-    routes: set[HostRoute] = set()
-    neighbors: set[Neighbor] = set()
-    # two Nodes claiming one Pod CIDR: the set-aside claims are planned nowhere below (planclaims)
-    claims = memo.claims if memo is not None else planclaims.ClaimIndex()
+    gateway = GatewayPort(facts.gateway_ofport, facts.gateway_mac, gw_addrs)
+    head_key = (gateway, returned, tunnel_ofport, fast_port)
+    if memo is not None and memo.head is not None and memo.head[0] == head_key:
+        flows = memo.head[1]  # the base and Node flows of the last plan (a list nobody changes)
+    else:
+        flows = base_flows(gateway, returned)
+        flows += node_flows(tunnel_ofport, facts.gateway_mac, fast_port)
+        if memo is not None:
+            memo.head = (head_key, flows)
+    args = (config, networks, facts, tunnel_ofport, next_hops, fast, fast_port, route_mtu)
+    if memo is None:
+        part = _peers_full(local, peers, pod_cidrs, *args)
+        flows = flows + part.flows
+    else:
+        part = _peers_delta(memo, local, peers, pod_cidrs, *args)
+        flows = join(flows, part.flows)
+    nft = NftPlan(
+        masquerade=not (config.no_snat or config.mode == NETWORK_POLICY_ONLY),
+        local_pod_cidrs=pod_cidrs,
+        cluster_pod_cidrs=part.cluster,
+        cluster_changes=part.cluster_changes,
+        tunnel_udp_port=tunnel.dst_port if tunnel is not None else None,
+        uplink_ingress_drop=uplink.renamed if uplink is not None and config.datapath_type == NETDEV else None,
+    )
+    return DesiredState(mtu=mtu, gateway_addresses=gw_addrs, tunnel=tunnel, uplink=uplink, peers=part.plans,
+                        flows=flows, routes=part.routes, neighbors=part.neighbors, nft=nft,
+                        forwarding=True, mac_disagreements=part.disagreements, transport_mtu=full_mtu,
+                        cidr_conflicts=part.conflicts, peer_rows=part.rows, peer_texts=part.texts)
+
+
+@dataclass
+class _Peers:
+    """The peers' part of a plan."""
+
+    plans: list[PeerPlan]
+    flows: list[Flow]
+    routes: set[HostRoute]
+    neighbors: set[Neighbor]
+    disagreements: list[MacDisagreement]
+    cluster: tuple[str, ...]  # every Node's Pod CIDRs, sorted
+    conflicts: tuple[CidrConflict, ...]
+    rows: list[nodestate.Peer] | None = None  # the state file's rows, when kept
+    texts: list[str] | None = None  # and their JSON
+    cluster_changes: ClusterChanges | None = None  # what ``cluster`` gained and lost, when known
+
+
+def _hop_key(peer: NodeRecord, fast: bool, next_hops: Mapping[str, NextHop] | None) -> Any:
+    """A peer's key among the memo's results: its record, and with the fast path the kernel's
+    next hops for its addresses (part of its input)."""
+    if not fast:
+        return peer
+    return (peer, tuple((a, (next_hops or {}).get(_host(a))) for a in peer.transport_addresses))
+
+
+def _peers_full(local: NodeRecord, peers: Sequence[NodeRecord], pod_cidrs: tuple[str, ...], config: Config,
+                networks: Sequence[str], facts: LocalFacts, tunnel_ofport: int | None,
+                next_hops: Mapping[str, NextHop] | None, fast: bool, fast_port: FastPort | None,
+                route_mtu: int) -> _Peers:
+    """Every peer planned afresh: the reference the memo's deltas are held to."""
+    claims = planclaims.ClaimIndex()
     records = {p.name: p.pod_cidrs for p in peers if p.name != local.name}
     records[local.name] = pod_cidrs
     claims.sync(records)
     conflicts = claims.conflicts(local.name)
+    # two Nodes claiming one Pod CIDR: the set-aside claims are planned nowhere below (planclaims)
     aside = planclaims.set_aside(conflicts, local.name)
+    out = _Peers([], [], set(), set(), [], (), conflicts)
     cluster = set(pod_cidrs) | set(config.cluster_cidrs)
-    known = memo.use((config, networks, tunnel_ofport, facts.gateway_mac, fast, fast_port, route_mtu)) if memo else {}
-    seen: dict[Any, PeerResult] = {}
     for peer in sorted(peers, key=lambda p: p.name):
         if peer.name == local.name:
             cluster |= {str(ipaddress.ip_network(c, strict=False)) for c in peer.pod_cidrs}
@@ -429,41 +524,193 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
         if peer.name in aside:
             peer = replace(peer, pod_cidrs=tuple(c for c in peer.pod_cidrs
                                                  if addr.canonical_network(c) not in aside[peer.name]))
-        key: Any = peer
-        if fast:  # the kernel's next hops for this peer's addresses are part of its input
-            key = (peer, tuple((a, (next_hops or {}).get(_host(a))) for a in peer.transport_addresses))
-        res = known.get(key)
-        if res is None:
-            res = peer_result(config, networks, peer, facts, tunnel_ofport, next_hops, fast, fast_port, route_mtu)
-        seen[key] = res
-        plans += res.plans
-        flows += res.flows
+        res = peer_result(config, networks, peer, facts, tunnel_ofport, next_hops, fast, fast_port, route_mtu)
+        out.plans += res.plans
+        out.flows += res.flows
+        out.routes |= res.routes
+        out.neighbors |= res.neighbors
+        out.disagreements += res.disagreements
+        cluster |= res.pod_cidrs
+    out.cluster = tuple(sorted(cluster))
+    return out
+
+
+_PLANS, _FLOWS, _DISAGREEMENTS = attrgetter("plans"), attrgetter("flows"), attrgetter("disagreements")
+_ROWS, _TEXTS, _NAME = attrgetter("rows"), attrgetter("texts"), attrgetter("name")
+
+
+def _records(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord]
+             ) -> tuple[dict[str, NodeRecord], NodeRecord | None, list[str], set[str]]:
+    """The peers' records by name (this Node's own, when among them, apart), the peers whose
+    record is another object than the memo's and those gone.  The source's list in the last
+    call's order (the usual case: the same records, one or two replaced in place) is compared
+    object by object with that one; anything else by name."""
+    prev = memo.peer_list
+    if prev is not None and memo.records and len(prev) == len(peers):
+        at = list(compress(range(len(peers)), map(is_not, peers, prev)))
+        if all(peers[i].name == prev[i].name != local.name for i in at):
+            current = memo.records  # the memo's own: updated in place
+            for i in at:
+                current[peers[i].name] = peers[i]
+            return current, memo.local_in, [peers[i].name for i in at], set()
+    current = dict(zip(map(_NAME, peers), peers))
+    local_in = current.pop(local.name, None)
+    last = memo.records
+    names = list(current)
+    changed = list(compress(names, map(is_not, map(last.get, names), current.values())))
+    return current, local_in, changed, set(last.keys() - current.keys())
+
+
+def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord], pod_cidrs: tuple[str, ...],
+                 config: Config, networks: Sequence[str], facts: LocalFacts, tunnel_ofport: int | None,
+                 next_hops: Mapping[str, NextHop] | None, fast: bool, fast_port: FastPort | None,
+                 route_mtu: int) -> _Peers:
+    """:func:`_peers_full`'s result from the memo's last one and the peers that moved since
+    (their record another object, their next hops or set-aside CIDRs other; all of them in
+    another context): what they took out of the sums is taken out, what they give now put in.
+    The rest is C-level copies and joins of the kept results."""
+    current, local_in, changed, gone = _records(memo, local, peers)
+    fixed = set(pod_cidrs) | set(config.cluster_cidrs)
+    if local_in is not None:
+        fixed |= {str(ipaddress.ip_network(c, strict=False)) for c in local_in.pod_cidrs}
+    memo.use((config, tuple(networks), tunnel_ofport, facts.gateway_mac, fast, fast_port, route_mtu, local.name,
+              pod_cidrs, frozenset(fixed)))
+    if not memo.records:  # a fresh context: every peer is planned
+        memo.fixed, memo.cluster_sorted = frozenset(fixed), sorted(fixed)
+        changed, gone = list(current), set()
+    last = memo.records
+    claims = memo.claims
+    for n in gone:
+        claims.set(n, ())
+    for n in changed:
+        claims.set(n, current[n].pod_cidrs)
+    claims.set(local.name, pod_cidrs)
+    conflicts = claims.conflicts(local.name)
+    aside = planclaims.set_aside(conflicts, local.name)
+    moved = set(changed) | gone
+    moved.update(n for n in aside.keys() | memo.aside.keys() if aside.get(n) != memo.aside.get(n))
+    if fast:  # the kernel's next hops are part of a peer's input
+        moved.update(n for n in list(current) if n not in moved
+                     and memo.keys.get(n) != _hop_key(last[n], True, next_hops))
+    routes, neighbors = set(memo.routes), set(memo.neighbors)  # the last plan's stay as they were (copies of
+    # sets keep their elements' hashes: C work, no HostRoute.__hash__)
+    counts, cluster, in_order, order = memo.counts, memo.cluster, memo.cluster_sorted, memo.order
+    replaced: list[tuple[str, PeerResult, PeerResult]] = []  # (peer, was, is): still there, re-planned
+    reordered = False  # a peer came or went: the lists' places moved
+    came: list[str] = []  # CIDRs into the cluster set, and out of it
+    left: list[str] = []
+    for n in sorted(moved):
+        old = memo.by_name.pop(n, None)
+        if old is not None:
+            memo.results.pop(memo.keys.pop(n), None)
+            memo.disagreeing -= bool(old.disagreements)
+            for x in (*old.routes, *old.neighbors):
+                counts[x] -= 1
+                if not counts[x]:
+                    del counts[x]
+                    (routes if isinstance(x, HostRoute) else neighbors).discard(x)
+            for c in old.pod_cidrs:
+                cluster[c] -= 1
+                if not cluster[c]:
+                    del cluster[c]
+                    if c not in memo.fixed:
+                        del in_order[bisect.bisect_left(in_order, c)]
+                        left.append(c)
+        peer = current.get(n)
+        if peer is None:
+            if old is not None:
+                del order[bisect.bisect_left(order, n)]
+                reordered = True
+            continue
+        if n in aside:
+            peer = replace(peer, pod_cidrs=tuple(c for c in peer.pod_cidrs
+                                                 if addr.canonical_network(c) not in aside[n]))
+        key = _hop_key(peer, fast, next_hops)
+        res = peer_result(config, networks, peer, facts, tunnel_ofport, next_hops, fast, fast_port, route_mtu)
+        memo.results[key], memo.keys[n], memo.by_name[n] = res, key, res
+        memo.disagreeing += bool(res.disagreements)
+        for x in (*res.routes, *res.neighbors):
+            counts[x] = counts.get(x, 0) + 1
         routes |= res.routes
         neighbors |= res.neighbors
-        disagreements += res.disagreements
-        cluster |= res.pod_cidrs
-    if memo is not None:
-        memo.results = seen  # peers gone are forgotten
-    nft = NftPlan(
-        masquerade=not (config.no_snat or config.mode == NETWORK_POLICY_ONLY),
-        local_pod_cidrs=pod_cidrs,
-        cluster_pod_cidrs=tuple(sorted(cluster)),
-        tunnel_udp_port=tunnel.dst_port if tunnel is not None else None,
-        uplink_ingress_drop=uplink.renamed if uplink is not None and config.datapath_type == NETDEV else None,
-    )
-    return DesiredState(mtu=mtu, gateway_addresses=gw_addrs, tunnel=tunnel, uplink=uplink, peers=plans,
-                        flows=flows, routes=routes, neighbors=neighbors, nft=nft,
-                        forwarding=True, mac_disagreements=disagreements, transport_mtu=full_mtu,
-                        cidr_conflicts=conflicts)
+        for c in res.pod_cidrs:
+            cluster[c] = cluster.get(c, 0) + 1
+            if cluster[c] == 1 and c not in memo.fixed:
+                bisect.insort(in_order, c)
+                came.append(c)
+        if old is None:
+            bisect.insort(order, n)
+            reordered = True
+        else:
+            replaced.append((n, old, res))
+    memo.records, memo.aside, memo.routes, memo.neighbors = current, aside, routes, neighbors
+    memo.peer_list, memo.local_in = list(peers), local_in
+    lists = _spliced(memo, replaced) if moved and not reordered else None
+    if lists is None:
+        lists = _joined(memo) if moved or memo.lists is None else memo.lists
+    memo.lists = lists
+    plans, flows, rows, texts = lists
+    owned = {n: memo.by_name[n].flows for n in moved if n in memo.by_name}
+    disagreements = (list(chain.from_iterable(map(_DISAGREEMENTS, map(memo.by_name.__getitem__, order))))
+                     if memo.disagreeing else [])
+    since, cluster_now = memo.cluster_tuple, tuple(in_order) if came or left or memo.cluster_tuple is None \
+        else memo.cluster_tuple
+    memo.cluster_tuple = cluster_now
+    changes = None
+    if since is not None:
+        both = set(came) & set(left)  # a CIDR one peer gave up and another took
+        changes = ClusterChanges(since, tuple(c for c in came if c not in both),
+                                 tuple(c for c in left if c not in both))
+    return _Peers(plans, memo.flows.step(flows, owned, moved), routes, neighbors, disagreements,
+                  cluster_now, conflicts, rows, texts, changes)
+
+
+_Lists = tuple[list[PeerPlan], list[Flow], list[nodestate.Peer], list[str]]
+
+
+def _joined(memo: PeerMemo) -> _Lists:
+    """The peers' plans, flows, state-file rows and their texts, in peer order, joined from the
+    results (C work over every peer)."""
+    results = list(map(memo.by_name.__getitem__, memo.order))
+    memo.offsets = None
+    return (list(chain.from_iterable(map(_PLANS, results))), list(chain.from_iterable(map(_FLOWS, results))),
+            list(chain.from_iterable(map(_ROWS, results))), list(chain.from_iterable(map(_TEXTS, results))))
+
+
+def _spliced(memo: PeerMemo, replaced: list[tuple[str, PeerResult, PeerResult]]) -> _Lists | None:
+    """The last plan's lists with the re-planned peers' parts put in their places, when each is
+    as long as the part it replaces (a peer's address, Pod CIDR or MAC changed); None: join them
+    again.  The lists handed out before are copies of what is spliced here (a copy of a list is
+    a memory copy, not a pass over its items)."""
+    if memo.lists is None or any(len(a.plans) != len(b.plans) or len(a.flows) != len(b.flows)
+                                 for _, a, b in replaced):
+        return None
+    order, by_name = memo.order, memo.by_name
+    if memo.offsets is None:  # where each peer's part starts (prefix sums: C work, once after a join)
+        results = list(map(by_name.__getitem__, order))
+        memo.offsets = ([0, *accumulate(map(len, map(_PLANS, results)))],
+                        [0, *accumulate(map(len, map(_FLOWS, results)))])
+    at_plan, at_flow = memo.offsets
+    plans, flows, rows, texts = (list(memo.lists[0]), list(memo.lists[1]), list(memo.lists[2]),
+                                 list(memo.lists[3]))
+    for name, _, res in replaced:
+        i = bisect.bisect_left(order, name)
+        p, f = at_plan[i], at_flow[i]
+        plans[p:p + len(res.plans)] = res.plans
+        rows[p:p + len(res.rows)] = res.rows
+        texts[p:p + len(res.texts)] = res.texts
+        flows[f:f + len(res.flows)] = res.flows
+    return plans, flows, rows, texts
 
 
 def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: LocalFacts,
                rows: dict[int, tuple[PeerPlan, nodestate.Peer]] | None = None) -> nodestate.NodeState:
     """What the plugin reads: written by the daemon when it differs from the last one written
     (``policyNamespaces``: where a new Pod starts pending, ``desired.policy_namespaces``).
-    ``rows`` (the caller's, kept across calls): each PeerPlan object's row, reused while the
-    plan is the same object (the planner's memo), so an unchanged peer costs no new record and
-    comparing two states skips it by identity."""
+    The rows are the planner's (``desired.peer_rows``: its memo keeps each peer's) or else made
+    here; ``rows`` (the caller's, kept across calls): each PeerPlan object's row, reused while the
+    plan is the same object, so an unchanged peer costs no new record and comparing two states
+    skips it by identity."""
     tunnel = None
     if desired.tunnel is not None and facts.tunnel_ofport is not None:
         tunnel = nodestate.Tunnel(type=desired.tunnel.type, port=desired.tunnel.port_name,
@@ -481,7 +728,7 @@ def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: 
         gateway=nodestate.Gateway(name=GATEWAY_PORT, mac=facts.gateway_mac, ofport=facts.gateway_ofport,
                                   addresses=list(desired.gateway_addresses)),
         tunnel=tunnel,
-        peers=_peer_rows(desired.peers, rows),
+        peers=desired.peer_rows if desired.peer_rows is not None else _peer_rows(desired.peers, rows),
         transportMTU=desired.transport_mtu or desired.mtu,
         policyNamespaces=list(desired.policy_namespaces),
         encryption=config.encryption,

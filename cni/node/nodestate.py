@@ -100,11 +100,17 @@ class NodeState:
     version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
-        import json  # route-sync writes the file; the plugin only parses it
+        return json_text(self)
 
-        # One line: indent= makes json fall back to its pure-Python encoder (~12x slower: 36 ms at
-        # 1,000 peers); `ferry-route-sync show` is the way to read it.
-        return json.dumps(as_dict(self), sort_keys=True, separators=(",", ":"))
+
+def json_text(obj: Any) -> str:
+    """A record as the state file spells it (:meth:`NodeState.to_json`; route-sync also keeps
+    each peer row's part between writes)."""
+    import json  # route-sync writes the file; the plugin only parses it
+
+    # One line: indent= makes json fall back to its pure-Python encoder (~12x slower: 36 ms at
+    # 1,000 peers); `ferry-route-sync show` is the way to read it.
+    return json.dumps(as_dict(obj), sort_keys=True, separators=(",", ":"))
 
 
 def _require(d: dict[str, Any], key: str, kind: type[T], where: str, default: Any = fastjson.REQUIRED,
@@ -199,7 +205,13 @@ def read(path: str = DEFAULT_STATE_FILE) -> NodeState:
 
 def write(state: NodeState, path: str = DEFAULT_STATE_FILE) -> None:
     """Atomically replace the state file (temp file, fsync, rename, fsync the directory)."""
+    write_text(state.to_json(), path)
+
+
+def write_text(text: str, path: str = DEFAULT_STATE_FILE) -> None:
+    """:func:`write` of a state already in its JSON text (``NodeState.to_json``'s; route-sync
+    keeps the per-peer parts of it between writes)."""
     from cni.node.atomicfile import write_atomic  # route-sync writes; the plugin only reads
 
     os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
-    write_atomic(path, state.to_json().encode())
+    write_atomic(path, text.encode())

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from itertools import compress
+from operator import is_not
 from typing import TYPE_CHECKING
 
 from cni.pipeline.modes import NETDEV, PATH_TUNNEL
@@ -97,7 +99,7 @@ class NodeAppliers:
         # what the last apply installed completely (None: unknown, the next apply is full)
         self._applied: DesiredState | None = None
         # the last delta's routes and their normalized set (the next delta's "before")
-        self._normalized: tuple[set[HostRoute], set[HostRoute]] | None = None
+        self._normalized: tuple[set[HostRoute], dict[HostRoute, int]] | None = None
         self._released: set[int] = set()  # cookies of the Pods whose pending block was lifted
         self._tnl_retry_at = 0.0  # monotonic: the next retry of unresolved tunnel next hops
         self.pods = PodMtuApplier(self.ovs.pod_ports, self.ovs.pod_port, self._set_host_mtu,
@@ -268,10 +270,13 @@ class NodeAppliers:
         finally:
             if nft is not None:
                 nft.result()  # its failure is this pass's failure too
-        if after.tunnel is not None and self.config.datapath_type == NETDEV:
-            fresh = _endpoints(after.peers) - _endpoints(before.peers)
+        if after.tunnel is not None and self.config.datapath_type == NETDEV and after.peers is not before.peers:
+            # the plans that are not the very objects of before's (the planner's memo keeps an
+            # unchanged peer's): their endpoints, less those of the plans they replaced
+            new, gone = _replaced(before.peers, after.peers)
+            fresh = _endpoints(new) - _endpoints(gone)
             if fresh:
-                self.tnl_neigh.sync(tunnel_endpoints(p for p in after.peers if p.transport_address in fresh))
+                self.tnl_neigh.sync(tunnel_endpoints(p for p in new if p.transport_address in fresh))
 
     def _apply_delta(self, before: DesiredState, after: DesiredState) -> None:
         if after.wireguard is not None:  # first: a key rotation's switch is on time
@@ -279,12 +284,7 @@ class NodeAppliers:
         if after.policy_nft != before.policy_nft:  # before the flows: OVS may stop judging what it hands over
             self.nft.sync_policy(after.policy_nft, verify=False)
         self.ovs.sync_flow_delta(before.flows, after.flows)
-        cached = self._normalized
-        old = cached[1] if cached is not None and cached[0] is before.routes else self.routes.normalized(before.routes)
-        self._normalized = None
-        new = self.routes.normalized(after.routes)
-        self.routes.apply_routes(sorted(new - old, key=repr), sorted(old - new, key=repr))
-        self._normalized = (after.routes, new)
+        self._apply_route_delta(before.routes, after.routes)
         if after.neighbors != before.neighbors:
             self.routes.sync_neighbors(after.neighbors)
         if after.nft != before.nft and self.nft.native:
@@ -292,6 +292,31 @@ class NodeAppliers:
             # libnftables); run side by side, the threads' Python parts made each wait for the
             # GIL (a 5 ms switch interval) and a change took longer
             self.nft.sync(after.nft, verify=False, defer_removals=True)
+
+    def _apply_route_delta(self, before: set[HostRoute], after: set[HostRoute]) -> None:
+        """The routes that came and went (set differences: the planner's memo hands an unchanged
+        peer's routes over as the same objects), normalized; a normalized route goes when no
+        desired route normalizes to it any more (counted, the counts kept from the last delta)."""
+        cached = self._normalized
+        self._normalized = None
+        counts = cached[1] if cached is not None and cached[0] is before else None
+        if counts is None:
+            counts = {}
+            for n in self.routes.normalized_each(before):
+                counts[n] = counts.get(n, 0) + 1
+        gone: set[HostRoute] = set()
+        for n in self.routes.normalized_each(before - after):
+            counts[n] -= 1
+            if not counts[n]:
+                del counts[n]
+                gone.add(n)
+        fresh: set[HostRoute] = set()
+        for n in self.routes.normalized_each(after - before):
+            counts[n] = counts.get(n, 0) + 1
+            if counts[n] == 1:
+                fresh.add(n)
+        self.routes.apply_routes(sorted(fresh - gone, key=repr), sorted(gone - fresh, key=repr))
+        self._normalized = (after, counts)
 
     def apply_full(self, desired: DesiredState) -> None:
         """OVS (flows, Pod flow replay, MTU request) and nftables here; the kernel's side
@@ -416,6 +441,18 @@ def gateway_mtu(desired: DesiredState) -> int:
     destinations cross it unencapsulated; the Node's own packets to tunnelled peers are held to
     the tunnel MTU by their host routes' MTU."""
     return desired.transport_mtu or desired.mtu
+
+
+def _replaced(before: list[PeerPlan], after: list[PeerPlan]) -> tuple[list[PeerPlan], list[PeerPlan]]:
+    """The plans of ``after`` that are not objects of ``before``, and those of ``before`` gone:
+    place by place when both are as long (a peer re-planned in place: C work), else by identity."""
+    if len(before) == len(after):
+        at = list(compress(range(len(after)), map(is_not, after, before)))
+        if len(at) <= 16:
+            return [after[i] for i in at], [before[i] for i in at]
+    was = dict(zip(map(id, before), before))
+    now = dict(zip(map(id, after), after))
+    return [now[i] for i in now.keys() - was.keys()], [was[i] for i in was.keys() - now.keys()]
 
 
 def _endpoints(peers: list[PeerPlan]) -> set[str | None]:

@@ -620,8 +620,8 @@ class OvsApplier:
         objects (the planner's memo hands them over for unchanged peers) is equal without
         rendering any text, and ``before`` is not grouped again when it is the list the last
         sync got: a change costs one pass over the flows, not text sets of all of them.  Where
-        ``after`` tells which of its policy flows changed since ``before``
-        (:mod:`routesync.flowdelta`), only the rest is grouped."""
+        ``after`` tells which of its tracked flows changed since ``before``
+        (:mod:`routesync.flowdelta`: the peers' and the policy's), only the rest is grouped."""
         joined = tail_changes(before, after)
         if joined is not None:
             return self._sync_joined_delta(before, after, *joined)
@@ -632,31 +632,33 @@ class OvsApplier:
         return self._send_delta(add, replace, delete, unchanged, new, (after, new, False))
 
     def _sync_joined_delta(self, before: list[Flow], after: list[Flow], old_head: list[Flow], new_head: list[Flow],
-                           tail: TrackedFlows, changed: Changed) -> FlowDiff:
-        """:meth:`sync_flow_delta` where ``after``'s tracked part (``routesync.flowdelta``: the
-        policy flows) says which of its groups changed since ``before``'s: the Node's own flows
-        (the head) grouped and compared as there, the tracked part's changed groups taken as
-        they are (named because they changed: no text to compare), the rest not looked at."""
+                           tails: list[tuple[TrackedFlows, Changed]]) -> FlowDiff:
+        """:meth:`sync_flow_delta` where ``after``'s tracked parts (``routesync.flowdelta``: the
+        peers' flows, the policy's) say which of their groups changed since ``before``'s: the
+        base and Node flows (the head) grouped and compared as there, the tracked parts' changed
+        groups taken as they are (named because they changed: no text to compare), the rest not
+        looked at."""
         last = self._last
         old = last[1] if last is not None and last[0] is before and last[2] else _group(old_head)
         new = _group(new_head)
         add, replace, delete, unchanged = _compare(old, new)
         flows_of: dict[int, tuple[Flow, ...]] = dict(new)
         written = 0
-        for c, (was, now) in changed.items():
-            if not now:
-                if was:
-                    delete.append(c)
-                continue
-            if owner_of(c) not in SYNCED_OWNERS:
-                raise ValueError(f"route-sync does not own cookie {c:#x} ({now[0].text()})")
-            if was == now:
-                continue
-            (replace if was else add).append(c)
-            flows_of[c] = now
-            written += 1
-        return self._send_delta(add, replace, delete, unchanged + tail.groups - written, flows_of,
-                                (after, new, True))
+        for tail, changed in tails:
+            for c, (was, now) in changed.items():
+                if not now:
+                    if was:
+                        delete.append(c)
+                    continue
+                if owner_of(c) not in SYNCED_OWNERS:
+                    raise ValueError(f"route-sync does not own cookie {c:#x} ({now[0].text()})")
+                if was == now:
+                    continue
+                (replace if was else add).append(c)
+                flows_of[c] = now
+                written += 1
+            unchanged += tail.groups
+        return self._send_delta(add, replace, delete, unchanged - written, flows_of, (after, new, True))
 
     def _send_delta(self, add: list[int], replace: list[int], delete: list[int], unchanged: int,
                     flows_of: Mapping[int, tuple[Flow, ...]],

@@ -160,6 +160,19 @@ class RouteApplier:
             out.add(n)
         return out
 
+    def normalized_each(self, routes: Iterable[HostRoute]) -> list[HostRoute]:
+        """:func:`normalize` of each, in order, remembered as :meth:`normalized` does."""
+        cache = self._normal
+        if len(cache) > 100_000:
+            cache.clear()
+        out = []
+        for r in routes:
+            n = cache.get(r)
+            if n is None:
+                n = cache[r] = normalize(r)
+            out.append(n)
+        return out
+
     def _add_request(self, r: HostRoute, names: dict[str, int]) -> tuple[int, int, bytes]:
         index = None
         if r.dev:

@@ -128,3 +128,14 @@ def test_goal_verdicts_follow_bounds_and_failures() -> None:
     assert rows["ADD p50"].reference_name == "Debian bridge + host-local 1.1.1"
     md = report.render(_results(dataplane={"status": "failed", "data": None, "error": "boom"}))
     assert "## Failed benchmarks" in md and "**dataplane**: boom" in md
+
+
+def test_the_routesync_section_shows_a_change_s_cpu_and_flow_mods() -> None:
+    rs = {"mode": "encap/vxlan, netdev",
+          "sizes": [{"peers": 5000, "reconcile_s": 2.3, "noop_reconcile_s": 0.5, "peak_rss_mb": 97.0}],
+          "change": {"peers": 5000, "n": 50, "p50_ms": 36.5, "p99_ms": 87.7, "max_ms": 87.7,
+                     "cpu_p50_ms": 5.99, "cpu_p99_ms": 11.22, "flow_mods_p50": 3.0, "flow_mods_max": 3}}
+    md = report.render(_results(routesync={"status": "ok", "data": rs}))
+    assert "route-sync CPU per change p50 5.99 ms, p99 11.22 ms; flow-mods per change p50 3, max 3." in md
+    del rs["change"]["cpu_p50_ms"]  # a result of a bench before the figure: the rest still renders
+    assert "p99 87.7 ms" in report.render(_results(routesync={"status": "ok", "data": rs}))

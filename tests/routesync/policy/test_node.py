@@ -164,14 +164,15 @@ def test_a_pass_hands_the_applier_the_policy_groups_that_changed_and_nothing_els
     before, after = apl.applied[-2].flows, apl.applied[-1].flows
     joined = tail_changes(before, after)
     assert joined is not None
-    changed = joined[3]
+    (_, peers_changed), (_, changed) = joined[2]  # the peers' tracked flows, then the policy's
+    assert peers_changed == {}
     (cookie, (was, now)), = changed.items()
     assert was == () and [f.text() for f in now] == [f.text() for f in after if f.cookie.value == cookie]
     assert "nw_src=10.244.2.8" in now[0].text()
     assert apl.ovs.bundles == [([cookie], [], [])]
     assert d.reconcile(full=False).ok  # nothing moved: the same tracked flows, nothing to write
     again = tail_changes(after, apl.applied[-1].flows)
-    assert again is not None and again[3] == {} and len(apl.ovs.bundles) == 1
+    assert again is not None and [c for _, c in again[2]] == [{}, {}] and len(apl.ovs.bundles) == 1
 
 
 def test_a_full_pass_checks_against_the_full_planner_and_repairs_a_lost_event(
