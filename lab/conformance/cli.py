@@ -145,11 +145,12 @@ def _cnp(chosen: list[plan.Mode], proxies: list[str], out: str, focus: str, fami
             runs.append(r)
             click.echo("\n" + junit.mode_report(r) + "\n")
     parts = [f"# ClusterNetworkPolicy conformance on ferry-lab ({(time.monotonic() - t0) / 60:.0f} min)", "",
-             junit.table(runs), "", "```", cnp.describe(rules, focus), "```", ""]
+             junit.table(runs), "", cnp.test_table(runs), "", "```", cnp.describe(rules, focus), "```", ""]
     for r in runs:
         parts += ["```", junit.mode_report(r), "```", ""]
     with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(parts) + "\n")
+    click.echo(cnp.test_table(runs) + "\n")
     click.echo(junit.table(runs))
     click.echo(f"\nsummary: {os.path.join(out, 'summary.md')}")
     sys.exit(0 if all(r.ok for r in runs) else 1)

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from lab.conformance.junit import Case, Result
+from lab.conformance.junit import Case, ModeRun, Result
 from lab.conformance.plan import SCTP
 
 MODULE = "sigs.k8s.io/network-policy-api"
@@ -200,6 +200,21 @@ def _failure(t: GoTest, failed: Sequence[GoTest]) -> str:
             errs = [ln.strip() for ln in s.output if "Error:" in ln or "Messages:" in ln or ".go:" in ln]
             lines.append(f"{_case_name(s.name)}: {' | '.join(errs[-3:]) or 'failed'}")
     return "\n".join(ln[:400] for ln in lines[:6])
+
+
+def test_table(runs: Sequence[ModeRun]) -> str:
+    """Markdown: one row per test, one column per mode (``passed``, ``failed``, ``skipped (rule)``),
+    then the counts per mode."""
+    cols = [(f"{r.mode} {r.kube_proxy}", {c.name: c for c in r.result.cases}) for r in runs if r.result is not None]
+    names = list(dict.fromkeys(name for _, cases in cols for name in cases))
+    lines = ["| test | " + " | ".join(head for head, _ in cols) + " |", "|---|" + "---|" * len(cols)]
+    for name in names:
+        cells = []
+        for _, cases in cols:
+            c = cases.get(name)
+            cells.append("-" if c is None else f"{c.outcome} ({c.rule})" if c.rule else c.outcome)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- the report

@@ -289,3 +289,16 @@ def test_wrapper_passes_everything_else_through(tmp_path: Path) -> None:
         cp = subprocess.run([str(w), *args], capture_output=True, text=True, timeout=30, check=False)
         assert cp.returncode == 3 and cp.stdout == f"out {' '.join(args)}\n", cp
         assert (tmp_path / "calls").read_text().splitlines() == [" ".join(args)]
+
+
+def test_the_per_test_table_has_a_column_per_mode_and_names_the_rule() -> None:
+    from lab.conformance.junit import ModeRun
+
+    result = cnp.classify(cnp.parse_verbose(_output()), cnp.probe_rules(sctp=False))
+    runs = [ModeRun("encap-vxlan", "nftables", result), ModeRun("hybrid", "iptables", error="lab up failed")]
+    assert cnp.test_table(runs).splitlines() == [
+        "| test | encap-vxlan nftables |", "|---|---|",
+        "| CNPAdminTierEgressNamedPort | passed |",
+        "| CNPAdminTierEgressSCTP | skipped (sctp) |",
+        "| CNPAdminTierPortRange | skipped (sctp) |",
+        "| CNPAdminTierIngressTCP | failed |"]
