@@ -5,7 +5,7 @@ pins), its test binary's flags, the rule for its SCTP probes, and reading back w
 (:class:`lab.conformance.junit.Result`).
 
 Its tests are Go subtests ``TestConformanceProfiles/<ShortName>/<case>``: one row per ShortName
-(28 at v0.3.0: 22 standard, 6 experimental ones -- named ports and the ``nodes`` egress peer,
+(30 at v0.3.0: 24 standard, 6 experimental ones -- named ports and the ``nodes`` egress peer,
 run with ``--all-features``). Each case pokes servers from client Pods (``agnhost connect``),
 each poke a probe retried for 10 s (``require.Eventually``): a failed case stops at its first
 failed probe.
