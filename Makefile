@@ -60,10 +60,11 @@ demo-down:
 # per traffic mode (every mode by default), kube-proxy in iptables mode; JUnit per mode and summary.md
 # in build/conformance; non-zero exit when a spec failed. e2e.test, agnhost, ginkgo and CoreDNS are
 # built once (cached). More flags: make conformance CONFORMANCE="--mode encap-vxlan --kube-proxy nftables";
-# --suite netpol runs the NetworkPolicy specs ([sig-network] Netpol) instead, --suite all both.
+# --suite netpol runs the NetworkPolicy specs ([sig-network] Netpol) instead, --suite all both;
+# --suite cnp network-policy-api's ClusterNetworkPolicy conformance suite (its test binary, built once).
 CONFORMANCE ?=
 conformance: bin image
-	bash tools/build-go-tools.sh kubernetes kube-e2e kube-e2e-images coredns
+	bash tools/build-go-tools.sh kubernetes kube-e2e kube-e2e-images coredns network-policy-api
 	bash tools/build-busybox.sh
 	$(PY) -m lab.conformance $(CONFORMANCE)
 

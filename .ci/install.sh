@@ -68,9 +68,10 @@ command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 # cnitool and wireguard-go (the userspace WireGuard: the lab's --encryption wireguard, make demo's too)
 go_sets=(cnitool wireguard-go)
 [ "$bench_peers" = 0 ] || go_sets+=(ovs-cni cni-plugins)
-# The Kubernetes lab's Services and `make conformance`: CoreDNS, e2e.test + agnhost + ginkgo, and what
-# the e2e images carry besides (nonewprivs' nnp, sample-apiserver).
-[ "$kubernetes" = 0 ] || go_sets+=(kubernetes kube-e2e kube-e2e-images coredns)
+# The Kubernetes lab's Services and `make conformance`: CoreDNS, e2e.test + agnhost + ginkgo, what the
+# e2e images carry besides (nonewprivs' nnp, sample-apiserver), and the ClusterNetworkPolicy
+# conformance suite (network-policy-api: ~3 min to build once, then cached).
+[ "$kubernetes" = 0 ] || go_sets+=(kubernetes kube-e2e kube-e2e-images coredns network-policy-api)
 step go "${go_sets[*]}"
 bash "$here/tools/build-go-tools.sh" "${go_sets[@]}"
 step_done

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds the Go programs Ferry's tests, lab and benchmarks run, from the pinned modules under tools/
-# (cnitool; wireguard-go, the userspace WireGuard; etcd and the Kubernetes components; the benchmarks'
+# (cnitool; wireguard-go, the userspace WireGuard; etcd and the Kubernetes components; the
+# ClusterNetworkPolicy conformance suite; the benchmarks'
 # peers: ovs-cni's plugin and upstream's bridge + host-local), into a cache that outlives the clone, keyed by go.mod, go.sum and the Go
 # version. Idempotent: a cached build is linked, not rebuilt. A name with a slash is linked in a
 # directory of build/tools (a CNI_PATH: build/tools/cni-plugins/{bridge,host-local}).
-#   tools/build-go-tools.sh cnitool|wireguard-go|kubernetes|kube-e2e|kube-e2e-images|coredns|ovs-cni|cni-plugins ...
+#   tools/build-go-tools.sh cnitool|wireguard-go|kubernetes|kube-e2e|kube-e2e-images|coredns|network-policy-api|ovs-cni|cni-plugins ...
 # Every module is verified against the committed go.sum (-mod=readonly); nothing is fetched but
 # modules through the Go module proxy.
 set -euo pipefail
@@ -37,10 +38,13 @@ packages_of() {
     kube-e2e-images) echo "nnp=static:k8s.io/kubernetes/test/images/nonewprivs" \
                           "sample-apiserver=static:k8s.io/sample-apiserver" ;;
     coredns) echo "coredns=static:github.com/coredns/coredns" ;;
+    # The ClusterNetworkPolicy conformance suite (a test binary, its base manifests embedded):
+    # `make conformance CONFORMANCE="--suite cnp"` (lab/conformance/cnp.py).
+    network-policy-api) echo "cnp-conformance.test=test:sigs.k8s.io/network-policy-api/conformance" ;;
     ovs-cni) echo "ovs-cni/ovs=github.com/k8snetworkplumbingwg/ovs-cni/cmd/plugin" ;;
     cni-plugins) echo "cni-plugins/bridge=github.com/containernetworking/plugins/plugins/main/bridge" \
                       "cni-plugins/host-local=github.com/containernetworking/plugins/plugins/ipam/host-local" ;;
-    *) echo "build-go-tools: unknown tool set '$1' (cnitool, wireguard-go, kubernetes, kube-e2e, kube-e2e-images, coredns, ovs-cni, cni-plugins)" >&2; return 1 ;;
+    *) echo "build-go-tools: unknown tool set '$1' (cnitool, wireguard-go, kubernetes, kube-e2e, kube-e2e-images, coredns, network-policy-api, ovs-cni, cni-plugins)" >&2; return 1 ;;
   esac
 }
 

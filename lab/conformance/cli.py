@@ -60,6 +60,9 @@ def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str
     proxies = list(kube_proxies) or ["iptables"]
     if keep and len(chosen) * len(proxies) > 1:
         raise click.UsageError("--keep: with one --mode and one --kube-proxy")
+    if suite.runner == "cnp":
+        _cnp(chosen, proxies, out, focus, family, keep, list_only, time.monotonic())
+        return
     rules = plan.skip_rules(sctp=plan.kernel_has_sctp())
     try:
         selection = plan.select(plan.list_tests(run_mod().list_specs()), focus, rules)
@@ -68,14 +71,7 @@ def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str
     click.echo(plan.describe(selection, rules, focus))
     if not selection.run and not selection.alone:
         _fail(f"focus {focus!r} selects no spec to run")
-    refused = {(m.name, kp): why for m in chosen for kp in proxies
-               if (why := run_mod().refusal(m, kp, family)) is not None}
-    click.echo("modes:")
-    for m in chosen:
-        for kp in proxies:
-            why = refused.get((m.name, kp))
-            click.echo(f"  {m.name} (kube-proxy {kp}): ferry-lab up --kubernetes --kube-proxy {kp} {m.flags()}"
-                       + (f"\n    NOT RUN: the lab refuses it: {why}" if why else ""))
+    refused = _modes(chosen, proxies, family)
     if list_only:
         return
     run = run_mod()
@@ -102,6 +98,60 @@ def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str
     summary = _summary(runs, rules, selection, suite, focus, time.monotonic() - t0)
     with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
         f.write(summary + "\n")
+    click.echo(junit.table(runs))
+    click.echo(f"\nsummary: {os.path.join(out, 'summary.md')}")
+    sys.exit(0 if all(r.ok for r in runs) else 1)
+
+
+def _modes(chosen: list[plan.Mode], proxies: list[str], family: str | None) -> dict[tuple[str, str], str]:
+    """Prints the modes; returns those the lab refuses, with why."""
+    refused = {(m.name, kp): why for m in chosen for kp in proxies
+               if (why := run_mod().refusal(m, kp, family)) is not None}
+    click.echo("modes:")
+    for m in chosen:
+        for kp in proxies:
+            why = refused.get((m.name, kp))
+            click.echo(f"  {m.name} (kube-proxy {kp}): ferry-lab up --kubernetes --kube-proxy {kp} {m.flags()}"
+                       + (f"\n    NOT RUN: the lab refuses it: {why}" if why else ""))
+    return refused
+
+
+def _cnp(chosen: list[plan.Mode], proxies: list[str], out: str, focus: str, family: str | None, keep: bool,
+         list_only: bool, t0: float) -> None:
+    """The cnp suite (lab.conformance.cnp): per mode, the conformance binary on a lab."""
+    from lab.conformance import cnp
+
+    rules = cnp.probe_rules(sctp=plan.kernel_has_sctp())
+    click.echo(cnp.describe(rules, focus))
+    refused = _modes(chosen, proxies, family)
+    if list_only:
+        return
+    run = run_mod()
+    missing = run.cnp_preflight()
+    if missing:
+        _fail("missing: " + "; ".join(missing))
+    os.makedirs(out, exist_ok=True)
+    try:
+        archive = run.cnp_images_archive(_log)
+    except LabError as e:
+        _fail(str(e))
+    opts = run.Options(focus=focus, rules=(), out=os.path.abspath(out), family=family, keep=keep, probes=rules)
+    runs: list[junit.ModeRun] = []
+    for m in chosen:
+        for kp in proxies:
+            if (m.name, kp) in refused:
+                runs.append(junit.ModeRun(m.name, kp, error=f"the lab refuses it: {refused[(m.name, kp)]}"))
+                continue
+            r = run.run_cnp_mode(m, kp, opts, archive, _log)
+            runs.append(r)
+            click.echo("\n" + junit.mode_report(r) + "\n")
+    parts = [f"# ClusterNetworkPolicy conformance on ferry-lab ({(time.monotonic() - t0) / 60:.0f} min)", "",
+             junit.table(runs), "", cnp.test_table(runs), "", "```", cnp.describe(rules, focus), "```", ""]
+    for r in runs:
+        parts += ["```", junit.mode_report(r), "```", ""]
+    with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(parts) + "\n")
+    click.echo(cnp.test_table(runs) + "\n")
     click.echo(junit.table(runs))
     click.echo(f"\nsummary: {os.path.join(out, 'summary.md')}")
     sys.exit(0 if all(r.ok for r in runs) else 1)

@@ -40,6 +40,7 @@ class Suite:
     name: str
     focus: str
     about: str
+    runner: str = "e2e"  # e2e: e2e.test under ginkgo; cnp: network-policy-api's test binary (lab.conformance.cnp)
 
 
 def literal(text: str) -> str:
@@ -110,6 +111,10 @@ SUITES = (
     Suite("all-conformance-ci", ALL_CONFORMANCE_CI_FOCUS,
           "11 of them: one per image all-conformance adds, busybox's ash twice, the API server's webhooks, "
           "an aggregated API, a NoExecute taint"),
+    # Not e2e's: sigs.k8s.io/network-policy-api's ClusterNetworkPolicy conformance tests; its focus
+    # is the test binary's -test.run (lab.conformance.cnp.RUN)
+    Suite("cnp", "^TestConformanceProfiles$", "the ClusterNetworkPolicy conformance suite (network-policy-api v0.3.0)",
+          runner="cnp"),
 )
 SUITE_NAMES = tuple(s.name for s in SUITES)
 DEFAULT_SUITE = SUITES[0]

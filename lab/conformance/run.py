@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lab import build, tools
 from lab import topology as topology_mod
 from lab.api import Lab, default_cni_bin
-from lab.conformance import junit
+from lab.conformance import cnp, junit
 from lab.conformance.plan import Mode, SkipRule, alone_focus, ginkgo_args, topology_doc
 from lab.kube import e2eimages
 from lab.sh import LabError
@@ -44,6 +45,7 @@ class Options:
     keep: bool = False  # leave the lab up (debugging one mode)
     timeout: str = "3h"  # ginkgo's suite timeout
     extra: Sequence[str] = field(default_factory=tuple)  # more e2e.test flags
+    probes: Sequence[cnp.ProbeRule] = ()  # the cnp suite's probe rules
     alone: Sequence[str] = ()  # specs run alone after the parallel pass (plan.Selection.alone)
 
 
@@ -118,8 +120,12 @@ def run_ginkgo(argv: list[str], log_path: str, echo: bool) -> int:
         return p.wait()
 
 
-def run_mode(m: Mode, kube_proxy: str, opts: Options, archive: str, log: Log,
-             echo: bool = True) -> junit.ModeRun:
+Body = Callable[[Lab, str], junit.ModeRun]  # the lab, the mode's results directory
+
+
+def in_lab(m: Mode, kube_proxy: str, opts: Options, log: Log, body: Body) -> junit.ModeRun:
+    """``body`` on a lab of mode ``m`` (up before, down after unless ``opts.keep``); its
+    seconds are the whole mode's, lab up and down included."""
     name = lab_name(m, kube_proxy)
     out = os.path.join(opts.out, f"{m.name}-{kube_proxy}")
     shutil.rmtree(out, ignore_errors=True)
@@ -135,6 +141,22 @@ def run_mode(m: Mode, kube_proxy: str, opts: Options, archive: str, log: Log,
     except (LabError, TopologyError, OSError) as e:
         return junit.ModeRun(m.name, kube_proxy, error=f"lab up failed: {e}", seconds=time.monotonic() - t0)
     try:
+        r = body(lab, out)
+        return replace(r, mode=m.name, kube_proxy=kube_proxy, seconds=time.monotonic() - t0)
+    except (LabError, OSError, subprocess.SubprocessError) as e:
+        return junit.ModeRun(m.name, kube_proxy, error=str(e), seconds=time.monotonic() - t0)
+    finally:
+        if opts.keep:
+            log(f"  lab {name} stays up: ferry-lab kubectl --name {name} -- get pods -A; "
+                f"ferry-lab down --name {name}")
+        else:
+            lab.down()
+
+
+def run_mode(m: Mode, kube_proxy: str, opts: Options, archive: str, log: Log,
+             echo: bool = True) -> junit.ModeRun:
+    """The e2e suites: e2e.test under ginkgo."""
+    def body(lab: Lab, out: str) -> junit.ModeRun:
         import_images(lab, archive, log)
         ok, bad = pod_ips_reachable(lab)
         if bad:
@@ -151,24 +173,73 @@ def run_mode(m: Mode, kube_proxy: str, opts: Options, archive: str, log: Log,
             rc = run_ginkgo(argv, log_path, echo)
             report = os.path.join(report_dir, "junit_01.xml")
             if not os.path.exists(report):
-                return junit.ModeRun(m.name, kube_proxy, error=f"e2e wrote no JUnit (ginkgo exit {rc}); see {log_path}",
-                                     seconds=time.monotonic() - t0)
+                return junit.ModeRun(m.name, kube_proxy, error=f"e2e wrote no JUnit (ginkgo exit {rc}); see {log_path}")
             focus = alone_focus(opts.alone) if alone else opts.focus
             results.append(junit.read(report, focus, opts.rules, leave_out=() if alone else opts.alone))
             if rc != 0 and not results[-1].failed:
                 return junit.ModeRun(m.name, kube_proxy, junit.merge(results),
                                      f"ginkgo exited {rc} with no failed spec: see {log_path}",
-                                     time.monotonic() - t0, os.path.join(out, "junit_01.xml"))
-        return junit.ModeRun(m.name, kube_proxy, junit.merge(results, opts.alone), "", time.monotonic() - t0,
-                             os.path.join(out, "junit_01.xml"))
-    except (LabError, OSError, subprocess.SubprocessError) as e:
-        return junit.ModeRun(m.name, kube_proxy, error=str(e), seconds=time.monotonic() - t0)
-    finally:
-        if opts.keep:
-            log(f"  lab {name} stays up: ferry-lab kubectl --name {name} -- get pods -A; "
-                f"ferry-lab down --name {name}")
-        else:
-            lab.down()
+                                     junit=os.path.join(out, "junit_01.xml"))
+        return junit.ModeRun(m.name, kube_proxy, junit.merge(results, opts.alone), "",
+                             junit=os.path.join(out, "junit_01.xml"))
+
+    return in_lab(m, kube_proxy, opts, log, body)
+
+
+def cnp_argv(lab: Lab, out: str, focus: str) -> list[str]:
+    """The ClusterNetworkPolicy conformance binary in the external host's network namespace, where
+    the API server listens; KUBECONFIG too: the suite's clientset reads it, not ``--kubeconfig``."""
+    kubeconfig = lab.kube().plan.admin_kubeconfig
+    return ["nsenter", f"--net=/run/netns/{lab.external.netns}", "--", "env", f"KUBECONFIG={kubeconfig}",
+            *cnp.argv(tools.tool("cnp-conformance.test"), kubeconfig, os.path.join(out, "report.yaml"),
+                      ferry_version(), focus)]
+
+
+def fixture_port_conflicts(lab: Lab) -> list[str]:
+    """Sockets already listening on a Node's fixture ports (cnp.HOST_NETWORK_PORTS)."""
+    out = []
+    for n in lab.kube().plan.nodes:
+        cp = subprocess.run(["nsenter", f"--net=/run/netns/{n.processes[0].netns}", "--", "ss", "-Hlntu"],
+                            capture_output=True, text=True, check=False, timeout=30)
+        out += [f"{n.name}: {c}" for c in cnp.port_conflicts(cp.stdout)]
+    return out
+
+
+def run_cnp(lab: Lab, out: str, opts: Options, archive: str, log: Log, echo: bool = True) -> junit.ModeRun:
+    """The cnp suite on a running lab (its own, or one a test brought up): the image imported,
+    the fixture's ports checked free, the conformance binary run, its -v output and report read
+    back (:mod:`lab.conformance.cnp`); mode and kube-proxy left for the caller to name."""
+    import_images(lab, archive, log)
+    taken = fixture_port_conflicts(lab)
+    if taken:
+        return junit.ModeRun("", "", error="the hostNetwork fixture's ports are taken: " + "; ".join(taken))
+    argv = cnp_argv(lab, out, opts.focus)
+    log_path = os.path.join(out, "cnp.log")
+    log(f"  cnp: {' '.join(argv)}")
+    log(f"  output: {log_path}")
+    rc = run_ginkgo(argv, log_path, echo)
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        result = cnp.classify(cnp.parse_verbose(f.read()), opts.probes)
+    report = os.path.join(out, "report.yaml")
+    if os.path.exists(report):
+        with open(report, encoding="utf-8") as f:
+            log(cnp.report_counts(f.read()))
+    explained = result.failed or any(c.rule for c in result.cases)
+    error = "" if rc == 0 or explained else f"the suite exited {rc} with no failed test: see {log_path}"
+    return junit.ModeRun("", "", result, error, junit=report if os.path.exists(report) else log_path)
+
+
+def run_cnp_mode(m: Mode, kube_proxy: str, opts: Options, archive: str, log: Log,
+                 echo: bool = True) -> junit.ModeRun:
+    """The cnp suite on a lab of its own."""
+    return in_lab(m, kube_proxy, opts, log, lambda lab, out: run_cnp(lab, out, opts, archive, log, echo))
+
+
+def ferry_version() -> str:
+    """pyproject.toml's version: what the report names as the implementation's."""
+    with open(os.path.join(tools.REPO, "pyproject.toml"), encoding="utf-8") as f:
+        m = re.search(r'^version = "([^"]+)"', f.read(), re.MULTILINE)
+    return m.group(1) if m else "unknown"
 
 
 def preflight() -> list[str]:
@@ -192,6 +263,23 @@ def list_specs() -> str:
     if cp.returncode != 0:
         raise LabError(f"e2e.test --list-tests failed: {cp.stderr.strip()[-400:]}")
     return cp.stdout
+
+
+def cnp_preflight() -> list[str]:
+    """What the cnp suite misses before any lab is built."""
+    missing = [] if os.geteuid() == 0 else ["root (the lab makes namespaces, OVS, containerd and kubelets)"]
+    for name, tool_set in (("cnp-conformance.test", "network-policy-api"), ("agnhost", "kube-e2e"),
+                           ("coredns", "coredns"), ("kube-proxy", "kubernetes"), ("kubectl", "kubernetes")):
+        if not os.access(tools.tool(name), os.X_OK):
+            missing.append(f"{tools.tool(name)} (tools/build-go-tools.sh {tool_set})")
+    return missing
+
+
+def cnp_images_archive(log: Log) -> str:
+    try:
+        return e2eimages.build_cnp(log)
+    except e2eimages.ImageBuildError as e:
+        raise LabError(str(e)) from None
 
 
 def images_archive(log: Log) -> str:

@@ -24,6 +24,15 @@ every Node for the other images, so the image costs only etcd's own layer.  samp
 static, as agnhost: the root file system under it is only for what upstream's Alpine base gives a
 shell in the container.
 
+A second, small archive (:func:`build_cnp`) holds what the ClusterNetworkPolicy conformance suite
+(``make conformance CONFORMANCE="--suite cnp"``, :mod:`lab.conformance.cnp`) runs: ``agnhost:2.45``
+(the tag its base manifests name), an image of its own rather than 2.56's second name, because it
+differs in one case: its ``/agnhost`` is :func:`agnhost_cnp_wrapper`, which runs upstream's agnhost
+(``/agnhost-bin``) for every subcommand and keeps ``agnhost porter`` up (as ``agnhost pause``) when
+this kernel refuses porter's SCTP listener. Upstream's porter exits then (``log.Fatal``), and the
+suite's fixture StatefulSets each run two SCTP-only porters (ports 9003, 9005): no fixture Pod
+would ever be Ready, and no test would run.
+
 Upstream agnhost is Alpine with bind-tools, curl, netcat-openbsd, iproute2 and bash
 (``test/images/agnhost/Dockerfile``); jessie-dnsutils is Debian with dnsutils; httpd is Alpine's
 Apache 2.4.  Here every Debian-based image shares one root file system (``mmdebstrap``, as
@@ -64,6 +73,7 @@ BUSYBOX = f"{E2E_REGISTRY}/busybox:1.37.0-1"
 PAUSE = "registry.k8s.io/pause:3.10.1"
 SAMPLE_APISERVER = f"{E2E_REGISTRY}/sample-apiserver:1.29.2"
 ETCD = "registry.k8s.io/etcd:3.6.4-0"
+AGNHOST_CNP = f"{E2E_REGISTRY}/agnhost:2.45"  # sigs.k8s.io/network-policy-api v0.3.0's conformance/base
 NAMES = (AGNHOST, JESSIE_DNSUTILS, NGINX, NGINX_NEW, HTTPD, HTTPD_NEW, NAUTILUS, KITTEN, NONEWPRIVS, NONROOT,
          BUSYBOX, PAUSE, SAMPLE_APISERVER, ETCD)
 NONROOT_USER = "1234"  # upstream's Dockerfile: USER 1234
@@ -75,6 +85,7 @@ DEBIAN_SUITE = "bookworm"
 ROOTFS_PACKAGES = ("apache2-bin", "bind9-dnsutils", "curl", "iproute2", "iputils-ping", "netcat-openbsd", "nginx-light")
 IMAGE_CACHE = os.environ.get("FERRY_IMAGE_CACHE", "/var/cache/ferry/image")
 E2E_CACHE = os.environ.get("FERRY_E2E_IMAGE_CACHE", "/var/cache/ferry/e2e-images")
+CNP_FORMAT = 1  # the same for the cnp archive (:func:`build_cnp`)
 FORMAT = 6  # bump when the images' make-up changes: the cached archive is keyed by it
 Log = Callable[[str], None]
 
@@ -342,5 +353,61 @@ def build(log: Log, cache: str = E2E_CACHE) -> str:
         ociimage.write_layered_archive(images(layers), path)
     for old in os.listdir(cache):
         if old.startswith("e2e-images-") and old.endswith(".tar") and old != os.path.basename(path):
+            os.unlink(os.path.join(cache, old))
+    return path
+
+
+# ---------------------------------------------------------------- the ClusterNetworkPolicy suite's image
+
+PORTER_SCTP_REFUSED = "Failed to listen SCTP. error:.*protocol not supported"  # upstream porter's log.Fatal
+
+
+def agnhost_cnp_wrapper() -> str:
+    """``/agnhost`` of :data:`AGNHOST_CNP` (pure): upstream's agnhost (``/agnhost-bin``) for every
+    subcommand; ``porter`` too, and when porter exited on this kernel's refusal of its SCTP
+    listener (EPROTONOSUPPORT), it says so and holds the container up as ``agnhost pause``: the
+    SCTP ports stay unserved, and the suite's SCTP probes fail by the rule that names them."""
+    return ("#!/bin/bash\n"
+            "# agnhost:2.45 as ferry-lab makes it (lab/kube/e2eimages.py, agnhost_cnp_wrapper)\n"
+            'if [ "$1" != porter ]; then exec /agnhost-bin "$@"; fi\n'
+            "log=$(mktemp)\n"
+            '/agnhost-bin "$@" 2>&1 | tee "$log"\n'
+            "rc=${PIPESTATUS[0]}\n"
+            f"if grep -q '{PORTER_SCTP_REFUSED}' \"$log\"; then\n"
+            '  echo "agnhost porter: this kernel has no SCTP sockets: its SCTP ports are not served, the Pod stays up'
+            ' (ferry-lab, rule sctp)"\n'
+            "  exec /agnhost-bin pause\n"
+            "fi\n"
+            'exit "$rc"\n')
+
+
+def cnp_images(rootfs: str, layer: str) -> list[ociimage.LayeredImage]:
+    """The cnp suite's images (pure): agnhost:2.45 as upstream's agnhost image is run (entrypoint
+    ``/agnhost``, ``pause`` by default), over the e2e images' Debian root file system."""
+    return [ociimage.LayeredImage(AGNHOST_CNP, (rootfs, layer), entrypoint=("/agnhost",), cmd=("pause",))]
+
+
+def build_cnp(log: Log, cache: str = E2E_CACHE) -> str:
+    """The archive of :func:`cnp_images` (``cnp-images-<key>.tar`` in ``cache``, keyed by its
+    inputs). Returns its path."""
+    if not os.access(tools.tool("agnhost"), os.X_OK):
+        raise ImageBuildError(f"{tools.tool('agnhost')} missing: run `tools/build-go-tools.sh kube-e2e`")
+    rootfs, agnhost = ensure_rootfs(log), tools.tool("agnhost")
+    stamp = [(os.path.realpath(f), os.path.getsize(f), int(os.path.getmtime(f))) for f in (rootfs, agnhost)]
+    doc = json.dumps({"files": stamp, "wrapper": agnhost_cnp_wrapper(), "format": CNP_FORMAT})
+    path = os.path.join(cache, f"cnp-images-{hashlib.sha256(doc.encode()).hexdigest()[:16]}.tar")
+    if os.path.exists(path):
+        return path
+    os.makedirs(cache, exist_ok=True)
+    log(f"writing the cnp suite's image archive ({AGNHOST_CNP.rpartition('/')[2]})")
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".layers-") as tmp:
+        wrapper = os.path.join(tmp, "agnhost.sh")
+        with open(wrapper, "w", encoding="utf-8") as f:
+            f.write(agnhost_cnp_wrapper())
+        spec = ociimage.ImageSpec(name="", files={"agnhost": wrapper, "agnhost-bin": agnhost})
+        layer = ociimage.write_layer(spec, os.path.join(tmp, "agnhost-cnp.tar"))
+        ociimage.write_layered_archive(cnp_images(rootfs, layer), path)
+    for old in os.listdir(cache):
+        if old.startswith("cnp-images-") and old.endswith(".tar") and old != os.path.basename(path):
             os.unlink(os.path.join(cache, old))
     return path

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from .cnp.model import ACCEPT, ADMIN, BASELINE, DENY, PASS
 from .cnp.plan import TierHostRule, TierPlan
 from .deniedlog import EGRESS, INGRESS
-from .plan import HostRule, Plan
+from .plan import HostRule, Plan, block_text
 
 FAMILIES = ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr"))
 _L4 = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
@@ -117,6 +117,20 @@ def _elements(items: Iterable[str], version: int, memo: RenderMemo | None = None
         if t not in keys:
             keys[t] = _sort_key(t)
     return sorted(chosen, key=keys.__getitem__)
+
+
+def _disjoint(elements: list[str]) -> list[str]:
+    """An interval set's elements without overlaps, which nft refuses whole ("conflicting
+    intervals specified", and with it the pass's every change): a peer's block and an address or
+    block inside it -- a ClusterNetworkPolicy rule's ``networks: [0.0.0.0/0]`` beside its
+    ``nodes`` peer, an ipBlock beside a selector's Pods -- collapse into the block, which matches
+    the same.  Addresses alone never overlap (they are a set), so they pass untouched."""
+    if not any("/" in e for e in elements):
+        return elements
+    nets = [ipaddress.ip_network(e, strict=False) for e in elements]  # one family: _elements' choice
+    v4 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv4Network))
+    v6 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv6Network))
+    return [block_text(n) for n in v4] + [block_text(n) for n in v6]
 
 
 def _set(name: str, kind: str, elements: Sequence[str], interval: bool = True) -> str:
@@ -250,7 +264,7 @@ def _rule(name: str, direction: str, applied: Sequence[str], peers: Sequence[str
     sets, lines = "", []
     for v, ip, kind in FAMILIES:
         mine = _elements(applied, v, memo)
-        theirs = None if peers is None else _elements(peers, v, memo)
+        theirs = None if peers is None else _disjoint(_elements(peers, v, memo))
         if not mine or theirs is not None and not theirs:
             continue  # nothing of this family
         sets += _set(f"{name}a{v}", kind, mine)

@@ -149,11 +149,11 @@ OTHER_SIGS = (
 
 def test_suites_and_their_focus() -> None:
     assert plan.SUITE_NAMES == ("conformance", "netpol", "netpol-ci", "all", "ci", "all-conformance",
-                                "all-conformance-ci")
+                                "all-conformance-ci", "cnp")
     assert plan.DEFAULT_SUITE.name == "conformance" and plan.DEFAULT_SUITE.focus == plan.DEFAULT_FOCUS
     assert plan.suite("netpol").focus == r"\[sig-network\] Netpol\b"
     with pytest.raises(KeyError, match="suites: conformance, netpol, netpol-ci, all, ci, all-conformance, "
-                                       "all-conformance-ci"):
+                                       "all-conformance-ci, cnp"):
         plan.suite("Netpol")
     netpol = (NETPOL_TCP, NETPOL_UDP, NETPOL_API, *NETPOL_SCTP_BY_TCP, *NETPOL_SCTP)
     assert tuple(plan.focused(ALL_SPECS, plan.suite("netpol").focus)) == netpol

@@ -187,3 +187,31 @@ def test_a_denied_connection_is_logged_with_the_cluster_policy_and_its_rule(node
         listener.close()
         server.kill()
         server.wait()
+
+
+def test_sctp_port_ranges_match_in_the_switch(node: Node) -> None:
+    """This kernel has no SCTP sockets (the conformance suite's SCTP probes fail by the rule sctp,
+    lab.conformance.cnp), so the tiers' SCTP matching is shown by the switch's own trace of SCTP
+    packets through the pipeline, as the conformance suite's port-range policy has it: an Admin
+    Accept of SCTP 9003-9005 from a, then an Admin Deny of everything else into b."""
+    a, b, c = node.add_pod("sa"), node.add_pod("sb"), node.add_pod("sc")
+    of = OpenFlow(node.bridge, node.ovs.dir)
+    pods = [_pod(a, "a"), _pod(b, "b"), _pod(c, "c")]
+    ranges = cnp("port-range", "Admin", 3, apps("b"), ingress=[
+        {"action": "Accept", "from": [apps("a")],
+         "protocols": [{"sctp": {"destinationPort": {"range": {"start": 9003, "end": 9005}}}}]},
+        {"action": "Deny", "from": [apps("a", "c")]}])
+    install(node, of, pods, [], [ranges])
+    gw_mac = node.ovs.vsctl("get", "Interface", "ferry-gw0", "mac_in_use").strip().strip('"')
+    b_port = node.ovs.vsctl("get", "Interface", b.host_veth, "ofport").strip()
+
+    def trace(src: NetPod, port: int, proto: str = "sctp") -> str:
+        ofport = node.ovs.vsctl("get", "Interface", src.host_veth, "ofport").strip()
+        packet = (f"in_port={ofport},{proto},dl_src={src.mac},dl_dst={gw_mac},nw_src={src.ip(4)},nw_dst={b.ip(4)},"
+                  f"nw_ttl=64,{proto}_dst={port}")
+        return node.ovs.appctl("ofproto/trace", node.bridge, packet, "--ct-next", "trk,new")
+
+    for port in (9003, 9004, 9005):
+        assert f"output:{b_port}" in trace(a, port), port
+    for out in (trace(a, 9002), trace(a, 9006), trace(c, 9003), trace(a, 9003, "tcp"), trace(a, 9003, "udp")):
+        assert f"output:{b_port}" not in out and "Datapath actions: drop" in out, out

@@ -14,7 +14,10 @@ by a connection that completes or not:
 * egress: the client isolated, allowed to srv's port only: srv by IP and ClusterIP, not other;
 * a Pod created into a namespace with a policy that selects it is never reachable, not for one
   packet: from the moment the API shows its address, every probe to a closed port of it times
-  out (a reachable Pod would answer with a reset).  A policy deleted: the Pod opens."""
+  out (a reachable Pod would answer with a reset).  A policy deleted: the Pod opens.
+
+Last, on the same cluster: ClusterNetworkPolicy through the API, then network-policy-api's own
+ClusterNetworkPolicy conformance suite (``make conformance CONFORMANCE="--suite cnp"``)."""
 
 from __future__ import annotations
 
@@ -258,3 +261,39 @@ def test_cluster_network_policies_through_the_api_over_networkpolicy(lab: Lab) -
     expect("every policy deleted: other -> srv ClusterIP", oth, cip, True)
     expect("every policy deleted: other -> client", oth, cli_ip, True, ECHO_PORT)
     assert not failures, "\n".join(failures)
+
+
+def test_the_cluster_network_policy_conformance_suite(lab: Lab, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """sigs.k8s.io/network-policy-api v0.3.0's own ClusterNetworkPolicy conformance tests (the
+    standard ones and the experimental named-port and ``nodes`` peer ones), as ``make conformance
+    CONFORMANCE="--suite cnp"`` runs them, on this module's cluster (the default mode, kube-proxy
+    iptables: no second cluster), last, once the tests above have deleted their policies.  Passes
+    when every test passed, or stopped only at SCTP probes, which this kernel refuses (the rule
+    ``sctp``, named in each such row); prints the table and the report's own counts."""
+    import dataclasses
+    import os
+
+    from lab import tools
+    from lab.conformance import cnp, junit, plan, run
+
+    if not os.access(tools.tool("cnp-conformance.test"), os.X_OK):
+        pytest.skip("cnp-conformance.test not built (tools/build-go-tools.sh network-policy-api)")
+    rules = cnp.probe_rules(plan.kernel_has_sctp())
+    archive = run.cnp_images_archive(print)
+    opts = run.Options(focus=cnp.FOCUS, rules=(), out=str(tmp_path), probes=rules)
+    t0 = time.monotonic()
+    r = dataclasses.replace(run.run_cnp(lab, str(tmp_path), opts, archive, print, echo=False),
+                            mode="encap-vxlan", kube_proxy="iptables", seconds=time.monotonic() - t0)
+    print(cnp.test_table([r]))
+    print(junit.table([r]))
+    print(junit.mode_report(r))
+    assert r.ok and r.result is not None, junit.mode_report(r)
+    assert len(r.result.cases) == 30, [c.name for c in r.result.cases]  # 24 standard, 6 experimental
+    # the tests with SCTP probes: the SCTP ones, the gress, port-range and CIDR-peer ones, and the
+    # nodes peer's (whose deny case ends with one, after its TCP and UDP probes)
+    with_sctp = {f"CNP{tier}Tier{t}" for tier in ("Admin", "Baseline") for t in (
+        "EgressSCTP", "IngressSCTP", "Gress", "PortRange", "EgressInlineCIDRPeers", "EgressNodePeers")}
+    skipped = {c.name for c in r.result.of("skipped")}
+    assert skipped == (set() if plan.kernel_has_sctp() else with_sctp), junit.mode_report(r)
+    assert all(c.rule == "sctp" for c in r.result.of("skipped")), junit.mode_report(r)
+    assert r.result.passed == 30 - len(skipped), junit.mode_report(r)

@@ -140,3 +140,32 @@ def test_a_memo_renders_the_same_text_as_it_moves() -> None:
         j = judge(policies, pods)
         assert hj.render(j, memo) == hj.render(j)
     assert len(memo.rules) == len(j.rules)  # only the last render's rules are kept
+
+
+@pytest.mark.root
+def test_overlapping_peers_collapse_and_nft_takes_them() -> None:
+    """A rule's peers that overlap -- a nodes peer's address beside ``networks: [0.0.0.0/0]`` (the
+    conformance suite's node-peer Deny), an ipBlock beside a selector's Pods -- are one interval
+    set, which nft refuses whole when its elements overlap ("conflicting intervals specified"):
+    they collapse into the block."""
+    from routesync.policy.cnp import plan as tp
+    from routesync.policy.cnp.model import NodeInfo, cluster_policy_from
+
+    sub = {"pods": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "cli"}}}}
+    deny = {"metadata": {"name": "nodes-and-world"}, "spec": {"tier": "Admin", "priority": 75, "subject": sub,
+                                                              "egress": [{"action": "Deny", "to": [
+                                                                  {"nodes": {"matchLabels": {"os": "linux"}}},
+                                                                  {"networks": ["0.0.0.0/0", "::/0"]}]}]}}
+    nodes = (NodeInfo("n1", (("os", "linux"),), ("192.168.77.11", "fd00:77::11")),)
+    t = tp.plan(tp.Inputs((CLI, SRV, FREE, FAR), {"a": (), "b": ()}, (cluster_policy_from(deny),), nodes),
+                tp.Facts(NODE))
+    wide = pol("wide", "cli", ["Egress"], egress=[{"to": [{"ipBlock": {"cidr": "10.244.0.0/16"}},
+                                                          {"podSelector": {"matchLabels": {"app": "far"}}}]}])
+    plan = pp.plan(pp.Inputs((CLI, SRV, FREE, FAR), {"a": (), "b": ()}, (policy_from(wide),)), pp.NodeFacts(NODE))
+    body = hj.render(hj.judge(plan, "ferry-gw0", ["192.168.77.1/24"], (), t))
+    assert "elements = { 0.0.0.0/0 }" in body and "elements = { ::/0 }" in body, body
+    assert "elements = { 10.244.0.0/16 }" in body, body
+    assert "192.168.77.11" not in body.split("chain")[0] and "10.244.2.6" not in body.split("chain")[0]
+    proc = subprocess.run(["nft", "-c", "-f", "-"], input=f"table inet ferry_policy {{\n{body}}}\n",
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
