@@ -6,6 +6,7 @@ image's definition and its wrapper, run on a stand-in agnhost."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -302,3 +303,23 @@ def test_the_per_test_table_has_a_column_per_mode_and_names_the_rule() -> None:
         "| CNPAdminTierEgressSCTP | skipped (sctp) |",
         "| CNPAdminTierPortRange | skipped (sctp) |",
         "| CNPAdminTierIngressTCP | failed |"]
+
+
+def test_tests_are_the_modules_and_ci_runs_all_but_the_sctp_made_ones() -> None:
+    """TESTS is v0.3.0's 30 ShortNames (read from the module when the Go module cache has it);
+    CI's focus selects every test but the 8 made mostly of SCTP probes, each by its whole name."""
+    import glob
+
+    assert len(cnp.TESTS) == len(set(cnp.TESTS)) == 30 and len(cnp.CI_TESTS) == 22
+    cp = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=False)
+    src = os.path.join(cp.stdout.strip(), "sigs.k8s.io", "network-policy-api@v0.3.0", "conformance", "tests")
+    if os.path.isdir(src):
+        names = set()
+        for f in glob.glob(os.path.join(src, "*.go")):
+            with open(f, encoding="utf-8") as fh:
+                names |= set(re.findall(r'ShortName:\s*"([^"]+)"', fh.read()))
+        assert names == set(cnp.TESTS)
+    run_re, sub = cnp.focus_of(cnp.CI_TESTS).split("/", 1)
+    assert re.search(run_re, cnp.RUN)
+    assert [t for t in cnp.TESTS if re.search(sub, t)] == list(cnp.CI_TESTS)
+    assert not any(re.search(sub, t + "X") or re.search(sub, "X" + t) for t in cnp.TESTS)

@@ -267,9 +267,11 @@ def test_the_cluster_network_policy_conformance_suite(lab: Lab, tmp_path) -> Non
     """sigs.k8s.io/network-policy-api v0.3.0's own ClusterNetworkPolicy conformance tests (the
     standard ones and the experimental named-port and ``nodes`` peer ones), as ``make conformance
     CONFORMANCE="--suite cnp"`` runs them, on this module's cluster (the default mode, kube-proxy
-    iptables: no second cluster), last, once the tests above have deleted their policies.  Passes
-    when every test passed, or stopped only at SCTP probes, which this kernel refuses (the rule
-    ``sctp``, named in each such row); prints the table and the report's own counts."""
+    iptables: no second cluster), last, once the tests above have deleted their policies: 22 of
+    its 30, all but the 8 made mostly of SCTP probes (``cnp.CI_LEFT_OUT``: ~8 min of polling
+    probes this kernel refuses), which ``make conformance`` runs.  Passes when every test passed,
+    or stopped only at SCTP probes (the rule ``sctp``, named in each such row: the ``nodes`` and
+    CIDR peers' tests end with one); prints the table and the report's own counts."""
     import dataclasses
     import os
 
@@ -280,7 +282,7 @@ def test_the_cluster_network_policy_conformance_suite(lab: Lab, tmp_path) -> Non
         pytest.skip("cnp-conformance.test not built (tools/build-go-tools.sh network-policy-api)")
     rules = cnp.probe_rules(plan.kernel_has_sctp())
     archive = run.cnp_images_archive(print)
-    opts = run.Options(focus=cnp.FOCUS, rules=(), out=str(tmp_path), probes=rules)
+    opts = run.Options(focus=cnp.focus_of(cnp.CI_TESTS), rules=(), out=str(tmp_path), probes=rules)
     t0 = time.monotonic()
     r = dataclasses.replace(run.run_cnp(lab, str(tmp_path), opts, archive, print, echo=False),
                             mode="encap-vxlan", kube_proxy="iptables", seconds=time.monotonic() - t0)
@@ -288,12 +290,12 @@ def test_the_cluster_network_policy_conformance_suite(lab: Lab, tmp_path) -> Non
     print(junit.table([r]))
     print(junit.mode_report(r))
     assert r.ok and r.result is not None, junit.mode_report(r)
-    assert len(r.result.cases) == 30, [c.name for c in r.result.cases]  # 24 standard, 6 experimental
-    # the tests with SCTP probes: the SCTP ones, the gress, port-range and CIDR-peer ones, and the
-    # nodes peer's (whose deny case ends with one, after its TCP and UDP probes)
-    with_sctp = {f"CNP{tier}Tier{t}" for tier in ("Admin", "Baseline") for t in (
-        "EgressSCTP", "IngressSCTP", "Gress", "PortRange", "EgressInlineCIDRPeers", "EgressNodePeers")}
+    assert sorted(c.name for c in r.result.cases) == sorted(cnp.CI_TESTS), [c.name for c in r.result.cases]
+    # of those, the tests with SCTP probes: the CIDR peers' and the nodes peer's (whose deny case
+    # ends with one, after its TCP and UDP probes)
+    with_sctp = {f"CNP{tier}Tier{t}" for tier in ("Admin", "Baseline")
+                 for t in ("EgressInlineCIDRPeers", "EgressNodePeers")}
     skipped = {c.name for c in r.result.of("skipped")}
     assert skipped == (set() if plan.kernel_has_sctp() else with_sctp), junit.mode_report(r)
     assert all(c.rule == "sctp" for c in r.result.of("skipped")), junit.mode_report(r)
-    assert r.result.passed == 30 - len(skipped), junit.mode_report(r)
+    assert r.result.passed == len(cnp.CI_TESTS) - len(skipped), junit.mode_report(r)
