@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import click
 
@@ -85,16 +86,8 @@ def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str
         _fail(str(e))
     opts = run.Options(focus=focus, rules=rules, out=os.path.abspath(out), procs=procs, family=family, keep=keep,
                        alone=selection.alone)
-    runs: list[junit.ModeRun] = []
     t0 = time.monotonic()
-    for m in chosen:
-        for kp in proxies:
-            if (m.name, kp) in refused:
-                runs.append(junit.ModeRun(m.name, kp, error=f"the lab refuses it: {refused[(m.name, kp)]}"))
-                continue
-            r = run.run_mode(m, kp, opts, archive, _log)
-            runs.append(r)
-            click.echo("\n" + junit.mode_report(r) + "\n")
+    runs = _each_mode(chosen, proxies, refused, lambda m, kp: run.run_mode(m, kp, opts, archive, _log))
     summary = _summary(runs, rules, selection, suite, focus, time.monotonic() - t0)
     with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
         f.write(summary + "\n")
@@ -114,6 +107,21 @@ def _modes(chosen: list[plan.Mode], proxies: list[str], family: str | None) -> d
             click.echo(f"  {m.name} (kube-proxy {kp}): ferry-lab up --kubernetes --kube-proxy {kp} {m.flags()}"
                        + (f"\n    NOT RUN: the lab refuses it: {why}" if why else ""))
     return refused
+
+
+def _each_mode(chosen: list[plan.Mode], proxies: list[str], refused: dict[tuple[str, str], str],
+               run_one: Callable[[plan.Mode, str], junit.ModeRun]) -> list[junit.ModeRun]:
+    """``run_one`` per mode and kube-proxy mode, in order, each report printed as it ends; a mode
+    the lab refuses is a run that did not happen, with why."""
+    runs: list[junit.ModeRun] = []
+    for m in chosen:
+        for kp in proxies:
+            if (m.name, kp) in refused:
+                runs.append(junit.ModeRun(m.name, kp, error=f"the lab refuses it: {refused[(m.name, kp)]}"))
+                continue
+            runs.append(run_one(m, kp))
+            click.echo("\n" + junit.mode_report(runs[-1]) + "\n")
+    return runs
 
 
 def _cnp(chosen: list[plan.Mode], proxies: list[str], out: str, focus: str, family: str | None, keep: bool,
@@ -136,15 +144,7 @@ def _cnp(chosen: list[plan.Mode], proxies: list[str], out: str, focus: str, fami
     except LabError as e:
         _fail(str(e))
     opts = run.Options(focus=focus, rules=(), out=os.path.abspath(out), family=family, keep=keep, probes=rules)
-    runs: list[junit.ModeRun] = []
-    for m in chosen:
-        for kp in proxies:
-            if (m.name, kp) in refused:
-                runs.append(junit.ModeRun(m.name, kp, error=f"the lab refuses it: {refused[(m.name, kp)]}"))
-                continue
-            r = run.run_cnp_mode(m, kp, opts, archive, _log)
-            runs.append(r)
-            click.echo("\n" + junit.mode_report(r) + "\n")
+    runs = _each_mode(chosen, proxies, refused, lambda m, kp: run.run_cnp_mode(m, kp, opts, archive, _log))
     parts = [f"# ClusterNetworkPolicy conformance on ferry-lab ({(time.monotonic() - t0) / 60:.0f} min)", "",
              junit.table(runs), "", cnp.test_table(runs), "", "```", cnp.describe(rules, focus), "```", ""]
     for r in runs:
