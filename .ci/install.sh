@@ -4,7 +4,7 @@
 #
 # By default everything (`make test`, `make bench`, `make demo-k8s`, `make dist`/`image`). Switches,
 # each 1 (the default) or 0; `make demo` sets all four to 0 (the embedded-registry demo runs none of it):
-#   FERRY_KUBERNETES   etcd, the Kubernetes components, e2e.test/agnhost/ginkgo, CoreDNS (Go, ~5 min
+#   FERRY_KUBERNETES   etcd, the Kubernetes components, e2e.test/agnhost/ginkgo, CoreDNS, Helm (Go, ~5 min
 #                      cold) and the Nodes' container runtime (containerd, runc, busybox-static; bash-static,
 #                      the e2e busybox images' sh)
 #   FERRY_BENCH_PEERS  the benchmarks' Go peers: ovs-cni, upstream's bridge + host-local (~40 s cold)
@@ -68,8 +68,9 @@ command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 # cnitool and wireguard-go (the userspace WireGuard: the lab's --encryption wireguard, make demo's too)
 go_sets=(cnitool wireguard-go)
 [ "$bench_peers" = 0 ] || go_sets+=(ovs-cni cni-plugins)
-# The Kubernetes lab's Services and `make conformance`: CoreDNS, e2e.test + agnhost + ginkgo.
-[ "$kubernetes" = 0 ] || go_sets+=(kubernetes kube-e2e kube-e2e-images coredns)
+# The Kubernetes lab's Services and `make conformance`: CoreDNS, e2e.test + agnhost + ginkgo; Helm
+# (deploy/helm/ferry: tests/ship/test_helm_chart.py, the lab's `installer: helm`).
+[ "$kubernetes" = 0 ] || go_sets+=(kubernetes kube-e2e kube-e2e-images coredns helm)
 step go "${go_sets[*]}"
 bash "$here/tools/build-go-tools.sh" "${go_sets[@]}"
 step_done
