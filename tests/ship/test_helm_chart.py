@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate as kv
 import pytest
 import yaml
 
@@ -187,6 +188,25 @@ def test_the_labs_overlay_as_values_renders_the_overlay_applied(helm_home: Path)
                                       api_override=False)):
         rendered = by_object(render(helm_home, values=manifests.helm_values(overlay)))
         assert rendered == by_object(manifests.apply_overlay(manifests.load(str(MANIFEST)), overlay))
+
+
+def test_every_optional_part_renders_valid_objects(helm_home: Path) -> None:
+    """The values the defaults leave empty (pullPolicy, nodeSelector, install-cni's resources,
+    extraEnv, no tolerations) render objects Kubernetes' schemas accept, strictly, where they belong."""
+    values = {"image": {"repository": "registry.example/ferry", "tag": "9.9.9", "pullPolicy": "Always"},
+              "nodeSelector": {"kubernetes.io/os": "linux"}, "tolerations": [], "maxUnavailable": "20%",
+              "resources": {"installCni": {"limits": {"memory": "256Mi"}}},
+              "extraEnv": [{"name": "KUBERNETES_SERVICE_HOST", "value": "192.0.2.10"}]}
+    docs = render(helm_home, values=values)
+    for d in docs:
+        assert kv.validate(d, kv.latest_version(), strict=True), d["kind"]
+    pod = manifests.daemonset(docs)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"} and "tolerations" not in pod
+    for c in (*pod["initContainers"], *pod["containers"]):
+        assert (c["image"], c["imagePullPolicy"]) == ("registry.example/ferry:9.9.9", "Always")
+        assert [e["name"] for e in c["env"]] == ["NODE_NAME", "KUBERNETES_SERVICE_HOST"]
+    assert pod["initContainers"][0]["resources"] == {"limits": {"memory": "256Mi"}}
+    assert manifests.daemonset(docs)["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": "20%"}
 
 
 def test_the_suites_helm_is_the_pinned_one(helm_home: Path) -> None:
