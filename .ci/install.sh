@@ -4,7 +4,7 @@
 #
 # By default everything (`make test`, `make bench`, `make demo-k8s`, `make dist`/`image`). Switches,
 # each 1 (the default) or 0; `make demo` sets all four to 0 (the embedded-registry demo runs none of it):
-#   FERRY_KUBERNETES   etcd, the Kubernetes components, e2e.test/agnhost/ginkgo, CoreDNS (Go, ~5 min
+#   FERRY_KUBERNETES   etcd, the Kubernetes components, e2e.test/agnhost/ginkgo, CoreDNS, Helm (Go, ~5 min
 #                      cold), the Nodes' container runtime (containerd, runc, busybox-static) and the
 #                      e2e busybox images' busybox, built from its source (tools/build-busybox.sh, ~2 min cold)
 #   FERRY_BENCH_PEERS  the benchmarks' Go peers: ovs-cni, upstream's bridge + host-local (~40 s cold)
@@ -69,9 +69,10 @@ command -v go >/dev/null || export PATH=$PATH:/usr/local/go/bin
 go_sets=(cnitool wireguard-go)
 [ "$bench_peers" = 0 ] || go_sets+=(ovs-cni cni-plugins)
 # The Kubernetes lab's Services and `make conformance`: CoreDNS, e2e.test + agnhost + ginkgo, what the
-# e2e images carry besides (nonewprivs' nnp, sample-apiserver), and the ClusterNetworkPolicy
-# conformance suite (network-policy-api: ~3 min to build once, then cached).
-[ "$kubernetes" = 0 ] || go_sets+=(kubernetes kube-e2e kube-e2e-images coredns network-policy-api)
+# e2e images carry besides (nonewprivs' nnp, sample-apiserver), the ClusterNetworkPolicy
+# conformance suite (network-policy-api: ~3 min to build once, then cached); Helm
+# (deploy/helm/ferry: tests/ship/test_helm_chart.py, the lab's `installer: helm`).
+[ "$kubernetes" = 0 ] || go_sets+=(kubernetes kube-e2e kube-e2e-images coredns network-policy-api helm)
 step go "${go_sets[*]}"
 bash "$here/tools/build-go-tools.sh" "${go_sets[@]}"
 step_done

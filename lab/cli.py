@@ -29,7 +29,7 @@ from cni.pipeline.modes import ENCRYPTION_NONE, ENCRYPTIONS, MODES, NETDEV_TUNNE
 from lab import build, check, frr, overrides, picture, tools, wirecapture, wireguard
 from lab.api import Lab, Node, default_cni_bin, ensure_cni_bin
 from lab.conformance.cli import conformance as conformance_cmd
-from lab.kube.spec import KUBE_PROXY_MODES
+from lab.kube.spec import INSTALLERS, KUBE_PROXY_MODES
 from lab.sh import LabError
 from lab.topology import CATEGORIES, TopologyError, node_netns, router_routes
 from routesync.config import OVS_DAEMONS
@@ -65,10 +65,12 @@ def mode_options(f: Callable[..., None]) -> Callable[..., None]:
 
 def _doc(topology: str | None, mode: str | None, tunnel: str | None, fast_path: bool, family: str | None,
          kubernetes: bool = False, kube_proxy: str | None = None, ovs_daemons: str | None = None,
-         vlan: int | None = None, encryption: str | None = None) -> dict[str, Any]:
+         vlan: int | None = None, encryption: str | None = None, installer: str | None = None) -> dict[str, Any]:
     doc = overrides.load(topology, overrides.Overrides(mode, tunnel, fast_path, family, vlan, encryption))
-    if kubernetes or kube_proxy or ovs_daemons:
+    if kubernetes or kube_proxy or ovs_daemons or installer:
         doc["kubernetes"] = dict(doc.get("kubernetes") or {})
+        if installer:
+            doc["kubernetes"]["installer"] = installer
         if kube_proxy:
             doc["kubernetes"]["kubeProxy"] = kube_proxy
         if ovs_daemons:
@@ -82,7 +84,11 @@ def main() -> None:
 
 
 def kubernetes_option(f: Callable[..., None]) -> Callable[..., None]:
-    """--kubernetes, --kube-proxy and --ovs (which imply --kubernetes)."""
+    """--kubernetes, --kube-proxy, --ovs and --installer (which imply --kubernetes)."""
+    f = click.option(
+        "--installer", type=click.Choice(INSTALLERS), default=None,
+        help="how Ferry goes on the cluster (kubernetes.installer; default kubectl): kubectl applies "
+             "deploy/ferry.yaml, helm runs `helm install` of deploy/helm/ferry")(f)
     f = click.option(
         "--ovs", "ovs_daemons", type=click.Choice(OVS_DAEMONS), default=None,
         help="who runs each Node's Open vSwitch (kubernetes.ovsDaemons; default host): host (the lab starts it) or "
@@ -138,10 +144,11 @@ def kubectl(name: str, args: tuple[str, ...]) -> None:
 @kubernetes_option
 def up(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
        fast_path: bool, family: str | None, vlan: int | None, encryption: str | None, kubernetes: bool,
-       kube_proxy: str | None, ovs_daemons: str | None) -> None:
+       kube_proxy: str | None, ovs_daemons: str | None, installer: str | None) -> None:
     t0 = time.monotonic()
     try:
-        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons, vlan, encryption)
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons, vlan, encryption,
+                   installer)
         lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
     except (LabError, TopologyError, OSError) as e:
         _fail(e)
@@ -342,10 +349,11 @@ def render(lab: Lab) -> str:
               help="also draw the lab into this .svg or .png file")
 def demo(topology: str | None, name: str, cni_bin: str | None, mode: str | None, tunnel: str | None,
          fast_path: bool, family: str | None, vlan: int | None, encryption: str | None, kubernetes: bool,
-         kube_proxy: str | None, ovs_daemons: str | None, picture_file: str | None) -> None:
+         kube_proxy: str | None, ovs_daemons: str | None, installer: str | None, picture_file: str | None) -> None:
     t0 = time.monotonic()
     try:
-        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons, vlan, encryption)
+        doc = _doc(topology, mode, tunnel, fast_path, family, kubernetes, kube_proxy, ovs_daemons, vlan, encryption,
+                   installer)
         cni_bin = ensure_cni_bin(os.path.abspath(cni_bin or default_cni_bin()))
         lab = Lab.up(doc, name=name, cni_bin=cni_bin, log=lambda s: click.echo(f"  {s}", err=True))
         click.echo(f"lab {name} up in {time.monotonic() - t0:.2f}s")

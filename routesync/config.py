@@ -64,6 +64,9 @@ class ConfigError(ValueError):
         super().__init__(f"config key {key!r}: {problem}")
 
 
+NODE_SOURCE_KEYS = {"type", "registryDir", "kubeconfig", "pollInterval"}
+
+
 @dataclass(frozen=True)
 class NodeSourceConfig:
     type: str = "registry"  # registry | kubernetes
@@ -134,7 +137,7 @@ class WireGuardConfig:
 
 
 DENIED_LOG_SECTION = "networkPolicyDeniedLog"
-_DENIED_LOG_KEYS = {"enabled", "rate", "burst"}
+DENIED_LOG_KEYS = {"enabled", "rate", "burst"}
 METER_FACTOR = 10  # the switch's meter admits this many times the log's rate and burst
 
 
@@ -298,7 +301,7 @@ def _ovsdb(key: str, v: Any) -> str:
 
 
 def _node_source(key: str, v: Any) -> NodeSourceConfig:
-    _section(key, v, {"type", "registryDir", "kubeconfig", "pollInterval"}, "a mapping")
+    _section(key, v, NODE_SOURCE_KEYS, "a mapping")
     d = NodeSourceConfig()
     kind = _choice(f"{key}.type", v.get("type", d.type), SOURCE_TYPES)
     if kind == "registry" and "kubeconfig" in v:
@@ -328,8 +331,8 @@ def _ip(key: str, v: Any, version: int | None = None) -> str:
     return str(addr)
 
 
-_BGP_KEYS = {"localASN", "routerID", "peers", "prefixes", "gracefulRestart", "runDir"}
-_PEER_KEYS = {"address", "asn", "password", "holdTime", "addressFamily"}
+BGP_KEYS = {"localASN", "routerID", "peers", "prefixes", "gracefulRestart", "runDir"}
+PEER_KEYS = {"address", "asn", "password", "holdTime", "addressFamily"}
 DEFAULT_GATEWAY: Final = "defaultGateway"  # bgp.peers[].address: the Node's default gateway
 ADDRESS_FAMILIES = {"ipv4": 4, "ipv6": 6}
 
@@ -341,7 +344,7 @@ def _hold_time(key: str, v: Any) -> int:
 
 
 def _bgp_peer(key: str, v: Any) -> BgpPeer:
-    _section(key, v, _PEER_KEYS, "a mapping with address and asn")
+    _section(key, v, PEER_KEYS, "a mapping with address and asn")
     for k in ("address", "asn"):
         if k not in v:
             raise ConfigError(f"{key}.{k}", "missing")
@@ -371,7 +374,7 @@ def _bgp_peer(key: str, v: Any) -> BgpPeer:
 
 
 def _bgp(key: str, v: Any) -> BgpConfig:
-    _section(key, v, _BGP_KEYS, "a mapping (localASN, peers, ...)")
+    _section(key, v, BGP_KEYS, "a mapping (localASN, peers, ...)")
     if "localASN" not in v:
         raise ConfigError(f"{key}.localASN", "missing")
     local_asn = _typed(int, f"{key}.localASN", v["localASN"], 1, MAX_ASN)
@@ -394,7 +397,7 @@ def _bgp(key: str, v: Any) -> BgpConfig:
     return replace(d, router_id=router_id, prefixes=prefixes, graceful_restart=gr, run_dir=run_dir)
 
 
-_WG_KEYS = {"port", "interface", "implementation", "userspaceCommand", "runDir", "keyDir", "rotationPeriod",
+WG_KEYS = {"port", "interface", "implementation", "userspaceCommand", "runDir", "keyDir", "rotationPeriod",
             "rotationLead", "persistentKeepalive", "startUserspace"}
 
 
@@ -405,7 +408,7 @@ def _seconds(key: str, v: Any, lo: float, hi: float) -> float:
 
 
 def _wireguard(key: str, v: Any) -> WireGuardConfig:
-    _section(key, v, _WG_KEYS, "a mapping (port, interface, ...)")
+    _section(key, v, WG_KEYS, "a mapping (port, interface, ...)")
     g = v.get
     d = WireGuardConfig()
     period = g("rotationPeriod", d.rotation_period)
@@ -426,7 +429,9 @@ def _wireguard(key: str, v: Any) -> WireGuardConfig:
     )
 
 
-_KEYS = {
+# Every top-level key (and each section's, above): the Helm chart's values.schema.json names the same
+# (tests/ship/test_helm_chart.py holds them equal).
+KEYS = {
     "nodeName", "trafficEncapMode", "tunnelType", "tunnelPort", "transportInterface",
     "transportInterfaceCIDRs", "noSNAT", "defaultMTU", "bridge", "datapathType", "ovsdb", "ovsRunDir",
     "stateFile", "podCIDRs", "clusterCIDRs", "nodeSource", "fastPath", "macSource", "resyncSeconds",
@@ -436,7 +441,7 @@ _KEYS = {
 
 
 def _denied_log(key: str, v: Any) -> DeniedLogConfig:
-    _section(key, v, _DENIED_LOG_KEYS, "a mapping (enabled, rate, burst)")
+    _section(key, v, DENIED_LOG_KEYS, "a mapping (enabled, rate, burst)")
     d = DeniedLogConfig()
     return DeniedLogConfig(enabled=_typed(bool, f"{key}.enabled", v.get("enabled", d.enabled)),
                            rate=_typed(int, f"{key}.rate", v.get("rate", d.rate), 1, 10_000),
@@ -453,7 +458,7 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
     if not isinstance(raw, dict):
         raise ConfigError("<root>", "expected a mapping of keys to values")
     for k in raw:
-        if k not in _KEYS:
+        if k not in KEYS:
             raise ConfigError(str(k), "unknown key")
     g = raw.get
     env = os.environ if environ is None else environ

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the Go programs Ferry's tests, lab and benchmarks run, from the pinned modules under tools/
 # (cnitool; wireguard-go, the userspace WireGuard; etcd and the Kubernetes components; the
-# ClusterNetworkPolicy conformance suite; the benchmarks'
+# ClusterNetworkPolicy conformance suite; Helm; the benchmarks'
 # peers: ovs-cni's plugin and upstream's bridge + host-local), into a cache that outlives the clone, keyed by go.mod, go.sum and the Go
 # version. Idempotent: a cached build is linked, not rebuilt. A name with a slash is linked in a
 # directory of build/tools (a CNI_PATH: build/tools/cni-plugins/{bridge,host-local}).
-#   tools/build-go-tools.sh cnitool|wireguard-go|kubernetes|kube-e2e|kube-e2e-images|coredns|network-policy-api|ovs-cni|cni-plugins ...
+#   tools/build-go-tools.sh cnitool|wireguard-go|kubernetes|kube-e2e|kube-e2e-images|coredns|network-policy-api|helm|ovs-cni|cni-plugins ...
 # Every module is verified against the committed go.sum (-mod=readonly); nothing is fetched but
 # modules through the Go module proxy.
 set -euo pipefail
@@ -41,10 +41,13 @@ packages_of() {
     # The ClusterNetworkPolicy conformance suite (a test binary, its base manifests embedded):
     # `make conformance CONFORMANCE="--suite cnp"` (lab/conformance/cnp.py).
     network-policy-api) echo "cnp-conformance.test=test:sigs.k8s.io/network-policy-api/conformance" ;;
+    # Helm, which renders, lints and installs deploy/helm/ferry (tests/ship/test_helm_chart.py,
+    # ferry-lab's installer: helm); static, a client that runs anywhere.
+    helm) echo "helm=static:helm.sh/helm/v4/cmd/helm" ;;
     ovs-cni) echo "ovs-cni/ovs=github.com/k8snetworkplumbingwg/ovs-cni/cmd/plugin" ;;
     cni-plugins) echo "cni-plugins/bridge=github.com/containernetworking/plugins/plugins/main/bridge" \
                       "cni-plugins/host-local=github.com/containernetworking/plugins/plugins/ipam/host-local" ;;
-    *) echo "build-go-tools: unknown tool set '$1' (cnitool, wireguard-go, kubernetes, kube-e2e, kube-e2e-images, coredns, network-policy-api, ovs-cni, cni-plugins)" >&2; return 1 ;;
+    *) echo "build-go-tools: unknown tool set '$1' (cnitool, wireguard-go, kubernetes, kube-e2e, kube-e2e-images, coredns, network-policy-api, helm, ovs-cni, cni-plugins)" >&2; return 1 ;;
   esac
 }
 
@@ -60,6 +63,9 @@ ldflags_of() {
         printf ' -X %s.gitVersion=%s -X %s.gitMajor=1 -X %s.gitMinor=%s -X %s.gitTreeState=clean' \
           "$pkg" "$v" "$pkg" "$pkg" "$minor" "$pkg"
       done ;;
+    helm)  # what Helm's own Makefile stamps: `helm version` says v4.x.y, not the source's v4.x
+      v=$(sed -n 's/^require helm.sh\/helm\/v4 \(v[0-9.]*\)$/\1/p' "$here/tools/helm/go.mod")
+      printf ' -X helm.sh/helm/v4/internal/version.version=%s -X helm.sh/helm/v4/internal/version.gitTreeState=clean' "$v" ;;
     cni-plugins)  # what upstream's release build stamps: `bridge` prints "CNI bridge plugin v1.x.y"
       v=$(sed -n 's/^require github.com\/containernetworking\/plugins \(v[0-9.]*\)$/\1/p' "$here/tools/cni-plugins/go.mod")
       printf ' -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=%s' "$v" ;;

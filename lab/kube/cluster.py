@@ -406,15 +406,38 @@ class Cluster:
     def ready(node: dict) -> bool:
         return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
 
-    def deploy_ferry(self, overlay: manifests.Overlay) -> None:
+    def deploy_ferry(self, overlay: manifests.Overlay, installer: str = "kubectl") -> None:
         """The CRDs Ferry reads (``deploy/crds/``), established, then Ferry's manifest, as a user
-        applies them (README)."""
+        applies them (README); with installer ``helm``, ``helm install`` of the chart instead."""
+        if installer == "helm":
+            self.helm_install(overlay)
+            return
         self.kubectl("apply", "--server-side", "-f", manifests.CRDS)
         # kubectl wait fails at once ("accessor error: <nil>") on a CRD whose status has no
         # conditions yet, as right after it is created: the lab polls the condition itself
         wait_for("the CRDs of deploy/crds to be Established", self.crds_established, 120.0)
         docs = manifests.apply_overlay(manifests.load(), overlay)
         self.kubectl("apply", "-f", "-", input=manifests.dump(docs))
+
+    def helm_install(self, overlay: manifests.Overlay) -> None:
+        """``helm install`` of deploy/helm/ferry with the overlay as a values file: Helm creates the
+        chart's crds/ first, then the rest; the lab waits for the DaemonSet itself (wait_converged)."""
+        helm = tools.tool("helm")
+        if not os.access(helm, os.X_OK):
+            raise LabError(f"{helm} missing: run `tools/build-go-tools.sh helm` (make install)")
+        values = os.path.join(self.plan.directory, "ferry-values.yaml")
+        with open(values, "w", encoding="utf-8") as f:
+            yaml.safe_dump(manifests.helm_values(overlay), f, sort_keys=False)
+        home = os.path.join(self.plan.directory, "helm")  # Helm's cache, config and data: the lab's
+        env = {**os.environ, "HELM_CACHE_HOME": f"{home}/cache", "HELM_CONFIG_HOME": f"{home}/config",
+               "HELM_DATA_HOME": f"{home}/data"}
+        argv = ["nsenter", f"--net=/run/netns/{self.plan.control_plane[0].netns}", "--", helm,
+                f"--kubeconfig={self.plan.admin_kubeconfig}", "install", manifests.RELEASE, manifests.CHART,
+                "--namespace", manifests.NAMESPACE, "--values", values]
+        cp = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180, check=False)
+        if cp.returncode != 0:
+            raise LabError(f"helm install: {cp.stderr.strip()}")
+        wait_for("the CRDs of deploy/crds to be Established", self.crds_established, 120.0)
 
     def crds_established(self) -> bool:
         """Every CRD of ``deploy/crds/`` has the condition Established True."""
@@ -586,7 +609,8 @@ def ferry_image(tag: str | None, log: Log) -> str:
 
 def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, image_tag: str | None,
        join_later: tuple[str, ...], route_pod_cidrs: bool, router_netns: str, manifest: Manifest,
-       log: Log, cni: str = "ferry", bgp: bool = False, chained: bool = False) -> Cluster:
+       log: Log, cni: str = "ferry", bgp: bool = False, chained: bool = False,
+       installer: str = "kubectl") -> Cluster:
     t0 = time.monotonic()
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"):
         if not os.access(tools.tool(name), os.X_OK):
@@ -622,7 +646,7 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
     if image_tag:
         image = manifests.shipped_image(manifests.load()).rsplit(":", 1)[0] + f":{image_tag}"
     cluster.deploy_ferry(manifests.Overlay(plan.api_host, plan.api_port, plan.cluster_cidrs, route_sync, image,
-                                           api_override=not services))
+                                           api_override=not services), installer)
     cluster.wait_converged()
     cluster.route_pod_cidrs(router_netns)
     log(f"Ferry deployed, Nodes Ready: {time.monotonic() - t0:.1f}s")

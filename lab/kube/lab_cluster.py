@@ -63,4 +63,5 @@ def up(topo: Topology, name: str, directory: str, manifest: Manifest, log: Calla
     manifest.set(kubeconfig=p.admin_kubeconfig)
     cluster.up(p, plan.server_names(topo, topo.kubernetes), route_sync_keys(topo), topo.kubernetes.image_tag,
                topo.kubernetes.join_later, topo.route_pod_cidrs, router_netns(name), manifest, log,
-               topo.kubernetes.cni, bgp=topo.router_bgp is not None, chained=topo.chained)
+               topo.kubernetes.cni, bgp=topo.router_bgp is not None, chained=topo.chained,
+               installer=topo.kubernetes.installer)

@@ -12,7 +12,11 @@ What the overlay changes, and why:
   ``kubernetes`` Service, as on a kubeadm cluster;
 * the image reference, when the lab built another tag (rolling-update tests).
 
-Everything else (RBAC, ServiceAccount, volumes, probes, install-cni) is applied as shipped."""
+Everything else (RBAC, ServiceAccount, volumes, probes, install-cni) is applied as shipped.
+
+With ``kubernetes.installer: helm`` the lab installs the chart (``deploy/helm/ferry``) instead, the
+same overlay expressed as its values (:func:`helm_values`); tests/ship/test_helm_chart.py holds
+the chart rendered with them equal to :func:`apply_overlay`'s documents."""
 
 from __future__ import annotations
 
@@ -30,6 +34,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MANIFEST = os.path.join(REPO, "deploy", "ferry.yaml")
 CRDS = os.path.join(REPO, "deploy", "crds")  # the ClusterNetworkPolicy CRD (tools/sync-cnp-crd.sh)
 CONFIG_KEY = "route-sync.yaml"
+CHART = os.path.join(REPO, "deploy", "helm", "ferry")  # the same objects, as a Helm chart
+RELEASE = "ferry"  # the Helm release's name
+NAMESPACE = "kube-system"
+API_ENV = ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")
 
 
 @dataclass(frozen=True)
@@ -67,14 +75,31 @@ def apply_overlay(docs: list[dict[str, Any]], overlay: Overlay) -> list[dict[str
             conf.update(dict(overlay.route_sync))
             d["data"][CONFIG_KEY] = yaml.safe_dump(conf, sort_keys=False)
     pod = daemonset(out)["spec"]["template"]["spec"]
-    api_env = [{"name": "KUBERNETES_SERVICE_HOST", "value": overlay.api_host},
-               {"name": "KUBERNETES_SERVICE_PORT", "value": str(overlay.api_port)}] if overlay.api_override else []
     for c in (*pod.get("initContainers", []), *pod["containers"]):
-        env = [e for e in c.get("env", []) if e["name"] not in {"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}]
-        c["env"] = env + api_env
+        env = [e for e in c.get("env", []) if e["name"] not in API_ENV]
+        c["env"] = env + _api_env(overlay)
         if overlay.image:
             c["image"] = overlay.image
     return out
+
+
+def _api_env(overlay: Overlay) -> list[dict[str, str]]:
+    host, port = API_ENV
+    return ([{"name": host, "value": overlay.api_host}, {"name": port, "value": str(overlay.api_port)}]
+            if overlay.api_override else [])
+
+
+def helm_values(overlay: Overlay) -> dict[str, Any]:
+    """The overlay as the chart's values: route-sync's keys merged over the chart's ``config``
+    (as :func:`apply_overlay` updates the ConfigMap), the API override as ``extraEnv``."""
+    values: dict[str, Any] = {
+        "config": {"datapathType": NETDEV, "clusterCIDRs": list(overlay.cluster_cidrs), **dict(overlay.route_sync)},
+        "extraEnv": _api_env(overlay),
+    }
+    if overlay.image:
+        repository, tag = overlay.image.rsplit(":", 1)
+        values["image"] = {"repository": repository, "tag": tag}
+    return values
 
 
 def dump(docs: list[dict[str, Any]]) -> str:

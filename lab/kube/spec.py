@@ -16,6 +16,8 @@ kubernetes:
   ovsDaemons: host            # who runs each Node's Open vSwitch: host (the lab starts it, as a
                               # host's own packages would) | ferry (the Node has none: Ferry's
                               # openvswitch container runs it, route-sync's ovsDaemons)
+  installer: kubectl          # how Ferry goes on the cluster: kubectl (deploy/ferry.yaml, applied)
+                              # | helm (`helm install` of deploy/helm/ferry, the same overlay as values)
 ```
 ``kubernetes: {}`` (or ``ferry-lab up --kubernetes``) takes every default."""
 
@@ -27,9 +29,10 @@ from typing import Any
 
 from routesync.config import OVS_DAEMONS, OVS_FERRY, OVS_HOST
 
-KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni", "kubeProxy", "ovsDaemons")
+KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni", "kubeProxy", "ovsDaemons", "installer")
 CNIS = ("ferry", "bridge")
 KUBE_PROXY_MODES = ("iptables", "nftables", "none")  # "none" last: lab.conformance takes the others
+INSTALLERS = ("kubectl", "helm")
 
 
 class KubeSpecError(ValueError):
@@ -45,6 +48,7 @@ class KubeSpec:
     cni: str = "ferry"
     kube_proxy: str = "iptables"
     ovs_daemons: str = OVS_HOST
+    installer: str = "kubectl"
 
     @property
     def ferry_runs_ovs(self) -> bool:
@@ -59,7 +63,7 @@ class KubeSpec:
     def to_doc(self) -> dict[str, Any]:
         return {"serviceCIDR": self.service_cidr or None, "apiPort": self.api_port, "imageTag": self.image_tag,
                 "joinLater": list(self.join_later), "cni": self.cni, "kubeProxy": self.kube_proxy,
-                "ovsDaemons": self.ovs_daemons}
+                "ovsDaemons": self.ovs_daemons, "installer": self.installer}
 
 
 def parse(value: Any) -> KubeSpec | None:
@@ -94,7 +98,12 @@ def parse(value: Any) -> KubeSpec | None:
         raise KubeSpecError(f"kubernetes.ovsDaemons {ovs_daemons!r}: one of {', '.join(OVS_DAEMONS)}")
     if ovs_daemons == OVS_FERRY and cni != "ferry":
         raise KubeSpecError(f"kubernetes.ovsDaemons ferry: only with cni ferry (cni is {cni})")
-    return KubeSpec(cidrs, port, tag, tuple(later), cni, proxy, ovs_daemons)
+    installer = value.get("installer", "kubectl")
+    if installer not in INSTALLERS:
+        raise KubeSpecError(f"kubernetes.installer {installer!r}: one of {', '.join(INSTALLERS)}")
+    if installer == "helm" and cni != "ferry":
+        raise KubeSpecError(f"kubernetes.installer helm: only with cni ferry (cni is {cni})")
+    return KubeSpec(cidrs, port, tag, tuple(later), cni, proxy, ovs_daemons, installer)
 
 
 SERVICE_PREFIXES = {4: (12, 24), 6: (108, 120)}  # what the API server's allocator takes

@@ -26,9 +26,11 @@ def parsed(**kw: object) -> topo_mod.Topology:
 def test_spec_defaults_and_errors() -> None:
     assert spec.parse(None) is None and spec.parse(False) is None
     assert spec.parse(True) == spec.KubeSpec()
+    assert spec.parse({"installer": "helm"}).installer == "helm"  # type: ignore[union-attr]
     for bad, key in (({"x": 1}, "unknown keys"), ({"serviceCIDR": "fd00::/64"}, "serviceCIDR"),
                      ({"apiPort": 0}, "apiPort"), ({"imageTag": "a:b"}, "imageTag"),
-                     ({"joinLater": "node-4"}, "joinLater")):
+                     ({"joinLater": "node-4"}, "joinLater"), ({"installer": "kustomize"}, "installer"),
+                     ({"installer": "helm", "cni": "bridge"}, "installer")):
         with pytest.raises(spec.KubeSpecError, match=key):
             spec.parse(bad)
 

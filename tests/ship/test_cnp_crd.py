@@ -1,6 +1,6 @@
 """The ClusterNetworkPolicy CRD deploy/ ships: byte for byte the network-policy-api module's at
 the version its own annotation names (tools/sync-cnp-crd.sh copies it), and the API route-sync
-watches (routesync/policy/cnp/model.py) is one it serves."""
+watches (routesync/policy/cnp/model.py) is one it serves; the Helm chart's crds/ holds the same files."""
 
 from __future__ import annotations
 
@@ -13,7 +13,14 @@ import yaml
 
 from routesync.policy.cnp.model import GROUP, PLURAL, VERSION
 
-CRD = Path(__file__).resolve().parents[2] / "deploy" / "crds" / "policy.networking.k8s.io_clusternetworkpolicies.yaml"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+CRD = DEPLOY / "crds" / "policy.networking.k8s.io_clusternetworkpolicies.yaml"
+CHART_CRDS = DEPLOY / "helm" / "ferry" / "crds"  # what `helm install` creates before the chart's objects
+
+
+def test_the_charts_crds_are_deploy_crds_byte_for_byte() -> None:
+    shipped = {p.name: p.read_bytes() for p in CRD.parent.iterdir()}
+    assert {p.name: p.read_bytes() for p in CHART_CRDS.iterdir()} == shipped
 
 
 def test_the_crd_is_the_modules_at_its_version_and_serves_what_route_sync_watches() -> None:
