@@ -39,6 +39,7 @@ with the labels ``{}``, as :class:`.plan.PodIndex` does."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -161,7 +162,7 @@ class _PodState:
     pod: Pod
     labels: dict[str, str]
     groups: set[Group] = field(default_factory=set)
-    nodes: dict[str, int] = field(default_factory=dict)  # Node -> groups of it reached there
+    nodes: Counter[str] = field(default_factory=Counter)  # Node -> groups of it reached there (none at 0)
     everywhere: int = 0
     populated: int = 0
 
@@ -281,11 +282,12 @@ class SpanIndex:
             return
         old = st.pod
         if old.node != pod.node:  # every group's Node counts move: leave all, join again
-            leave, join = set(st.groups), new_groups
+            self._leave_all(st)
+            join = new_groups
         else:
-            leave, join = st.groups - new_groups, new_groups - st.groups
-        for g in leave:
-            self._leave(g, st)
+            join = new_groups - st.groups
+            for g in st.groups - new_groups:
+                self._leave(g, st)
         self._index(old, -1)
         st.pod, st.labels = pod, labels
         self._index(pod, 1)
@@ -297,8 +299,7 @@ class SpanIndex:
         st = self._pods.get(key)
         if st is None:
             return
-        for g in list(st.groups):
-            self._leave(g, st)
+        self._leave_all(st)
         self._index(st.pod, -1)
         del self._pods[key]
         self._dirty.add(key)
@@ -462,59 +463,83 @@ class SpanIndex:
         st.groups.add(g)
         st.everywhere += (gs.everywhere_in > 0) + gs.everywhere_subject
         st.populated += gs.populated
-        for n in gs.reach:
-            st.nodes[n] = st.nodes.get(n, 0) + 1
+        if gs.reach:
+            st.nodes.update(gs.reach.keys())
         self._dirty.add(key)
         c = gs.nodes.get(node, 0)
         gs.nodes[node] = c + 1
         if c == 0:
             for t, m in gs.to_nodes.items():
-                self._reach(t, node, m)
+                self._reach(t, (node,), m)
         if len(gs.members) == 1:
             for t, m in gs.to_everywhere.items():
                 self._everywhere_in(t, m)
 
     def _leave(self, g: Group, st: _PodState) -> None:
         gs = self._groups[g]
-        key, node = st.pod.key, st.pod.node
+        self._shrink(gs, st.pod.node)
+        st.everywhere -= (gs.everywhere_in > 0) + gs.everywhere_subject
+        st.populated -= gs.populated
+        _uncount(st.nodes, gs.reach)
+        gs.members.discard(st.pod.key)
+        st.groups.discard(g)
+        self._dirty.add(st.pod.key)
+
+    def _leave_all(self, st: _PodState) -> None:
+        """``st`` out of every group (deleted, or moving to another Node): its own counts just
+        start again from nothing."""
+        key = st.pod.key
+        groups, st.groups = st.groups, set()
+        for g in groups:
+            gs = self._groups[g]
+            gs.members.discard(key)
+            self._shrink(gs, st.pod.node, gone=True)
+        st.nodes.clear()
+        st.everywhere = st.populated = 0
+        self._dirty.add(key)
+
+    def _shrink(self, gs: _GroupState, node: str, gone: bool = False) -> None:
+        """A member on ``node`` leaves ``gs`` (``gone``: already out of ``gs.members``): what
+        the group reaches changes when it was its last there, or its last."""
         c = gs.nodes[node]
         if c == 1:
             del gs.nodes[node]
             for t, m in gs.to_nodes.items():
-                self._reach(t, node, -m)
+                self._reach(t, (node,), -m)
         else:
             gs.nodes[node] = c - 1
-        if len(gs.members) == 1:
+        if len(gs.members) == (0 if gone else 1):
             for t, m in gs.to_everywhere.items():
                 self._everywhere_in(t, -m)
-        st.everywhere -= (gs.everywhere_in > 0) + gs.everywhere_subject
-        st.populated -= gs.populated
-        for n in gs.reach:
-            self._pod_node(st, n, -1)
-        gs.members.discard(key)
-        st.groups.discard(g)
-        self._dirty.add(key)
 
-    def _pod_node(self, st: _PodState, n: str, d: int) -> None:
-        c = st.nodes.get(n, 0) + d
-        if c:
-            st.nodes[n] = c
-        else:
-            del st.nodes[n]
-
-    def _reach(self, g: Group, node: str, d: int) -> None:
+    def _reach(self, g: Group, nodes: Iterable[str], d: int) -> None:
+        """The weight ``d`` on ``g``'s reach at each of ``nodes``: the Nodes that start or stop
+        reaching it go to its members."""
         gs = self._groups[g]
-        before = gs.reach.get(node, 0)
-        after = before + d
-        if after:
-            gs.reach[node] = after
-        else:
-            del gs.reach[node]
-        if (before > 0) != (after > 0):
-            step = 1 if after > 0 else -1
-            for key in gs.members:
-                self._pod_node(self._pods[key], node, step)
-            self._dirty |= gs.members
+        reach = gs.reach
+        up: list[str] = []
+        down: list[str] = []
+        for node in nodes:
+            before = reach.get(node, 0)
+            after = before + d
+            if after:
+                reach[node] = after
+            else:
+                del reach[node]
+            if before <= 0 < after:
+                up.append(node)
+            elif after <= 0 < before:
+                down.append(node)
+        if not (up or down):
+            return
+        pods = self._pods
+        for key in gs.members:
+            counts = pods[key].nodes
+            if up:
+                counts.update(up)
+            if down:
+                _uncount(counts, down)
+        self._dirty |= gs.members
 
     def _everywhere_in(self, g: Group, d: int) -> None:
         gs = self._groups[g]
@@ -569,8 +594,7 @@ class SpanIndex:
         tg.users += w
         if t.kind == NODES:
             _bump(s.to_nodes, t.target, w)
-            for n in list(s.nodes):
-                self._reach(t.target, n, w)
+            self._reach(t.target, list(s.nodes), w)
         else:
             _bump(s.to_everywhere, t.target, w)
             if s.members:
@@ -586,6 +610,15 @@ def _file(index: dict[_K, set[str]], k: _K, key: str, d: int) -> None:
         s.discard(key)
         if not s:
             del index[k]
+
+
+def _uncount(counts: Counter[str], nodes: Iterable[str]) -> None:
+    for n in nodes:
+        c = counts[n] - 1
+        if c:
+            counts[n] = c
+        else:
+            del counts[n]
 
 
 def _bump(d: dict[Group, int], k: Group, w: int) -> None:
