@@ -40,7 +40,7 @@ from dataclasses import replace
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUICK = {"scale": "2000:200:20:50", "cnps": 4, "egress_named": 2, "pod_events": 300, "policy_events": 40,
+QUICK = {"scale": "2000:200:20:200", "cnps": 4, "egress_named": 2, "pod_events": 300, "policy_events": 40,
          "full_events": 2}
 
 
@@ -118,8 +118,8 @@ def pod_events(state: State, n: int, nodes: int, rng: random.Random) -> list[tup
     out: list[tuple[str, tuple[str, Any]]] = []
     fresh = 0
     for i in range(n):
-        kind = ("add", "delete", "relabel", "move")[i % 4]
-        if kind == "add":
+        kind = ("pod-add", "pod-delete", "pod-relabel", "pod-move")[i % 4]
+        if kind == "pod-add":
             fresh += 1
             app = rng.randrange(bp.APPS)
             node = rng.randrange(nodes)
@@ -135,11 +135,11 @@ def pod_events(state: State, n: int, nodes: int, rng: random.Random) -> list[tup
         while key not in pods:
             key = rng.choice(keys)
         p = pods[key]
-        if kind == "delete":
+        if kind == "pod-delete":
             del pods[key]
             out.append((kind, ("pod-", key)))
             continue
-        if kind == "relabel":
+        if kind == "pod-relabel":
             labels = dict(p.labels)
             if rng.random() < 0.5:
                 labels["version"] = rng.choice(("v1", "v2", "v3"))
@@ -162,8 +162,8 @@ def policy_events(state: State, pool: list[Any], n: int, rng: random.Random) -> 
     keys = sorted(pols)
     out: list[tuple[str, tuple[str, Any]]] = []
     for i in range(n):
-        kind = ("create", "delete", "edit", "port")[i % 4]
-        if kind == "create":
+        kind = ("policy-create", "policy-delete", "policy-edit", "policy-port")[i % 4]
+        if kind == "policy-create":
             p = replace(rng.choice(pool), name=f"new-{i:05d}")
             pols[p.key] = p
             keys.append(p.key)
@@ -173,11 +173,11 @@ def policy_events(state: State, pool: list[Any], n: int, rng: random.Random) -> 
         while key not in pols:
             key = rng.choice(keys)
         p = pols[key]
-        if kind == "delete":
+        if kind == "policy-delete":
             del pols[key]
             out.append((kind, ("policy-", key)))
             continue
-        if kind == "edit":
+        if kind == "policy-edit":
             p = replace(rng.choice(pool), namespace=p.namespace, name=p.name)
         else:
             p = replace(p, ingress=tuple(Rule(r.peers, (PortMatch("TCP", rng.choice((80, 81, 443))),))
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{np_only['pods_read']:,} Pods read remotely, "
               f"{np_only['pods_populated']:,} wherever a Pod is")
     for kind, r in res["events"].items():
-        print(f"  {kind:8s} p50 {r['cpu_p50_ms']:.3f} ms, p99 {r['cpu_p99_ms']:.3f} ms CPU "
+        print(f"  {kind:13s} p50 {r['cpu_p50_ms']:.3f} ms, p99 {r['cpu_p99_ms']:.3f} ms CPU "
               f"(full recompute {res['full_spans_per_event_ms']:.0f} ms, x{r['full_over_index_p50']:.0f}); "
               f"spans changed p50 {r['changed_p50']:.0f}, max {r['changed_max']}")
     if args.json:
