@@ -532,24 +532,46 @@ class SpanIndex:
                 down.append(node)
         if not (up or down):
             return
-        pods = self._pods
-        for key in gs.members:
+        pods, dirty = self._pods, self._dirty
+        if len(up) + len(down) == 1:  # one Node (a Pod's event): only the members it is new or gone for
+            (node,) = up or down
+            for key in gs.members:
+                counts = pods[key].nodes
+                c = counts.get(node, 0)
+                if up:
+                    counts[node] = c + 1
+                    if not c:
+                        dirty.add(key)
+                elif c == 1:
+                    del counts[node]
+                    dirty.add(key)
+                else:
+                    counts[node] = c - 1
+            return
+        for key in gs.members:  # many (a policy's event): counted in C, every member looked at again
             counts = pods[key].nodes
             if up:
                 counts.update(up)
             if down:
                 _uncount(counts, down)
-        self._dirty |= gs.members
+        dirty |= gs.members
 
     def _everywhere_in(self, g: Group, d: int) -> None:
         gs = self._groups[g]
         before = gs.everywhere_in
         gs.everywhere_in = after = before + d
         if (before > 0) != (after > 0):
-            step = 1 if after > 0 else -1
-            for key in gs.members:
-                self._pods[key].everywhere += step
-            self._dirty |= gs.members
+            self._flag(gs.members, "everywhere", 1 if after > 0 else -1)
+
+    def _flag(self, members: set[str], which: str, d: int) -> None:
+        """``d`` on the ``which`` count of ``members``: those whose count starts or stops are changed."""
+        pods, dirty = self._pods, self._dirty
+        for key in members:
+            st = pods[key]
+            before = getattr(st, which)
+            setattr(st, which, before + d)
+            if (before > 0) != (before + d > 0):
+                dirty.add(key)
 
     # -- policies ------------------------------------------------------------------------------
     def _set_terms(self, key: tuple[str, str], terms: dict[Term, int]) -> None:
@@ -565,7 +587,7 @@ class SpanIndex:
             delta[t] = delta.get(t, 0) - w
         gained = [(t, w) for t, w in delta.items() if w > 0]
         lost = [(t, w) for t, w in delta.items() if w < 0]
-        for t, w in gained:  # first what comes: a group both lose and gain a term on stays
+        for t, w in gained:  # first what comes: a reach both lose and gain weight on never falls to 0 between
             self._term(t, w)
         for t, w in lost:
             self._term(t, w)
@@ -579,15 +601,11 @@ class SpanIndex:
         s.users += w
         if t.kind == POPULATED:
             s.populated += w
-            for key in s.members:
-                self._pods[key].populated += w
-            self._dirty |= s.members
+            self._flag(s.members, "populated", w)
             return
         if t.kind == EVERYWHERE_SUBJECT:
             s.everywhere_subject += w
-            for key in s.members:
-                self._pods[key].everywhere += w
-            self._dirty |= s.members
+            self._flag(s.members, "everywhere", w)
             return
         assert t.target is not None
         tg = self._acquire(t.target)
