@@ -2,7 +2,7 @@
 (``routesync.policy.spanindex.SpanIndex``) event by event, beside the full recompute
 (``routesync.policy.relevance.spans``) in the same run, and what the spans save.
 
-    python -m bench.bench_spans [--scale 30000:3000:300:1000] [--cnps 4] [--egress-named 10]
+    python -m bench.bench_spans [--scale 30000:3000:300:1000] [--cnps 0] [--egress-named 10]
                                 [--pod-events 2000] [--policy-events 200] [--full-events 3]
                                 [--seed 46] [--quick] [--json OUT]
 
@@ -11,7 +11,9 @@ spread evenly over the Nodes; most namespaces' first policy a default deny of in
 allows from Pods by label, from namespaces by label, both, matchExpressions, named ports, egress
 to DNS and a database tier, egress default deny), plus ``--egress-named`` policies whose egress
 rule has no ``to`` and a named port (every Pod with that port is read where they select), and
-``--cnps`` ClusterNetworkPolicies of :func:`bench.bench_policy_replay.cluster_policies`' shapes.
+``--cnps`` ClusterNetworkPolicies of :func:`bench.bench_policy_replay.cluster_policies`' shapes
+(none by default: their Baseline "Deny from every namespace" reads every Pod wherever it has a
+subject, so with them every Node reads nearly every Pod).
 Figures, CPU seconds of this process (``process_time``):
 
 * ``load``: the index fed every object, one upsert at a time (the controller's start), beside one
@@ -40,7 +42,7 @@ from dataclasses import replace
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUICK = {"scale": "2000:200:20:200", "cnps": 4, "egress_named": 2, "pod_events": 300, "policy_events": 40,
+QUICK = {"scale": "2000:200:20:200", "cnps": 0, "egress_named": 2, "pod_events": 300, "policy_events": 40,
          "full_events": 2}
 
 
@@ -287,7 +289,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--scale", default="30000:3000:300:1000", help="PODS:POLICIES:NAMESPACES:NODES")
-    ap.add_argument("--cnps", type=int, default=4)
+    ap.add_argument("--cnps", type=int, default=0, help="ClusterNetworkPolicies too (their pairs beside "
+                    "NetworkPolicy's alone)")
     ap.add_argument("--egress-named", type=int, default=10)
     ap.add_argument("--pod-events", type=int, default=2000)
     ap.add_argument("--policy-events", type=int, default=200)
