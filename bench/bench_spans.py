@@ -42,7 +42,7 @@ from dataclasses import replace
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUICK = {"scale": "2000:200:20:200", "cnps": 0, "egress_named": 2, "pod_events": 300, "policy_events": 40,
+QUICK = {"scale": "2000:200:20:200", "egress_named": 2, "pod_events": 300, "policy_events": 40,
          "full_events": 2}
 
 
