@@ -250,6 +250,14 @@ class SpanIndex:
                 out[key] = s
         return out
 
+    def sizes(self) -> dict[str, int]:
+        """What the index holds, by kind (a controller's metrics; all 0 once everything went)."""
+        return {"pods": len(self._pods), "namespaces": len(self._ns_labels), "policies": len(self._terms),
+                "groups": len(self._groups), "indexed": len(self._by_ns) + len(self._by_label) + len(self._by_port),
+                "tables": len(self._fixed) + len(self._selected) + len(self._ported),
+                "cached_namespaces": len(self._ns_match), "pending": len(self._dirty),
+                "published": len(self._published)}
+
     def take_changes(self) -> dict[str, Span | None]:
         """The Pods whose span is not what the last call returned for them (None: read by no
         Node any more, or gone); what a controller publishes."""
@@ -302,6 +310,7 @@ class SpanIndex:
         self._leave_all(st)
         self._index(st.pod, -1)
         del self._pods[key]
+        self._forget(st.pod.namespace)
         self._dirty.add(key)
 
     def upsert_namespace(self, name: str, labels: Labels) -> None:
@@ -355,6 +364,11 @@ class SpanIndex:
             hit = self._ns_match[ns] = {s for s in self._selected if s.matches(labels)}
         return hit
 
+    def _forget(self, ns: str) -> None:
+        """Drop ``ns``'s cached selectors once nothing names it (no object, no Pod)."""
+        if ns not in self._ns_labels and ns not in self._by_ns:
+            self._ns_match.pop(ns, None)
+
     # -- Namespaces ----------------------------------------------------------------------------
     def _namespace_event(self, name: str, labels: dict[str, str] | None) -> None:
         before = self._labels_of(name)
@@ -363,6 +377,7 @@ class SpanIndex:
         else:
             self._ns_labels[name] = labels
         after = self._labels_of(name)
+        self._forget(name)
         if before == after:
             return
         self._ns_match.pop(name, None)

@@ -207,6 +207,22 @@ def replay(seed: int, events: int) -> dict[str, int]:
     return seen
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_everything_deleted_leaves_nothing_held(seed: int) -> None:
+    rng = random.Random(seed)
+    feed = Feed(rng)
+    idx = SpanIndex()
+    for _ in range(PER_SEQUENCE):
+        feed.deliver(feed.event(), idx)
+    assert idx.sizes()["groups"] > 0
+    for kind, keys in (("pod-", feed.pods), ("policy-", feed.policies), ("cnp-", feed.cluster_policies),
+                       ("ns-", feed.namespaces)):
+        for k in list(keys):
+            feed.deliver((kind, k), idx)
+    idx.take_changes()
+    assert set(idx.sizes().values()) == {0}, idx.sizes()
+
+
 @pytest.mark.parametrize("seed", range(max(1, EVENTS // PER_SEQUENCE)))
 def test_the_index_equals_the_full_recompute_after_every_event(seed: int) -> None:
     seen = replay(seed, min(PER_SEQUENCE, EVENTS))
