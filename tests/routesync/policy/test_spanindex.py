@@ -181,12 +181,12 @@ def replay(seed: int, events: int) -> dict[str, int]:
         if pending is None and not feed.queue and rng.random() < 0.05:
             pending = ev  # delivered after the next one
             continue
-        batch = [ev] if pending is None else [ev, pending]
-        pending = None
+        batch = [ev, ev] if rng.random() < 0.03 else [ev]  # the same event twice
+        if pending is not None:
+            batch.append(pending)
+            pending = None
         for e in batch:
             feed.deliver(e, idx)
-            if rng.random() < 0.03:
-                feed.deliver(e, idx)  # the same event twice
             kinds.add(e[0])
             where = f"seed {seed} event {i}: {e[0]} {e[1]}"
             want = relevance.spans(feed.inputs(), feed.tier_policies())
