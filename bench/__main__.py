@@ -13,7 +13,10 @@ planner on a simulated 10,000-Pod cluster, and 1,000 policies' flows on a real b
 incremental policy planner beside the full one, at 10,000 Pods / 1,000 policies and 150,000 /
 10,000 over 5,000 Nodes, RSS at 30,000 / 3,000, the differential test's replay of 1,000,000
 events, and the ClusterNetworkPolicy tiers' incremental planner beside their full one at 10,000
-Pods / 40 policies), ``realize``
+Pods / 40 policies), ``spans`` (bench_spans: the index a controller would publish each Node's
+remote Pods by, issue 46, event by event beside the full ``relevance.spans``, at 30,000 Pods /
+3,000 policies over 1,000 Nodes, and the (Pod, Node) pairs the spans hold against every Pod on
+every Node), ``realize``
 (bench_policy_realize: policy created → enforced on every Node, and a selected Pod Running →
 reachable, on a Kubernetes cluster with 100 Pods per Node), ``system``
 (bench_system: the plugin's netlink, OVSDB and OpenFlow calls against pyroute2, ovsdbapp and
@@ -23,8 +26,9 @@ error, data), then ``bench.report`` writes ``OUT/report.md`` and the PNG plots. 
 benchmark is marked failed in the report and the others still run; the exit status is non-zero
 when any failed.  ``--quick`` (or ``BENCH_QUICK=1``): 10 Pods, 100 peers, 2 s iperf and small
 sample counts (300 TCP round trips per data-plane run), IPAM on a /22 instead of the /16, 1,000 Pods
-and 100 policies, 5 timings per system call; no ``realize`` (its figures need the 300-Pod cluster:
-``--only realize`` runs it alone).  Each benchmark's own output goes to ``OUT/<name>.log``."""
+and 100 policies, 2,000 Pods over 200 Nodes for ``spans``, 5 timings per system call; no ``realize``
+(its figures need the 300-Pod cluster: ``--only realize`` runs it alone).  Each benchmark's own
+output goes to ``OUT/<name>.log``."""
 
 from __future__ import annotations
 
@@ -40,10 +44,10 @@ from collections.abc import Sequence
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "policy-replay", "realize",
-         "system")
+ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "policy-replay", "spans",
+         "realize", "system")
 TIMEOUT_S = {"startup": 600, "cni": 1800, "ipam": 1800, "routesync": 3600, "dataplane": 1800, "services": 1800,
-             "policy": 3600, "policy-replay": 14400, "realize": 3600, "system": 600}
+             "policy": 3600, "policy-replay": 14400, "spans": 3600, "realize": 3600, "system": 600}
 
 
 def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
@@ -63,6 +67,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
             "policy-replay": ["bench.bench_policy_replay", "--scale", "2000:200:20:18", "--pod-events", "300",
                               "--policy-events", "30", "--rss", "3000:300:30:27", "--diff-events", "2000",
                               "--tiers", "2000:20:20:18"],
+            "spans": ["bench.bench_spans", "--quick"],
             "system": ["bench.bench_system", "--n", "5"],
         }
     return {
@@ -75,6 +80,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
         "services": ["bench.bench_services", "--seconds", "10", "--reps", "3", *cb],
         "policy": ["bench.bench_policy", "--runs", "3", "--seconds", "10", "--reps", "3", *cb],
         "policy-replay": ["bench.bench_policy_replay", "--diff-events", "1000000"],
+        "spans": ["bench.bench_spans"],
         "realize": ["bench.bench_policy_realize", *cb],
         "system": ["bench.bench_system", "--n", "50"],
     }

@@ -650,6 +650,22 @@ def _section_system(d: dict[str, Any]) -> str:
             f"Import, fresh interpreter (best of 5): {imports}.")
 
 
+def _section_spans(d: dict[str, Any]) -> str:
+    pr = d.get("pairs") or {}
+    rows = [[kind, str(r.get("n")), _f(r.get("cpu_p50_ms"), 3), _f(r.get("cpu_p99_ms"), 3),
+             _f(r.get("full_over_index_p50"), 0) + "x" if r.get("full_over_index_p50") else "—",
+             f"{r.get('changed_p50', 0):.0f} / {r.get('changed_max', 0)}"]
+            for kind, r in (d.get("events") or {}).items()]
+    share = pr.get("pairs", 0) / max(1, pr.get("pairs_today", 0))
+    return (f"{d.get('pods', 0):,} Pods, {d.get('policies', 0):,} policies, {d.get('cluster_policies', 0)} cluster "
+            f"policies over {d.get('nodes', 0):,} Nodes.  Full `relevance.spans` {_f(d.get('full_spans_cpu_s'))} s "
+            f"CPU; the index's load {_f(d.get('index_load_cpu_s'))} s; equal after the replay: "
+            f"{d.get('equal_after_replay')}.  (Pod, Node) pairs the spans hold: {pr.get('pairs', 0):,} of "
+            f"{pr.get('pairs_today', 0):,} today ({share:.1%}).\n\n"
+            + _md_table(["event", "n", "CPU p50 ms", "CPU p99 ms", "full / index p50", "spans changed p50 / max"],
+                        rows))
+
+
 SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "startup": ("Start-up: VERSION and error path vs Go bridge", _section_startup),
     "cni": ("CNI ADD/DEL: Ferry (launcher, frozen) vs ovs-cni and bridge + host-local", _section_cni),
@@ -661,6 +677,7 @@ SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
                  _section_services),
     "policy": ("NetworkPolicy: the planner at 10,000 Pods / 1,000 policies, and the data plane under them",
                _section_policy),
+    "spans": ("A Node receives what concerns it: the spans index per event vs relevance.spans", _section_spans),
     "system": ("The plugin's system layer: netlink, OVSDB, OpenFlow vs pyroute2, ovsdbapp, ovs-vsctl", _section_system),
 }
 

@@ -19,7 +19,8 @@ import pytest
 from bench import report
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "policy-replay", "system")
+SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "policy-replay", "spans",
+            "system")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -76,6 +77,10 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     replay = data["policy-replay"]  # the incremental planner's replay, held to the full one
     assert [s["equal_to_full_plan_after_replay"] for s in replay["scales"]] == [True]
     assert replay["differential"]["ok"] and replay["differential"]["events"] >= 2000
+    spans = data["spans"]  # the spans index's replay, held to relevance.spans; every event kind measured
+    assert spans["equal_after_replay"] and spans["pods"] == 2000
+    assert set(spans["events"]) == {"pod-add", "pod-delete", "pod-relabel", "pod-move",
+                                    "policy-create", "policy-delete", "policy-edit", "policy-port"}
 
     md = (out / "report.md").read_text()
     for g in report.GOALS:
