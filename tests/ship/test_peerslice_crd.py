@@ -44,7 +44,7 @@ def nodes(s: dict[str, Any], where: str = "") -> Iterator[tuple[str, dict[str, A
 
 def objects() -> list[dict[str, Any]]:
     pods = {f"a/p{i}": Pod("a", f"p{i}", "n1", (("app", "web"),), ("10.0.0.1", "fd00::1"),
-                           (NamedPort("http", "TCP", 80), NamedPort("dns", "UDP", 53)))
+                           (NamedPort("http", "TCP", 80), NamedPort("dns", "UDP", 53), NamedPort("m3ua", "SCTP", 2905)))
             for i in range(5)}
     spans = {"a/p0": Span(everywhere=True), "a/p1": Span(frozenset({"n2", "n3"})), "a/p2": Span(populated=True),
              "a/p3": Span(frozenset({"x" * 80}))}
