@@ -168,28 +168,35 @@ def test_slices_deliver_to_each_node_exactly_what_it_reads(seed: int) -> None:
                         pod_changes[key] = make_pod(rng, key)
                 else:
                     span_changes[key] = make_span(rng)
-        for key, pod in pod_changes.items():
-            if pod is None:
-                pods.pop(key, None)
-            else:
-                pods[key] = pod
-        for key, span in span_changes.items():
-            if span is None:
-                spans.pop(key, None)
-            else:
-                spans[key] = span
-        where = f"seed {seed} step {step}: pods {pod_changes} spans {span_changes}"
-        before = {k: book.slice_of(k) for k in KEYS}
-        w = book.apply(pod_changes, span_changes)
-        store.write(w, where)
-        events += len(pod_changes) + len(span_changes)
-        if (pod_changes, span_changes) == last:
-            assert w.count == 0, f"{where}: a change delivered again writes {w}"
-        elif len(pod_changes) + len(span_changes) == 1:
-            assert w.count <= (1 if pod_changes else 2), f"{where}: {w}"
-        moved += sum(before[k] is not None and book.slice_of(k) not in (None, before[k]) for k in KEYS)
+        # a batch is one apply (what a watch coalesced), or its changes one by one in another order
+        deliveries_in: list[tuple[dict[str, Pod | None], dict[str, Span | None]]] = [(pod_changes, span_changes)]
+        if len(pod_changes) + len(span_changes) > 1 and rng.random() < 0.5:
+            deliveries_in = [({k: v}, {}) for k, v in pod_changes.items()] + \
+                [({}, {k: v}) for k, v in span_changes.items()]
+            rng.shuffle(deliveries_in)
+        for pc, sc in deliveries_in:
+            for key, pod in pc.items():
+                if pod is None:
+                    pods.pop(key, None)
+                else:
+                    pods[key] = pod
+            for key, span in sc.items():
+                if span is None:
+                    spans.pop(key, None)
+                else:
+                    spans[key] = span
+            where = f"seed {seed} step {step}: pods {pc} spans {sc}"
+            before = {k: book.slice_of(k) for k in KEYS}
+            w = book.apply(pc, sc)
+            store.write(w, where)
+            events += len(pc) + len(sc)
+            if (pc, sc) == last:
+                assert w.count == 0, f"{where}: a change delivered again writes {w}"
+            elif len(pc) + len(sc) == 1:
+                assert w.count <= (1 if pc else 2), f"{where}: {w}"
+            moved += sum(before[k] is not None and book.slice_of(k) not in (None, before[k]) for k in KEYS)
+            deliveries += check(store, book, pods, spans, where)
         last = (pod_changes, span_changes)
-        deliveries += check(store, book, pods, spans, where)
         if step % 97 == 96:  # failover: a new leader rebuilds from the objects, then hears everything
             rebuilt = SliceBook.from_objects(list(store.objects.values()), MAX)
             assert rebuilt.errors == ()
