@@ -96,8 +96,8 @@ image: dist
 	$(call timed,image,Ferry's image (tools/build-image.sh),bash tools/build-image.sh)
 
 lint:
-	$(VENV)/bin/ruff check cni routesync lab bench tests
-	$(VENV)/bin/mypy cni routesync tests/routesync/standins.py tests/routesync/test_standins.py
+	$(VENV)/bin/ruff check cni routesync controller lab bench tests
+	$(VENV)/bin/mypy cni routesync controller tests/controller tests/routesync/standins.py tests/routesync/test_standins.py
 
 clean:
 	rm -rf build dist .pytest_cache

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from tests.support.paths import REPO
 
-SOURCES = ("cni", "routesync", "lab", "bench")
-WORD_SOURCES = ("cni", "routesync", "lab")  # bench's literals are topology documents it writes
+SOURCES = ("cni", "routesync", "controller", "lab", "bench")
+WORD_SOURCES = ("cni", "routesync", "controller", "lab")  # bench's literals are topology documents it writes
 TABLES = REPO / "cni" / "pipeline" / "tables.py"
 MODES = REPO / "cni" / "pipeline" / "modes.py"
 DECLARING = (TABLES, MODES)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("cni", "routesync", "lab", "bench")
+PACKAGES = ("cni", "routesync", "controller", "lab", "bench")
 
 # (importer, exporter, name) and cycles that exist and are known; empty since the verbs' shared
 # steps moved to cni.commands.steps
@@ -203,6 +203,7 @@ LAYERS = {
     "cni.plugin": {"cni.lean", "cni.spec", "cni.commands"},
     "cni.launcher": set(),
     "routesync": {"cni.lean", "cni.pipeline", "cni.kernel", "cni.ovs", "cni.node"},
+    "controller": set(),  # ferry-controller: route-sync's policy model and relevance, no layer of the plugin
     "lab": {"cni.lean", "cni.pipeline", "cni.node", "cni.launcher", "cni.spec"},
     # bench_netlink measures cni.kernel; bench_policy installs its flows through cni.ovs, as route-sync does
     # bench_ipam and bench_cni call IPAM in-process and read its store
