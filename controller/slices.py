@@ -1,13 +1,7 @@
-"""PeerSlices: the objects ferry-controller publishes a Pod to the Nodes that read it by (issue 46,
-``docs/design/peerslices.md``).  Pure: plain data in, plain data out; the applier that writes them
-and the watch that reads them are elsewhere.
-
-A slice holds up to ``max_pods`` Pods (each as :func:`pod_to_entry`) that share one
-:class:`Audience`, the Nodes a :class:`~routesync.policy.relevance.Span` is delivered to: the
-span's own Nodes, or, for a span that is ``everywhere`` or ``populated``, every Node.  The
-audience is written on the slice as labels (:func:`audience_labels`), and a Node's route-sync
-watches the slices with a label selector (:func:`node_selectors`): the API server filters each
-watch in its watch cache, so a Node receives only the slices labelled for it.
+"""PeerSlices planned: which slices ferry-controller writes, from the Pods and their spans
+(issue 46, ``docs/design/peerslices.md``; the object itself, its labels and readers:
+:mod:`routesync.policy.peerslice`).  Pure: plain data in, plain data out; the applier that writes
+them is elsewhere.
 
 - :func:`plan_slices`: the full reference, every slice from every Pod and span.
 - :class:`SliceBook`: the same incrementally, Pod change by Pod change, as the fewest object
@@ -19,290 +13,27 @@ What a Node receives is ``relevance.per_node`` of the spans with ``populated`` t
 Node plans nothing from them (it has no Pod to judge a packet for), and the superset saves a
 label write on every slice of such Pods each time a Node gets its first Pod or loses its last."""
 
+
 from __future__ import annotations
 
-import hashlib
-import ipaddress
-import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from routesync.policy import selector as sel
-from routesync.policy.model import NamedPort, Pod
+from routesync.policy.model import Pod
+from routesync.policy.peerslice import (
+    MAX_PODS,
+    MAX_PODS_LIMIT,
+    Audience,
+    SliceError,
+    SliceSpec,
+    audience,
+    audience_hash,
+    from_object,
+    slice_name,
+    to_object,
+)
 from routesync.policy.relevance import Span
-
-GROUP = "ferry.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "PeerSlice"
-PLURAL = "peerslices"
-MAX_PODS = 100  # per slice, as an EndpointSlice's endpoints by default
-MAX_PODS_LIMIT = 1000  # what the CRD admits (its pods' maxItems)
-
-# The transport labels: a Node's route-sync selects by these (node_selectors), the API server filters by them.
-NODE_LABEL_PREFIX = "span.ferry.io/"  # + node_label_name(node), value "": the slice is for that Node
-SPAN_ALL_LABEL = "ferry.io/span-all"  # value "true": the slice is for every Node
-SPAN_ALL_VALUE = "true"
-SPAN_LABEL = "ferry.io/span"  # value: audience_hash, to find one audience's slices
-HASHED_NAME_PREFIX = "h-"  # a Node name that cannot be a label key's name: h-<sha256 prefix>
-
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_NAME_HASH_CHARS = 32  # 128 bits: no two Node names of a cluster share one
-_AUDIENCE_HASH_CHARS = 16  # names and the span label; identity is the audience itself, not this
-
-
-class SliceError(ValueError):
-    """A PeerSlice (or one of its Pod entries) that cannot be read; the message names the field."""
-
-
-@dataclass(frozen=True)
-class Audience:
-    """Who receives a slice: ``everyone`` (every Node), or exactly ``nodes``."""
-
-    nodes: frozenset[str] = frozenset()
-    everyone: bool = False
-
-    def __post_init__(self) -> None:
-        if self.everyone and self.nodes:
-            raise ValueError("an audience of everyone names no Nodes")
-
-    def receives(self, node: str) -> bool:
-        return self.everyone or node in self.nodes
-
-
-EVERYONE = Audience(everyone=True)
-
-
-def audience(span: Span) -> Audience | None:
-    """The Nodes a span's Pods are delivered to; None for a span that reaches no Node."""
-    if span.everywhere or span.populated:
-        return EVERYONE
-    return Audience(span.nodes) if span.nodes else None
-
-
-def audience_hash(aud: Audience) -> str:
-    doc = {"everyone": aud.everyone, "nodes": sorted(aud.nodes)}
-    canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:_AUDIENCE_HASH_CHARS]
-
-
-def node_label_key(node: str) -> str:
-    """The label that puts a slice in ``node``'s watch: ``span.ferry.io/<node>``, or, for a name
-    that is no label key's name (longer than 63 characters, or not a qualified name) or that starts
-    with ``h-`` (so a Node's own name never equals another's hash form),
-    ``span.ferry.io/h-<sha256 prefix>``."""
-    if len(node) <= 63 and _QUALIFIED_NAME.match(node) and not node.startswith(HASHED_NAME_PREFIX):
-        return NODE_LABEL_PREFIX + node
-    digest = hashlib.sha256(node.encode()).hexdigest()[:_NAME_HASH_CHARS]
-    return f"{NODE_LABEL_PREFIX}{HASHED_NAME_PREFIX}{digest}"
-
-
-def node_selectors(node: str) -> list[str]:
-    """The label selectors ``node``'s route-sync watches PeerSlices with, one watch each (a
-    selector cannot say "or"): the slices labelled for it, and the slices for every Node."""
-    return [node_label_key(node), f"{SPAN_ALL_LABEL}={SPAN_ALL_VALUE}"]
-
-
-def audience_labels(aud: Audience) -> dict[str, str]:
-    """A slice's labels: its audience's hash, and who receives it."""
-    labels = {SPAN_LABEL: audience_hash(aud)}
-    if aud.everyone:
-        labels[SPAN_ALL_LABEL] = SPAN_ALL_VALUE
-    for node in aud.nodes:
-        labels[node_label_key(node)] = ""
-    return labels
-
-
-# -- label selectors as strings (what a watch's labelSelector parameter holds) --
-
-_SET_REQUIREMENT = re.compile(r"^(\S+)\s+(in|notin)\s*\(([^()]*)\)$")
-
-
-def _split_requirements(text: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts]
-
-
-def parse_selector(text: str) -> sel.Selector:
-    """A label selector in its string form (``a``, ``!a``, ``a=b``, ``a==b``, ``a!=b``,
-    ``a in (b,c)``, ``a notin (b,c)``, comma-separated, all of them); the empty string selects
-    everything, as the API server reads it."""
-    if not text.strip():
-        return sel.EVERYTHING
-    reqs = []
-    for part in _split_requirements(text):
-        m = _SET_REQUIREMENT.match(part)
-        if m:
-            values = frozenset(v.strip() for v in m.group(3).split(","))
-            reqs.append(sel.Requirement(m.group(1), "In" if m.group(2) == "in" else "NotIn", values))
-        elif part.startswith("!"):
-            reqs.append(sel.Requirement(part[1:].strip(), "DoesNotExist"))
-        elif "!=" in part:
-            key, value = part.split("!=", 1)
-            reqs.append(sel.Requirement(key.strip(), "NotIn", frozenset((value.strip(),))))
-        elif "=" in part:
-            key, value = part.split("==", 1) if "==" in part else part.split("=", 1)
-            reqs.append(sel.Requirement(key.strip(), "In", frozenset((value.strip(),))))
-        else:
-            reqs.append(sel.Requirement(part, "Exists"))
-    for r in reqs:
-        if not r.key or any(c.isspace() or c in "=!(),<>" for c in r.key):
-            raise sel.SelectorError(f"label selector {text!r}: {r.key!r} is not a label key")
-    return sel.Selector(tuple(reqs))
-
-
-def matches(selector: str, labels: Mapping[str, str]) -> bool:
-    """Whether an object with ``labels`` is in a watch with label selector ``selector``."""
-    return parse_selector(selector).matches(labels)
-
-
-# -- a Pod's entry in a slice --
-
-def pod_to_entry(pod: Pod) -> dict[str, Any]:
-    """The fields of :class:`Pod` as JSON; the labels as a map (a Pod's labels are sorted and
-    unique, as :func:`routesync.policy.model.pod_from` makes them)."""
-    return {"namespace": pod.namespace, "name": pod.name, "node": pod.node, "labels": dict(pod.labels),
-            "ips": list(pod.ips), "ports": [{"name": p.name, "protocol": p.protocol, "number": p.number}
-                                            for p in pod.ports]}
-
-
-def _string(doc: Mapping[str, Any], key: str, where: str, required: bool = True) -> str:
-    value = doc.get(key)
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str):
-        raise SliceError(f"{where}.{key}: not a string")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise SliceError(f"{where}: not a list")
-    return value
-
-
-def pod_from_entry(entry: Any, where: str = "pod") -> Pod:
-    """A slice's entry → :class:`Pod`; :class:`SliceError` naming the field (under ``where``)."""
-    if not isinstance(entry, dict):
-        raise SliceError(f"{where}: not an object")
-    namespace, name = _string(entry, "namespace", where), _string(entry, "name", where)
-    if not namespace or not name:
-        raise SliceError(f"{where}: namespace and name must not be empty")
-    node = _string(entry, "node", where)
-    labels = entry.get("labels")
-    labels = {} if labels is None else labels
-    if not isinstance(labels, dict):
-        raise SliceError(f"{where}.labels: not an object")
-    for k, v in labels.items():
-        if not isinstance(v, str):
-            raise SliceError(f"{where}.labels[{k!r}]: not a string")
-    ips = []
-    for i, ip in enumerate(_list(entry.get("ips"), f"{where}.ips")):
-        try:
-            ips.append(str(ipaddress.ip_address(ip if isinstance(ip, str) else "")))
-        except ValueError:
-            raise SliceError(f"{where}.ips[{i}]: {ip!r} is not an address") from None
-    ports = []
-    for i, p in enumerate(_list(entry.get("ports"), f"{where}.ports")):
-        w = f"{where}.ports[{i}]"
-        if not isinstance(p, dict):
-            raise SliceError(f"{w}: not an object")
-        number = p.get("number")
-        if not isinstance(number, int) or isinstance(number, bool):
-            raise SliceError(f"{w}.number: not an integer")
-        ports.append(NamedPort(_string(p, "name", w), _string(p, "protocol", w), number))
-    return Pod(namespace, name, node, tuple(sorted(labels.items())), tuple(ips), tuple(ports))
-
-
-# -- the objects --
-
-@dataclass(frozen=True)
-class SliceSpec:
-    """One slice's content: its audience and its Pods, sorted by key."""
-
-    audience: Audience
-    pods: tuple[Pod, ...]
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return audience_labels(self.audience)
-
-    @property
-    def entries(self) -> list[dict[str, Any]]:
-        return [pod_to_entry(p) for p in self.pods]
-
-
-@dataclass(frozen=True)
-class ReadSlice:
-    """A PeerSlice object as read: its name, the labels it carries, its content."""
-
-    name: str
-    labels: dict[str, str]
-    spec: SliceSpec
-
-
-def to_object(name: str, spec: SliceSpec) -> dict[str, Any]:
-    """The PeerSlice object (``ferry.io/v1alpha1``, cluster-scoped)."""
-    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "labels": spec.labels},
-            "audience": {"everyone": spec.audience.everyone, "nodes": sorted(spec.audience.nodes)},
-            "pods": spec.entries}
-
-
-def from_object(obj: Any) -> ReadSlice:
-    """A PeerSlice object → :class:`ReadSlice`; :class:`SliceError` naming the field."""
-    if not isinstance(obj, dict):
-        raise SliceError("PeerSlice: not an object")
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        raise SliceError("PeerSlice: metadata: not an object")
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise SliceError("PeerSlice: metadata.name: missing")
-    where = f"PeerSlice {name}"
-    if obj.get("apiVersion") != API_VERSION or obj.get("kind") != KIND:
-        raise SliceError(f"{where}: apiVersion/kind: {obj.get('apiVersion')}/{obj.get('kind')} is not "
-                         f"{API_VERSION}/{KIND}")
-    labels = meta.get("labels") or {}
-    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-        raise SliceError(f"{where}: metadata.labels: not a map of strings")
-    aud_doc = obj.get("audience")
-    if not isinstance(aud_doc, dict):
-        raise SliceError(f"{where}: audience: not an object")
-    everyone = aud_doc.get("everyone", False)
-    if not isinstance(everyone, bool):
-        raise SliceError(f"{where}: audience.everyone: not a boolean")
-    nodes = _list(aud_doc.get("nodes"), f"{where}: audience.nodes")
-    for i, n in enumerate(nodes):
-        if not isinstance(n, str) or not n:
-            raise SliceError(f"{where}: audience.nodes[{i}]: not a Node name")
-    if everyone == bool(nodes):
-        raise SliceError(f"{where}: audience: either everyone or nodes")
-    pods, seen = [], set()
-    for i, entry in enumerate(_list(obj.get("pods"), f"{where}: pods")):
-        pod = pod_from_entry(entry, f"{where}: pods[{i}]")
-        if pod.key in seen:
-            raise SliceError(f"{where}: pods[{i}]: {pod.key} twice")
-        seen.add(pod.key)
-        pods.append(pod)
-    spec = SliceSpec(Audience(frozenset(nodes), everyone), tuple(sorted(pods, key=lambda p: p.key)))
-    return ReadSlice(name, dict(labels), spec)
-
-
-def slice_name(aud: Audience, n: int) -> str:
-    return f"{audience_hash(aud)}-{n}"
 
 
 def plan_slices(pods: Mapping[str, Pod], spans: Mapping[str, Span], max_pods: int = MAX_PODS) -> dict[str, SliceSpec]:

@@ -27,9 +27,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller import slices
-from controller.slices import Audience, SliceBook, SliceError, Writes
-from routesync.policy import relevance
+from controller.slices import SliceBook, Writes
+from routesync.policy import peerslice, relevance
 from routesync.policy.model import NamedPort, Pod
+from routesync.policy.peerslice import Audience, SliceError
 from routesync.policy.relevance import Span
 
 LONG = "node-" + "x" * 70 + ".example.com"  # longer than a label key's name may be
@@ -88,7 +89,7 @@ class Store:
     def received(self, node: str) -> dict[str, dict[str, Any]]:
         """What ``node``'s watches hold: Pod key -> entry, over the slices its selectors match."""
         out: dict[str, dict[str, Any]] = {}
-        selectors = [slices.parse_selector(s) for s in slices.node_selectors(node)]  # slices.matches, parsed once
+        selectors = [peerslice.parse_selector(s) for s in peerslice.node_selectors(node)]  # matches(), parsed once
         for obj in self.objects.values():
             labels = obj["metadata"].get("labels") or {}
             if any(s.matches(labels) for s in selectors):
@@ -109,9 +110,9 @@ def check(store: Store, book: SliceBook, pods: Mapping[str, Pod], spans: Mapping
     placed: dict[str, str] = {}
     by_audience: dict[Audience, set[str]] = {}
     for name, obj in store.objects.items():
-        rs = slices.from_object(obj)
+        rs = peerslice.from_object(obj)
         assert 1 <= len(rs.spec.pods) <= MAX, f"{where}: {name} holds {len(rs.spec.pods)} Pods"
-        assert rs.labels == slices.audience_labels(rs.spec.audience), f"{where}: {name}'s labels"
+        assert rs.labels == peerslice.audience_labels(rs.spec.audience), f"{where}: {name}'s labels"
         for p in rs.spec.pods:
             assert p.key not in placed, f"{where}: {p.key} in {placed.get(p.key)} and {name}"
             placed[p.key] = name
@@ -135,7 +136,7 @@ def check(store: Store, book: SliceBook, pods: Mapping[str, Pod], spans: Mapping
         if node in populated:
             assert remote == exact[node], f"{where}: {node} has Pods and receives more than it reads"
         for key, entry in got.items():
-            assert slices.pod_from_entry(entry) == pods[key], f"{where}: {node} holds a stale {key}"
+            assert peerslice.pod_from_entry(entry) == pods[key], f"{where}: {node} holds a stale {key}"
         deliveries += len(remote)
     return deliveries
 
@@ -239,7 +240,7 @@ def test_a_pod_record_change_is_one_update_of_its_one_slice() -> None:
     name = w.update[0]["metadata"]["name"]
     assert name == book.slice_of("a/p3")
     entries = {f"{e['namespace']}/{e['name']}": e for e in w.update[0]["pods"]}
-    assert entries["a/p3"] == slices.pod_to_entry(changed)
+    assert entries["a/p3"] == peerslice.pod_to_entry(changed)
     assert {k: e for k, e in entries.items() if k != "a/p3"} == \
         {f"{e['namespace']}/{e['name']}": e for e in before[name]["pods"] if e["name"] != "p3"}
     store.write(w, "change")
@@ -270,44 +271,44 @@ def test_a_node_outside_a_span_is_never_in_the_labels() -> None:
     rng = random.Random(7)
     for _ in range(500):
         span = make_span(rng)
-        aud = slices.audience(span) if span is not None else None
+        aud = peerslice.audience(span) if span is not None else None
         if span is None or aud is None:
             continue
-        labels = slices.audience_labels(aud)
+        labels = peerslice.audience_labels(aud)
         for node in NODES:
             inside = span.everywhere or span.populated or node in span.nodes
-            assert (slices.node_label_key(node) in labels) == (node in span.nodes and aud.everyone is False)
-            assert any(slices.matches(s, labels) for s in slices.node_selectors(node)) == inside, (span, node)
-        assert all(k == slices.SPAN_LABEL or k == slices.SPAN_ALL_LABEL or k.startswith(slices.NODE_LABEL_PREFIX)
+            assert (peerslice.node_label_key(node) in labels) == (node in span.nodes and aud.everyone is False)
+            assert any(peerslice.matches(s, labels) for s in peerslice.node_selectors(node)) == inside, (span, node)
+        assert all(k in (peerslice.SPAN_LABEL, peerslice.SPAN_ALL_LABEL) or k.startswith(peerslice.NODE_LABEL_PREFIX)
                    for k in labels)
 
 
 def test_long_and_unusual_node_names_take_the_hash_form() -> None:
     short, long_ = "a" * 63, "a" * 64
-    assert slices.node_label_key(short) == slices.NODE_LABEL_PREFIX + short
-    hashed = slices.node_label_key(long_)
-    assert HASH_FORM.match(hashed) and hashed == slices.node_label_key(long_)
-    assert slices.node_label_key(long_ + "b") != hashed  # a shared prefix is no shared key
-    assert slices.node_label_key("node.example.com") == "span.ferry.io/node.example.com"
+    assert peerslice.node_label_key(short) == peerslice.NODE_LABEL_PREFIX + short
+    hashed = peerslice.node_label_key(long_)
+    assert HASH_FORM.match(hashed) and hashed == peerslice.node_label_key(long_)
+    assert peerslice.node_label_key(long_ + "b") != hashed  # a shared prefix is no shared key
+    assert peerslice.node_label_key("node.example.com") == "span.ferry.io/node.example.com"
     # no literal name can be a hash form, nor a key the API server refuses
     for node in ("h-7", "-a", "a-", "a b", "", "ünï", "a/b"):
-        assert HASH_FORM.match(slices.node_label_key(node)), node
+        assert HASH_FORM.match(peerslice.node_label_key(node)), node
     for node in (long_, "h-7", "node.example.com", "n1", LONG):
-        name = slices.node_label_key(node).split("/", 1)[1]
+        name = peerslice.node_label_key(node).split("/", 1)[1]
         assert len(name) <= 63 and LABEL_NAME.match(name), node
 
 
 def test_selectors_read_as_the_api_server_reads_them() -> None:
     labels = {"span.ferry.io/n1": "", "ferry.io/span-all": "true", "app": "web"}
-    assert slices.matches("span.ferry.io/n1", labels)
-    assert not slices.matches("span.ferry.io/n2", labels)
-    assert slices.matches("ferry.io/span-all=true", labels) and slices.matches("ferry.io/span-all==true", labels)
-    assert not slices.matches("ferry.io/span-all=false", labels)
-    assert slices.matches("!span.ferry.io/n2,app in (web, db)", labels)
-    assert not slices.matches("app notin (web),span.ferry.io/n1", labels)
-    assert slices.matches("app!=db", labels) and slices.matches("", labels)
+    assert peerslice.matches("span.ferry.io/n1", labels)
+    assert not peerslice.matches("span.ferry.io/n2", labels)
+    assert peerslice.matches("ferry.io/span-all=true", labels) and peerslice.matches("ferry.io/span-all==true", labels)
+    assert not peerslice.matches("ferry.io/span-all=false", labels)
+    assert peerslice.matches("!span.ferry.io/n2,app in (web, db)", labels)
+    assert not peerslice.matches("app notin (web),span.ferry.io/n1", labels)
+    assert peerslice.matches("app!=db", labels) and peerslice.matches("", labels)
     with pytest.raises(ValueError, match="not a label key"):
-        slices.matches("a b", labels)
+        peerslice.matches("a b", labels)
 
 
 def test_plan_slices_groups_by_audience_and_names_deterministically() -> None:
@@ -317,8 +318,8 @@ def test_plan_slices_groups_by_audience_and_names_deterministically() -> None:
     spans["a/gone"] = Span(frozenset({"n2"}))  # no record: not published
     spans["a/p6"] = Span()  # reaches nobody
     plan = slices.plan_slices(pods, spans, max_pods=2)
-    everyone = slices.audience_hash(slices.EVERYONE)
-    n2 = slices.audience_hash(Audience(frozenset({"n2"})))
+    everyone = peerslice.audience_hash(peerslice.EVERYONE)
+    n2 = peerslice.audience_hash(Audience(frozenset({"n2"})))
     assert sorted(plan) == sorted([f"{everyone}-0", f"{everyone}-1", f"{everyone}-2", f"{n2}-0"])
     assert [p.key for p in plan[f"{everyone}-0"].pods] == ["a/p1", "a/p2"]
     assert [p.key for p in plan[f"{everyone}-2"].pods] == ["a/p5"]
@@ -326,7 +327,7 @@ def test_plan_slices_groups_by_audience_and_names_deterministically() -> None:
     assert plan[f"{everyone}-1"].labels == {"ferry.io/span": everyone, "ferry.io/span-all": "true"}
     assert slices.plan_slices(pods, spans, max_pods=2) == plan
     with pytest.raises(ValueError, match="max_pods"):
-        slices.plan_slices(pods, spans, max_pods=slices.MAX_PODS_LIMIT + 1)
+        slices.plan_slices(pods, spans, max_pods=peerslice.MAX_PODS_LIMIT + 1)
 
 
 names = st.text(st.characters(codec="utf-8"), min_size=1, max_size=12)
@@ -341,21 +342,21 @@ pods_strategy = st.builds(
 @settings(max_examples=300, deadline=None)
 @given(pods_strategy)
 def test_a_pods_entry_round_trips_exactly(p: Pod) -> None:
-    entry = json.loads(json.dumps(slices.pod_to_entry(p)))
-    assert slices.pod_from_entry(entry) == p
+    entry = json.loads(json.dumps(peerslice.pod_to_entry(p)))
+    assert peerslice.pod_from_entry(entry) == p
     assert set(entry) == {"namespace", "name", "node", "labels", "ips", "ports"}
 
 
 def good_object() -> dict[str, Any]:
-    spec = slices.SliceSpec(Audience(frozenset({"n2"})), (pod("a/web", "n1", app="web"),))
-    return slices.to_object("abc-0", spec)
+    spec = peerslice.SliceSpec(Audience(frozenset({"n2"})), (pod("a/web", "n1", app="web"),))
+    return peerslice.to_object("abc-0", spec)
 
 
 def test_an_object_round_trips() -> None:
     obj = good_object()
-    rs = slices.from_object(json.loads(json.dumps(obj)))
+    rs = peerslice.from_object(json.loads(json.dumps(obj)))
     assert (rs.name, rs.labels) == ("abc-0", obj["metadata"]["labels"])
-    assert slices.to_object(rs.name, rs.spec) == obj
+    assert peerslice.to_object(rs.name, rs.spec) == obj
     assert (obj["apiVersion"], obj["kind"]) == ("ferry.io/v1alpha1", "PeerSlice")
 
 
@@ -387,7 +388,7 @@ def test_a_malformed_object_names_its_field(path: tuple[Any, ...], value: Any, m
         target = target[step]
     target[path[-1]] = value
     with pytest.raises(SliceError) as e:
-        slices.from_object(obj)
+        peerslice.from_object(obj)
     assert str(e.value).startswith(message), str(e.value)
 
 
@@ -395,7 +396,7 @@ def test_the_same_pod_twice_in_one_object_is_refused() -> None:
     obj = good_object()
     obj["pods"].append(dict(obj["pods"][0]))
     with pytest.raises(SliceError, match=r"pods\[1\]: a/web twice"):
-        slices.from_object(obj)
+        peerslice.from_object(obj)
 
 
 def test_a_new_leader_repairs_what_it_finds() -> None:
@@ -408,7 +409,7 @@ def test_a_new_leader_repairs_what_it_finds() -> None:
     objs[second]["pods"].append(objs[first]["pods"][0])  # in two slices
     objs[first]["metadata"]["labels"]["stale"] = "yes"
     third = min(n for n in objs if n not in (first, second))
-    objs[third]["pods"].extend(slices.pod_to_entry(pod(f"a/x{i}", "n1")) for i in range(3))  # over max_pods
+    objs[third]["pods"].extend(peerslice.pod_to_entry(pod(f"a/x{i}", "n1")) for i in range(3))  # over max_pods
     for i in range(3):
         pods[f"a/x{i}"], spans[f"a/x{i}"] = pod(f"a/x{i}", "n1"), Span(frozenset(objs[third]["audience"]["nodes"]))
     objs["junk"] = {"apiVersion": "ferry.io/v1alpha1", "kind": "PeerSlice", "metadata": {"name": "junk"}}
@@ -420,7 +421,7 @@ def test_a_new_leader_repairs_what_it_finds() -> None:
     store.write(w, "repair")
     for name, obj in store.objects.items():
         assert 1 <= len(obj["pods"]) <= 3
-        assert obj["metadata"]["labels"] == slices.from_object(obj).spec.labels, name
+        assert obj["metadata"]["labels"] == peerslice.from_object(obj).spec.labels, name
     keys = [k for o in store.objects.values() for k in slice_pods(o)]
     assert sorted(keys) == sorted(pods)
     assert rebuilt.apply(pods, spans).count == 0

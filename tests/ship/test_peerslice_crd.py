@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from controller import slices
+from routesync.policy import peerslice
 from routesync.policy.model import NamedPort, Pod
 from routesync.policy.relevance import Span
 
@@ -48,18 +49,18 @@ def objects() -> list[dict[str, Any]]:
             for i in range(5)}
     spans = {"a/p0": Span(everywhere=True), "a/p1": Span(frozenset({"n2", "n3"})), "a/p2": Span(populated=True),
              "a/p3": Span(frozenset({"x" * 80}))}
-    return [slices.to_object(name, spec) for name, spec in slices.plan_slices(pods, spans).items()]
+    return [peerslice.to_object(name, spec) for name, spec in slices.plan_slices(pods, spans).items()]
 
 
 def test_the_crd_names_what_the_controller_writes() -> None:
     doc = crd()
     spec = doc["spec"]
-    assert doc["metadata"]["name"] == f"{slices.PLURAL}.{slices.GROUP}"
+    assert doc["metadata"]["name"] == f"{peerslice.PLURAL}.{peerslice.GROUP}"
     assert (spec["group"], spec["names"]["kind"], spec["names"]["plural"], spec["scope"]) == \
-        (slices.GROUP, slices.KIND, slices.PLURAL, "Cluster")
+        (peerslice.GROUP, peerslice.KIND, peerslice.PLURAL, "Cluster")
     (version,) = spec["versions"]
-    assert (version["name"], version["served"], version["storage"]) == (slices.VERSION, True, True)
-    assert schema()["properties"]["pods"]["maxItems"] == slices.MAX_PODS_LIMIT
+    assert (version["name"], version["served"], version["storage"]) == (peerslice.VERSION, True, True)
+    assert schema()["properties"]["pods"]["maxItems"] == peerslice.MAX_PODS_LIMIT
 
 
 def test_the_schema_is_structural_and_keeps_nothing_unknown() -> None:
@@ -95,7 +96,7 @@ def test_the_schema_admits_the_controllers_objects() -> None:
     (lambda o: o["pods"][0].pop("ips"), "ips"),
     (lambda o: o["pods"][0].update(labels={"app": 1}), "labels"),
     (lambda o: o.pop("audience"), "audience"),
-    (lambda o: o.update(pods=[o["pods"][0]] * (slices.MAX_PODS_LIMIT + 1)), "pods"),
+    (lambda o: o.update(pods=[o["pods"][0]] * (peerslice.MAX_PODS_LIMIT + 1)), "pods"),
 ])
 def test_the_schema_refuses_malformed_objects(change: Any, field: str) -> None:
     obj = objects()[0]
