@@ -45,6 +45,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from bench.util import cpu, pct
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOALS = {"pod_event_p99_ms": 2.0, "policy_change_p99_ms": 20.0, "full_plan_10k_s": 1.0, "rss_30k_mb": 150.0}
 
@@ -180,17 +182,6 @@ def inputs_after(inputs: Any, events: list[tuple[str, Any]]) -> Any:
             pols.pop(obj, None)
     return Inputs(tuple(sorted(pods.values(), key=lambda p: p.key)), inputs.namespaces,
                   tuple(sorted(pols.values(), key=lambda p: p.key)))
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
-
-
-def cpu(fn: Any) -> tuple[float, Any]:
-    c = time.process_time()
-    out = fn()
-    return time.process_time() - c, out
 
 
 def measure_scale(spec: str, args: argparse.Namespace) -> dict[str, Any]:

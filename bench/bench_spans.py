@@ -41,6 +41,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from bench.util import cpu, pct
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = {"scale": "2000:200:20:200", "egress_named": 2, "pod_events": 300, "policy_events": 40,
          "full_events": 2}
@@ -48,17 +50,6 @@ QUICK = {"scale": "2000:200:20:200", "egress_named": 2, "pod_events": 300, "poli
 
 def log(msg: str) -> None:
     print(f"[bench_spans] {msg}", file=sys.stderr, flush=True)
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
-
-
-def cpu(fn: Any) -> tuple[float, Any]:
-    c = time.process_time()
-    out = fn()
-    return time.process_time() - c, out
 
 
 class State:

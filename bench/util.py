@@ -37,6 +37,19 @@ def percentile(samples: Sequence[float], pct: float) -> float:
     return ordered[rank - 1]
 
 
+def pct(xs: Sequence[float], q: float) -> float:
+    """The sample at rank ``q`` (0..1) of ``xs``, by position in the sorted list (nan when empty)."""
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def cpu(fn: Any) -> tuple[float, Any]:
+    """``fn()``'s CPU time in this process (seconds) and its result."""
+    c = time.process_time()
+    out = fn()
+    return time.process_time() - c, out
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in header]] + [[f"{c:.2f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
