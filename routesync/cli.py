@@ -12,7 +12,7 @@ import click
 
 from cni.pipeline.modes import SYSTEM
 
-from .config import DEFAULT_CONFIG_FILE, Config, ConfigError, load
+from .config import DEFAULT_CONFIG_FILE, PEERS_SLICES, Config, ConfigError, load
 
 CONFIG_OPT = click.option("--config", "config_path", default=DEFAULT_CONFIG_FILE, show_default=True,
                           help="route-sync YAML config")
@@ -80,7 +80,8 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
         from .policy.watch import PolicySource
         from .sources.kube import api_client
 
-        policy = PolicySource(api_client(cfg.node_source.kubeconfig), on_change=source.wake)
+        policy = PolicySource(api_client(cfg.node_source.kubeconfig), on_change=source.wake,
+                              peer_slices_for=cfg.node_name if cfg.policy_peers == PEERS_SLICES else None)
         if cfg.denied_log.enabled:
             listener = _denied_listener(cfg, observer)
     daemon = Daemon(cfg, source, appliers, observer=observer, bgp=speaker, policy=policy,

@@ -136,6 +136,14 @@ class WireGuardConfig:
     start_userspace: bool = True
 
 
+# policyPeers: where route-sync's policy gets the Pods it plans from (routesync/policy/watch.py)
+PolicyPeers = Literal["cluster", "peerSlices"]
+PEERS_CLUSTER: Final = "cluster"  # a watch of every Pod of the cluster
+# its own Pods (a watch of the Pods bound to this Node) and the remote Pods ferry-controller's
+# PeerSlices hold for it (docs/design/peerslices.md): a Node receives what concerns it
+PEERS_SLICES: Final = "peerSlices"
+POLICY_PEERS: tuple[PolicyPeers, ...] = (PEERS_CLUSTER, PEERS_SLICES)
+
 DENIED_LOG_SECTION = "networkPolicyDeniedLog"
 DENIED_LOG_KEYS = {"enabled", "rate", "burst"}
 METER_FACTOR = 10  # the switch's meter admits this many times the log's rate and burst
@@ -191,6 +199,8 @@ class Config:
     network_policy: bool = True
     service_cidrs: tuple[str, ...] = ()
     denied_log: DeniedLogConfig = field(default_factory=DeniedLogConfig)
+    # the Pods policy plans from: every Pod of the cluster, or this Node's own and its PeerSlices'
+    policy_peers: PolicyPeers = PEERS_CLUSTER
     # who runs ovsdb-server and ovs-vswitchd (routesync/openvswitch): the host (its own packages or
     # service) or Ferry's own ``openvswitch`` container (deploy/ferry.yaml), which keeps the
     # database at ovs_database and the daemons' logs in ovs_log_dir
@@ -436,7 +446,7 @@ KEYS = {
     "transportInterfaceCIDRs", "noSNAT", "defaultMTU", "bridge", "datapathType", "ovsdb", "ovsRunDir",
     "stateFile", "podCIDRs", "clusterCIDRs", "nodeSource", "fastPath", "macSource", "resyncSeconds",
     "logFile", "bgp", "serviceCIDRs", "networkPolicy", "ovsDaemons", "ovsDatabase", "ovsLogDir",
-    "transportVLAN", "trafficEncryptionMode", WG_SECTION, DENIED_LOG_SECTION,
+    "transportVLAN", "trafficEncryptionMode", WG_SECTION, DENIED_LOG_SECTION, "policyPeers",
 }
 
 
@@ -497,6 +507,13 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
     default_mtu = g("defaultMTU", d.default_mtu)
     if default_mtu != 0:
         default_mtu = _typed(int, "defaultMTU", default_mtu, 68, 65535)
+    node_source = _node_source("nodeSource", g("nodeSource", {}))  # {}: NodeSourceConfig's defaults
+    network_policy = _typed(bool, "networkPolicy", g("networkPolicy", d.network_policy))
+    policy_peers = _choice("policyPeers", g("policyPeers", d.policy_peers), POLICY_PEERS)
+    if policy_peers == PEERS_SLICES and (node_source.type != "kubernetes" or not network_policy):
+        raise ConfigError("policyPeers", f"{PEERS_SLICES} only with nodeSource type kubernetes and networkPolicy "
+                                         f"true (nodeSource type is {node_source.type}, networkPolicy "
+                                         f"{str(network_policy).lower()})")
     resync = g("resyncSeconds", d.resync_seconds)
     if isinstance(resync, bool) or not isinstance(resync, (int, float)) or not 0.1 <= resync <= 86400:
         raise ConfigError("resyncSeconds", f"expected seconds in [0.1, 86400], got {resync!r}")
@@ -519,13 +536,14 @@ def from_dict(raw: Any, environ: Mapping[str, str] | None = None) -> Config:
         state_file=_typed(str, "stateFile", g("stateFile", d.state_file)),
         pod_cidrs=_cidrs("podCIDRs", g("podCIDRs", list(d.pod_cidrs)), False),
         cluster_cidrs=_cidrs("clusterCIDRs", g("clusterCIDRs", list(d.cluster_cidrs)), False),
-        node_source=_node_source("nodeSource", g("nodeSource", {})),  # {}: NodeSourceConfig's defaults
+        node_source=node_source,
         fast_path=fast_path,
         mac_source=_choice("macSource", g("macSource", d.mac_source), MAC_SOURCES),
         resync_seconds=float(resync),
         log_file=_typed(str, "logFile", g("logFile")) if g("logFile") is not None else d.log_file,
         bgp=_bgp("bgp", g("bgp")) if g("bgp") is not None else d.bgp,
-        network_policy=_typed(bool, "networkPolicy", g("networkPolicy", d.network_policy)),
+        network_policy=network_policy,
+        policy_peers=policy_peers,
         service_cidrs=_cidrs("serviceCIDRs", g("serviceCIDRs", list(d.service_cidrs)), False),
         denied_log=_denied_log(DENIED_LOG_SECTION, {} if g(DENIED_LOG_SECTION) is None else g(DENIED_LOG_SECTION)),
         ovs_daemons=_choice("ovsDaemons", g("ovsDaemons", d.ovs_daemons), OVS_DAEMONS),

@@ -9,7 +9,15 @@ was taken at, so the daemon re-plans policy only when one of them moved; :meth:`
 over only the objects that changed since the last call (the Reflectors' journals), which the
 incremental planner applies (:mod:`.node`, :class:`.incremental.Changes`).  Until all three have
 listed once, :meth:`inputs` raises :class:`SourceError`: route-sync must not plan "no policies"
-from an empty cache (that would open every isolated Pod while it starts)."""
+from an empty cache (that would open every isolated Pod while it starts).
+
+With ``peer_slices_for`` (route-sync's ``policyPeers: peerSlices``, ``docs/design/scale.md``)
+``pods`` is not a watch of every Pod but a :class:`.podview.MergedPods` of this Node's own Pods
+(a watch with the field selector ``spec.nodeName=<node>``) and the Pods of the PeerSlices
+labelled for it (one watch per selector of :func:`.peerslice.node_selectors`); the planners
+take it as they take the watch of every Pod.  Until the own watch and every slice watch have
+listed, and while the API server serves no PeerSlices (the CRD not installed: looked for again
+every 30 s), :meth:`inputs` raises :class:`SourceError` too: the remote Pods are not known."""
 
 from __future__ import annotations
 
@@ -20,26 +28,56 @@ from typing import Any
 
 from ..sources.base import SourceError
 from ..sources.reflector import Reflector
+from . import peerslice
 from .cnp import model as cnp
 from .cnp.model import ClusterPolicy, NodeInfo
 from .incremental import Changes, Labels
 from .model import Pod, Policy, namespace_from, pod_from, policy_from, service_cidrs_from
 from .plan import Inputs
+from .podview import MergedPods
 
 SYNC_TIMEOUT = 10.0  # seconds a pass waits for the first lists
 CRD_RETRY = 30.0  # seconds between looks for a CRD the API server does not serve yet
 
 
+def slice_pods(obj: dict[str, Any]) -> tuple[Pod, ...]:
+    """A PeerSlice object → the Pods it holds; :class:`.peerslice.SliceError` (a ``ValueError``:
+    the Reflector skips the object with a warning naming it) when it cannot be read."""
+    return peerslice.from_object(obj).spec.pods
+
+
 class PolicySource:
-    def __init__(self, api_client: Any, on_change: Callable[[], None] | None = None) -> None:
+    def __init__(self, api_client: Any, on_change: Callable[[], None] | None = None,
+                 peer_slices_for: str | None = None) -> None:
+        """``peer_slices_for``: this Node's name, to receive only its own Pods and its PeerSlices'
+        (``policyPeers: peerSlices``); None: every Pod of the cluster."""
         from kubernetes import client
 
         self.changed = threading.Event()
         self._on_change = on_change
         core, net = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
+        custom = client.CustomObjectsApi(api_client)
         self._api_client = api_client
-        self.pods: Reflector[Pod] = Reflector("Pod", core.list_pod_for_all_namespaces, pod_from, self._changed,
-                                              journal=True)
+        self.pods: Reflector[Pod] | MergedPods
+        # what must have listed before a plan (the Pods' sources: the one watch, or own + slices)
+        self.pod_sources: tuple[Reflector[Any], ...]
+        self.peer_slices: tuple[Reflector[tuple[Pod, ...]], ...] = ()
+        if peer_slices_for is None:
+            self.pods = Reflector("Pod", core.list_pod_for_all_namespaces, pod_from, self._changed, journal=True)
+            self.pod_sources = (self.pods,)
+        else:
+            own: Reflector[Pod] = Reflector(
+                "Pod", functools.partial(core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName="
+                                         f"{peer_slices_for}"), pod_from, self._changed, journal=True)
+            self.peer_slices = tuple(
+                Reflector("PeerSlice", functools.partial(custom.list_cluster_custom_object, peerslice.GROUP,
+                                                         peerslice.VERSION, peerslice.PLURAL, label_selector=s),
+                          slice_pods, self._changed, journal=True, unserved_retry=CRD_RETRY)
+                for s in peerslice.node_selectors(peer_slices_for))
+            self.pods = MergedPods(own, self.peer_slices)
+            sources: list[Reflector[Any]] = [own]
+            sources.extend(self.peer_slices)
+            self.pod_sources = tuple(sources)
         self.namespaces: Reflector[tuple[str, Labels]] = Reflector(
             "Namespace", core.list_namespace, namespace_from, self._changed, journal=True)
         self.policies: Reflector[Policy] = Reflector(
@@ -49,7 +87,6 @@ class PolicySource:
             "ServiceCIDR", net.list_service_cidr, service_cidrs_from, self._changed)
         # the administrator's tiers (the CRD may come later: looked for again every 30 s), and the
         # Nodes, which only a ClusterNetworkPolicy's ``nodes`` peer reads (watched from its first)
-        custom = client.CustomObjectsApi(api_client)
         self.cluster_policies: Reflector[ClusterPolicy] = Reflector(
             "ClusterNetworkPolicy", functools.partial(custom.list_cluster_custom_object, cnp.GROUP, cnp.VERSION,
                                                       cnp.PLURAL), cnp.cluster_policy_from, self._changed,
@@ -78,9 +115,14 @@ class PolicySource:
 
     def _synced(self) -> None:
         self.start()
-        for r in (self.pods, self.namespaces, self.policies):
+        for r in (*self.pod_sources, self.namespaces, self.policies):
             if not r.synced.wait(timeout=SYNC_TIMEOUT):
                 raise SourceError(f"Kubernetes {r.kind}s not listed yet: policy not planned")
+        for r in self.peer_slices:
+            if r.unserved.is_set():
+                raise SourceError(f"the API server serves no {peerslice.KIND}s (policyPeers: peerSlices needs "
+                                  f"the CRD {peerslice.PLURAL}.{peerslice.GROUP} and ferry-controller): policy "
+                                  "not planned")
         self.changed.clear()
 
     def inputs(self) -> tuple[tuple[int, int, int], Inputs]:

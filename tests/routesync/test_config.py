@@ -6,7 +6,16 @@ import pytest
 from click.testing import CliRunner
 
 from routesync.cli import main
-from routesync.config import Config, ConfigError, NodeSourceConfig, WireGuardConfig, from_dict, load
+from routesync.config import (
+    PEERS_CLUSTER,
+    PEERS_SLICES,
+    Config,
+    ConfigError,
+    NodeSourceConfig,
+    WireGuardConfig,
+    from_dict,
+    load,
+)
 
 
 def test_defaults_and_case_insensitive_mode() -> None:
@@ -60,6 +69,10 @@ def test_an_empty_file_gives_the_dataclasses_defaults() -> None:
     ({"networkPolicyDeniedLog": {"burst": "10"}}, "networkPolicyDeniedLog.burst"),
     ({"networkPolicyDeniedLog": {"enabled": "no"}}, "networkPolicyDeniedLog.enabled"),
     ({"networkPolicyDeniedLog": {"limit": 5}}, "networkPolicyDeniedLog.limit"),
+    ({"policyPeers": "slices", "nodeSource": {"type": "kubernetes"}}, "policyPeers"),
+    ({"policyPeers": True, "nodeSource": {"type": "kubernetes"}}, "policyPeers"),
+    ({"policyPeers": "peerSlices"}, "policyPeers"),  # the registry source has no Pods
+    ({"policyPeers": "peerSlices", "nodeSource": {"type": "kubernetes"}, "networkPolicy": False}, "policyPeers"),
 ])
 def test_bad_values_name_the_key(raw: dict, key: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ConfigError) as e:
@@ -73,6 +86,13 @@ def test_the_denied_log_is_on_by_default_and_bounded() -> None:
     assert (d.enabled, d.rate, d.burst, d.meter) == (True, 10, 100, (100, 1000))
     c = from_dict({"nodeName": "n", "networkPolicyDeniedLog": {"enabled": False, "rate": 2, "burst": 5}}).denied_log
     assert (c.enabled, c.rate, c.burst, c.meter) == (False, 2, 5, (20, 50))
+
+
+def test_policy_peers_default_to_every_pod_and_take_peer_slices_on_kubernetes() -> None:
+    assert from_dict({"nodeName": "n"}).policy_peers == PEERS_CLUSTER
+    kube = {"nodeName": "n", "nodeSource": {"type": "kubernetes"}}
+    assert from_dict({**kube, "policyPeers": "peerslices"}).policy_peers == PEERS_SLICES
+    assert from_dict({**kube, "policyPeers": "cluster", "networkPolicy": False}).policy_peers == PEERS_CLUSTER
 
 
 def test_noSNAT_and_fastPath_accepted_where_valid() -> None:

@@ -141,6 +141,7 @@ def test_null_removes_a_default_key(helm_home: Path) -> None:
     ("config.tunnelType=ipip", "tunnelType"),
     ("config.datapathType=dpdk", "datapathType"),
     ("config.ovsDaemons=container", "ovsDaemons"),
+    ("config.policyPeers=slices", "policyPeers"),
     ("config.trafficEncryptionMode=ipsec", "trafficEncryptionMode"),
     ("config.transportVLAN=4095", "transportVLAN"),
     ("config.noSNAT=maybe", "noSNAT"),
@@ -172,7 +173,7 @@ def test_the_schema_names_route_syncs_keys_and_words() -> None:
     assert set(props["nodeSource"]["properties"]) == rs_config.NODE_SOURCE_KEYS
     words = {"trafficEncapMode": modes.MODES, "tunnelType": modes.TUNNEL_TYPES, "datapathType": modes.DATAPATHS,
              "ovsDaemons": rs_config.OVS_DAEMONS, "trafficEncryptionMode": modes.ENCRYPTIONS,
-             "macSource": rs_config.MAC_SOURCES}
+             "macSource": rs_config.MAC_SOURCES, "policyPeers": rs_config.POLICY_PEERS}
     for key, choices in words.items():
         assert sorted(props[key]["enum"]) == sorted(choices), key
     assert sorted(props["nodeSource"]["properties"]["type"]["enum"]) == sorted(rs_config.SOURCE_TYPES)

@@ -11,6 +11,7 @@ import yaml
 
 from routesync import config as rs_config
 from routesync.health import DEFAULT_PORT
+from routesync.policy import peerslice
 from tests.ship.helpers import ROOT
 
 MANIFEST = ROOT / "deploy" / "ferry.yaml"
@@ -100,8 +101,9 @@ def test_configmap_is_a_valid_route_sync_config(docs: dict[str, dict]) -> None:
 
 def test_rbac_is_exactly_what_ferry_uses(docs: dict[str, dict]) -> None:
     """Nodes (route-sync's peers and its own annotations) and, for policy, read access to Pods,
-    Namespaces, NetworkPolicies, ServiceCIDRs and ClusterNetworkPolicies: nothing more (the kube
-    e2e tests run under this role)."""
+    Namespaces, NetworkPolicies, ServiceCIDRs, ClusterNetworkPolicies and PeerSlices (with
+    ``policyPeers: peerSlices``, :mod:`routesync.policy.watch`): nothing more (the kube e2e tests
+    run under this role)."""
     grants = {(g, r, v) for rule in docs["ClusterRole"]["rules"] for g in rule["apiGroups"]
               for r in rule["resources"] for v in rule["verbs"]}
     read = ("get", "list", "watch")
@@ -109,6 +111,7 @@ def test_rbac_is_exactly_what_ferry_uses(docs: dict[str, dict]) -> None:
     want |= {("", r, v) for r in ("pods", "namespaces") for v in read}
     want |= {("networking.k8s.io", r, v) for r in ("networkpolicies", "servicecidrs") for v in read}
     want |= {("policy.networking.k8s.io", "clusternetworkpolicies", v) for v in read}
+    want |= {(peerslice.GROUP, peerslice.PLURAL, v) for v in read}
     assert grants == want
     b = docs["ClusterRoleBinding"]
     assert b["roleRef"]["name"] == docs["ClusterRole"]["metadata"]["name"]
