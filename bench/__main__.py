@@ -16,7 +16,8 @@ events, and the ClusterNetworkPolicy tiers' incremental planner beside their ful
 Pods / 40 policies), ``spans`` (bench_spans: the index a controller would publish each Node's
 remote Pods by, issue 46, event by event beside the full ``relevance.spans``, at 30,000 Pods /
 3,000 policies over 1,000 Nodes, and the (Pod, Node) pairs the spans hold against every Pod on
-every Node), ``realize``
+every Node; for both ``policyPeers``: egress judged at the destination too, or at its source
+only), ``realize``
 (bench_policy_realize: policy created → enforced on every Node, and a selected Pod Running →
 reachable, on a Kubernetes cluster with 100 Pods per Node), ``system``
 (bench_system: the plugin's netlink, OVSDB and OpenFlow calls against pyroute2, ovsdbapp and

@@ -1,6 +1,9 @@
 """A Node receives what concerns it (issue 46): the spans controller's index
 (``routesync.policy.spanindex.SpanIndex``) event by event, beside the full recompute
-(``routesync.policy.relevance.spans``) in the same run, and what the spans save.
+(``routesync.policy.relevance.spans``) in the same run, and what the spans save, for both values
+of route-sync's ``policyPeers`` (:data:`MODES`): ``cluster``, whose planners judge a remote
+client's egress at the destination too, and ``peerSlices``, whose planners judge egress at its
+source only (``docs/design/scale.md``), on the same cluster with the same events.
 
     python -m bench.bench_spans [--scale 30000:3000:300:1000] [--cnps 0] [--egress-named 10]
                                 [--pod-events 2000] [--policy-events 200] [--full-events 3]
@@ -202,12 +205,17 @@ def pairs(spans: dict[str, Any], pods: dict[str, Any], all_nodes: set[str]) -> d
             "nodes": len(known), "pods_everywhere": everywhere, "pods_populated": populated_n}
 
 
+# route-sync's policyPeers and the planners' flag it sets (routesync.config.Config.remote_egress):
+# a remote client's egress judged at the destination too (cluster), or at its source only (peerSlices)
+MODES = (("cluster", True), ("peerSlices", False))
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """The cluster generated once, then one :func:`run` per :data:`MODES` on it, each with the
+    same event streams."""
     from bench import bench_policy as bp
     from bench.bench_policy_replay import cluster_policies, scale_of
-    from routesync.policy import relevance
     from routesync.policy.model import policy_from
-    from routesync.policy.spanindex import SpanIndex
 
     pods, policies, namespaces, nodes = scale_of(args.scale)
     rng = random.Random(args.seed)
@@ -217,13 +225,30 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     inputs = replace(inputs, policies=inputs.policies + tuple(extra))
     cnps = cluster_policies(args.cnps, namespaces, args.seed)
     pool = [policy_from(d) for d in bp.generate(0, namespaces, max(40, policies // 10), nodes, args.seed + 1).policies]
-    state = State(inputs, cnps)
-    all_nodes = {bp.node_name(i) for i in range(nodes)}
     log(f"{args.scale}: {len(inputs.pods):,} Pods, {len(inputs.policies):,} policies, {len(cnps)} cluster "
         f"policies in {time.perf_counter() - t:.1f} s")
+    res: dict[str, Any] = {"benchmark": "spans", "scale": args.scale, "pods": len(inputs.pods),
+                           "policies": len(inputs.policies), "cluster_policies": len(cnps), "namespaces": namespaces,
+                           "nodes": nodes, "runs": {}}
+    for peers, remote_egress in MODES:
+        log(f"policyPeers: {peers} (remote_egress {remote_egress})")
+        res["runs"][peers] = run(args, inputs, cnps, pool, nodes, remote_egress)
+    res["equal_after_replay"] = all(r["equal_after_replay"] for r in res["runs"].values())
+    return res
 
-    full_s, want = cpu(lambda: relevance.spans(state.inputs(), state.tiers()))
-    idx = SpanIndex()
+
+def run(args: argparse.Namespace, inputs: Any, cnps: list[Any], pool: list[Any], nodes: int,
+        remote_egress: bool) -> dict[str, Any]:
+    """Everything the module names, for the spans of planners with ``remote_egress``."""
+    from bench import bench_policy as bp
+    from routesync.policy import relevance
+    from routesync.policy.spanindex import SpanIndex
+
+    rng = random.Random(args.seed + 2)  # the same events in every mode
+    state = State(inputs, cnps)
+    all_nodes = {bp.node_name(i) for i in range(nodes)}
+    full_s, want = cpu(lambda: relevance.spans(state.inputs(), state.tiers(), remote_egress))
+    idx = SpanIndex(remote_egress)
 
     def load() -> None:
         for ns, labels in inputs.namespaces.items():
@@ -239,12 +264,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     load_s, _ = cpu(load)
     loaded_equal = idx.spans() == want
     log(f"full relevance.spans {full_s:.2f} s CPU; index load {load_s:.2f} s CPU; equal {loaded_equal}")
-    res: dict[str, Any] = {"benchmark": "spans", "scale": args.scale, "pods": len(inputs.pods),
-                           "policies": len(inputs.policies), "cluster_policies": len(cnps), "namespaces": namespaces,
-                           "nodes": nodes, "full_spans_cpu_s": full_s, "index_load_cpu_s": load_s,
+    res: dict[str, Any] = {"remote_egress": remote_egress, "full_spans_cpu_s": full_s, "index_load_cpu_s": load_s,
                            "pairs": pairs(want, state.pods, all_nodes), "events": {}}
     if cnps:  # the same without the tiers: what NetworkPolicy alone asks of a Node
-        res["pairs_networkpolicy_only"] = pairs(relevance.spans(state.inputs()), state.pods, all_nodes)
+        res["pairs_networkpolicy_only"] = pairs(relevance.spans(state.inputs(), (), remote_egress), state.pods,
+                                                all_nodes)
     pr = res["pairs"]
     log(f"pairs: {pr['pairs']:,} (Pod, Node) pairs read of {pr['pairs_today']:,} today "
         f"({pr['pairs'] / max(1, pr['pairs_today']):.2%}); {pr['pods_read']:,} of {pr['pods']:,} Pods read remotely, "
@@ -265,13 +289,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                                    "cpu_max_ms": max(ts) * 1e3, "cpu_mean_ms": statistics.mean(ts) * 1e3,
                                    "changed_p50": pct([float(x) for x in changed[kind]], 0.5),
                                    "changed_max": max(changed[kind])}
-    ref = [cpu(lambda: relevance.spans(state.inputs(), state.tiers()))[0] for _ in range(args.full_events)]
+    ref = [cpu(lambda: relevance.spans(state.inputs(), state.tiers(), remote_egress))[0]
+           for _ in range(args.full_events)]
     res["full_spans_per_event_ms"] = statistics.median(ref) * 1e3 if ref else full_s * 1e3
     for kind, r in res["events"].items():
         r["full_over_index_p50"] = res["full_spans_per_event_ms"] / r["cpu_p50_ms"] if r["cpu_p50_ms"] else None
         log(f"{kind}: p50 {r['cpu_p50_ms']:.3f} ms, p99 {r['cpu_p99_ms']:.3f} ms, max {r['cpu_max_ms']:.1f} ms CPU; "
             f"spans changed p50 {r['changed_p50']:.0f}, max {r['changed_max']}")
-    after = relevance.spans(state.inputs(), state.tiers())
+    after = relevance.spans(state.inputs(), state.tiers(), remote_egress)
     res["equal_after_replay"] = loaded_equal and idx.spans() == after
     res["pairs_after"] = pairs(after, state.pods, all_nodes)
     return res
@@ -300,23 +325,25 @@ def main(argv: list[str] | None = None) -> int:
     res["quick"] = args.quick
     res["elapsed_s"] = round(time.monotonic() - t0, 1)
     res["loadavg"] = os.getloadavg()
-    pr = res["pairs"]
-    print(f"{res['scale']} (+{res['cluster_policies']} cluster policies): full relevance.spans "
-          f"{res['full_spans_cpu_s'] * 1e3:.0f} ms CPU, index load {res['index_load_cpu_s'] * 1e3:.0f} ms; "
-          f"equal after replay: {res['equal_after_replay']}")
-    print(f"  (Pod, Node) pairs read: {pr['pairs']:,} of {pr['pairs_today']:,} today "
-          f"({pr['pairs'] / max(1, pr['pairs_today']):.2%}); {pr['pods_read']:,} of {pr['pods']:,} Pods read "
-          f"remotely ({pr['pods_everywhere']:,} everywhere, {pr['pods_populated']:,} wherever a Pod is)")
-    np_only = res.get("pairs_networkpolicy_only")
-    if np_only:
-        print(f"  without the cluster policies: {np_only['pairs']:,} pairs "
-              f"({np_only['pairs'] / max(1, np_only['pairs_today']):.2%}), "
-              f"{np_only['pods_read']:,} Pods read remotely, "
-              f"{np_only['pods_populated']:,} wherever a Pod is")
-    for kind, r in res["events"].items():
-        print(f"  {kind:13s} p50 {r['cpu_p50_ms']:.3f} ms, p99 {r['cpu_p99_ms']:.3f} ms CPU "
-              f"(full recompute {res['full_spans_per_event_ms']:.0f} ms, x{r['full_over_index_p50']:.0f}); "
-              f"spans changed p50 {r['changed_p50']:.0f}, max {r['changed_max']}")
+    print(f"{res['scale']} (+{res['cluster_policies']} cluster policies); equal after replay: "
+          f"{res['equal_after_replay']}")
+    for peers, r in res["runs"].items():
+        pr = r["pairs"]
+        print(f"  policyPeers: {peers}: full relevance.spans {r['full_spans_cpu_s'] * 1e3:.0f} ms CPU, index load "
+              f"{r['index_load_cpu_s'] * 1e3:.0f} ms; (Pod, Node) pairs read: {pr['pairs']:,} of "
+              f"{pr['pairs_today']:,} today ({pr['pairs'] / max(1, pr['pairs_today']):.2%}); {pr['pods_read']:,} "
+              f"of {pr['pods']:,} Pods read remotely ({pr['pods_everywhere']:,} everywhere, "
+              f"{pr['pods_populated']:,} wherever a Pod is)")
+        np_only = r.get("pairs_networkpolicy_only")
+        if np_only:
+            print(f"    without the cluster policies: {np_only['pairs']:,} pairs "
+                  f"({np_only['pairs'] / max(1, np_only['pairs_today']):.2%}), "
+                  f"{np_only['pods_read']:,} Pods read remotely, "
+                  f"{np_only['pods_populated']:,} wherever a Pod is")
+        for kind, e in r["events"].items():
+            print(f"    {kind:13s} p50 {e['cpu_p50_ms']:.3f} ms, p99 {e['cpu_p99_ms']:.3f} ms CPU "
+                  f"(full recompute {r['full_spans_per_event_ms']:.0f} ms, x{e['full_over_index_p50']:.0f}); "
+                  f"spans changed p50 {e['changed_p50']:.0f}, max {e['changed_max']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

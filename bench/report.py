@@ -651,19 +651,23 @@ def _section_system(d: dict[str, Any]) -> str:
 
 
 def _section_spans(d: dict[str, Any]) -> str:
-    pr = d.get("pairs") or {}
-    rows = [[kind, str(r.get("n")), _f(r.get("cpu_p50_ms"), 3), _f(r.get("cpu_p99_ms"), 3),
-             _f(r.get("full_over_index_p50"), 0) + "x" if r.get("full_over_index_p50") else "—",
-             f"{r.get('changed_p50', 0):.0f} / {r.get('changed_max', 0)}"]
-            for kind, r in (d.get("events") or {}).items()]
-    share = pr.get("pairs", 0) / max(1, pr.get("pairs_today", 0))
-    return (f"{d.get('pods', 0):,} Pods, {d.get('policies', 0):,} policies, {d.get('cluster_policies', 0)} cluster "
-            f"policies over {d.get('nodes', 0):,} Nodes.  Full `relevance.spans` {_f(d.get('full_spans_cpu_s'))} s "
-            f"CPU; the index's load {_f(d.get('index_load_cpu_s'))} s; equal after the replay: "
-            f"{d.get('equal_after_replay')}.  (Pod, Node) pairs the spans hold: {pr.get('pairs', 0):,} of "
-            f"{pr.get('pairs_today', 0):,} today ({share:.1%}).\n\n"
-            + _md_table(["event", "n", "CPU p50 ms", "CPU p99 ms", "full / index p50", "spans changed p50 / max"],
-                        rows))
+    runs = d.get("runs") or {"cluster": d}  # one run per policyPeers (results before it: cluster's alone)
+    head = (f"{d.get('pods', 0):,} Pods, {d.get('policies', 0):,} policies, {d.get('cluster_policies', 0)} cluster "
+            f"policies over {d.get('nodes', 0):,} Nodes; equal after the replay: {d.get('equal_after_replay')}.")
+    out = [head]
+    for peers, r in runs.items():
+        pr = r.get("pairs") or {}
+        rows = [[kind, str(e.get("n")), _f(e.get("cpu_p50_ms"), 3), _f(e.get("cpu_p99_ms"), 3),
+                 _f(e.get("full_over_index_p50"), 0) + "x" if e.get("full_over_index_p50") else "—",
+                 f"{e.get('changed_p50', 0):.0f} / {e.get('changed_max', 0)}"]
+                for kind, e in (r.get("events") or {}).items()]
+        share = pr.get("pairs", 0) / max(1, pr.get("pairs_today", 0))
+        out.append(f"`policyPeers: {peers}`: full `relevance.spans` {_f(r.get('full_spans_cpu_s'))} s CPU; the "
+                   f"index's load {_f(r.get('index_load_cpu_s'))} s.  (Pod, Node) pairs the spans hold: "
+                   f"{pr.get('pairs', 0):,} of {pr.get('pairs_today', 0):,} today ({share:.1%}).\n\n"
+                   + _md_table(["event", "n", "CPU p50 ms", "CPU p99 ms", "full / index p50",
+                                "spans changed p50 / max"], rows))
+    return "\n\n".join(out)
 
 
 SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {

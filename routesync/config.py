@@ -227,6 +227,13 @@ class Config:
         """A tunnel port is wanted: encap and hybrid, unless WireGuard carries every peer instead."""
         return self.mode in TUNNELLED_MODES and not self.encrypted
 
+    @property
+    def remote_egress(self) -> bool:
+        """Policy judges a remote client's egress here too (``routesync.policy.plan.NodeFacts``):
+        with every Pod watched (``policyPeers: cluster``); with PeerSlices egress is judged at its
+        source only, so a Node does not read every egress-isolated Pod (docs/design/scale.md)."""
+        return self.policy_peers == PEERS_CLUSTER
+
 
 # --- value checkers: each takes (key, raw value) and returns the typed value or raises -------------
 

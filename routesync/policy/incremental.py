@@ -784,8 +784,9 @@ class IncrementalPlanner:
         return (pod, False, self._eligible(pod))
 
     def _eligible(self, pod: Pod) -> bool:
-        """A remote Pod whose egress is judged here: this Node has Pods, none holds its addresses."""
-        if not self.local:
+        """A remote Pod whose egress is judged here: remote egress is (``NodeFacts.remote_egress``),
+        this Node has Pods, none holds its addresses."""
+        if not self.local or not self.facts.remote_egress:
             return False
         li = self.local_ips
         return not any(ip in li for ip in pod.ips)
@@ -1101,7 +1102,7 @@ class IncrementalPlanner:
         self.policies_by_ns.setdefault(ns, {})[key] = ps
         self._errors = None
         self._namespaces_of[ns] = self._namespaces_of.get(ns, 0) + 1
-        pool = self.by_ns if policy.isolates_egress else self.local_by_ns
+        pool = self.by_ns if policy.isolates_egress and self.facts.remote_egress else self.local_by_ns
         here = self.facts.node
         for pod in self.select(pool.get(ns, {}), ns, policy.pod_selector):
             if pod.node == here:

@@ -218,7 +218,8 @@ class PolicyNode:
                                      self.source.service_cidrs(cfg.service_cidrs),  # the cluster's (watch.py)
                                      cfg.denied_log.enabled and local.denied_log_meter,
                                      # the gateway holds the first address of each local Pod CIDR
-                                     tuple(str(ipaddress.ip_interface(a).network) for a in gateway_addresses))
+                                     tuple(str(ipaddress.ip_interface(a).network) for a in gateway_addresses),
+                                     cfg.remote_egress)
 
     def step(self, gateway_addresses: tuple[str, ...], local: LocalFacts, full: bool) -> PolicyStep:
         """This pass's policy: what changed applied (``full``: everything compared, drift
@@ -267,7 +268,7 @@ class PolicyNode:
         objects = getattr(self.source, "tier_objects", None)
         if objects is None:
             return self.tiers
-        tfacts = tier_plan.Facts(facts.node, facts.service_cidrs, facts.denied_log)
+        tfacts = tier_plan.Facts(facts.node, facts.service_cidrs, facts.denied_log, facts.remote_egress)
         t0 = self.clock()
         tp = self.tier_planner
         if tp is None:

@@ -24,7 +24,8 @@ its new connections that also sends their first packet up to route-sync, metered
 egress to the Service CIDRs is judged after the host's DNAT, when the packet comes back into
 OVS with the backend's address.
 
-A *remote* Pod isolated for egress is judged here too, on what it sends to this Node's Pods: in
+A *remote* Pod isolated for egress is judged here too (unless ``NodeFacts.remote_egress`` is
+False: then at its source only), on what it sends to this Node's Pods: in
 routed modes a DNATed Service connection to a backend on another Node leaves the client's Node
 through its host without re-entering OVS there.  Its policies' egress rules become conjunctions
 of their own (``Plan.remote_rules``) whose clause 2 holds only the peers that can be here (this
@@ -86,6 +87,10 @@ class NodeFacts:
     service_cidrs: tuple[str, ...] = ()
     denied_log: bool = False  # isolation also sends each new connection's first packet up (routesync.policy.deniedlog)
     pod_cidrs: tuple[str, ...] = ()  # the Node's own Pod CIDRs (none in networkPolicyOnly): its Pods' addresses
+    # a remote client's egress judged here too (Plan.remote_rules, the remote isolation; the tiers'
+    # egress rules on remote subjects: cnp.plan.Facts.remote_egress).  False (route-sync's
+    # ``policyPeers: peerSlices``): egress is judged at its source only (docs/design/scale.md)
+    remote_egress: bool = True
 
 
 @dataclass(frozen=True)
@@ -468,7 +473,7 @@ def plan(inputs: Inputs, facts: NodeFacts, ids: ConjIds | None = None) -> Plan:
             out.errors += [f"{policy.key}: {e}" for e in policy.errors]
         selected = index.in_namespace(policy.namespace, policy.pod_selector)
         applied = tuple(p for p in selected if p.node == here)
-        if policy.isolates_egress and local and len(applied) < len(selected):
+        if facts.remote_egress and policy.isolates_egress and local and len(applied) < len(selected):
             remote = tuple(p for p in selected if p.node != here and local_ips.isdisjoint(p.ips))
             for p in remote:
                 remote_isolated[p.key] = p

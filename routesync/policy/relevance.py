@@ -23,6 +23,12 @@ What a Node reads (each Pod counted on the Nodes other than its own; its own Nod
   with egress rules reads its subjects, and its egress rules' pod peers, on every Node; its
   ingress rules' pod peers are read where it has a subject.
 
+``remote_egress`` is the planners' flag (:attr:`.plan.NodeFacts.remote_egress`, route-sync's
+``policyPeers: peerSlices`` sets it False).  False, egress is judged at its source only: the
+remote client's row is gone, and a ClusterNetworkPolicy's egress rules apply to the Node's own
+subjects, so their pod peers are read where it has a subject (as its ingress peers are) and its
+subjects nowhere else.  No row is "everywhere" then.
+
 A precondition, the API server's own invariant: every Pod's Namespace exists (admission refuses
 a Pod in a missing namespace, and a Namespace goes only after its Pods).  A Pod whose Namespace
 object a Node has not seen yet would be picked by a ``namespaceSelector: {}`` from the full
@@ -102,33 +108,38 @@ def _cnp_peer_pods(index: PodIndex, rules: Iterable[TierRule]) -> Iterable[Pod]:
                 yield from _cnp_selection_pods(index, peer.pods)
 
 
-def reads(node: str, inputs: Inputs, tiers: Sequence[ClusterPolicy] = ()) -> frozenset[str]:
+def reads(node: str, inputs: Inputs, tiers: Sequence[ClusterPolicy] = (), remote_egress: bool = True
+          ) -> frozenset[str]:
     """The keys of the Pods on other Nodes that ``node``'s plans read (the reference: one Node
-    at a time, the planners' conditions spelled out)."""
+    at a time, the planners' conditions spelled out); ``remote_egress``: the planners' flag."""
     index = PodIndex(inputs.pods, inputs.namespaces, node)
     local = [p for p in inputs.pods if p.node == node]
     out: set[str] = set()
     for policy in inputs.policies:
         selected = index.in_namespace(policy.namespace, policy.pod_selector)
-        if policy.isolates_egress and local:
+        if remote_egress and policy.isolates_egress and local:
             out.update(p.key for p in selected)
         if any(p.node == node for p in selected):
             for direction, rule in _isolating_rules(policy):
                 out.update(p.key for p in _np_peer_pods(index, policy, rule, direction))
     for cp in tiers:
         subjects = _cnp_selection_pods(index, cp.subject)
-        if cp.egress and subjects:
+        here = any(p.node == node for p in subjects)
+        if remote_egress and cp.egress and subjects:
             out.update(p.key for p in subjects)
             out.update(p.key for p in _cnp_peer_pods(index, cp.egress))
-        if cp.ingress and any(p.node == node for p in subjects):
+        elif cp.egress and here:
+            out.update(p.key for p in _cnp_peer_pods(index, cp.egress))
+        if cp.ingress and here:
             out.update(p.key for p in _cnp_peer_pods(index, cp.ingress))
     out.difference_update(p.key for p in local)
     return frozenset(out)
 
 
-def spans(inputs: Inputs, tiers: Sequence[ClusterPolicy] = ()) -> dict[str, Span]:
+def spans(inputs: Inputs, tiers: Sequence[ClusterPolicy] = (), remote_egress: bool = True) -> dict[str, Span]:
     """For every Pod that some Node reads, the Nodes that read it (one pass over the policies:
-    each one's peers get the Nodes of the Pods it selects)."""
+    each one's peers get the Nodes of the Pods it selects); ``remote_egress``: the planners' flag
+    (False: no span is ``everywhere`` or ``populated``)."""
     index = PodIndex(inputs.pods, inputs.namespaces)
     nodes: dict[str, set[str]] = defaultdict(set)
     everywhere: set[str] = set()
@@ -137,7 +148,7 @@ def spans(inputs: Inputs, tiers: Sequence[ClusterPolicy] = ()) -> dict[str, Span
         selected = index.in_namespace(policy.namespace, policy.pod_selector)
         if not selected:
             continue
-        if policy.isolates_egress:
+        if remote_egress and policy.isolates_egress:
             populated.update(p.key for p in selected)
         where = {p.node for p in selected}
         for direction, rule in _isolating_rules(policy):
@@ -147,11 +158,14 @@ def spans(inputs: Inputs, tiers: Sequence[ClusterPolicy] = ()) -> dict[str, Span
         subjects = _cnp_selection_pods(index, cp.subject)
         if not subjects:
             continue
-        if cp.egress:
+        where = {p.node for p in subjects}
+        if cp.egress and remote_egress:
             everywhere.update(p.key for p in subjects)
             everywhere.update(p.key for p in _cnp_peer_pods(index, cp.egress))
+        elif cp.egress:
+            for p in _cnp_peer_pods(index, cp.egress):
+                nodes[p.key] |= where
         if cp.ingress:
-            where = {p.node for p in subjects}
             for p in _cnp_peer_pods(index, cp.ingress):
                 nodes[p.key] |= where
     out: dict[str, Span] = {}

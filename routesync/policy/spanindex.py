@@ -94,17 +94,17 @@ def np_peer_group(policy_ns: str, peer: Peer) -> Group:
     return Group(namespaces=peer.namespace_selector, pods=pods)
 
 
-def policy_terms(policy: Policy) -> dict[Term, int]:
+def policy_terms(policy: Policy, remote_egress: bool = True) -> dict[Term, int]:
     """A NetworkPolicy as terms (:func:`.relevance.spans`: its isolating rules' pod peers, and
     for an egress rule without ``to`` its named ports' group, read where its subjects are; its
-    subjects read on every Node with a Pod if it isolates egress)."""
+    subjects read on every Node with a Pod if it isolates egress and ``remote_egress``)."""
     subject = Group(namespace=policy.namespace, pods=policy.pod_selector)
     out: dict[Term, int] = {}
 
     def add(t: Term) -> None:
         out[t] = out.get(t, 0) + 1
 
-    if policy.isolates_egress:
+    if remote_egress and policy.isolates_egress:
         add(Term(POPULATED, subject))
     rules = ([("ingress", r) for r in policy.ingress] if policy.isolates_ingress else []) + \
         ([("egress", r) for r in policy.egress] if policy.isolates_egress else [])
@@ -119,18 +119,20 @@ def policy_terms(policy: Policy) -> dict[Term, int]:
     return out
 
 
-def cluster_policy_terms(cp: ClusterPolicy) -> dict[Term, int]:
+def cluster_policy_terms(cp: ClusterPolicy, remote_egress: bool = True) -> dict[Term, int]:
     """A ClusterNetworkPolicy as terms: with egress rules its subjects and its egress pod peers
-    read everywhere (while it has a subject), its ingress pod peers read where its subjects are."""
+    read everywhere (while it has a subject), its ingress pod peers read where its subjects are;
+    without ``remote_egress`` its egress pod peers too are read where its subjects are, and its
+    subjects nowhere else."""
     subject = Group(namespaces=cp.subject.namespaces, pods=cp.subject.pods or sel.EVERYTHING)
     out: dict[Term, int] = {}
 
     def add(t: Term) -> None:
         out[t] = out.get(t, 0) + 1
 
-    if cp.egress:
+    if remote_egress and cp.egress:
         add(Term(EVERYWHERE_SUBJECT, subject))
-    for kind, rules in ((EVERYWHERE, cp.egress), (NODES, cp.ingress)):
+    for kind, rules in ((EVERYWHERE if remote_egress else NODES, cp.egress), (NODES, cp.ingress)):
         for rule in rules:
             for peer in rule.peers or ():
                 if peer.pods is not None:
@@ -216,9 +218,13 @@ class _Table:
 
 class SpanIndex:
     """:func:`.relevance.spans` of the objects delivered so far, kept event by event (module
-    docstring), and the Pods whose span changed since the last :meth:`take_changes`."""
+    docstring), and the Pods whose span changed since the last :meth:`take_changes`.
+    ``remote_egress``: the planners' flag the spans are for (:func:`.relevance.spans`; False,
+    route-sync's ``policyPeers: peerSlices``: no POPULATED or EVERYWHERE term, a
+    ClusterNetworkPolicy's egress peers are NODES terms)."""
 
-    def __init__(self) -> None:
+    def __init__(self, remote_egress: bool = True) -> None:
+        self.remote_egress = remote_egress
         self._pods: dict[str, _PodState] = {}
         self._ns_labels: dict[str, dict[str, str]] = {}
         self._by_ns: dict[str, set[str]] = {}
@@ -321,13 +327,13 @@ class SpanIndex:
             self._namespace_event(name, None)
 
     def upsert_policy(self, policy: Policy) -> None:
-        self._set_terms(("np", policy.key), policy_terms(policy))
+        self._set_terms(("np", policy.key), policy_terms(policy, self.remote_egress))
 
     def delete_policy(self, key: str) -> None:
         self._set_terms(("np", key), {})
 
     def upsert_cluster_policy(self, cp: ClusterPolicy) -> None:
-        self._set_terms(("cnp", cp.name), cluster_policy_terms(cp))
+        self._set_terms(("cnp", cp.name), cluster_policy_terms(cp, self.remote_egress))
 
     def delete_cluster_policy(self, name: str) -> None:
         self._set_terms(("cnp", name), {})

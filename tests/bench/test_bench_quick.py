@@ -79,8 +79,10 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     assert replay["differential"]["ok"] and replay["differential"]["events"] >= 2000
     spans = data["spans"]  # the spans index's replay, held to relevance.spans; every event kind measured
     assert spans["equal_after_replay"] and spans["pods"] == 2000
-    assert set(spans["events"]) == {"pod-add", "pod-delete", "pod-relabel", "pod-move",
-                                    "policy-create", "policy-delete", "policy-edit", "policy-port"}
+    assert set(spans["runs"]) == {"cluster", "peerSlices"}  # both policyPeers, on the same cluster
+    for run in spans["runs"].values():
+        assert set(run["events"]) == {"pod-add", "pod-delete", "pod-relabel", "pod-move",
+                                      "policy-create", "policy-delete", "policy-edit", "policy-port"}
 
     md = (out / "report.md").read_text()
     for g in report.GOALS:

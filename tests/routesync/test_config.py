@@ -95,6 +95,12 @@ def test_policy_peers_default_to_every_pod_and_take_peer_slices_on_kubernetes() 
     assert from_dict({**kube, "policyPeers": "cluster", "networkPolicy": False}).policy_peers == PEERS_CLUSTER
 
 
+def test_peer_slices_judge_egress_at_its_source_only() -> None:
+    kube = {"nodeName": "n", "nodeSource": {"type": "kubernetes"}}
+    assert from_dict(kube).remote_egress  # cluster: a remote client's egress judged here too, as before
+    assert not from_dict({**kube, "policyPeers": "peerSlices"}).remote_egress
+
+
 def test_noSNAT_and_fastPath_accepted_where_valid() -> None:
     assert from_dict({"nodeName": "n", "trafficEncapMode": "noEncap", "noSNAT": True}).no_snat
     assert from_dict({"nodeName": "n", "trafficEncapMode": "hybrid", "fastPath": True}).fast_path

@@ -22,9 +22,9 @@ What an event costs:
 
 A rule with a named port is planned again as a whole (:func:`.plan.parts`) when a Pod it reads
 moved: which Pods share a port number is a grouping, not a set.  Other facts (the Node's name,
-the denied log switched) rebuild everything; Service CIDRs move only their own flows.  A
-conjunction id freed in an event is released at its end, so a policy replaced by itself keeps
-its ids.
+the denied log or the remote subjects' egress switched) rebuild everything; Service CIDRs move
+only their own flows.  A conjunction id freed in an event is released at its end, so a policy
+replaced by itself keeps its ids.
 
 The full planner stays the reference: route-sync compares the two at every full pass
 (``routesync.policy.node``) and a randomized differential test holds them equal event by
@@ -316,7 +316,8 @@ class TierPlanner:
     def set_facts(self, facts: Facts) -> None:
         if facts == self.facts:
             return
-        node_moved = facts.node != self.facts.node or facts.denied_log != self.facts.denied_log
+        node_moved = (facts.node != self.facts.node or facts.denied_log != self.facts.denied_log
+                      or facts.remote_egress != self.facts.remote_egress)
         self.facts = facts
         if node_moved:
             self.load(self.inputs())
@@ -538,10 +539,11 @@ class TierPlanner:
                 part = r.main
                 if part is None:
                     continue
-                if r.egress or is_local:
+                every = r.egress and self.facts.remote_egress  # applies to remote subjects too
+                if every or is_local:
                     for ip in want.ips if want is not None else ():
                         self._applied(part, ip, 1)
-                if r.egress or was_local:
+                if every or was_local:
                     for ip in prev.ips if prev is not None else ():
                         self._applied(part, ip, -1)
         for r in ps.rules:
@@ -670,7 +672,8 @@ class TierPlanner:
     def _replan_named(self, r: RuleState) -> None:
         """A named-port rule's parts again (:func:`.plan.parts`), each moved by what differs."""
         ps = r.policy
-        applied = tuple(sorted(ps.subjects.values(), key=pod_key)) if r.egress else ps.local_sorted()
+        applied = (tuple(sorted(ps.subjects.values(), key=pod_key)) if r.egress and self.facts.remote_egress
+                   else ps.local_sorted())
         fresh = parts(r.direction, r.rule, applied, Select(_Lookup(self), self.nodes_sorted())) if applied else []
         old = {part.tag: part for part in r.parts}
         here = self.facts.node

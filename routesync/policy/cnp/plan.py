@@ -20,7 +20,10 @@ without crossing its OVS (routed modes), and because NetworkPolicy's judging of 
 (``Plan.remote_rules``, its drop in EgressDefault) must not drop what an Admin rule accepted at
 the source.  Ingress rules apply to this Node's subject Pods.  Egress to a Service CIDR skips the
 tiers (EgressAdmin.SERVICE): it is judged when it comes back from the host's DNAT with the
-backend's address.  Stateful like NetworkPolicy: replies skip every policy table
+backend's address.  With ``Facts.remote_egress`` False (route-sync's ``policyPeers:
+peerSlices``) egress rules apply to this Node's subjects only, as NetworkPolicy's then do: egress
+is judged at its source alone, which covers every path (OVS, and the host's judge for what
+kube-proxy's NAT takes past it).  Stateful like NetworkPolicy: replies skip every policy table
 (ConntrackState)."""
 
 from __future__ import annotations
@@ -75,6 +78,9 @@ class Facts:
     node: str
     service_cidrs: tuple[str, ...] = ()
     denied_log: bool = False  # Deny rules send what they drop up, metered (routesync.policy.deniedlog)
+    # egress rules also on remote subjects (a remote client's egress judged here too); False: on
+    # this Node's subjects only, egress judged at its source (..plan.NodeFacts.remote_egress, which sets it)
+    remote_egress: bool = True
 
 
 @dataclass(frozen=True)
@@ -253,7 +259,8 @@ def plan(inputs: Inputs, facts: Facts, ids: ConjIds | None = None) -> TierPlan:
         local = tuple(p for p in subjects if p.node == here)
         for p in local:
             out.tiers_of.setdefault(p.key, []).append(f"{policy.tier}/{policy.priority}/{policy.name}")
-        for direction, rules, applied in ((EGRESS, policy.egress, subjects), (INGRESS, policy.ingress, local)):
+        egress_applied = subjects if facts.remote_egress else local
+        for direction, rules, applied in ((EGRESS, policy.egress, egress_applied), (INGRESS, policy.ingress, local)):
             if not applied:
                 continue
             table, top = TABLES[(policy.tier, direction)]

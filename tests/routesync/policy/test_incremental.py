@@ -34,12 +34,13 @@ APPS = ("x", "y", "z")
 TIERS = ("web", "db")
 
 
-def facts_for(rng: random.Random) -> pp.NodeFacts:
+def facts_for(rng: random.Random, remote_egress: bool = True) -> pp.NodeFacts:
     return pp.NodeFacts(NODE,
                         host_addresses=rng.choice(((), ("10.0.0.254",), ("10.0.0.254", "fd00::fe"))),
                         service_cidrs=rng.choice(((), ("10.96.0.0/12",), ("10.96.0.0/12", "fd00:96::/112"))),
                         denied_log=rng.random() < 0.5,
-                        pod_cidrs=rng.choice(((), ("10.0.0.0/29",), ("10.0.0.0/28", "fd00::/120"))))
+                        pod_cidrs=rng.choice(((), ("10.0.0.0/29",), ("10.0.0.0/28", "fd00::/120"))),
+                        remote_egress=remote_egress)
 
 
 class World:
@@ -279,14 +280,16 @@ def by_cookie(flows: list[Flow]) -> dict[int, list[str]]:
     return {c: sorted(t) for c, t in out.items()}
 
 
-def replay(seed: int, events: int, check_every: int = 1) -> int:
+def replay(seed: int, events: int, check_every: int = 1, remote_egress: bool = True) -> int:
     """``events`` random events from ``seed``, the incremental planner checked against the full one
     every ``check_every`` events (and at the end); the number of flow changes its deltas carried.
     Its deltas also go through route-sync's way to OVS (``routesync.flowdelta``: the groups that
     changed, behind the Node's own flows; now and then a pass that never reached the applier, so
-    the next one groups everything): what that installs is the full plan too."""
+    the next one groups everything): what that installs is the full plan too.  ``remote_egress``:
+    the Node's facts judge a remote client's egress (``policyPeers: cluster``) or not (``peerSlices``);
+    a change of facts flips it now and then."""
     rng = random.Random(seed)
-    facts = facts_for(rng)
+    facts = facts_for(rng, remote_egress)
     world = World(rng)
     inc = IncrementalPlanner(facts)
     installed: dict[tuple[int, int, str], Flow] = {}
@@ -304,7 +307,7 @@ def replay(seed: int, events: int, check_every: int = 1) -> int:
             world.apply(pending, inc)
             pending = None
         if rng.random() < 0.01:  # the Node's facts change: everything again
-            facts = facts_for(rng)
+            facts = facts_for(rng, remote_egress if rng.random() < 0.7 else not facts.remote_egress)
             inc.set_facts(facts)
         delta = inc.take_delta()
         changes += len(delta)
@@ -325,9 +328,10 @@ def replay(seed: int, events: int, check_every: int = 1) -> int:
     return changes
 
 
+@pytest.mark.parametrize("remote_egress", [True, False], ids=["cluster", "peerSlices"])
 @pytest.mark.parametrize("seed", range(max(1, EVENTS // PER_SEQUENCE)))
-def test_incremental_equals_the_full_plan_after_every_event(seed: int) -> None:
-    replay(seed, min(PER_SEQUENCE, EVENTS))
+def test_incremental_equals_the_full_plan_after_every_event(seed: int, remote_egress: bool) -> None:
+    replay(seed, min(PER_SEQUENCE, EVENTS), remote_egress=remote_egress)
 
 
 def pod(ns: str, name: str, ip: str, node: str = NODE, **labels: str) -> Pod:

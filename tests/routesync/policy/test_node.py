@@ -120,9 +120,9 @@ WEB = policy_from({"metadata": {"namespace": "ns", "name": "web"}, "spec": {
     "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "cli"}}}], "ports": [{"port": 80}]}]}})
 
 
-def daemon(tmp_path: Any, source: JournalSource, observer: Any = None) -> tuple[Daemon, DeltaAppliers]:
+def daemon(tmp_path: Any, source: JournalSource, observer: Any = None, **config: Any) -> tuple[Daemon, DeltaAppliers]:
     cfg = from_dict({"nodeName": NODE, "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "s.json"),
-                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}, **config})
     apl = DeltaAppliers()
     return Daemon(cfg, RegistrySource(str(tmp_path / "reg"), NODE), apl, observer=observer, policy=source), apl
 
@@ -249,6 +249,35 @@ def test_cluster_policies_are_planned_in_the_pass_and_their_subjects_namespaces_
     src.tier_gen += 1
     assert d.reconcile(full=False).ok
     assert not any(f.table == Table.INGRESS_ADMIN and f.priority for f in apl.applied[-1].flows)
+
+
+@pytest.mark.parametrize("peers", ["cluster", "peerSlices"])
+def test_with_peer_slices_a_remote_clients_egress_is_left_to_its_source(tmp_path: Any, peers: str) -> None:
+    """``policyPeers: peerSlices`` plans no judgment of a remote Pod's egress, NetworkPolicy's or
+    the tiers'; ``cluster`` (the default) still does, through full and incremental passes."""
+    src = TierSource()
+    src.namespaces.update({"ns": (("kubernetes.io/metadata.name", "ns"),)})
+    src.pod(pod("srv", "10.244.1.5", app="srv"))
+    src.pod(pod("cli", "10.244.2.5", node="node-b", app="cli"))
+    src.policy(policy_from({"metadata": {"namespace": "ns", "name": "cli-out"}, "spec": {
+        "podSelector": {"matchLabels": {"app": "cli"}}, "policyTypes": ["Egress"],
+        "egress": [{"ports": [{"port": 53}]}]}}))
+    src.cnp({"metadata": {"name": "cli-deny"}, "spec": {
+        "tier": "Admin", "priority": 3, "subject": {"pods": {
+            "namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "cli"}}}},
+        "egress": [{"action": "Deny", "to": [{"networks": ["192.0.2.0/24"]}]}]}})
+    d, apl = daemon(tmp_path, src, nodeSource={"type": "kubernetes"}, policyPeers=peers)
+    cluster = peers == "cluster"
+    for full, remote in ((True, ["ns/cli"]), (False, ["ns/cli", "ns/cli2"]), (True, ["ns/cli", "ns/cli2"])):
+        assert d.reconcile(full=full).ok
+        flows = " ".join(f.text() for f in apl.applied[-1].flows)
+        node = d.policy
+        assert node is not None and node.plan is not None
+        assert ("nw_src=10.244.2.5" in flows) == cluster
+        assert node.plan.remote_isolated == (remote if cluster else [])
+        assert bool(node.plan.remote_rules) == bool(node.tiers.rules) == cluster
+        src.pod(pod("cli2", "10.244.2.6", node="node-b", app="cli"))
+    assert d.policy is not None and d.policy.drift_repairs == 0
 
 
 def test_cluster_policies_follow_pod_events_between_full_passes_and_drift_is_repaired(tmp_path: Any) -> None:

@@ -172,6 +172,26 @@ def test_a_remote_clients_egress_is_judged_on_what_it_sends_here() -> None:
     assert p.remote_isolated == ["a/cli"]
 
 
+def test_without_remote_egress_a_remote_clients_egress_is_left_to_its_source() -> None:
+    """``policyPeers: peerSlices``: the source Node judges its Pods' egress (OVS, the host's judge);
+    here nothing judges a remote client, and a local client's egress is judged as before."""
+    pods = [pod("a", "cli", "10.0.2.5", node="n2", app="cli"), pod("a", "cli-here", "10.0.1.7", app="cli"),
+            pod("b", "srv", "10.0.1.5", app="srv")]
+    out = [policy("a", "out", {"matchLabels": {"app": "cli"}}, types=("Egress",),
+                  egress=[{"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "srv"}}}]}])]
+    both = plan(pods, out, pod_cidrs=("10.0.1.0/24",))
+    assert both.remote_isolated == ["a/cli"] and both.remote_rules
+    p = plan(pods, out, pod_cidrs=("10.0.1.0/24",), remote_egress=False)
+    assert (p.remote_rules, p.remote_isolated, p.remote_isolation_id, p.remote_sources) == ([], [], None, {})
+    assert not [f for f in p.flows if f.table == Table.EGRESS_DEFAULT
+                and f.priority in (EgressDefault.REMOTE_ISOLATED, EgressDefault.REMOTE_ISOLATED_NEW)]
+    assert "10.0.2.5" not in " ".join(f.text() for f in p.flows)
+    assert [(r.policy, r.pods) for r in p.rules] == [(r.policy, r.pods) for r in both.rules] == [
+        ("a/out", ("a/cli-here",))]
+    assert p.isolated == both.isolated == {"a/cli-here": (False, True),
+                                                                      "b/srv": (False, False)}
+
+
 def test_a_200_remote_by_200_local_egress_rule_costs_the_sum() -> None:
     clients = [pod("c", f"cli{i}", f"10.2.{i // 250}.{i % 250 + 1}", node="n2", app="cli") for i in range(200)]
     servers = [pod("s", f"srv{i}", f"10.1.{i // 250}.{i % 250 + 1}", app="srv") for i in range(200)]

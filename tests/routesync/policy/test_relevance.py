@@ -4,7 +4,10 @@ after every event and for every Node,
 
 - the Node's NetworkPolicy and tier plans from its own Pods plus the Pods
   :func:`relevance.reads` names equal the plans from every Pod, field for field, flow for flow;
-- :func:`relevance.spans`, turned around, names for each Node exactly what ``reads`` names.
+- :func:`relevance.spans`, turned around, names for each Node exactly what ``reads`` names;
+
+both with the planners judging a remote client's egress (``remote_egress``, route-sync's
+``policyPeers: cluster``) and without (``peerSlices``: egress judged at its source only).
 
 The clusters keep the API server's invariant the module states (a Pod's Namespace exists)."""
 
@@ -18,7 +21,7 @@ import pytest
 from routesync.policy import plan as pp
 from routesync.policy import relevance
 from routesync.policy.cnp import plan as tp
-from routesync.policy.cnp.model import ClusterPolicy, NodeInfo
+from routesync.policy.cnp.model import ClusterPolicy, NodeInfo, cluster_policy_from
 from routesync.policy.model import Pod, Policy, policy_from
 from routesync.policy.node import differences
 from tests.routesync.policy.cnp.test_incremental import World as TierWorld
@@ -105,26 +108,29 @@ class Cluster:
         return f"node {node}"
 
 
-def check(cluster: Cluster, where: str) -> tuple[int, int]:
+def check(cluster: Cluster, where: str, remote_egress: bool = True) -> tuple[int, int]:
     """Both properties for every Node; returns (Pods read, remote Pods) summed over the Nodes."""
     inputs, tiers = cluster.inputs(), cluster.tier_policies()
     read_total = remote_total = 0
     reads_by_node = {}
     for node in NODES:
-        reads = relevance.reads(node, inputs, tiers)
+        reads = relevance.reads(node, inputs, tiers, remote_egress)
         reads_by_node[node] = set(reads)
         view = relevance.view(node, inputs, reads)
-        facts = pp.NodeFacts(node, pod_cidrs=("10.0.0.0/28",))
+        facts = pp.NodeFacts(node, pod_cidrs=("10.0.0.0/28",), remote_egress=remote_egress)
         want, got = pp.plan(inputs, facts), pp.plan(view, facts)
         wrong = differences(got, want)
         assert not wrong, f"{where}: NetworkPolicy plan of {node} from the Pods it reads: {wrong}"
-        tfacts = tp.Facts(node)
+        tfacts = tp.Facts(node, remote_egress=remote_egress)
         twant, tgot = tp.plan(cluster.tier_inputs(inputs.pods), tfacts), tp.plan(cluster.tier_inputs(view.pods), tfacts)
         wrong = differences(tgot, twant)
         assert not wrong, f"{where}: tier plan of {node} from the Pods it reads: {wrong}"
         read_total += len(reads)
         remote_total += sum(p.node != node for p in inputs.pods)
-    turned = relevance.per_node(relevance.spans(inputs, tiers), inputs.pods, [*NODES, *cluster.nodes])
+    spans = relevance.spans(inputs, tiers, remote_egress)
+    if not remote_egress:
+        assert not any(s.everywhere or s.populated for s in spans.values()), f"{where}: a span everywhere"
+    turned = relevance.per_node(spans, inputs.pods, [*NODES, *cluster.nodes])
     for node in NODES:
         assert turned.get(node, set()) == reads_by_node[node], (
             f"{where}: spans name for {node} {sorted(turned.get(node, set()) ^ reads_by_node[node])} "
@@ -132,14 +138,15 @@ def check(cluster: Cluster, where: str) -> tuple[int, int]:
     return read_total, remote_total
 
 
+@pytest.mark.parametrize("remote_egress", [True, False], ids=["cluster", "peerSlices"])
 @pytest.mark.parametrize("seed", range(8))
-def test_a_node_plans_the_same_from_the_pods_it_reads(seed: int) -> None:
+def test_a_node_plans_the_same_from_the_pods_it_reads(seed: int, remote_egress: bool) -> None:
     rng = random.Random(seed)
     cluster = Cluster(rng)
     read = remote = 0
     for step in range(150):
         what = cluster.event()
-        a, b = check(cluster, f"seed {seed} event {step}: {what}")
+        a, b = check(cluster, f"seed {seed} event {step}: {what}", remote_egress)
         read, remote = read + a, remote + b
     # not vacuous: Nodes read Pods, and leave some out
     assert 0 < read < remote, (read, remote)
@@ -174,3 +181,29 @@ def test_an_egress_isolated_pod_is_read_on_every_node_with_pods() -> None:
     spans = relevance.spans(inputs)
     assert spans == {"a/client": relevance.Span(populated=True)}
     assert relevance.per_node(spans, pods, ["n1", "n2", "n9"]) == {"n1": set(), "n2": {"a/client"}, "n9": set()}
+
+
+def test_without_remote_egress_an_egress_isolated_pod_is_read_nowhere_else() -> None:
+    pods = (pod("a", "client", "n1", "10.0.0.1", app="client"), pod("a", "server", "n2", "10.0.0.2", app="server"))
+    policy = np("a", "to-server", {"podSelector": {"matchLabels": {"app": "client"}}, "policyTypes": ["Egress"],
+                                   "egress": [{"to": [{"podSelector": {"matchLabels": {"app": "server"}}}]}]})
+    inputs = pp.Inputs(pods, {"a": ()}, (policy,))
+    assert relevance.reads("n2", inputs, remote_egress=False) == set()  # judged at its source only
+    assert relevance.reads("n1", inputs, remote_egress=False) == {"a/server"}  # the source reads its peer
+    assert relevance.spans(inputs, remote_egress=False) == {"a/server": relevance.Span(frozenset({"n1"}))}
+
+
+def test_without_remote_egress_a_cluster_policy_reads_its_egress_peers_where_it_has_a_subject() -> None:
+    pods = (pod("a", "client", "n1", "10.0.0.1", app="client"), pod("b", "server", "n2", "10.0.0.2", app="server"),
+            pod("b", "other", "n3", "10.0.0.3"))
+    cp = cluster_policy_from({"metadata": {"name": "to-servers"}, "spec": {
+        "tier": "Admin", "priority": 1, "subject": {"pods": {"namespaceSelector": {},
+                                                             "podSelector": {"matchLabels": {"app": "client"}}}},
+        "egress": [{"action": "Accept", "to": [{"pods": {"namespaceSelector": {},
+                                                           "podSelector": {"matchLabels": {"app": "server"}}}}]}]}})
+    inputs = pp.Inputs(pods, {"a": (), "b": ()}, ())
+    assert relevance.reads("n1", inputs, (cp,), remote_egress=False) == {"b/server"}
+    assert relevance.reads("n3", inputs, (cp,), remote_egress=False) == set()
+    assert relevance.spans(inputs, (cp,), remote_egress=False) == {"b/server": relevance.Span(frozenset({"n1"}))}
+    # with it, every Node reads the subject and the peer
+    assert relevance.reads("n3", inputs, (cp,)) == {"a/client", "b/server"}

@@ -5,7 +5,9 @@ NetworkPolicies and ClusterNetworkPolicies of every shape created, edited, delet
 what is not there; the same event twice; an older copy of an object after a newer one; two
 events swapped) and, after *every* event, :meth:`SpanIndex.spans` equal to
 :func:`relevance.spans` of the objects delivered so far, and :meth:`SpanIndex.take_changes`
-naming exactly the Pods whose span differs from the previous event's reference.
+naming exactly the Pods whose span differs from the previous event's reference; both for the
+planners that judge a remote client's egress (``remote_egress``, ``policyPeers: cluster``) and
+for those that judge egress at its source only (``peerSlices``).
 
 ``FERRY_SPAN_DIFF_EVENTS`` sets how many events in all (default 12,000)."""
 
@@ -166,12 +168,12 @@ class Feed:
             del self.history[:-40]
 
 
-def replay(seed: int, events: int) -> dict[str, int]:
+def replay(seed: int, events: int, remote_egress: bool = True) -> dict[str, int]:
     """``events`` random events from ``seed``, both properties checked after each; counts of
     what the sequence exercised (so a test can tell it was not vacuous)."""
     rng = random.Random(seed)
     feed = Feed(rng)
-    idx = SpanIndex()
+    idx = SpanIndex(remote_egress)
     before: dict[str, Span] = {}
     seen = {"changes": 0, "everywhere": 0, "populated": 0, "nodes": 0, "kinds": 0}
     kinds: set[str] = set()
@@ -189,7 +191,7 @@ def replay(seed: int, events: int) -> dict[str, int]:
             feed.deliver(e, idx)
             kinds.add(e[0])
             where = f"seed {seed} event {i}: {e[0]} {e[1]}"
-            want = relevance.spans(feed.inputs(), feed.tier_policies())
+            want = relevance.spans(feed.inputs(), feed.tier_policies(), remote_egress)
             got = idx.spans()
             assert got == want, (f"{where}: spans differ at "
                                  f"{sorted(k for k in got.keys() | want.keys() if got.get(k) != want.get(k))}")
@@ -207,11 +209,12 @@ def replay(seed: int, events: int) -> dict[str, int]:
     return seen
 
 
+@pytest.mark.parametrize("remote_egress", [True, False], ids=["cluster", "peerSlices"])
 @pytest.mark.parametrize("seed", range(4))
-def test_everything_deleted_leaves_nothing_held(seed: int) -> None:
+def test_everything_deleted_leaves_nothing_held(seed: int, remote_egress: bool) -> None:
     rng = random.Random(seed)
     feed = Feed(rng)
-    idx = SpanIndex()
+    idx = SpanIndex(remote_egress)
     for _ in range(PER_SEQUENCE):
         feed.deliver(feed.event(), idx)
     assert idx.sizes()["groups"] > 0
@@ -223,12 +226,16 @@ def test_everything_deleted_leaves_nothing_held(seed: int) -> None:
     assert set(idx.sizes().values()) == {0}, idx.sizes()
 
 
+@pytest.mark.parametrize("remote_egress", [True, False], ids=["cluster", "peerSlices"])
 @pytest.mark.parametrize("seed", range(max(1, EVENTS // PER_SEQUENCE)))
-def test_the_index_equals_the_full_recompute_after_every_event(seed: int) -> None:
-    seen = replay(seed, min(PER_SEQUENCE, EVENTS))
-    # not vacuous: every kind of event came, and every kind of span
-    assert seen["kinds"] == 8 and seen["changes"] > 0, seen
-    assert seen["everywhere"] and seen["populated"] and seen["nodes"], seen
+def test_the_index_equals_the_full_recompute_after_every_event(seed: int, remote_egress: bool) -> None:
+    seen = replay(seed, min(PER_SEQUENCE, EVENTS), remote_egress)
+    # not vacuous: every kind of event came, and every kind of span there is with this flag
+    assert seen["kinds"] == 8 and seen["changes"] > 0 and seen["nodes"], seen
+    if remote_egress:
+        assert seen["everywhere"] and seen["populated"], seen
+    else:
+        assert not (seen["everywhere"] or seen["populated"]), seen
 
 
 # -- behaviour, by name ----------------------------------------------------------------------------
@@ -343,4 +350,28 @@ def test_egress_named_ports_and_the_tiers() -> None:
     idx.delete_cluster_policy("to-servers")
     idx.delete_policy("a/out-http")
     assert idx.take_changes() == {"a/client": None, "b/server": None, "b/other": None, "c/nobody": None}
+    assert idx.spans() == {}
+
+
+def test_without_remote_egress_egress_is_read_where_its_subjects_are() -> None:
+    idx = SpanIndex(remote_egress=False)
+    http = (NamedPort("http", "TCP", 8080),)
+    idx.upsert_pod(pod("a", "client", "n1", app="client"))
+    idx.upsert_pod(pod("b", "server", "n2", http, app="server"))
+    idx.upsert_policy(np("a", "out-http", {"podSelector": {"matchLabels": {"app": "client"}}, "policyTypes": ["Egress"],
+                                           "egress": [{"ports": [{"port": "http"}]}]}))
+    # the client is judged at its source only: read by no other Node; its peers where it is
+    assert idx.take_changes() == {"b/server": Span(frozenset({"n1"}))}
+    cnp = cluster_policy_from({"metadata": {"name": "to-servers"}, "spec": {
+        "tier": "Admin", "priority": 1, "subject": {"pods": {"namespaceSelector": {},
+                                                             "podSelector": {"matchLabels": {"app": "nobody"}}}},
+        "egress": [{"action": "Deny", "to": [{"pods": {"namespaceSelector": {},
+                                                         "podSelector": {"matchLabels": {"app": "server"}}}}]}]}})
+    idx.upsert_cluster_policy(cnp)
+    assert idx.take_changes() == {}
+    idx.upsert_pod(pod("c", "nobody", "n4", app="nobody"))  # a subject on n4: its egress peers are read there
+    assert idx.take_changes() == {"b/server": Span(frozenset({"n1", "n4"}))}
+    idx.delete_cluster_policy("to-servers")
+    idx.delete_policy("a/out-http")
+    assert idx.take_changes() == {"b/server": None}
     assert idx.spans() == {}

@@ -1,6 +1,7 @@
 """The incremental tier planner held to the full one: randomized event sequences (Pods added,
 moved, relabelled, re-addressed, deleted; Namespaces relabelled, created, deleted; Nodes; policies
-of every tier, action and peer kind, named ports and ranges; Service CIDRs), the two plans
+of every tier, action and peer kind, named ports and ranges; Service CIDRs; egress judged on
+remote subjects too or on local ones only, ``Facts.remote_egress``), the two plans
 compared field by field, flows by identity, after every event, on the same conjunction ids."""
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class World:
         self.policies: dict[str, ClusterPolicy] = {}
         self.services: tuple[str, ...] = ("10.96.0.0/16",)
         self.denied_log = False
+        self.remote_egress = True  # egress rules on remote subjects too (policyPeers: cluster)
 
     def labels(self) -> tuple[tuple[str, str], ...]:
         rng = self.rng
@@ -162,8 +164,10 @@ class World:
             return f"policy {policy}"
         self.services = rng.choice(((), ("10.96.0.0/16",), ("10.96.0.0/16", "fd00:96::/112")))
         self.denied_log = rng.random() < 0.3
-        inc.set_facts(tp.Facts(HERE, self.services, self.denied_log))
-        return f"services {self.services}, denied log {self.denied_log}"
+        if rng.random() < 0.3:
+            self.remote_egress = not self.remote_egress
+        inc.set_facts(tp.Facts(HERE, self.services, self.denied_log, self.remote_egress))
+        return f"services {self.services}, denied log {self.denied_log}, remote egress {self.remote_egress}"
 
     def inputs(self) -> tp.Inputs:
         return tp.Inputs(tuple(self.pods.values()), dict(self.namespaces), tuple(self.policies.values()),
@@ -172,7 +176,7 @@ class World:
 
 def assert_same(inc: TierPlanner, world: World, where: str) -> tp.TierPlan:
     ids = inc.ids.copy()
-    want = tp.plan(world.inputs(), tp.Facts(HERE, world.services, world.denied_log), ids)
+    want = tp.plan(world.inputs(), tp.Facts(HERE, world.services, world.denied_log, world.remote_egress), ids)
     got = inc.snapshot()
     wrong = differences(got, want)
     assert not wrong, f"{where}: {wrong}"
@@ -180,11 +184,13 @@ def assert_same(inc: TierPlanner, world: World, where: str) -> tp.TierPlan:
     return want
 
 
+@pytest.mark.parametrize("remote_egress", [True, False], ids=["cluster", "peerSlices"])
 @pytest.mark.parametrize("seed", range(12))
-def test_incremental_tiers_equal_the_full_plan_after_every_event(seed: int) -> None:
+def test_incremental_tiers_equal_the_full_plan_after_every_event(seed: int, remote_egress: bool) -> None:
     rng = random.Random(seed)
     world = World(rng)
-    inc = TierPlanner(tp.Facts(HERE, world.services))
+    world.remote_egress = remote_egress
+    inc = TierPlanner(tp.Facts(HERE, world.services, remote_egress=remote_egress))
     seen_flows = 0
     for step in range(300):
         what = world.event(inc)

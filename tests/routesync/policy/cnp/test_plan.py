@@ -91,6 +91,19 @@ def test_egress_applies_to_every_subject_and_pass_goes_by_tier() -> None:
     assert [f.text().split(",actions=")[1] for f in svc] == [f"goto_table:{int(Table.CONNTRACK_COMMIT)}"]
 
 
+def test_without_remote_egress_egress_applies_to_this_nodes_subjects_only() -> None:
+    """``policyPeers: peerSlices``: a remote subject's egress is judged at its source alone."""
+    out = cnp("out", "Admin", 3, ns("a"), egress=[{"action": "Deny", "to": [{"networks": ["192.0.2.0/24"]}]}])
+    p = tp.plan(tp.Inputs(PODS, NAMESPACES, (out,)), tp.Facts(HERE, remote_egress=False))
+    (r,) = p.rules
+    assert r.pods == ("a/a1",)
+    clause1 = [f.text() for f in p.flows if f"conjunction({r.conj_id},1/2)" in f.text()]
+    assert len(clause1) == 1 and "nw_src=10.0.1.1" in clause1[0]  # a2 (on n2) is not judged here
+    only_remote = (pod("a", "a2", "n2", "10.0.2.1"),)
+    assert tp.plan(tp.Inputs(only_remote, NAMESPACES, (out,)), tp.Facts(HERE, remote_egress=False)).flows == []
+    assert tp.plan(tp.Inputs(only_remote, NAMESPACES, (out,)), tp.Facts(HERE)).rules  # judged here too by default
+
+
 def test_named_ports_resolve_on_the_destination() -> None:
     to_http = cnp("n", "Admin", 1, ns("a"), egress=[{"action": "Deny", "to": [ns("b")],
                                                      "protocols": [{"destinationNamedPort": "http"}]}])
