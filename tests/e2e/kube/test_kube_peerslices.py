@@ -1,0 +1,140 @@
+"""PeerSlices on a real Kubernetes cluster (issue 46, ``docs/design/scale.md``): route-sync with
+``policyPeers: peerSlices`` watches only its own Pods and the PeerSlices labelled for its Node;
+ferry-controller (``deploy/ferry-controller.yaml``, two replicas, leader election by Lease) writes
+the slices.
+
+Pods: ``client`` on node-1, ``other`` on node-2, ``srv`` on node-3 with the echo server; one policy
+isolates srv, allowed from Pods labelled ``role=client``.  Checks, each an observable outcome:
+
+* what each Node receives is what its policies read: the PeerSlices the API server hands node-3's
+  label selectors hold the client and not ``other``; node-1's and node-2's hold neither (no policy
+  selects a Pod there).  route-sync's watches use exactly these selectors
+  (``tests/routesync/policy/test_watch_peers.py``);
+* enforcement from the slices: the client reaches srv, ``other`` does not; ``other`` labelled
+  ``role=client`` reaches it once the controller has moved it into node-3's slices, and not after
+  the label is gone;
+* a failover: the Lease holder's Pod deleted while ``other`` (denied) and the client (allowed) probe
+  srv without pause: not one of other's connections gets through, the client's longest blocked
+  stretch is printed (the goal: at most 1 s) and no allowed connection fails; the probes run until
+  the new leader (another holderIdentity) has carried a relabel into node-3's slices."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from lab.api import ECHO_PORT, Lab, Pod
+from lab.kube.pods import api_name
+from routesync.policy import peerslice
+from tests.e2e.kube.helpers import topology
+from tests.e2e.kube.policycheck import NS, ConnectProbe, Policies, policy
+from tests.e2e.kube.servicecheck import pod_ip
+from tests.support.waiting import until
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+LEASE = "ferry-controller"  # deploy/ferry-controller.yaml's --lease-name
+
+
+@pytest.fixture(scope="module")
+def lab(kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
+    yield kube_module_lab_of(topology({"trafficEncapMode": "encap", "tunnelType": "vxlan",
+                                       "policyPeers": "peerSlices"}))
+
+
+def received(lab: Lab, node: str) -> set[str]:
+    """The Pods (namespace/name) of the PeerSlices the API server hands ``node``'s watches: one list
+    per selector of :func:`peerslice.node_selectors`, as route-sync's Reflectors list them."""
+    out: set[str] = set()
+    for selector in peerslice.node_selectors(node):
+        cp = lab.kube().kubectl("get", f"{peerslice.PLURAL}.{peerslice.GROUP}", "-l", selector, "-o", "json")
+        for obj in json.loads(cp.stdout)["items"]:
+            out.update(p.key for p in peerslice.from_object(obj).spec.pods)
+    return out
+
+
+def settles(lab: Lab, src: Pod, addr: str, want: bool, timeout: float = 30.0) -> bool:
+    """Probes from ``src`` settle on ``want`` (the deadline only bounds a hang), then three agree."""
+
+    deadline = time.monotonic() + timeout
+    while lab.connect(src, addr, ECHO_PORT, timeout=2.0).ok != want:
+        if time.monotonic() > deadline:
+            return False
+    return all(lab.connect(src, addr, ECHO_PORT, timeout=2.0).ok == want for _ in range(3))
+
+
+def holder(lab: Lab) -> str:
+    cp = lab.kube().kubectl("-n", "kube-system", "get", "lease", LEASE, "-o", "json", check=False)
+    if cp.returncode != 0:
+        return ""
+    return str(json.loads(cp.stdout).get("spec", {}).get("holderIdentity") or "")
+
+
+def test_a_node_receives_what_its_policies_read_and_enforces_it(lab: Lab) -> None:
+    cluster = lab.kube()
+    client, other, srv = lab.add_pod("node-1", "client"), lab.add_pod("node-2", "other"), lab.add_pod("node-3", "srv")
+    lab.ensure_echo(srv.netns)
+    key = {p: f"{NS}/{api_name(p.node, p.name)}" for p in (client, other, srv)}
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-3", "srv"), "slices=srv", "--overwrite")
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-1", "client"), "role=client", "--overwrite")
+    sip = pod_ip(srv)
+    until(lambda: holder(lab), "ferry-controller to hold its Lease", 120, step=0.5)
+    assert settles(lab, other, sip, True), "no policy yet: other -> srv not reached"
+
+    Policies(lab).apply(policy("srv-from-client", {"slices": "srv"},
+                               ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}]))
+    until(lambda: key[client] in received(lab, "node-3"), "the client in node-3's PeerSlices", 60, step=0.5)
+    failures = []
+    if not settles(lab, client, sip, True):
+        failures.append("client -> srv not reached")
+    if not settles(lab, other, sip, False):
+        failures.append("other -> srv reached")
+    seen = {n: received(lab, n) for n in ("node-1", "node-2", "node-3")}
+    print(f"received: {seen}")
+    if key[other] in seen["node-3"]:
+        failures.append("node-3 received other, which no policy of it reads")
+    for n in ("node-1", "node-2"):
+        if seen[n] & set(key.values()):
+            failures.append(f"{n} received {sorted(seen[n] & set(key.values()))}: no policy selects a Pod there")
+
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-2", "other"), "role=client", "--overwrite")
+    until(lambda: key[other] in received(lab, "node-3"), "other in node-3's PeerSlices once labelled", 60, step=0.5)
+    if not settles(lab, other, sip, True):
+        failures.append("other labelled role=client -> srv not reached")
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-2", "other"), "role-", "--overwrite")
+    until(lambda: key[other] not in received(lab, "node-3"), "other out of node-3's PeerSlices", 60, step=0.5)
+    if not settles(lab, other, sip, False):
+        failures.append("other unlabelled -> srv still reached")
+    assert not failures, "\n".join(failures)
+
+
+def test_a_controller_failover_opens_no_window(lab: Lab) -> None:
+    cluster = lab.kube()
+    client, other, witness, srv = (lab.add_pod("node-1", "fclient"), lab.add_pod("node-2", "fother"),
+                                   lab.add_pod("node-2", "fwitness"), lab.add_pod("node-3", "fsrv"))
+    lab.ensure_echo(srv.netns)
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-3", "fsrv"), "failover=srv", "--overwrite")
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-1", "fclient"), "failover=client", "--overwrite")
+    Policies(lab).apply(policy("fsrv-from-fclient", {"failover": "srv"},
+                               ingress=[{"from": [{"podSelector": {"matchLabels": {"failover": "client"}}}]}]))
+    sip = pod_ip(srv)
+    assert settles(lab, client, sip, True) and settles(lab, other, sip, False), "the policy before the failover"
+    leader = until(lambda: holder(lab), "ferry-controller to hold its Lease", 120, step=0.5)
+    witness_key = f"{NS}/{api_name(witness.node, witness.name)}"
+    with ConnectProbe(lab, other, sip, ECHO_PORT) as denied, \
+            ConnectProbe(lab, client, sip, ECHO_PORT, timeout=3.0) as allowed:
+        cluster.kubectl("-n", "kube-system", "delete", "pod", leader, "--wait=false")
+        new = until(lambda: (h := holder(lab)) != leader and h, "another replica to take the Lease", 120, step=0.5)
+        # the new leader has listed, rebuilt its book and synced: a relabel only it can carry
+        # reaches node-3's slices; the probes ran across all of it
+        cluster.kubectl("label", "pod", "-n", NS, api_name(witness.node, witness.name), "failover=client",
+                        "--overwrite")
+        until(lambda: witness_key in received(lab, "node-3"), "the new leader's first slice write", 120, step=0.5)
+    print(f"failover {leader} -> {new}: denied probe {denied.tried} tried, {denied.through} through; allowed "
+          f"probe {allowed.tried} tried, {allowed.failed} failed, longest blocked {allowed.longest_blocked:.2f} s")
+    assert denied.tried > 0 and denied.through == 0, f"{denied.through} of {denied.tried} denied got through"
+    assert allowed.tried > 0 and allowed.failed == 0, f"{allowed.failed} of {allowed.tried} allowed connections failed"
+    assert settles(lab, witness, sip, True), "the witness, labelled after the failover, does not reach srv"
