@@ -138,3 +138,118 @@ def test_a_controller_failover_opens_no_window(lab: Lab) -> None:
     assert denied.tried > 0 and denied.through == 0, f"{denied.through} of {denied.tried} denied got through"
     assert allowed.tried > 0 and allowed.failed == 0, f"{allowed.failed} of {allowed.tried} allowed connections failed"
     assert settles(lab, witness, sip, True), "the witness, labelled after the failover, does not reach srv"
+
+
+def _pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(p / 100 * len(s)))] if s else float("nan")
+
+
+def test_a_node_receives_no_event_for_pods_nothing_on_it_references(lab: Lab) -> None:
+    """The small scale case CI runs (issue 46): ``FERRY_SCALE_NODES`` simulated Nodes (default 100)
+    with ``FERRY_SCALE_PODS_PER_NODE`` Pods each (30: 3,000 Pods) in the real API server
+    (:mod:`lab.kube.simulate`); one policy isolates a real Pod on node-3 and admits the simulated
+    Pods labelled ``ref=yes``, half of them.  Then churn: Pods created, deleted and relabelled,
+    referenced and not, alternately.  Counted by watches with each real Node's selectors
+    (:mod:`lab.kube.watchcount`), synchronised on a last referenced Pod reaching node-3:
+
+    * node-1 and node-2 (no policy selects a Pod there) receive no event;
+    * node-3 receives no event that changes a Pod it does not read, and at most one per change of
+      one it reads; every referenced change arrives;
+    * printed beside: the events a watch of every Pod (today's ``policyPeers: cluster``) carried
+      to each Node, and API write -> node-3's slice event, p50/p99."""
+    import os
+    import random
+
+    from kubernetes import config as kconfig
+
+    from lab.kube import simulate as sim
+    from lab.kube.watchcount import Watches
+
+    nodes = int(os.environ.get("FERRY_SCALE_NODES", "100"))
+    per_node = int(os.environ.get("FERRY_SCALE_PODS_PER_NODE", "30"))
+    cluster = lab.kube()
+    srv = lab.add_pod("node-3", "scalesrv")
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-3", "scalesrv"), "scale=srv", "--overwrite")
+    namespaces = [f"sim-{i}" for i in range(10)]
+    pods = sim.pod_objects(nodes, per_node, namespaces,
+                           lambda i: {"ref": "yes" if i % 2 else "no", "app": f"a{i % 7}", "v": "0"})
+    Policies(lab).apply(policy("scale-srv", {"scale": "srv"}, ingress=[{"from": [{
+        "namespaceSelector": {"matchLabels": {sim.SIM_LABEL: "yes"}},
+        "podSelector": {"matchLabels": {"ref": "yes"}}}]}]))
+    del srv
+    with sim.api_netns(cluster.plan.process("kube-apiserver").netns):
+        api = kconfig.new_client_from_config(cluster.plan.admin_kubeconfig)
+        s = sim.Simulator(api)
+        try:
+            t0 = time.monotonic()
+            s.create_namespaces(namespaces)
+            s.create_nodes(sim.node_objects(nodes + 1))  # the last one for the Pods the churn creates
+            s.create_pods(pods)
+            print(f"{nodes} simulated Nodes, {len(pods)} Pods written in {time.monotonic() - t0:.1f} s")
+            referenced = {f"{p.namespace}/{p.name}" for p in pods if p.labels["ref"] == "yes"}
+            until(lambda: referenced <= received(lab, "node-3"), "every ref=yes Pod in node-3's slices", 300, step=1)
+            watches = Watches(api)
+            for n in ("node-1", "node-2", "node-3"):
+                watches.slices_of(n)
+            watches.every_pod()
+            rng = random.Random(46)
+            ops: list[tuple[str, float, bool]] = []  # (the Pod's key, API write time, referenced)
+            live = {f"{p.namespace}/{p.name}": p for p in pods}
+            t_churn = time.monotonic()
+            churn_ips = sim.node_pod_ips(nodes)
+            made = 0
+            for i in range(60):
+                ref = i % 2 == 0
+                kind = ("create", "delete", "relabel")[(i // 2) % 3]
+                want = "yes" if ref else "no"
+                if kind == "create":
+                    made += 1
+                    p = sim.SimPod(namespaces[made % 10], f"churn-{made:03d}", sim.node_name(nodes),
+                                   {"ref": want, "app": "a0", "v": "0"}, next(churn_ips))
+                    t = time.monotonic()
+                    s.create_pod(p)
+                    live[f"{p.namespace}/{p.name}"] = p
+                else:
+                    key = rng.choice(sorted(k for k, q in live.items() if q.labels["ref"] == want))
+                    p = live[key]
+                    t = time.monotonic()
+                    if kind == "delete":
+                        s.delete_pod(p)
+                        del live[key]
+                    else:
+                        s.label_pod(p, {"v": str(i)})
+                ops.append((f"{p.namespace}/{p.name}", t, ref))
+                time.sleep(0.05)  # pacing the churn at ~20 operations a second (no result depends on it)
+            marker = sim.SimPod(namespaces[0], "churn-marker", sim.node_name(nodes), {"ref": "yes", "v": "0"},
+                                next(churn_ips))
+            s.create_pod(marker)
+            mkey = f"{marker.namespace}/{marker.name}"
+            until(lambda: any(mkey in e.changed for e in watches.since("node-3", t_churn)),
+                  "the last referenced Pod in node-3's slice events", 120, step=0.2)
+            watches.stop()
+            got = {n: watches.since(n, t_churn) for n in ("node-1", "node-2", "node-3", "every-pod")}
+            ref_keys = {k for k, _t, r in ops if r} | {mkey}
+            unref_keys = {k for k, _t, r in ops if not r}
+            lat = [min((e.at for e in got["node-3"] if k in e.changed), default=float("nan")) - t
+                   for k, t, r in ops if r]
+            print(f"churn: {len(ops)} operations ({len(ref_keys) - 1} referenced by node-3's policy); events: "
+                  f"node-1 {len(got['node-1'])}, node-2 {len(got['node-2'])}, node-3 {len(got['node-3'])} "
+                  f"({sum(e.size for e in got['node-3'])} B); a watch of every Pod: {len(got['every-pod'])} "
+                  f"events ({sum(e.size for e in got['every-pod'])} B) to each Node; API write -> node-3's slice "
+                  f"event p50 {_pct(lat, 50) * 1000:.0f} ms, p99 {_pct(lat, 99) * 1000:.0f} ms")
+            failures = []
+            for n in ("node-1", "node-2"):
+                if got[n]:
+                    failures.append(f"{n} received {len(got[n])} events: {got[n][:3]}")
+            stray = [e for e in got["node-3"] if e.changed & unref_keys or not e.changed <= ref_keys]
+            if stray:
+                failures.append(f"node-3 received {len(stray)} events changing Pods it does not read: {stray[:3]}")
+            if len(got["node-3"]) > len(ref_keys):
+                failures.append(f"node-3: {len(got['node-3'])} events for {len(ref_keys)} referenced changes")
+            missed = [k for k, t, r in ops if r and not any(k in e.changed for e in got["node-3"])]
+            if missed:
+                failures.append(f"node-3 never received {missed}")
+            assert not failures, "\n".join(failures)
+        finally:
+            s.delete_all()
