@@ -45,6 +45,7 @@ class SimPod:
     node: str
     labels: Mapping[str, str]
     ip: str
+    ports: tuple[tuple[str, int], ...] = ()  # named container ports (name, TCP port)
 
 
 def node_name(i: int) -> str:
@@ -67,15 +68,17 @@ def node_objects(count: int) -> list[dict[str, Any]]:
 
 
 def node_pod_ips(index: int) -> Iterator[str]:
-    """The addresses of simulated Node ``index``'s Pods, in order (its /27 but the first)."""
+    """The addresses of simulated Node ``index``'s Pods, in order (its /27's 30)."""
     net = ipaddress.ip_network((int(POD_NET.network_address) + index * 2 ** (32 - POD_PREFIX), POD_PREFIX))
-    return (str(a) for a in list(net.hosts())[1:])
+    return (str(a) for a in net.hosts())
 
 
 def pod_object(pod: SimPod) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"namespace": pod.namespace, "name": pod.name, "labels": {SIM_LABEL: "yes", **pod.labels}},
-            "spec": {"nodeName": pod.node, "containers": [{"name": "c", "image": IMAGE}],
+            "spec": {"nodeName": pod.node,
+                     "containers": [{"name": "c", "image": IMAGE,
+                                     "ports": [{"name": n, "containerPort": p} for n, p in pod.ports]}],
                      "tolerations": [{"operator": "Exists"}]}}
 
 
@@ -85,10 +88,10 @@ def pod_status(pod: SimPod) -> dict[str, Any]:
 
 
 def pod_objects(nodes: int, per_node: int, namespaces: Iterable[str],
-                labels: Any) -> list[SimPod]:
+                labels: Any, ports: tuple[tuple[str, int], ...] = ()) -> list[SimPod]:
     """``per_node`` Pods on each of ``nodes`` simulated Nodes, dealt round the ``namespaces``;
-    ``labels(i)`` gives the i-th Pod's labels (the caller's shapes)."""
-    if per_node > 2 ** (32 - POD_PREFIX) - 3:
+    ``labels(i)`` gives the i-th Pod's labels (the caller's shapes), ``ports`` every Pod's."""
+    if per_node > 2 ** (32 - POD_PREFIX) - 2:
         raise ValueError(f"per_node: {per_node} Pods do not fit a /{POD_PREFIX}")
     nss = list(namespaces)
     out = []
@@ -96,7 +99,7 @@ def pod_objects(nodes: int, per_node: int, namespaces: Iterable[str],
     for n in range(nodes):
         ips = node_pod_ips(n)
         for _ in range(per_node):
-            out.append(SimPod(nss[i % len(nss)], f"sim-{i:06d}", node_name(n), dict(labels(i)), next(ips)))
+            out.append(SimPod(nss[i % len(nss)], f"sim-{i:06d}", node_name(n), dict(labels(i)), next(ips), ports))
             i += 1
     return out
 
@@ -123,23 +126,24 @@ class Simulator:
         self.core: Any = client.CoreV1Api(api_client)
         self.workers = workers
 
-    def _each(self, fn: Any, items: Iterable[Any]) -> None:
+    def each(self, fn: Any, items: Iterable[Any]) -> None:
+        """``fn`` of every item, ``workers`` at a time."""
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             list(pool.map(fn, items))
 
     def create_namespaces(self, names: Iterable[str], labels: Any = lambda _n: {}) -> None:
-        self._each(lambda n: self.core.create_namespace(
+        self.each(lambda n: self.core.create_namespace(
             {"metadata": {"name": n, "labels": {SIM_LABEL: "yes", **labels(n)}}}), names)
 
     def create_nodes(self, objects: Iterable[dict[str, Any]]) -> None:
-        self._each(self.core.create_node, objects)
+        self.each(self.core.create_node, objects)
 
     def create_pod(self, pod: SimPod) -> None:
         self.core.create_namespaced_pod(pod.namespace, pod_object(pod))
         self.core.patch_namespaced_pod_status(pod.name, pod.namespace, pod_status(pod))
 
     def create_pods(self, pods: Iterable[SimPod]) -> None:
-        self._each(self.create_pod, pods)
+        self.each(self.create_pod, pods)
 
     def delete_pod(self, pod: SimPod) -> None:
         self.core.delete_namespaced_pod(pod.name, pod.namespace, grace_period_seconds=0)
