@@ -19,7 +19,7 @@ remote Pods by, issue 46, event by event beside the full ``relevance.spans``, at
 every Node), ``realize``
 (bench_policy_realize: policy created → enforced on every Node, and a selected Pod Running →
 reachable, on a Kubernetes cluster with 100 Pods per Node), ``scale`` (bench_scale, issue 46: the
-lab's real API server with 1,000 simulated Nodes, 30,000 Pods and 3,000 policies, PeerSlices beside
+lab's real API server with 1,000 simulated Nodes, 29,000 Pods and 3,000 policies, PeerSlices beside
 a watch of every Pod: what each real Node receives, API write -> flow in OVS, CPU and RSS), ``system``
 (bench_system: the plugin's netlink, OVSDB and OpenFlow calls against pyroute2, ovsdbapp and
 ovs-vsctl, one operation at a time, and each stack's import).  Their
@@ -30,8 +30,8 @@ when any failed.  ``--quick`` (or ``BENCH_QUICK=1``): 10 Pods, 100 peers, 2 s ip
 sample counts (300 TCP round trips per data-plane run), IPAM on a /22 instead of the /16, 1,000 Pods
 and 100 policies, 2,000 Pods over 200 Nodes for ``spans``, 5 timings per system call; no ``realize``
 (its figures need the 300-Pod cluster: ``--only realize`` runs it alone) and no ``scale`` (two
-clusters of its size: ``--only scale``; ``python -m bench.bench_scale --quick`` is its small form).  Each benchmark's own
-output goes to ``OUT/<name>.log``."""
+clusters of its size: ``--only scale``; ``python -m bench.bench_scale --quick`` is its small
+form).  Each benchmark's own output goes to ``OUT/<name>.log``."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ kubelet would after an ADD.
 Addresses: simulated Nodes' transport addresses from 198.18.0.0/15 (RFC 2544's benchmarking range:
 no lab segment uses it, nothing is sent there that leaves a namespace of the lab), their Pod CIDRs
 /27s of the cluster CIDR's upper half (10.244.128.0/17: the controller-manager hands the real
-Nodes /24s from the bottom), 30 Pods each at most.
+Nodes /24s from the bottom), 29 Pods each at most (:data:`PODS_PER_NODE`).
 
 Pure planning (:func:`node_objects`, :func:`pod_objects`, :func:`pod_status`) and a thin applier
 (:class:`Simulator`, the kubernetes client with a thread pool)."""
@@ -32,6 +32,7 @@ NODE_PREFIX = "sim-"
 TRANSPORT_NET = ipaddress.ip_network("198.18.0.0/15")
 POD_NET = ipaddress.ip_network("10.244.128.0/17")
 POD_PREFIX = 27
+PODS_PER_NODE = 2 ** (32 - POD_PREFIX) - 3  # 29: the /27 but its network, broadcast and gateway addresses
 SIM_LABEL = "ferry-lab/simulated"  # "yes" on every simulated object, to find and delete them
 IMAGE = "registry.invalid/simulated:0"  # never pulled: no kubelet runs a simulated Pod
 
@@ -68,9 +69,10 @@ def node_objects(count: int) -> list[dict[str, Any]]:
 
 
 def node_pod_ips(index: int) -> Iterator[str]:
-    """The addresses of simulated Node ``index``'s Pods, in order (its /27's 30)."""
+    """The addresses of simulated Node ``index``'s Pods, in order: its /27's but the first, which
+    route-sync takes for the Node's gateway (as on a real Node)."""
     net = ipaddress.ip_network((int(POD_NET.network_address) + index * 2 ** (32 - POD_PREFIX), POD_PREFIX))
-    return (str(a) for a in net.hosts())
+    return (str(a) for a in list(net.hosts())[1:])
 
 
 def pod_object(pod: SimPod) -> dict[str, Any]:
@@ -91,7 +93,7 @@ def pod_objects(nodes: int, per_node: int, namespaces: Iterable[str],
                 labels: Any, ports: tuple[tuple[str, int], ...] = ()) -> list[SimPod]:
     """``per_node`` Pods on each of ``nodes`` simulated Nodes, dealt round the ``namespaces``;
     ``labels(i)`` gives the i-th Pod's labels (the caller's shapes), ``ports`` every Pod's."""
-    if per_node > 2 ** (32 - POD_PREFIX) - 2:
+    if per_node > PODS_PER_NODE:
         raise ValueError(f"per_node: {per_node} Pods do not fit a /{POD_PREFIX}")
     nss = list(namespaces)
     out = []
