@@ -19,7 +19,9 @@ remote Pods by, issue 46, event by event beside the full ``relevance.spans``, at
 every Node; for both ``policyPeers``: egress judged at the destination too, or at its source
 only), ``realize``
 (bench_policy_realize: policy created → enforced on every Node, and a selected Pod Running →
-reachable, on a Kubernetes cluster with 100 Pods per Node), ``system``
+reachable, on a Kubernetes cluster with 100 Pods per Node), ``scale`` (bench_scale, issue 46: the
+lab's real API server with 1,000 simulated Nodes, 29,000 Pods and 3,000 policies, PeerSlices beside
+a watch of every Pod: what each real Node receives, API write -> flow in OVS, CPU and RSS), ``system``
 (bench_system: the plugin's netlink, OVSDB and OpenFlow calls against pyroute2, ovsdbapp and
 ovs-vsctl, one operation at a time, and each stack's import).  Their
 outputs are collected into ``OUT/results.json`` (``meta`` + ``benchmarks``: status, seconds,
@@ -28,8 +30,9 @@ benchmark is marked failed in the report and the others still run; the exit stat
 when any failed.  ``--quick`` (or ``BENCH_QUICK=1``): 10 Pods, 100 peers, 2 s iperf and small
 sample counts (300 TCP round trips per data-plane run), IPAM on a /22 instead of the /16, 1,000 Pods
 and 100 policies, 2,000 Pods over 200 Nodes for ``spans``, 5 timings per system call; no ``realize``
-(its figures need the 300-Pod cluster: ``--only realize`` runs it alone).  Each benchmark's own
-output goes to ``OUT/<name>.log``."""
+(its figures need the 300-Pod cluster: ``--only realize`` runs it alone) and no ``scale`` (two
+clusters of its size: ``--only scale``; ``python -m bench.bench_scale --quick`` is its small
+form).  Each benchmark's own output goes to ``OUT/<name>.log``."""
 
 from __future__ import annotations
 
@@ -46,9 +49,10 @@ from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "policy-replay", "spans",
-         "realize", "system")
+         "realize", "scale", "system")
 TIMEOUT_S = {"startup": 600, "cni": 1800, "ipam": 1800, "routesync": 3600, "dataplane": 1800, "services": 1800,
-             "policy": 3600, "policy-replay": 14400, "spans": 3600, "realize": 3600, "system": 600}
+             "policy": 3600, "policy-replay": 14400, "spans": 3600, "realize": 3600, "scale": 10800,
+             "system": 600}
 
 
 def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
@@ -83,6 +87,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
         "policy-replay": ["bench.bench_policy_replay", "--diff-events", "1000000"],
         "spans": ["bench.bench_spans"],
         "realize": ["bench.bench_policy_realize", *cb],
+        "scale": ["bench.bench_scale", *cb],
         "system": ["bench.bench_system", "--n", "50"],
     }
 

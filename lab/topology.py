@@ -122,6 +122,7 @@ class RouteSyncSpec:
     macSource: str = "annotation"  # fast path next-hop MACs: annotation | neighbor | both
     resyncSeconds: float = 60.0  # route-sync's periodic re-assertion (tests make it short)
     startTimeout: float = 60.0  # s: bounds a hang only (a loaded machine starts it slowly)
+    policyPeers: str = "cluster"  # route-sync's: cluster | peerSlices (a Kubernetes lab, with ferry-controller)
 
 
 @dataclass(frozen=True)
@@ -388,6 +389,9 @@ def parse(data: Any) -> Topology:
             raise TopologyError(f"routeSync: unknown keys {sorted(set(rs) - allowed)}")
         route_sync = RouteSyncSpec(**rs)
         check_route_sync(route_sync, {n.datapath for n in nodes})
+        if route_sync.policyPeers != "cluster" and "kubernetes" not in d:
+            raise TopologyError("routeSync.policyPeers: peerSlices only on a Kubernetes lab (kubernetes: {...}): "
+                                "the slices go through the API server")
     unknown = set(router) - {"routePodCIDRs", "external", "bgp"}
     if unknown:
         raise TopologyError(f"router: unknown keys {sorted(unknown)}")
@@ -507,6 +511,8 @@ def check_route_sync(rs: RouteSyncSpec, datapaths: set[str]) -> None:
         problem = "noSNAT", f"only with trafficEncapMode noEncap (mode is {mode})"
     elif rs.tunnelPort is not None and rs.tunnelType == GRE:
         problem = "tunnelPort", "gre has no UDP port"
+    elif rs.policyPeers not in ("cluster", "peerSlices"):
+        problem = "policyPeers", f"{rs.policyPeers!r} is not one of cluster, peerSlices"
     if problem:
         raise TopologyError(f"routeSync.{problem[0]}: {problem[1]}")
 

@@ -418,6 +418,8 @@ class Cluster:
         wait_for("the CRDs of deploy/crds to be Established", self.crds_established, 120.0)
         docs = manifests.apply_overlay(manifests.load(), overlay)
         self.kubectl("apply", "-f", "-", input=manifests.dump(docs))
+        if manifests.wants_controller(overlay):
+            self.kubectl("apply", "-f", "-", input=manifests.dump(manifests.controller_docs(overlay)))
 
     def helm_install(self, overlay: manifests.Overlay) -> None:
         """``helm install`` of deploy/helm/ferry with the overlay as a values file: Helm creates the

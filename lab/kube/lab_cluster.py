@@ -23,6 +23,8 @@ def route_sync_keys(topo: Topology) -> dict[str, Any]:
         keys["ovsDaemons"] = topo.kubernetes.ovs_daemons
     if rs.tunnelPort is not None:
         keys["tunnelPort"] = rs.tunnelPort
+    if rs.policyPeers != "cluster":  # the shipped default otherwise; peerSlices brings ferry-controller
+        keys["policyPeers"] = rs.policyPeers
     if topo.vlan is not None:  # one ConfigMap: a Node's own VLAN is its ferry.io/transport-vlan annotation
         keys["transportVLAN"] = topo.vlan
     if topo.encrypted:

@@ -12,6 +12,10 @@ What the overlay changes, and why:
   ``kubernetes`` Service, as on a kubeadm cluster;
 * the image reference, when the lab built another tag (rolling-update tests).
 
+With route-sync's ``policyPeers: peerSlices`` the lab also applies ``deploy/ferry-controller.yaml``
+(ferry-controller, which writes the PeerSlices route-sync then reads: ``docs/design/scale.md``),
+with the same image and API server override (:func:`controller_docs`).
+
 Everything else (RBAC, ServiceAccount, volumes, probes, install-cni) is applied as shipped.
 
 With ``kubernetes.installer: helm`` the lab installs the chart (``deploy/helm/ferry``) instead, the
@@ -29,10 +33,12 @@ from typing import Any
 import yaml
 
 from cni.pipeline.modes import NETDEV
+from routesync.config import PEERS_SLICES
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = os.path.join(REPO, "deploy", "ferry.yaml")
 CRDS = os.path.join(REPO, "deploy", "crds")  # the ClusterNetworkPolicy CRD (tools/sync-cnp-crd.sh)
+CONTROLLER_MANIFEST = os.path.join(REPO, "deploy", "ferry-controller.yaml")  # with policyPeers: peerSlices
 CONFIG_KEY = "route-sync.yaml"
 CHART = os.path.join(REPO, "deploy", "helm", "ferry")  # the same objects, as a Helm chart
 RELEASE = "ferry"  # the Helm release's name
@@ -83,6 +89,25 @@ def apply_overlay(docs: list[dict[str, Any]], overlay: Overlay) -> list[dict[str
     return out
 
 
+def wants_controller(overlay: Overlay) -> bool:
+    """route-sync reads PeerSlices, so ferry-controller must write them."""
+    return overlay.route_sync.get("policyPeers") == PEERS_SLICES
+
+
+def controller_docs(overlay: Overlay, path: str = CONTROLLER_MANIFEST) -> list[dict[str, Any]]:
+    """``deploy/ferry-controller.yaml`` with the overlay's image and API server override on the
+    Deployment's containers (as :func:`apply_overlay` does for the DaemonSet)."""
+    out = load(path)
+    for d in out:
+        if d.get("kind") != "Deployment":
+            continue
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            c["env"] = [e for e in c.get("env", []) if e["name"] not in API_ENV] + _api_env(overlay)
+            if overlay.image:
+                c["image"] = overlay.image
+    return out
+
+
 def _api_env(overlay: Overlay) -> list[dict[str, str]]:
     host, port = API_ENV
     return ([{"name": host, "value": overlay.api_host}, {"name": port, "value": str(overlay.api_port)}]
@@ -99,6 +124,8 @@ def helm_values(overlay: Overlay) -> dict[str, Any]:
     if overlay.image:
         repository, tag = overlay.image.rsplit(":", 1)
         values["image"] = {"repository": repository, "tag": tag}
+    if wants_controller(overlay):
+        values["controller"] = {"enabled": True}
     return values
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Self
 
 from lab import layout
 from lab.api import Lab, Pod
@@ -99,3 +99,45 @@ def check_window(lab: Lab, prober: Pod, node: str, name: str = "window-pod") -> 
     finally:
         cluster.kubectl("delete", "pod", "-n", NS, name, "--wait=false", check=False)
         cluster.kubectl("delete", "networkpolicy", "-n", NS, "window", "--ignore-not-found", check=False)
+
+
+class ConnectProbe:
+    """Connections from ``src`` to ``addr`` in a loop on a thread, until stopped: how many were
+    tried, how many got through, and the longest stretch in which none did (from the first failed
+    attempt's start to the next success's start: how long an allowed peer was blocked)."""
+
+    def __init__(self, lab: Lab, src: Pod, addr: str, port: int, timeout: float = 0.5) -> None:
+        import threading
+
+        self.lab, self.src, self.addr, self.port, self.timeout = lab, src, addr, port, timeout
+        self.tried = self.through = 0
+        self.longest_blocked = 0.0
+        self._blocked_since: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            ok = self.lab.connect(self.src, self.addr, self.port, timeout=self.timeout).ok
+            self.tried += 1
+            self.through += ok
+            if not ok and self._blocked_since is None:
+                self._blocked_since = t
+            elif ok and self._blocked_since is not None:
+                self.longest_blocked = max(self.longest_blocked, t - self._blocked_since)
+                self._blocked_since = None
+
+    @property
+    def failed(self) -> int:
+        return self.tried - self.through
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        if self._blocked_since is not None:  # blocked to the end: as long as it lasted
+            self.longest_blocked = max(self.longest_blocked, time.monotonic() - self._blocked_since)

@@ -25,7 +25,6 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Self
 
 import pytest
 
@@ -33,7 +32,7 @@ from lab.api import ECHO_PORT, Lab, Pod
 from lab.kube import services as svc
 from lab.kube.pods import api_name
 from tests.e2e.kube.helpers import topology
-from tests.e2e.kube.policycheck import NS, Policies, check_window, policy
+from tests.e2e.kube.policycheck import NS, ConnectProbe, Policies, check_window, policy
 from tests.e2e.kube.servicecheck import pod_ip, v4
 from tests.support.waiting import until
 
@@ -115,48 +114,6 @@ def test_ingress_and_egress_rules_hold_through_services(lab: Lab) -> None:
 def test_a_selected_pod_is_never_reachable_before_its_policy(lab: Lab) -> None:
     seen = check_window(lab, lab.add_pod("node-1", "prober"), "node-2")
     print(f"window: {seen}")
-
-
-class ConnectProbe:
-    """Connections from ``src`` to ``addr`` in a loop on a thread, until stopped: how many were
-    tried, how many got through, and the longest stretch in which none did (from the first failed
-    attempt's start to the next success's start: how long an allowed peer was blocked)."""
-
-    def __init__(self, lab: Lab, src: Pod, addr: str, port: int, timeout: float = 0.5) -> None:
-        import threading
-
-        self.lab, self.src, self.addr, self.port, self.timeout = lab, src, addr, port, timeout
-        self.tried = self.through = 0
-        self.longest_blocked = 0.0
-        self._blocked_since: float | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            t = time.monotonic()
-            ok = self.lab.connect(self.src, self.addr, self.port, timeout=self.timeout).ok
-            self.tried += 1
-            self.through += ok
-            if not ok and self._blocked_since is None:
-                self._blocked_since = t
-            elif ok and self._blocked_since is not None:
-                self.longest_blocked = max(self.longest_blocked, t - self._blocked_since)
-                self._blocked_since = None
-
-    @property
-    def failed(self) -> int:
-        return self.tried - self.through
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        if self._blocked_since is not None:  # blocked to the end: as long as it lasted
-            self.longest_blocked = max(self.longest_blocked, time.monotonic() - self._blocked_since)
 
 
 def test_policies_stay_in_force_across_restarts_and_the_api_server_away(lab: Lab) -> None:
