@@ -36,7 +36,7 @@ Figures, per design:
   during bursts of ``--burst`` operations in one second;
 * the API server's and (peerSlices) the controller's CPU seconds over the churn and their RSS.
 
-Percentiles nearest-rank; CPU from /proc (utime + stime).  ``--quick``: 100 Nodes, 3,000 Pods,
+Percentiles nearest-rank; CPU from /proc (utime + stime).  ``--quick``: 100 Nodes, 2,900 Pods,
 300 policies, 20 s of churn, 5 samples."""
 
 from __future__ import annotations
@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cni-bin")
     args = ap.parse_args(argv)
     if args.quick:
-        args.nodes, args.pods, args.policies, args.churn_seconds, args.samples = 100, 3000, 300, 20.0, 5
+        args.nodes, args.pods, args.policies, args.churn_seconds, args.samples = 100, 2900, 300, 20.0, 5
     if -(-args.pods // args.nodes) > sim.PODS_PER_NODE:
         ap.error(f"--pods {args.pods} over --nodes {args.nodes}: at most {sim.PODS_PER_NODE} Pods a simulated Node")
     cni_bin = ensure_cni_bin(os.path.abspath(args.cni_bin or os.path.join("build", "cni-bin")))
