@@ -42,6 +42,7 @@ Percentiles nearest-rank; CPU from /proc (utime + stime).  ``--quick``: 100 Node
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import random
@@ -74,6 +75,7 @@ PORT_BASE = 20000
 LAT_TIMEOUT = 60.0
 IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
 TP_DST = re.compile(r"tp_dst=(\d+)")
+TUN_DST = re.compile(r"load:0x([0-9a-f]+)->NXM_NX_TUN_IPV4_DST")  # a tunnel's remote end, as ovs-ofctl prints it
 
 
 def log(msg: str) -> None:
@@ -207,7 +209,8 @@ def flow_keys(line: str) -> list[tuple[str, str]]:
     ev = "ADDED" if "event=ADDED" in line or "event=MODIFIED" in line else "DELETED" if "event=DELETED" in line else ""
     if not ev:
         return []
-    return [(ev, a) for a in IPV4.findall(line)] + [(ev, f"port:{p}") for p in TP_DST.findall(line)]
+    tun = [str(ipaddress.IPv4Address(int(h, 16))) for h in TUN_DST.findall(line)]
+    return [(ev, a) for a in IPV4.findall(line) + tun] + [(ev, f"port:{p}") for p in TP_DST.findall(line)]
 
 
 def flow_monitor(node: Node, bridge: str) -> FirstSeen:
