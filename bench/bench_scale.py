@@ -298,7 +298,7 @@ def measure_latencies(lab: Lab, s: sim.Simulator, mon: FirstSeen, shape: argpars
         t = time.monotonic()
         write(*args)
         try:
-            out[kind].append(mon.wait(key, LAT_TIMEOUT) - t)
+            out[kind].append(mon.wait_after(key, t, LAT_TIMEOUT) - t)
         except TimeoutError:
             log(f"{kind}: {key} not seen in node-3's flows within {LAT_TIMEOUT:.0f} s")
     from kubernetes import client
@@ -344,7 +344,7 @@ def burst_latency(s: sim.Simulator, churn: Churn, mon: FirstSeen, shape: argpars
             for f in futures:
                 f.result()
         try:
-            lat.append(mon.wait(("ADDED", p.ip), LAT_TIMEOUT) - t)
+            lat.append(mon.wait_after(("ADDED", p.ip), t, LAT_TIMEOUT) - t)
         except TimeoutError:
             log(f"burst {b}: {p.ip} not seen within {LAT_TIMEOUT:.0f} s")
         s.delete_pod(p)
