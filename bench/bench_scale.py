@@ -42,6 +42,7 @@ Percentiles nearest-rank; CPU from /proc (utime + stime).  ``--quick``: 100 Node
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import random
@@ -74,6 +75,7 @@ PORT_BASE = 20000
 LAT_TIMEOUT = 60.0
 IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
 TP_DST = re.compile(r"tp_dst=(\d+)")
+TUN_DST = re.compile(r"load:0x([0-9a-f]+)->NXM_NX_TUN_IPV4_DST")  # a tunnel's remote end, as ovs-ofctl prints it
 
 
 def log(msg: str) -> None:
@@ -207,7 +209,8 @@ def flow_keys(line: str) -> list[tuple[str, str]]:
     ev = "ADDED" if "event=ADDED" in line or "event=MODIFIED" in line else "DELETED" if "event=DELETED" in line else ""
     if not ev:
         return []
-    return [(ev, a) for a in IPV4.findall(line)] + [(ev, f"port:{p}") for p in TP_DST.findall(line)]
+    tun = [str(ipaddress.IPv4Address(int(h, 16))) for h in TUN_DST.findall(line)]
+    return [(ev, a) for a in IPV4.findall(line) + tun] + [(ev, f"port:{p}") for p in TP_DST.findall(line)]
 
 
 def flow_monitor(node: Node, bridge: str) -> FirstSeen:
@@ -295,7 +298,7 @@ def measure_latencies(lab: Lab, s: sim.Simulator, mon: FirstSeen, shape: argpars
         t = time.monotonic()
         write(*args)
         try:
-            out[kind].append(mon.wait(key, LAT_TIMEOUT) - t)
+            out[kind].append(mon.wait_after(key, t, LAT_TIMEOUT) - t)
         except TimeoutError:
             log(f"{kind}: {key} not seen in node-3's flows within {LAT_TIMEOUT:.0f} s")
     from kubernetes import client
@@ -341,7 +344,7 @@ def burst_latency(s: sim.Simulator, churn: Churn, mon: FirstSeen, shape: argpars
             for f in futures:
                 f.result()
         try:
-            lat.append(mon.wait(("ADDED", p.ip), LAT_TIMEOUT) - t)
+            lat.append(mon.wait_after(("ADDED", p.ip), t, LAT_TIMEOUT) - t)
         except TimeoutError:
             log(f"burst {b}: {p.ip} not seen within {LAT_TIMEOUT:.0f} s")
         s.delete_pod(p)

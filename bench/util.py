@@ -102,6 +102,7 @@ class FirstSeen:
     def __init__(self, argv: Sequence[str], keys: Callable[[str], Iterable[Hashable]],
                  env: Mapping[str, str] | None = None, stderr_too: bool = False) -> None:
         self.seen: dict[Hashable, float] = {}
+        self.times: dict[Hashable, list[float]] = {}  # every moment each key was seen, in order
         self.cond = threading.Condition()
         self.keys = keys
         self.proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE,
@@ -116,15 +117,28 @@ class FirstSeen:
             now = time.monotonic()
             for key in self.keys(line):
                 with self.cond:
+                    self.times.setdefault(key, []).append(now)
                     if key not in self.seen:
                         self.seen[key] = now
-                        self.cond.notify_all()
+                    self.cond.notify_all()
 
     def wait(self, key: Hashable, timeout: float) -> float:
         with self.cond:
             if not self.cond.wait_for(lambda: key in self.seen, timeout):
                 raise TimeoutError(f"{key!r} not seen within {timeout}s")
             return self.seen[key]
+
+    def wait_after(self, key: Hashable, after: float, timeout: float) -> float:
+        """The first moment ``key`` was seen at or after ``after`` (a key seen again, as a flow
+        added, deleted and added back)."""
+        def found() -> float | None:
+            return next((t for t in self.times.get(key, ()) if t >= after), None)
+        with self.cond:
+            if not self.cond.wait_for(lambda: found() is not None, timeout):
+                raise TimeoutError(f"{key!r} not seen after {after} within {timeout}s")
+            t = found()
+            assert t is not None
+            return t
 
     def close(self) -> None:
         self.proc.terminate()
