@@ -249,7 +249,9 @@ def test_the_rbac_is_exactly_what_the_controller_calls() -> None:
         try:
             lead(api_client(server), lambda: True, stop, wake)
         except BaseException as e:  # noqa: BLE001  # reported below
-            failed.append(e)
+            with server.changed:
+                failed.append(e)
+                server.changed.notify_all()
 
     t = threading.Thread(target=leading, daemon=True)
     t.start()
