@@ -56,6 +56,8 @@ def elect(api_client: Any, namespace: str, name: str, identity: str,
         log.error("%s: no longer the leader (Lease %s/%s): stopping", identity, namespace, name)
 
     log.info("%s: candidate for Lease %s/%s", identity, namespace, name)
-    election(api_client, namespace, name, identity, lambda: lead(leading), stopped, timing).run()
-    lost.set()
+    try:
+        election(api_client, namespace, name, identity, lambda: lead(leading), stopped, timing).run()
+    finally:  # the library's loop also ends by an exception (the API server unreachable): no write after
+        lost.set()
     return 1

@@ -23,7 +23,12 @@ def lead(api_client: Any, leading: Callable[[], bool], stop: threading.Event | N
     stop = stop or threading.Event()
     wake = wake or threading.Event()
     writer = SliceWriter(api_client, leading)
-    objects = writer.list()
+    try:
+        objects = writer.list()
+    except Exception as e:
+        if getattr(e, "status", None) == 404:
+            log.error("the API server serves no PeerSlices: apply deploy/crds/ferry.io_peerslices.yaml")
+        raise
     log.info("leading: %d PeerSlices as they are", len(objects))
     feeds, started = reflectors(api_client, wake.set)
     for r in started:
