@@ -37,7 +37,33 @@ def election(api_client: Any, namespace: str, name: str, identity: str, lead: Ca
     from kubernetes.leaderelection import electionconfig, leaderelection
     from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-    lock = LeaseLock(name, namespace, identity)
+    class Lock(LeaseLock):  # type: ignore[misc]
+        """LeaseLock, with a request that failed on the way (the API server unreachable: not an
+        ``ApiException``, which LeaseLock handles) counted as a failed try, as client-go does, and
+        not as an exception that ends the election."""
+
+        def get(self, name: str, namespace: str) -> tuple[bool, Any]:
+            try:
+                return super().get(name, namespace)  # type: ignore[no-any-return]
+            except Exception as e:  # noqa: BLE001  # the library retries after retry_period
+                log.warning("Lease %s/%s not read: %s", namespace, name, e)
+                return False, e
+
+        def create(self, name: str, namespace: str, election_record: Any) -> bool:
+            try:
+                return super().create(name, namespace, election_record)  # type: ignore[no-any-return]
+            except Exception as e:  # noqa: BLE001
+                log.warning("Lease %s/%s not created: %s", namespace, name, e)
+                return False
+
+        def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+            try:
+                return super().update(name, namespace, updated_record)  # type: ignore[no-any-return]
+            except Exception as e:  # noqa: BLE001
+                log.warning("Lease %s/%s not updated: %s", namespace, name, e)
+                return False
+
+    lock = Lock(name, namespace, identity)
     lock.api_instance = client.CoordinationV1Api(api_client)  # not the default client's configuration
     cfg = electionconfig.Config(lock, timing.lease_duration, timing.renew_deadline, timing.retry_period, lead, lost)
     return leaderelection.LeaderElection(cfg)
