@@ -77,12 +77,21 @@ def test_default_values_render_deploy_ferry_yaml(helm_home: Path) -> None:
 
 def test_controller_enabled_renders_deploy_ferry_controller_yaml_too(helm_home: Path) -> None:
     """``controller.enabled``: deploy/ferry.yaml's objects and deploy/ferry-controller.yaml's, the same."""
-    rendered = by_object(render(helm_home, values={"controller": {"enabled": True}}))
+    docs = render(helm_home, values={"controller": {"enabled": True}})
+    rendered = by_object(docs)
     shipped = by_object([*manifests.load(str(MANIFEST)), *manifests.load(str(CONTROLLER_MANIFEST))])
     assert sorted(rendered) == sorted(shipped)
     for key, doc in shipped.items():
         assert rendered[key] == doc, key
-    for d in rendered.values():
+    for d in docs:
+        assert kv.validate(d, kv.latest_version(), strict=True), d["kind"]
+    extra = [{"name": "KUBERNETES_SERVICE_HOST", "value": "192.0.2.10"}]  # the API server's own address
+    docs = render(helm_home, values={"controller": {"enabled": True, "replicas": 3}, "extraEnv": extra})
+    d = by_object(docs)[("Deployment", "ferry-controller")]
+    assert d["spec"]["replicas"] == 3
+    assert [e["name"] for e in d["spec"]["template"]["spec"]["containers"][0]["env"]] == ["POD_NAME",
+                                                                                        "KUBERNETES_SERVICE_HOST"]
+    for d in docs:
         assert kv.validate(d, kv.latest_version(), strict=True), d["kind"]
 
 
