@@ -154,7 +154,7 @@ def replay(seed: int, events: int) -> dict[str, int]:
         seen["steps"] += 1
         seen["writes"] += w.count
         seen["published"] += check(store, feed, where[0])
-        if rng.random() < 0.04:  # failover: a new leader lists everything and rebuilds from the objects
+        if seen["steps"] % 15 == 0:  # failover: a new leader lists everything and rebuilds from the objects
             quiet = seen["failovers"] % 2 == 0  # every other one with nothing changed in between
             if not quiet:  # what came while no leader was writing
                 for _ in range(rng.randrange(1, 6)):
