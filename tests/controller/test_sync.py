@@ -33,7 +33,7 @@ from controller.sources import Feeds
 from controller.sync import Sync, run
 from routesync.policy import peerslice, relevance
 from routesync.policy.cnp.model import ClusterPolicy
-from routesync.policy.model import Pod, Policy
+from routesync.policy.model import Pod, Policy, policy_from
 from tests.controller.test_slices import Store
 from tests.routesync.policy.test_spanindex import Feed
 
@@ -252,3 +252,31 @@ def test_run_steps_on_each_wake_up_until_stopped() -> None:
     assert len(steps) == 3 and steps[0] == 0 and sum(steps) > 0
     Sync.step(sync)  # the last deliveries, without delivering more
     check(store, feed, "run")
+
+
+def test_a_pod_gone_during_a_failover_and_back_unread_is_not_published() -> None:
+    """A new leader forgets, with the Pod, the audience the listed slices gave it: the Pod deleted
+    while no leader wrote, then created again where no Node reads it, is in no slice."""
+    db = Pod("a", "db", "n1", (("app", "db"),), ("10.0.1.2",))
+    web = Pod("a", "web", "n2", (("app", "web"),), ("10.0.2.2",))
+    policy = policy_from({"metadata": {"namespace": "a", "name": "db"},
+                          "spec": {"podSelector": {"matchLabels": {"app": "db"}}, "policyTypes": ["Ingress"],
+                                   "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}]}]}})
+    store, watches, where = Store(), Watches(), ["failover"]
+    watches.upsert_namespace("a", (("kubernetes.io/metadata.name", "a"),))
+    watches.upsert_policy(policy)
+    for p in (db, web):
+        watches.upsert_pod(p)
+    leader(store, watches, where).step()
+    assert set(published(store.objects, "before")) == {"a/web"}
+    watches.delete_pod(web.key)  # while no leader writes
+    fresh = Watches()
+    for name, j in (("pods", watches.pods), ("namespaces", watches.namespaces), ("policies", watches.policies)):
+        getattr(fresh, name).items.update(j.items)
+        getattr(fresh, name).journal.update(j.items)
+    sync = leader(store, fresh, where)
+    sync.step()
+    assert published(store.objects, "after the failover") == {}
+    fresh.upsert_pod(Pod("a", "web", "n2", (("app", "other"),), ("10.0.2.2",)))  # back, and no Node reads it
+    sync.step()
+    assert published(store.objects, "back") == {}
