@@ -85,7 +85,8 @@ chaos: bin
 bench: bin dist
 	$(PY) -m bench --cni-bin $(BIN) --docs docs
 
-# The frozen onedir bundle (dist/ferry: ferry, ferry-ipam, ferry-route-sync, one _internal); see build.spec.
+# The frozen onedir bundle (dist/ferry: ferry, ferry-ipam, ferry-route-sync, ferry-controller, one _internal);
+# see build.spec.
 dist: install
 	$(call timed,dist,the frozen bundle dist/ferry (PyInstaller on build.spec),$(DIST_VENV)/bin/pyinstaller \
 	  --noconfirm --log-level WARN --distpath $(CURDIR)/dist --workpath $(CURDIR)/build/pyi build.spec)

@@ -22,7 +22,7 @@ PREFIX = "sp8"
 CACHE = ROOT / "build" / "ship"
 
 
-SOURCES = ("cni", "routesync", "conflist")
+SOURCES = ("cni", "routesync", "controller", "conflist")
 
 
 REFERENCE_PLUGINS = "/usr/lib/cni"

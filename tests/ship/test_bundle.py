@@ -40,10 +40,11 @@ def loose_modules(bundle: Path) -> set[str]:
     return {p.relative_to(internal).parts[0].removesuffix(".pyc") for p in internal.rglob("*.pyc")}
 
 
-def test_three_executables_share_one_internal(bundle: Path) -> None:
-    for name in (*PER_POD, "ferry-route-sync"):
+def test_four_executables_share_one_internal(bundle: Path) -> None:
+    for name in (*PER_POD, "ferry-route-sync", "ferry-controller"):
         assert os.access(bundle / name, os.X_OK), name
-    assert sorted(p.name for p in bundle.iterdir()) == ["_internal", "ferry", "ferry-ipam", "ferry-route-sync"]
+    assert sorted(p.name for p in bundle.iterdir()) == ["_internal", "ferry", "ferry-controller", "ferry-ipam",
+                                                        "ferry-route-sync"]
     assert (bundle / "_internal" / "conflist" / "ferry.json").is_file()
 
 
@@ -86,6 +87,21 @@ def test_route_sync_is_complete(bundle: Path) -> None:
     p = run([str(bundle / "ferry-route-sync"), "--help"])
     for cmd in ("run", "show", "teardown", "install-cni"):
         assert cmd in p.stdout
+
+
+def test_controller_is_complete_and_lean(bundle: Path) -> None:
+    """ferry-controller (deploy/ferry-controller.yaml's command): the client, its Lease, route-sync's
+    policy model and its own loop; nothing of the Node's (OVS, BGP)."""
+    _, pyz = archive(bundle / "ferry-controller")
+    for mod in ("controller.cli", "controller.process", "kubernetes.client.api.custom_objects_api",
+                "kubernetes.leaderelection.resourcelock.leaselock", "routesync.policy.spanindex",
+                "routesync.sources.reflector", "click"):
+        assert mod in pyz, mod
+    for mod in ("ovsdbapp", "exabgp", "pyroute2", "routesync.bgp", "prometheus_client"):
+        assert not any(m == mod or m.startswith(mod + ".") for m in pyz), mod
+    p = run([str(bundle / "ferry-controller"), "--help"])
+    for opt in ("--kubeconfig", "--lease-namespace", "--lease-name", "--identity"):
+        assert opt in p.stdout
 
 
 def cni(exe: Path, command: str, stdin: bytes = b"") -> subprocess.CompletedProcess:

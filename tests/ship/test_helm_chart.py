@@ -24,6 +24,7 @@ from tests.ship.helpers import ROOT
 
 CHART = ROOT / "deploy" / "helm" / "ferry"
 MANIFEST = ROOT / "deploy" / "ferry.yaml"
+CONTROLLER_MANIFEST = ROOT / "deploy" / "ferry-controller.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +73,26 @@ def test_default_values_render_deploy_ferry_yaml(helm_home: Path) -> None:
     assert sorted(rendered) == sorted(shipped)
     for key, doc in shipped.items():
         assert rendered[key] == doc, key
+
+
+def test_controller_enabled_renders_deploy_ferry_controller_yaml_too(helm_home: Path) -> None:
+    """``controller.enabled``: deploy/ferry.yaml's objects and deploy/ferry-controller.yaml's, the same."""
+    docs = render(helm_home, values={"controller": {"enabled": True}})
+    rendered = by_object(docs)
+    shipped = by_object([*manifests.load(str(MANIFEST)), *manifests.load(str(CONTROLLER_MANIFEST))])
+    assert sorted(rendered) == sorted(shipped)
+    for key, doc in shipped.items():
+        assert rendered[key] == doc, key
+    for d in docs:
+        assert kv.validate(d, kv.latest_version(), strict=True), d["kind"]
+    extra = [{"name": "KUBERNETES_SERVICE_HOST", "value": "192.0.2.10"}]  # the API server's own address
+    docs = render(helm_home, values={"controller": {"enabled": True, "replicas": 3}, "extraEnv": extra})
+    d = by_object(docs)[("Deployment", "ferry-controller")]
+    assert d["spec"]["replicas"] == 3
+    assert [e["name"] for e in d["spec"]["template"]["spec"]["containers"][0]["env"]] == ["POD_NAME",
+                                                                                        "KUBERNETES_SERVICE_HOST"]
+    for d in docs:
+        assert kv.validate(d, kv.latest_version(), strict=True), d["kind"]
 
 
 def test_chart_version_is_the_shipped_image_tag() -> None:

@@ -118,3 +118,45 @@ def test_rbac_is_exactly_what_ferry_uses(docs: dict[str, dict]) -> None:
     (subject,) = b["subjects"]
     sa = docs["ServiceAccount"]["metadata"]
     assert (subject["kind"], subject["name"], subject["namespace"]) == ("ServiceAccount", sa["name"], sa["namespace"])
+
+
+CONTROLLER = ROOT / "deploy" / "ferry-controller.yaml"
+
+
+@pytest.fixture(scope="module")
+def controller_docs() -> dict[str, dict]:
+    return {d["kind"]: d for d in yaml.safe_load_all(CONTROLLER.read_text()) if d}
+
+
+def test_the_controllers_documents_validate_strictly(controller_docs: dict[str, dict]) -> None:
+    assert set(controller_docs) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                                    "Deployment"}
+    for kind, d in controller_docs.items():
+        assert kv.validate(d, kv.latest_version(), strict=True), kind
+
+
+def test_the_controllers_wiring(controller_docs: dict[str, dict], docs: dict[str, dict]) -> None:
+    """The Deployment runs the bundle's ferry-controller from route-sync's image, under its own
+    account, bound to its ClusterRole and to the Role of the Lease it names; on the host's
+    network as route-sync (it must reach the API server before Ferry gives Pods a network)."""
+    d = controller_docs["Deployment"]
+    pod = d["spec"]["template"]["spec"]
+    sa = controller_docs["ServiceAccount"]["metadata"]
+    assert d["spec"]["selector"]["matchLabels"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+    assert pod["serviceAccountName"] == sa["name"] and pod["hostNetwork"] is True
+    assert d["spec"]["replicas"] >= 2
+    (c,) = pod["containers"]
+    assert c["image"] == docs["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    cmd = c["command"]
+    assert cmd[0] == "/opt/ferry/ferry-controller"
+    lease_ns, lease_name = cmd[cmd.index("--lease-namespace") + 1], cmd[cmd.index("--lease-name") + 1]
+    assert {e["name"]: e["valueFrom"] for e in c["env"]} == {"POD_NAME": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    role, role_binding = controller_docs["Role"], controller_docs["RoleBinding"]
+    assert role["metadata"]["namespace"] == role_binding["metadata"]["namespace"] == lease_ns
+    assert [r.get("resourceNames") for r in role["rules"]] == [[lease_name], None]
+    for binding, kind in ((controller_docs["ClusterRoleBinding"], "ClusterRole"), (role_binding, "Role")):
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": kind,
+                                      "name": controller_docs[kind]["metadata"]["name"]}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]
+    assert {"ferry.io"} <= {g for r in controller_docs["ClusterRole"]["rules"] for g in r["apiGroups"]}
+    assert peerslice.GROUP == "ferry.io"

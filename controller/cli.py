@@ -1,0 +1,47 @@
+"""``ferry-controller``: stand for the Lease, and while leading keep the PeerSlices
+(:mod:`.process`).  Logs to stderr (and ``--log-file``), never stdout.  Exits 1 when the lease is
+lost (the Deployment restarts it), 0 on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+
+import click
+
+from .leader import elect
+
+
+def _logging(log_file: str | None, verbose: bool) -> None:
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root = logging.getLogger()
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        handlers.append(logging.FileHandler(log_file))
+    for h in handlers:
+        h.setFormatter(fmt)
+        root.addHandler(h)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+@click.command()
+@click.option("--kubeconfig", default=None, help="kubeconfig (default: in-cluster, else ~/.kube/config)")
+@click.option("--lease-namespace", default="kube-system", show_default=True)
+@click.option("--lease-name", default="ferry-controller", show_default=True)
+@click.option("--identity", envvar="POD_NAME", default=None,
+              help="this candidate's name in the Lease (default: $POD_NAME, else the host name and pid)")
+@click.option("--log-file", default=None, help="log here too (stderr always)")
+@click.option("-v", "--verbose", is_flag=True)
+def main(kubeconfig: str | None, lease_namespace: str, lease_name: str, identity: str | None,
+         log_file: str | None, verbose: bool) -> None:
+    """ferry-controller: publish to each Node the remote Pods its policy reads (PeerSlices)."""
+    _logging(log_file, verbose)
+    from routesync.sources.kube import api_client
+
+    from .process import lead
+
+    client = api_client(kubeconfig)
+    me = identity or f"{socket.gethostname()}-{os.getpid()}"
+    sys.exit(elect(client, lease_namespace, lease_name, me, lambda leading: lead(client, leading)))
