@@ -207,9 +207,15 @@ def test_the_labs_overlay_as_values_renders_the_overlay_applied(helm_home: Path)
                                       {"trafficEncapMode": "hybrid", "tunnelType": "geneve", "ovsDaemons": "host"},
                                       "ferry-cni/ferry:rolled"),
                     manifests.Overlay("192.168.99.2", 6443, ("10.244.0.0/16",), {"trafficEncapMode": "encap"},
-                                      api_override=False)):
+                                      api_override=False),
+                    manifests.Overlay("192.168.99.2", 6443, ("10.244.0.0/16",),
+                                      {"trafficEncapMode": "encap", "policyPeers": "peerSlices"},
+                                      "ferry-cni/ferry:rolled")):
         rendered = by_object(render(helm_home, values=manifests.helm_values(overlay)))
-        assert rendered == by_object(manifests.apply_overlay(manifests.load(str(MANIFEST)), overlay))
+        applied = manifests.apply_overlay(manifests.load(str(MANIFEST)), overlay)
+        if manifests.wants_controller(overlay):  # and ferry-controller, with the same image and API override
+            applied += manifests.controller_docs(overlay, str(CONTROLLER_MANIFEST))
+        assert rendered == by_object(applied)
 
 
 def test_every_optional_part_renders_valid_objects(helm_home: Path) -> None:
