@@ -10,8 +10,8 @@ cd "$(dirname "$0")/.."
 venv=${FERRY_VENV:-$PWD/.venv}
 export FERRY_CNI_BIN=${FERRY_CNI_BIN:-$PWD/build/cni-bin}
 export CNITOOL=${CNITOOL:-$PWD/build/tools/cnitool}
-"$venv/bin/ruff" check cni routesync lab bench tests || exit 1
-"$venv/bin/mypy" cni routesync tests/routesync/standins.py tests/routesync/test_standins.py || exit 1
+"$venv/bin/ruff" check cni routesync controller lab bench tests || exit 1
+"$venv/bin/mypy" cni routesync controller tests/controller tests/routesync/standins.py tests/routesync/test_standins.py || exit 1
 pytest=("$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=40)
 if [ "$#" -gt 0 ] || [ "${FERRY_TEST_SERIAL:-}" = 1 ]; then
     "${pytest[@]}" tests "$@"
