@@ -77,7 +77,7 @@ def test_a_node_receives_what_its_policies_read_and_enforces_it(lab: Lab) -> Non
     cluster = lab.kube()
     client, other, srv = lab.add_pod("node-1", "client"), lab.add_pod("node-2", "other"), lab.add_pod("node-3", "srv")
     lab.ensure_echo(srv.netns)
-    key = {p: f"{NS}/{api_name(p.node, p.name)}" for p in (client, other, srv)}
+    key = {p.name: f"{NS}/{api_name(p.node, p.name)}" for p in (client, other, srv)}
     cluster.kubectl("label", "pod", "-n", NS, api_name("node-3", "srv"), "slices=srv", "--overwrite")
     cluster.kubectl("label", "pod", "-n", NS, api_name("node-1", "client"), "role=client", "--overwrite")
     sip = pod_ip(srv)
@@ -86,7 +86,7 @@ def test_a_node_receives_what_its_policies_read_and_enforces_it(lab: Lab) -> Non
 
     Policies(lab).apply(policy("srv-from-client", {"slices": "srv"},
                                ingress=[{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}]))
-    until(lambda: key[client] in received(lab, "node-3"), "the client in node-3's PeerSlices", 60, step=0.5)
+    until(lambda: key[client.name] in received(lab, "node-3"), "the client in node-3's PeerSlices", 60, step=0.5)
     failures = []
     if not settles(lab, client, sip, True):
         failures.append("client -> srv not reached")
@@ -94,18 +94,18 @@ def test_a_node_receives_what_its_policies_read_and_enforces_it(lab: Lab) -> Non
         failures.append("other -> srv reached")
     seen = {n: received(lab, n) for n in ("node-1", "node-2", "node-3")}
     print(f"received: {seen}")
-    if key[other] in seen["node-3"]:
+    if key[other.name] in seen["node-3"]:
         failures.append("node-3 received other, which no policy of it reads")
     for n in ("node-1", "node-2"):
         if seen[n] & set(key.values()):
             failures.append(f"{n} received {sorted(seen[n] & set(key.values()))}: no policy selects a Pod there")
 
     cluster.kubectl("label", "pod", "-n", NS, api_name("node-2", "other"), "role=client", "--overwrite")
-    until(lambda: key[other] in received(lab, "node-3"), "other in node-3's PeerSlices once labelled", 60, step=0.5)
+    until(lambda: key[other.name] in received(lab, "node-3"), "other in node-3's PeerSlices once labelled", 60, step=0.5)
     if not settles(lab, other, sip, True):
         failures.append("other labelled role=client -> srv not reached")
     cluster.kubectl("label", "pod", "-n", NS, api_name("node-2", "other"), "role-", "--overwrite")
-    until(lambda: key[other] not in received(lab, "node-3"), "other out of node-3's PeerSlices", 60, step=0.5)
+    until(lambda: key[other.name] not in received(lab, "node-3"), "other out of node-3's PeerSlices", 60, step=0.5)
     if not settles(lab, other, sip, False):
         failures.append("other unlabelled -> srv still reached")
     assert not failures, "\n".join(failures)
