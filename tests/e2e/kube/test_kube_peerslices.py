@@ -101,7 +101,8 @@ def test_a_node_receives_what_its_policies_read_and_enforces_it(lab: Lab) -> Non
             failures.append(f"{n} received {sorted(seen[n] & set(key.values()))}: no policy selects a Pod there")
 
     cluster.kubectl("label", "pod", "-n", NS, api_name("node-2", "other"), "role=client", "--overwrite")
-    until(lambda: key[other.name] in received(lab, "node-3"), "other in node-3's PeerSlices once labelled", 60, step=0.5)
+    until(lambda: key[other.name] in received(lab, "node-3"), "other in node-3's PeerSlices once labelled", 60,
+          step=0.5)
     if not settles(lab, other, sip, True):
         failures.append("other labelled role=client -> srv not reached")
     cluster.kubectl("label", "pod", "-n", NS, api_name("node-2", "other"), "role-", "--overwrite")
