@@ -430,6 +430,8 @@ def run_design(design: str, args: argparse.Namespace, cni_bin: str) -> dict[str,
             result["burst_pod_added"] = burst_latency(s, churn, mon, args, t1, spare_ips[args.samples:], args.samples,
                                                       args.burst)
             watches.stop()
+            if watches.errors:
+                raise RuntimeError(f"a watch broke, its counts are short: {watches.errors}")
             reads_after = reads_of(api, REAL)
             result["churn"] = {"seconds": round(window, 1), "operations": churn.done, "missed_404": churn.missed}
             received = {}

@@ -47,6 +47,8 @@ class Watches:
 
     api_client: Any
     events: dict[str, list[Received]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)  # a watch that broke before stop(): its counts are short
+    _stopped: threading.Event = field(default_factory=threading.Event)
     _streams: list[_Stream] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -81,6 +83,14 @@ class Watches:
         w = watch.Watch()
 
         def run() -> None:
+            try:
+                consume()
+            except Exception as e:  # the connection closed under a stopped watch is its end
+                if not self._stopped.is_set():
+                    with self._lock:
+                        self.errors.append(f"{key}: {type(e).__name__}: {e}")
+
+        def consume() -> None:
             for ev in stream(w):
                 obj = ev["raw_object"] if "raw_object" in ev else ev["object"]
                 if not isinstance(obj, dict):
@@ -108,5 +118,6 @@ class Watches:
             return [e for e in self.events.get(key, []) if e.at >= t0]
 
     def stop(self) -> None:
+        self._stopped.set()
         for s in self._streams:
             s.watch.stop()

@@ -229,6 +229,7 @@ def test_a_node_receives_no_event_for_pods_nothing_on_it_references(lab: Lab) ->
             until(lambda: any(mkey in e.changed for e in watches.since("node-3", t_churn)),
                   "the last referenced Pod in node-3's slice events", 120, step=0.2)
             watches.stop()
+            assert not watches.errors, f"a watch broke, its counts are short: {watches.errors}"
             got = {n: watches.since(n, t_churn) for n in ("node-1", "node-2", "node-3", "every-pod")}
             ref_keys = {k for k, _t, r in ops if r} | {mkey}
             unref_keys = {k for k, _t, r in ops if not r}
