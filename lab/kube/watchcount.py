@@ -83,9 +83,12 @@ class Watches:
         w = watch.Watch()
 
         def run() -> None:
+            from kubernetes.client.exceptions import ApiException
+            from urllib3.exceptions import HTTPError
+
             try:
                 consume()
-            except Exception as e:  # the connection closed under a stopped watch is its end
+            except (OSError, ValueError, HTTPError, ApiException) as e:  # closed under a stopped watch: its end
                 if not self._stopped.is_set():
                     with self._lock:
                         self.errors.append(f"{key}: {type(e).__name__}: {e}")
