@@ -169,11 +169,17 @@ def mode(name: str) -> Mode:
     raise KeyError(f"no mode {name!r} (modes: {', '.join(MODE_NAMES)})")
 
 
-def topology_doc(m: Mode, kube_proxy: str, family: str | None = None) -> dict[str, Any]:
-    """The topology document of ``ferry-lab up --kubernetes --kube-proxy K <m's flags>``."""
+POLICY_PEERS = ("cluster", "peerSlices")  # route-sync's policyPeers (issue 46: the e2e judges both)
+
+
+def topology_doc(m: Mode, kube_proxy: str, family: str | None = None, policy_peers: str = "cluster") -> dict[str, Any]:
+    """The topology document of ``ferry-lab up --kubernetes --kube-proxy K <m's flags>``; with
+    ``policy_peers`` peerSlices, route-sync reads PeerSlices and the lab runs ferry-controller."""
     path = os.path.join(TOPOLOGIES, m.topology) if m.topology else DEFAULT_TOPOLOGY
     doc = overrides.load(path, overrides.Overrides(m.mode, m.tunnel, m.fast_path, family))
     doc["kubernetes"] = {**(doc.get("kubernetes") or {}), "kubeProxy": kube_proxy}
+    if policy_peers != "cluster":
+        doc["routeSync"] = {**(doc.get("routeSync") or {}), "policyPeers": policy_peers}
     return doc
 
 

@@ -47,19 +47,22 @@ class Options:
     extra: Sequence[str] = field(default_factory=tuple)  # more e2e.test flags
     probes: Sequence[cnp.ProbeRule] = ()  # the cnp suite's probe rules
     alone: Sequence[str] = ()  # specs run alone after the parallel pass (plan.Selection.alone)
+    policy_peers: str = "cluster"  # route-sync's policyPeers (plan.POLICY_PEERS)
 
 
-def lab_name(m: Mode, kube_proxy: str) -> str:
-    """``cf<i|n>-<mode>``, at most 12 characters: the part of the mode's name after the traffic
-    mode when there is one (``encap-vxlan`` -> ``vxlan``), else the mode's initials."""
+def lab_name(m: Mode, kube_proxy: str, policy_peers: str = "cluster") -> str:
+    """``cf<i|n>[s]-<mode>``, at most 12 characters: the part of the mode's name after the traffic
+    mode when there is one (``encap-vxlan`` -> ``vxlan``), else the mode's initials; ``s`` with
+    PeerSlices (so a run of each can go side by side)."""
     rest = m.name.partition("-")[2] or "".join(c for c in m.name if c.isupper() or c == m.name[0])
-    return f"cf{kube_proxy[0]}-{rest.lower()}"[:12]
+    slices = "s" if policy_peers != "cluster" else ""
+    return f"cf{kube_proxy[0]}{slices}-{rest.lower()}"[:12]
 
 
-def refusal(m: Mode, kube_proxy: str, family: str | None) -> str | None:
+def refusal(m: Mode, kube_proxy: str, family: str | None, policy_peers: str = "cluster") -> str | None:
     """Why the lab cannot build this mode (the topology parser's words), or None."""
     try:
-        topology_mod.parse(topology_doc(m, kube_proxy, family))
+        topology_mod.parse(topology_doc(m, kube_proxy, family, policy_peers))
     except (TopologyError, OSError) as e:
         return str(e)
     return None
@@ -126,7 +129,7 @@ Body = Callable[[Lab, str], junit.ModeRun]  # the lab, the mode's results direct
 def in_lab(m: Mode, kube_proxy: str, opts: Options, log: Log, body: Body) -> junit.ModeRun:
     """``body`` on a lab of mode ``m`` (up before, down after unless ``opts.keep``); its
     seconds are the whole mode's, lab up and down included."""
-    name = lab_name(m, kube_proxy)
+    name = lab_name(m, kube_proxy, opts.policy_peers)
     out = os.path.join(opts.out, f"{m.name}-{kube_proxy}")
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
@@ -136,7 +139,7 @@ def in_lab(m: Mode, kube_proxy: str, opts: Options, log: Log, body: Body) -> jun
     log(f"[{m.name}, kube-proxy {kube_proxy}] lab {name} up (ferry-lab up --kubernetes --kube-proxy {kube_proxy}"
         f" {m.flags()})")
     try:
-        lab = Lab.up(topology_doc(m, kube_proxy, opts.family), name=name, cni_bin=default_cni_bin(),
+        lab = Lab.up(topology_doc(m, kube_proxy, opts.family, opts.policy_peers), name=name, cni_bin=default_cni_bin(),
                      log=lambda s: log(f"  {s}"))
     except (LabError, TopologyError, OSError) as e:
         return junit.ModeRun(m.name, kube_proxy, error=f"lab up failed: {e}", seconds=time.monotonic() - t0)
