@@ -598,7 +598,7 @@ class _FakeRun:
                        for i, s in enumerate(ALL_SPECS))
 
     @staticmethod
-    def refusal(m: plan.Mode, kube_proxy: str, family: str | None) -> str | None:
+    def refusal(m: plan.Mode, kube_proxy: str, family: str | None, policy_peers: str = "cluster") -> str | None:
         return None
 
 
