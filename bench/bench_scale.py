@@ -189,8 +189,7 @@ def controller_pids(cluster: Cluster) -> list[int]:
     for node in cluster.plan.nodes:
         for pid in sorted(cgroup_pids(node.cgroup_root)):
             argv = _argv(pid)
-            if argv and b"controller" in argv and (argv[0].endswith(b"ferry-route-sync")
-                                                   or argv[0].endswith(b"ferry-controller")):
+            if argv and argv[0].endswith(b"ferry-controller"):
                 out.append(pid)
     return out
 
