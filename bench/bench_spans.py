@@ -1,7 +1,7 @@
 """A Node receives what concerns it (issue 46): the spans controller's index
 (``routesync.policy.spanindex.SpanIndex``) event by event, beside the full recompute
 (``routesync.policy.relevance.spans``) in the same run, and what the spans save, for both values
-of route-sync's ``policyPeers`` (:data:`MODES`): ``cluster``, whose planners judge a remote
+of route-sync's ``policyPeers`` (:data:`PEER_MODES`): ``cluster``, whose planners judge a remote
 client's egress at the destination too, and ``peerSlices``, whose planners judge egress at its
 source only (``docs/design/scale.md``), on the same cluster with the same events.
 
@@ -207,11 +207,11 @@ def pairs(spans: dict[str, Any], pods: dict[str, Any], all_nodes: set[str]) -> d
 
 # route-sync's policyPeers and the planners' flag it sets (routesync.config.Config.remote_egress):
 # a remote client's egress judged at the destination too (cluster), or at its source only (peerSlices)
-MODES = (("cluster", True), ("peerSlices", False))
+PEER_MODES = (("cluster", True), ("peerSlices", False))
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """The cluster generated once, then one :func:`run` per :data:`MODES` on it, each with the
+    """The cluster generated once, then one :func:`run` per :data:`PEER_MODES` on it, each with the
     same event streams."""
     from bench import bench_policy as bp
     from bench.bench_policy_replay import cluster_policies, scale_of
@@ -230,7 +230,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     res: dict[str, Any] = {"benchmark": "spans", "scale": args.scale, "pods": len(inputs.pods),
                            "policies": len(inputs.policies), "cluster_policies": len(cnps), "namespaces": namespaces,
                            "nodes": nodes, "runs": {}}
-    for peers, remote_egress in MODES:
+    for peers, remote_egress in PEER_MODES:
         log(f"policyPeers: {peers} (remote_egress {remote_egress})")
         res["runs"][peers] = run(args, inputs, cnps, pool, nodes, remote_egress)
     res["equal_after_replay"] = all(r["equal_after_replay"] for r in res["runs"].values())
