@@ -141,3 +141,13 @@ class ConnectProbe:
         self._thread.join(timeout=30)
         if self._blocked_since is not None:  # blocked to the end: as long as it lasted
             self.longest_blocked = max(self.longest_blocked, time.monotonic() - self._blocked_since)
+
+
+def settles(lab: Lab, src: Pod, addr: str, want: bool, port: int, timeout: float = 20.0) -> bool:
+    """Whether probes from ``src`` settle on ``want`` (a policy is realized on its own schedule:
+    the deadline only bounds a hang); then three more in a row agree."""
+    deadline = time.monotonic() + timeout
+    while lab.connect(src, addr, port, timeout=2.0).ok != want:
+        if time.monotonic() > deadline:
+            return False
+    return all(lab.connect(src, addr, port, timeout=2.0).ok == want for _ in range(3))

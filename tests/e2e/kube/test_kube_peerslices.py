@@ -29,6 +29,7 @@ import pytest
 from lab.api import ECHO_PORT, Lab, Pod
 from lab.kube.pods import api_name
 from routesync.policy import peerslice
+from tests.e2e.kube import policycheck
 from tests.e2e.kube.helpers import topology
 from tests.e2e.kube.policycheck import NS, ConnectProbe, Policies, policy
 from tests.e2e.kube.servicecheck import pod_ip
@@ -56,14 +57,8 @@ def received(lab: Lab, node: str) -> set[str]:
     return out
 
 
-def settles(lab: Lab, src: Pod, addr: str, want: bool, timeout: float = 30.0) -> bool:
-    """Probes from ``src`` settle on ``want`` (the deadline only bounds a hang), then three agree."""
-
-    deadline = time.monotonic() + timeout
-    while lab.connect(src, addr, ECHO_PORT, timeout=2.0).ok != want:
-        if time.monotonic() > deadline:
-            return False
-    return all(lab.connect(src, addr, ECHO_PORT, timeout=2.0).ok == want for _ in range(3))
+def settles(lab: Lab, src: Pod, addr: str, want: bool) -> bool:
+    return policycheck.settles(lab, src, addr, want, ECHO_PORT, timeout=30.0)
 
 
 def holder(lab: Lab) -> str:

@@ -12,7 +12,6 @@ connection to the client still lands (the client's ingress is open)."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +20,7 @@ from lab.api import ECHO_PORT, Lab, Pod
 from lab.kube import services as svc
 from lab.kube.pods import api_name
 from tests.e2e.kube.helpers import topology
+from tests.e2e.kube.policycheck import settles
 from tests.e2e.kube.servicecheck import pod_ip, v4
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -31,16 +31,6 @@ NS = svc.NAMESPACE
 @pytest.fixture(scope="module")
 def lab(kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
     yield kube_module_lab_of(topology({"trafficEncapMode": "noEncap"}))
-
-
-def settles(lab: Lab, src: Pod, addr: str, want: bool, port: int, timeout: float = 20.0) -> bool:
-    """Whether probes from ``src`` settle on ``want`` (a policy is realized on its own schedule:
-    the deadline only bounds a hang); then three more in a row agree."""
-    deadline = time.monotonic() + timeout
-    while lab.connect(src, addr, port, timeout=2.0).ok != want:
-        if time.monotonic() > deadline:
-            return False
-    return all(lab.connect(src, addr, port, timeout=2.0).ok == want for _ in range(3))
 
 
 def test_egress_through_a_service_is_judged_on_the_backends_node(lab: Lab) -> None:
