@@ -40,7 +40,7 @@ with the labels ``{}``, as :class:`.plan.PodIndex` does."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple, TypeVar
@@ -48,6 +48,7 @@ from typing import NamedTuple, TypeVar
 from . import selector as sel
 from .cnp.model import ClusterPolicy
 from .model import Peer, Pod, Policy
+from .plan import Inputs
 from .relevance import Labels, Span
 
 NO_LABELS: Mapping[str, str] = MappingProxyType({})
@@ -85,6 +86,29 @@ class Term(NamedTuple):
     kind: str
     source: Group
     target: Group | None = None
+
+
+@dataclass(frozen=True)
+class GroupReach:
+    """Where a group's members are read: on ``nodes`` (which may hold the members' own Nodes), on
+    every Node (``everywhere``), or on every Node with a Pod (``populated``); what the group's
+    PeerSlices are labelled with (``controller/slices.py``)."""
+
+    nodes: frozenset[str] = frozenset()
+    everywhere: bool = False
+    populated: bool = False
+
+    @property
+    def anywhere(self) -> bool:
+        return bool(self.nodes) or self.everywhere or self.populated
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """A group as :meth:`SpanIndex.take_group_changes` gives it: its members and its reach."""
+
+    members: frozenset[str]
+    reach: GroupReach
 
 
 def np_peer_group(policy_ns: str, peer: Peer) -> Group:
@@ -139,6 +163,45 @@ def cluster_policy_terms(cp: ClusterPolicy, remote_egress: bool = True) -> dict[
                     add(Term(kind, subject, Group(namespaces=peer.pods.namespaces,
                                                   pods=peer.pods.pods or sel.EVERYTHING)))
     return out
+
+
+def group_views(inputs: Inputs, tiers: Sequence[ClusterPolicy] = (), remote_egress: bool = True
+                ) -> dict[Group, GroupView]:
+    """The reference for :meth:`SpanIndex.groups`: every group the policies name, its members by
+    :meth:`Group.holds` over every Pod, its reach from the terms (``NODES S→T``: T is read on
+    the Nodes of S's members; ``EVERYWHERE S→T``: everywhere while S has a member; ``POPULATED``
+    and ``EVERYWHERE_SUBJECT``: S's own flags).  A Pod's span is the union of its groups' reach
+    without its own Node (``tests/routesync/policy/test_spanindex.py`` holds that to
+    :func:`.relevance.spans`)."""
+    terms: Counter[Term] = Counter()
+    for policy in inputs.policies:
+        terms.update(policy_terms(policy, remote_egress))
+    for cp in tiers:
+        terms.update(cluster_policy_terms(cp, remote_egress))
+    members: dict[Group, set[str]] = {}
+    nodes: dict[Group, set[str]] = {}
+    for t in terms:
+        for g in (t.source, t.target):
+            if g is not None and g not in members:
+                members[g], nodes[g] = set(), set()
+                for pod in inputs.pods:
+                    if g.holds(pod, dict(pod.labels), dict(inputs.namespaces.get(pod.namespace, ()))):
+                        members[g].add(pod.key)
+                        nodes[g].add(pod.node)
+    reach: dict[Group, set[str]] = {g: set() for g in members}
+    everywhere: set[Group] = set()
+    populated: set[Group] = set()
+    for t in terms:
+        if t.kind == POPULATED:
+            populated.add(t.source)
+        elif t.kind == EVERYWHERE_SUBJECT:
+            everywhere.add(t.source)
+        elif t.target is not None and t.kind == NODES:
+            reach[t.target] |= nodes[t.source]
+        elif t.target is not None and members[t.source]:
+            everywhere.add(t.target)
+    return {g: GroupView(frozenset(members[g]), GroupReach(frozenset(reach[g]), g in everywhere, g in populated))
+            for g in members}
 
 
 class _GroupState:
@@ -238,6 +301,8 @@ class SpanIndex:
         self._terms: dict[tuple[str, str], dict[Term, int]] = {}  # ("np"|"cnp", key) -> its terms
         self._dirty: set[str] = set()
         self._published: dict[str, Span] = {}
+        self._touched: set[Group] = set()  # groups whose members or reach changed since take_group_changes
+        self._group_published: dict[Group, GroupView] = {}
 
     # -- reading -------------------------------------------------------------------------------
     def span(self, key: str) -> Span | None:
@@ -256,13 +321,46 @@ class SpanIndex:
                 out[key] = s
         return out
 
+    def group(self, g: Group) -> GroupView | None:
+        """Group ``g``'s members and reach; None when no policy names it."""
+        gs = self._groups.get(g)
+        if gs is None:
+            return None
+        reach = GroupReach(frozenset(gs.reach), gs.everywhere_in > 0 or gs.everywhere_subject > 0, gs.populated > 0)
+        return GroupView(frozenset(gs.members), reach)
+
+    def groups(self) -> dict[Group, GroupView]:
+        """Every group some policy names, as :func:`group_views` of the same objects."""
+        out: dict[Group, GroupView] = {}
+        for g in self._groups:
+            v = self.group(g)
+            assert v is not None
+            out[g] = v
+        return out
+
+    def take_group_changes(self) -> dict[Group, GroupView | None]:
+        """The groups whose members or reach are not what the last call returned for them (None:
+        no policy names it any more); what a controller that publishes by group writes."""
+        out: dict[Group, GroupView | None] = {}
+        for g in self._touched:
+            now = self.group(g)
+            if now != self._group_published.get(g):
+                out[g] = now
+                if now is None:
+                    del self._group_published[g]
+                else:
+                    self._group_published[g] = now
+        self._touched.clear()
+        return out
+
     def sizes(self) -> dict[str, int]:
         """What the index holds, by kind (a controller's metrics; all 0 once everything went)."""
         return {"pods": len(self._pods), "namespaces": len(self._ns_labels), "policies": len(self._terms),
                 "groups": len(self._groups), "indexed": len(self._by_ns) + len(self._by_label) + len(self._by_port),
                 "tables": len(self._fixed) + len(self._selected) + len(self._ported),
                 "cached_namespaces": len(self._ns_match), "pending": len(self._dirty),
-                "published": len(self._published)}
+                "published": len(self._published), "touched_groups": len(self._touched),
+                "published_groups": len(self._group_published)}
 
     def take_changes(self) -> dict[str, Span | None]:
         """The Pods whose span is not what the last call returned for them (None: read by no
@@ -410,6 +508,7 @@ class SpanIndex:
         if gs is not None:
             return gs
         gs = self._groups[g] = _GroupState()
+        self._touched.add(g)
         if g.ports:
             for np_ in g.ports:
                 self._ported.setdefault(np_, set()).add(g)
@@ -457,6 +556,7 @@ class SpanIndex:
         for key in gs.members:
             self._pods[key].groups.discard(g)  # nothing reaches it: the Pods' counts hold nothing of it
         del self._groups[g]
+        self._touched.add(g)
         if g.ports:
             for np_ in g.ports:
                 s = self._ported[np_]
@@ -482,6 +582,7 @@ class SpanIndex:
         key, node = st.pod.key, st.pod.node
         gs.members.add(key)
         st.groups.add(g)
+        self._touched.add(g)
         st.everywhere += (gs.everywhere_in > 0) + gs.everywhere_subject
         st.populated += gs.populated
         if gs.reach:
@@ -504,6 +605,7 @@ class SpanIndex:
         _uncount(st.nodes, gs.reach)
         gs.members.discard(st.pod.key)
         st.groups.discard(g)
+        self._touched.add(g)
         self._dirty.add(st.pod.key)
 
     def _leave_all(self, st: _PodState) -> None:
@@ -511,6 +613,7 @@ class SpanIndex:
         start again from nothing."""
         key = st.pod.key
         groups, st.groups = st.groups, set()
+        self._touched |= groups
         for g in groups:
             gs = self._groups[g]
             gs.members.discard(key)
@@ -553,6 +656,7 @@ class SpanIndex:
                 down.append(node)
         if not (up or down):
             return
+        self._touched.add(g)
         pods, dirty = self._pods, self._dirty
         if len(up) + len(down) == 1:  # one Node (a Pod's event): only the members it is new or gone for
             (node,) = up or down
@@ -582,6 +686,7 @@ class SpanIndex:
         before = gs.everywhere_in
         gs.everywhere_in = after = before + d
         if (before > 0) != (after > 0):
+            self._touched.add(g)
             self._flag(gs.members, "everywhere", 1 if after > 0 else -1)
 
     def _flag(self, members: set[str], which: str, d: int) -> None:
@@ -620,6 +725,8 @@ class SpanIndex:
     def _term(self, t: Term, w: int) -> None:
         s = self._acquire(t.source)
         s.users += w
+        if t.kind in (POPULATED, EVERYWHERE_SUBJECT):
+            self._touched.add(t.source)
         if t.kind == POPULATED:
             s.populated += w
             self._flag(s.members, "populated", w)

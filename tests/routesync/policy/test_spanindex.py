@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from routesync.policy import plan as pp
-from routesync.policy import relevance
+from routesync.policy import relevance, spanindex
 from routesync.policy.cnp.model import ClusterPolicy, cluster_policy_from
 from routesync.policy.model import NamedPort, Pod, Policy, policy_from
 from routesync.policy.relevance import Span
@@ -168,6 +168,25 @@ class Feed:
             del self.history[:-40]
 
 
+def spans_of_groups(inputs: pp.Inputs, groups: dict[spanindex.Group, spanindex.GroupView]) -> dict[str, Span]:
+    """Each Pod's span as the union of its groups' reach without its own Node (what a Node receives
+    when PeerSlices are written per group)."""
+    node_of = {p.key: p.node for p in inputs.pods}
+    nodes: dict[str, set[str]] = {}
+    everywhere: set[str] = set()
+    populated: set[str] = set()
+    for view in groups.values():
+        for key in view.members:
+            if view.reach.anywhere:
+                nodes.setdefault(key, set()).update(view.reach.nodes)
+            if view.reach.everywhere:
+                everywhere.add(key)
+            if view.reach.populated:
+                populated.add(key)
+    return {k: Span(frozenset(nodes.get(k, ())) - {node_of[k]}, k in everywhere, k in populated)
+            for k in nodes.keys() | everywhere | populated}
+
+
 def replay(seed: int, events: int, remote_egress: bool = True) -> dict[str, int]:
     """``events`` random events from ``seed``, both properties checked after each; counts of
     what the sequence exercised (so a test can tell it was not vacuous)."""
@@ -175,7 +194,8 @@ def replay(seed: int, events: int, remote_egress: bool = True) -> dict[str, int]
     feed = Feed(rng)
     idx = SpanIndex(remote_egress)
     before: dict[str, Span] = {}
-    seen = {"changes": 0, "everywhere": 0, "populated": 0, "nodes": 0, "kinds": 0}
+    groups_before: dict[spanindex.Group, spanindex.GroupView] = {}
+    seen = {"group_changes": 0, "changes": 0, "everywhere": 0, "populated": 0, "nodes": 0, "kinds": 0}
     kinds: set[str] = set()
     pending: Event | None = None
     for i in range(events):
@@ -200,6 +220,17 @@ def replay(seed: int, events: int, remote_egress: bool = True) -> dict[str, int]
             assert taken == changed, f"{where}: take_changes {taken}, the spans that changed {changed}"
             for k in list(want)[:3]:
                 assert idx.span(k) == want[k], where
+            want_groups = spanindex.group_views(feed.inputs(), feed.tier_policies(), remote_egress)
+            got_groups = idx.groups()
+            differ = [g for g in got_groups.keys() | want_groups.keys() if got_groups.get(g) != want_groups.get(g)]
+            assert got_groups == want_groups, f"{where}: groups differ at {differ}"
+            changed_groups = {g: want_groups.get(g) for g in groups_before.keys() | want_groups.keys()
+                              if groups_before.get(g) != want_groups.get(g)}
+            taken_groups = idx.take_group_changes()
+            assert taken_groups == changed_groups, f"{where}: take_group_changes differs"
+            assert spans_of_groups(feed.inputs(), want_groups) == want, f"{where}: groups' reach is not the spans"
+            groups_before = want_groups
+            seen["group_changes"] += len(taken_groups)
             before = want
             seen["changes"] += len(taken)
             seen["everywhere"] += sum(s.everywhere for s in want.values())
@@ -223,6 +254,7 @@ def test_everything_deleted_leaves_nothing_held(seed: int, remote_egress: bool) 
         for k in list(keys):
             feed.deliver((kind, k), idx)
     idx.take_changes()
+    idx.take_group_changes()
     assert set(idx.sizes().values()) == {0}, idx.sizes()
 
 
@@ -231,7 +263,7 @@ def test_everything_deleted_leaves_nothing_held(seed: int, remote_egress: bool) 
 def test_the_index_equals_the_full_recompute_after_every_event(seed: int, remote_egress: bool) -> None:
     seen = replay(seed, min(PER_SEQUENCE, EVENTS), remote_egress)
     # not vacuous: every kind of event came, and every kind of span there is with this flag
-    assert seen["kinds"] == 8 and seen["changes"] > 0 and seen["nodes"], seen
+    assert seen["kinds"] == 8 and seen["changes"] > 0 and seen["group_changes"] > 0 and seen["nodes"], seen
     if remote_egress:
         assert seen["everywhere"] and seen["populated"], seen
     else:
