@@ -1,17 +1,21 @@
-"""PeerSlices planned: which slices ferry-controller writes, from the Pods and their spans
-(issue 46, ``docs/design/peerslices.md``; the object itself, its labels and readers:
+"""PeerSlices planned: which slices ferry-controller writes, from the Pods and the groups the
+policies name (issue 46, ``docs/design/peerslices.md``; the object itself, its labels and readers:
 :mod:`routesync.policy.peerslice`).  Pure: plain data in, plain data out; the applier that writes
 them is elsewhere.
 
-- :func:`plan_slices`: the full reference, every slice from every Pod and span.
-- :class:`SliceBook`: the same incrementally, Pod change by Pod change, as the fewest object
-  writes (:class:`Writes`); rebuilt from the objects alone after a failover
-  (:meth:`SliceBook.from_objects`).
+A group (:class:`routesync.policy.spanindex.Group`, by its :func:`~routesync.policy.peerslice.group_name`)
+is published while its reach reaches some Node: its members that have a record, ``max_pods`` to a
+slice, every slice of it labelled with its audience.  So:
 
-What a Node receives is ``relevance.per_node`` of the spans with ``populated`` taken as
-``everywhere``: a Node without Pods also receives the Pods every Node with Pods reads.  That
-Node plans nothing from them (it has no Pod to judge a packet for), and the superset saves a
-label write on every slice of such Pods each time a Node gets its first Pod or loses its last."""
+- a Pod's record change rewrites the one slice of each published group that holds it;
+- a Pod joining or leaving a group writes one slice of that group;
+- a group's reach changing (a Node getting its first Pod a policy selects, or losing its last)
+  relabels the group's slices and moves no Pod: the Nodes that start or stop matching see the
+  slices come or go, as the API server's watch cache delivers a label change.
+
+- :func:`plan_slices`: the full reference, every slice from every Pod and group.
+- :class:`SliceBook`: the same incrementally, as the fewest object writes (:class:`Writes`);
+  rebuilt from the objects alone after a failover (:meth:`SliceBook.from_objects`)."""
 
 
 from __future__ import annotations
@@ -28,31 +32,27 @@ from routesync.policy.peerslice import (
     SliceError,
     SliceSpec,
     audience,
-    audience_hash,
     from_object,
     slice_name,
     to_object,
 )
-from routesync.policy.relevance import Span
+from routesync.policy.spanindex import GroupView
 
 
-def plan_slices(pods: Mapping[str, Pod], spans: Mapping[str, Span], max_pods: int = MAX_PODS) -> dict[str, SliceSpec]:
-    """The reference: every Pod that has a record and a span reaching some Node, grouped by
-    audience, sorted by key, ``max_pods`` to a slice, named ``<audience hash>-<n>``."""
+def plan_slices(pods: Mapping[str, Pod], groups: Mapping[str, GroupView],
+                max_pods: int = MAX_PODS) -> dict[str, SliceSpec]:
+    """The reference: for every group (by name) whose reach reaches some Node, its members that
+    have a record, sorted by key, ``max_pods`` to a slice, named ``<group>-<n>``."""
     _check_max(max_pods)
-    groups: dict[Audience, list[Pod]] = {}
-    for key, span in spans.items():
-        aud = audience(span)
-        if aud is not None and key in pods:
-            groups.setdefault(aud, []).append(pods[key])
     out: dict[str, SliceSpec] = {}
-    for aud in sorted(groups, key=lambda a: (audience_hash(a), a.everyone, sorted(a.nodes))):
-        members = sorted(groups[aud], key=lambda p: p.key)
-        n = 0
-        for i in range(0, len(members), max_pods):
-            while slice_name(aud, n) in out:  # two audiences of one hash (never seen): numbered on
-                n += 1
-            out[slice_name(aud, n)] = SliceSpec(aud, tuple(members[i:i + max_pods]))
+    for name in sorted(groups):
+        view = groups[name]
+        aud = audience(view.reach)
+        if aud is None:
+            continue
+        members = [pods[k] for k in sorted(view.members) if k in pods]
+        for n, i in enumerate(range(0, len(members), max_pods)):
+            out[slice_name(name, n)] = SliceSpec(name, aud, tuple(members[i:i + max_pods]))
     return out
 
 
@@ -80,29 +80,38 @@ class Writes:
 
 @dataclass
 class _Slice:
+    group: str
     audience: Audience
     members: dict[str, Pod] = field(default_factory=dict)
 
 
+@dataclass
+class _Group:
+    """What the book knows of a group: its members (with a record or not) and its audience
+    (None: published nowhere)."""
+
+    members: set[str] = field(default_factory=set)
+    audience: Audience | None = None
+    slices: set[str] = field(default_factory=set)
+    room: set[str] = field(default_factory=set)  # its slices with fewer than max_pods
+
+
 class SliceBook:
-    """The cluster's PeerSlices, kept by Pod changes: :meth:`apply` takes what changed (a Pod's
-    record, a Pod's span; None for gone) and returns the writes.  A Pod is published when it has a
-    record and a span that reaches some Node.  A record change writes the one slice that holds the
-    Pod; an audience change moves it from its slice to one of the new audience that has room (the
-    ones this batch writes anyway first, then the fullest) or a new one; an emptied slice is
-    deleted; a slice nothing changed in is not written.  Slices are not repacked: which Pods share a
-    slice depends on history, not on :func:`plan_slices`."""
+    """The cluster's PeerSlices, kept by changes: :meth:`apply` takes the Pod records and the
+    groups that changed (None: gone) and returns the writes.  A Pod is in one slice of each
+    published group it is a member of, while it has a record.  An emptied slice is deleted; a
+    slice nothing changed in is not written.  Slices are not repacked: which Pods share a slice
+    depends on history, not on :func:`plan_slices`."""
 
     def __init__(self, max_pods: int = MAX_PODS) -> None:
         _check_max(max_pods)
         self.max_pods = max_pods
         self._slices: dict[str, _Slice] = {}
-        self._where: dict[str, str] = {}  # Pod key -> slice name
-        self._room: dict[Audience, set[str]] = {}  # slices with fewer than max_pods
+        self._groups: dict[str, _Group] = {}
+        self._where: dict[tuple[str, str], str] = {}  # (group, Pod key) -> slice name
+        self._member_of: dict[str, set[str]] = {}  # Pod key -> the groups it is a member of
         self._records: dict[str, Pod] = {}
-        self._audiences: dict[str, Audience] = {}
         # what from_objects found to repair, written by the next apply
-        self._pending_keys: set[str] = set()
         self._pending_dirty: set[str] = set()
         self._pending_delete: set[str] = set()
         self.errors: tuple[str, ...] = ()
@@ -110,11 +119,11 @@ class SliceBook:
     @classmethod
     def from_objects(cls, objects: Iterable[Any], max_pods: int = MAX_PODS) -> SliceBook:
         """The book a new leader starts from: the PeerSlice objects as listed.  What they got
-        wrong is repaired by the next :meth:`apply` (run it with every Pod and span, as the new
+        wrong is repaired by the next :meth:`apply` (run it with every Pod and group, as the new
         leader knows them, and it writes only what differs): an object that cannot be read is
-        deleted (its error kept in ``errors``), a Pod in two slices stays in the first by name,
-        labels that are not the audience's are rewritten, a slice over ``max_pods`` gives its last
-        Pods to others."""
+        deleted (its error kept in ``errors``), a Pod twice in one group stays in the first slice
+        by name, labels or an audience that are not the group's are rewritten, a slice over
+        ``max_pods`` gives its last Pods to others."""
         book = cls(max_pods)
         errors, read = [], []
         for obj in objects:
@@ -128,20 +137,21 @@ class SliceBook:
                     book._pending_delete.add(name)
         book.errors = tuple(errors)
         for rs in sorted(read, key=lambda r: r.name):
-            s = book._slices[rs.name] = _Slice(rs.spec.audience)
-            if rs.labels != rs.spec.labels:
+            gname = rs.spec.group
+            g = book._groups.setdefault(gname, _Group(audience=rs.spec.audience))
+            s = book._slices[rs.name] = _Slice(gname, rs.spec.audience)
+            g.slices.add(rs.name)
+            if rs.labels != rs.spec.labels or rs.spec.audience != g.audience:
                 book._pending_dirty.add(rs.name)
             for pod in rs.spec.pods:
-                if pod.key in book._where:
-                    book._pending_dirty.add(rs.name)  # dropped: it stays in the first
-                elif len(s.members) >= max_pods:
-                    book._pending_dirty.add(rs.name)  # dropped here, placed again by apply
-                    book._pending_keys.add(pod.key)
-                    book._records[pod.key], book._audiences[pod.key] = pod, rs.spec.audience
-                else:
-                    s.members[pod.key] = pod
-                    book._where[pod.key] = rs.name
-                    book._records[pod.key], book._audiences[pod.key] = pod, rs.spec.audience
+                if (gname, pod.key) in book._where or len(s.members) >= max_pods:
+                    book._pending_dirty.add(rs.name)  # dropped here; apply places it again if it belongs
+                    continue
+                s.members[pod.key] = pod
+                book._where[(gname, pod.key)] = rs.name
+                g.members.add(pod.key)
+                book._member_of.setdefault(pod.key, set()).add(gname)
+                book._records.setdefault(pod.key, pod)
             if not s.members:
                 book._pending_dirty.add(rs.name)
             book._refresh_room(rs.name)
@@ -154,90 +164,127 @@ class SliceBook:
     def objects(self) -> list[dict[str, Any]]:
         return [to_object(name, spec) for name, spec in self.specs().items()]
 
-    def slice_of(self, key: str) -> str | None:
-        return self._where.get(key)
+    def group_names(self) -> set[str]:
+        """The groups the book holds (members or slices)."""
+        return set(self._groups)
+
+    def slices_of(self, key: str) -> set[str]:
+        """The slices that hold Pod ``key``."""
+        return {self._where[(g, key)] for g in self._member_of.get(key, ()) if (g, key) in self._where}
 
     def apply(self, pods: Mapping[str, Pod | None] | None = None,
-              spans: Mapping[str, Span | None] | None = None) -> Writes:
-        """Take the changed Pod records and spans (None: gone); return the writes that bring the
-        slices to them."""
-        pods, spans = pods or {}, spans or {}
+              groups: Mapping[str, GroupView | None] | None = None) -> Writes:
+        """Take the changed Pod records and groups by name (None: gone); return the writes that
+        bring the slices to them."""
+        pods, groups = pods or {}, groups or {}
+        dirty = set(self._pending_dirty)
+        existing = set(self._slices)
+        touched: set[tuple[str, str]] = set()  # (group, Pod key) to bring to what it should be
         for key, pod in pods.items():
             if pod is None:
                 self._records.pop(key, None)
             else:
                 self._records[key] = pod
-        for key, span in spans.items():
-            aud = audience(span) if span is not None else None
-            if aud is None:
-                self._audiences.pop(key, None)
-            else:
-                self._audiences[key] = aud
-        existing = set(self._slices)
-        reserved = set(self._pending_delete)
-        dirty = set(self._pending_dirty)
-        arrivals = []
-        for key in sorted(set(pods) | set(spans) | self._pending_keys):
-            pod, aud = self._records.get(key), self._audiences.get(key)
-            name = self._where.get(key)
-            if name is not None:
-                s = self._slices[name]
-                if pod is None or aud != s.audience:
-                    del s.members[key], self._where[key]
+            touched.update((g, key) for g in self._member_of.get(key, ()))
+        for gname, view in groups.items():
+            g = self._groups.get(gname)
+            if g is None:
+                if view is None:
+                    continue
+                g = self._groups[gname] = _Group()
+            new_members = set(view.members) if view is not None else set()
+            aud = audience(view.reach) if view is not None else None
+            for key in g.members - new_members:
+                self._unmember(gname, key)
+                touched.add((gname, key))
+            for key in new_members - g.members:
+                self._member_of.setdefault(key, set()).add(gname)
+                touched.add((gname, key))
+            g.members = new_members
+            if aud != g.audience:
+                g.audience = aud
+                touched.update((gname, k) for k in new_members)  # published or not: every member again
+                for name in g.slices:
+                    self._slices[name].audience = aud if aud is not None else self._slices[name].audience
                     dirty.add(name)
-                    self._refresh_room(name)
+        arrivals: list[tuple[str, str, Pod]] = []
+        for gname, key in sorted(touched):
+            g = self._groups.get(gname)
+            pod = self._records.get(key)
+            want = g is not None and g.audience is not None and pod is not None and key in g.members
+            at = self._where.get((gname, key))
+            if at is not None:
+                s = self._slices[at]
+                if not want:
+                    del s.members[key], self._where[(gname, key)]
+                    dirty.add(at)
+                    self._refresh_room(at)
                 elif s.members[key] != pod:
+                    assert pod is not None
                     s.members[key] = pod
-                    dirty.add(name)
-            if pod is not None and aud is not None and key not in self._where:
-                arrivals.append((key, pod, aud))
-        for key, pod, aud in arrivals:
-            name = self._place(aud, dirty, reserved)
+                    dirty.add(at)
+            elif want:
+                assert pod is not None
+                arrivals.append((gname, key, pod))
+        for gname, key, pod in arrivals:
+            name = self._place(gname, dirty)
             self._slices[name].members[key] = pod
-            self._where[key] = name
+            self._where[(gname, key)] = name
             dirty.add(name)
             self._refresh_room(name)
-        create, update, delete = [], [], sorted(self._pending_delete)
+        create, update, delete = [], [], set(self._pending_delete)
+        seen = set(groups) | {self._slices[n].group for n in dirty}
         for name in sorted(dirty):
             s = self._slices[name]
-            if not s.members:
+            g = self._groups[s.group]
+            if not s.members or g.audience is None:
+                assert not s.members, f"{name}: a group published nowhere kept a Pod"
                 del self._slices[name]
-                self._refresh_room(name, s.audience)
+                g.slices.discard(name)
+                g.room.discard(name)
                 if name in existing:
-                    delete.append(name)
+                    delete.add(name)
             elif name in existing:
                 update.append(to_object(name, self._spec(name)))
             else:
                 create.append(to_object(name, self._spec(name)))
-        self._pending_keys, self._pending_dirty, self._pending_delete = set(), set(), set()
+        for gname in seen:
+            g = self._groups.get(gname)
+            if g is not None and not g.members and not g.slices:
+                del self._groups[gname]
+        self._pending_dirty, self._pending_delete = set(), set()
         return Writes(tuple(create), tuple(update), tuple(sorted(delete)))
+
+    def _unmember(self, gname: str, key: str) -> None:
+        groups = self._member_of.get(key)
+        if groups is not None:
+            groups.discard(gname)
+            if not groups:
+                del self._member_of[key]
 
     def _spec(self, name: str) -> SliceSpec:
         s = self._slices[name]
-        return SliceSpec(s.audience, tuple(s.members[k] for k in sorted(s.members)))
+        return SliceSpec(s.group, s.audience, tuple(s.members[k] for k in sorted(s.members)))
 
-    def _refresh_room(self, name: str, gone: Audience | None = None) -> None:
-        """Keep ``_room`` right for slice ``name`` (``gone``: its audience, the slice deleted)."""
-        s = self._slices.get(name)
-        aud = s.audience if s is not None else gone
-        if aud is None:
-            return
-        room = self._room.setdefault(aud, set())
-        if s is not None and len(s.members) < self.max_pods:
+    def _refresh_room(self, name: str) -> None:
+        s = self._slices[name]
+        room = self._groups[s.group].room
+        if len(s.members) < self.max_pods:
             room.add(name)
         else:
             room.discard(name)
-        if not room:
-            del self._room[aud]
 
-    def _place(self, aud: Audience, dirty: set[str], reserved: set[str]) -> str:
-        """A slice of ``aud`` with room: one this batch writes anyway, else the fullest; or a new one."""
-        candidates = self._room.get(aud)
-        if candidates:
-            return min(candidates, key=lambda n: (n not in dirty, -len(self._slices[n].members), n))
+    def _place(self, gname: str, dirty: set[str]) -> str:
+        """A slice of group ``gname`` with room: one this batch writes anyway, else the fullest;
+        or a new one."""
+        g = self._groups[gname]
+        if g.room:
+            return min(g.room, key=lambda n: (n not in dirty, -len(self._slices[n].members), n))
         n = 0
-        while slice_name(aud, n) in self._slices or slice_name(aud, n) in reserved:
+        while slice_name(gname, n) in self._slices or slice_name(gname, n) in self._pending_delete:
             n += 1
-        name = slice_name(aud, n)
-        self._slices[name] = _Slice(aud)
+        name = slice_name(gname, n)
+        assert g.audience is not None
+        self._slices[name] = _Slice(gname, g.audience)
+        g.slices.add(name)
         return name

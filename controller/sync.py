@@ -2,16 +2,16 @@
 
 One :meth:`Sync.step` per wake-up: it drains every resource's journal (all that arrived since the
 last step, however many events: they coalesce), applies them to a
-:class:`routesync.policy.spanindex.SpanIndex`, takes the Pods whose span changed, hands those and
-the Pods whose record changed to the :class:`controller.slices.SliceBook`, and gives the
-resulting writes to ``write``.
+:class:`routesync.policy.spanindex.SpanIndex`, takes the groups whose members or reach changed,
+hands those (by :func:`~routesync.policy.peerslice.group_name`) and the Pods whose record changed
+to the :class:`controller.slices.SliceBook`, and gives the resulting writes to ``write``.
 
 **Fails closed**: a step before every resource has listed drains nothing and writes nothing (a
 plan from an empty cache would delete every slice, and the Nodes would deny what they allowed).
 
 **A new leader writes only differences**: :class:`Sync` starts from the PeerSlice objects as
 listed (:meth:`SliceBook.from_objects`); its first step reads every resource whole and gives the
-book every Pod it knows of, from the watches or from those objects, with its record and span as
+book every Pod and every group it knows of, from the watches or from those objects, as they are
 now, so the book writes what differs from the objects and nothing else."""
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from routesync.policy.model import Pod
-from routesync.policy.peerslice import SliceError, from_object
-from routesync.policy.relevance import Span
-from routesync.policy.spanindex import SpanIndex
+from routesync.policy.peerslice import SliceError, from_object, group_name
+from routesync.policy.spanindex import GroupView, SpanIndex
 
 from .slices import SliceBook, Writes
 from .sources import Feeds
@@ -67,17 +66,18 @@ class Sync:
             return None
         if self._started:
             pods = self._drain()
-            spans = self.index.take_changes()
+            groups = {group_name(g): v for g, v in self.index.take_group_changes().items()}
         else:
-            pods, spans = self._first()
+            pods, groups = self._first()
             self._started = True
-        writes = self.book.apply(pods, spans)
+        self.index.drop_span_changes()
+        writes = self.book.apply(pods, groups)
         self.steps += 1
         if writes.count:
             self.write(writes)
         return writes
 
-    def _first(self) -> tuple[dict[str, Pod | None], dict[str, Span | None]]:
+    def _first(self) -> tuple[dict[str, Pod | None], dict[str, GroupView | None]]:
         f = self.feeds
         pods = f.pods.drain(snapshot=True)[2]
         namespaces = f.namespaces.drain(snapshot=True)[2]
@@ -92,10 +92,12 @@ class Sync:
         records = {p.key: p for p in pods or ()}
         for pod in records.values():
             self.index.upsert_pod(pod)
-        self.index.take_changes()
+        self.index.take_group_changes()
+        groups: dict[str, GroupView | None] = {name: None for name in self.book.group_names()}
+        groups.update((group_name(g), v) for g, v in self.index.groups().items())
         keys = set(records) | self._listed_keys
         self._listed_keys = set()
-        return {k: records.get(k) for k in keys}, {k: self.index.span(k) for k in keys}
+        return {k: records.get(k) for k in keys}, groups
 
     def _drain(self) -> dict[str, Pod | None]:
         """Every journal into the index; the Pods whose record changed."""

@@ -1,13 +1,15 @@
 """PeerSlices on the wire: the object ferry-controller writes and a Node's route-sync reads
 (issue 46, ``docs/design/peerslices.md``), declared once for both.  Pure.
 
-A slice holds up to ``MAX_PODS`` Pods (each as :func:`pod_to_entry`) that share one
-:class:`Audience`, the Nodes a :class:`~routesync.policy.relevance.Span` is delivered to: the
-span's own Nodes, or, for a span that is ``everywhere`` or ``populated``, every Node.  The
-audience is written on the slice as labels (:func:`audience_labels`), and a Node's route-sync
-watches the slices with a label selector (:func:`node_selectors`): the API server filters each
-watch in its watch cache, so a Node receives only the slices labelled for it.  The controller's
-planning of them is ``controller/slices.py``."""
+A slice holds up to ``MAX_PODS`` Pods (each as :func:`pod_to_entry`) of one *group*, a set of
+Pods a policy names (:class:`~routesync.policy.spanindex.Group`, named by :func:`group_name`),
+and carries the group's :class:`Audience`, the Nodes its
+:class:`~routesync.policy.spanindex.GroupReach` is delivered to: the reach's Nodes, or, when it
+is ``everywhere`` or ``populated``, every Node.  The audience is written on the slice as labels
+(:func:`slice_labels`), and a Node's route-sync watches the slices with a label selector
+(:func:`node_selectors`): the API server filters each watch in its watch cache, so a Node
+receives only the slices labelled for it.  A Pod in several groups is in several slices; a Node
+keys what it receives by Pod.  The controller's planning of them is ``controller/slices.py``."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Any
 
 from routesync.policy import selector as sel
 from routesync.policy.model import NamedPort, Pod
-from routesync.policy.relevance import Span
+from routesync.policy.spanindex import Group, GroupReach
 
 GROUP = "ferry.io"
 VERSION = "v1alpha1"
@@ -35,12 +37,12 @@ MAX_PODS_LIMIT = 1000  # what the CRD admits (its pods' maxItems)
 NODE_LABEL_PREFIX = "span.ferry.io/"  # + node_label_name(node), value "": the slice is for that Node
 SPAN_ALL_LABEL = "ferry.io/span-all"  # value "true": the slice is for every Node
 SPAN_ALL_VALUE = "true"
-SPAN_LABEL = "ferry.io/span"  # value: audience_hash, to find one audience's slices
+GROUP_LABEL = "ferry.io/group"  # value: group_name, to find one group's slices
 HASHED_NAME_PREFIX = "h-"  # a Node name that cannot be a label key's name: h-<sha256 prefix>
 
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _NAME_HASH_CHARS = 32  # 128 bits: no two Node names of a cluster share one
-_AUDIENCE_HASH_CHARS = 16  # names and the span label; identity is the audience itself, not this
+_GROUP_HASH_CHARS = 16  # names and the group label
 
 
 class SliceError(ValueError):
@@ -65,17 +67,26 @@ class Audience:
 EVERYONE = Audience(everyone=True)
 
 
-def audience(span: Span) -> Audience | None:
-    """The Nodes a span's Pods are delivered to; None for a span that reaches no Node."""
-    if span.everywhere or span.populated:
+def audience(reach: GroupReach) -> Audience | None:
+    """The Nodes a group's members are delivered to; None for a reach of no Node."""
+    if reach.everywhere or reach.populated:
         return EVERYONE
-    return Audience(span.nodes) if span.nodes else None
+    return Audience(reach.nodes) if reach.nodes else None
 
 
-def audience_hash(aud: Audience) -> str:
-    doc = {"everyone": aud.everyone, "nodes": sorted(aud.nodes)}
+def _selector_doc(s: sel.Selector | None) -> list[list[Any]] | None:
+    if s is None:
+        return None
+    return sorted([r.key, r.operator, sorted(r.values)] for r in s.requirements)
+
+
+def group_name(g: Group) -> str:
+    """A group's name on the wire (its slices are ``<name>-<n>``): a hash of its canonical form,
+    the same in every process and version that reads groups alike."""
+    doc = {"namespace": g.namespace, "namespaces": _selector_doc(g.namespaces), "pods": _selector_doc(g.pods),
+           "ports": sorted(list(p) for p in g.ports)}
     canonical = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:_AUDIENCE_HASH_CHARS]
+    return "g" + hashlib.sha256(canonical.encode()).hexdigest()[:_GROUP_HASH_CHARS]
 
 
 def node_label_key(node: str) -> str:
@@ -95,9 +106,9 @@ def node_selectors(node: str) -> list[str]:
     return [node_label_key(node), f"{SPAN_ALL_LABEL}={SPAN_ALL_VALUE}"]
 
 
-def audience_labels(aud: Audience) -> dict[str, str]:
-    """A slice's labels: its audience's hash, and who receives it."""
-    labels = {SPAN_LABEL: audience_hash(aud)}
+def slice_labels(group: str, aud: Audience) -> dict[str, str]:
+    """A slice's labels: its group's name, and who receives it."""
+    labels = {GROUP_LABEL: group}
     if aud.everyone:
         labels[SPAN_ALL_LABEL] = SPAN_ALL_VALUE
     for node in aud.nodes:
@@ -221,14 +232,15 @@ def pod_from_entry(entry: Any, where: str = "pod") -> Pod:
 
 @dataclass(frozen=True)
 class SliceSpec:
-    """One slice's content: its audience and its Pods, sorted by key."""
+    """One slice's content: its group's name, its audience and its Pods, sorted by key."""
 
+    group: str
     audience: Audience
     pods: tuple[Pod, ...]
 
     @property
     def labels(self) -> dict[str, str]:
-        return audience_labels(self.audience)
+        return slice_labels(self.group, self.audience)
 
     @property
     def entries(self) -> list[dict[str, Any]]:
@@ -247,7 +259,7 @@ class ReadSlice:
 def to_object(name: str, spec: SliceSpec) -> dict[str, Any]:
     """The PeerSlice object (``ferry.io/v1alpha1``, cluster-scoped)."""
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name, "labels": spec.labels},
-            "audience": {"everyone": spec.audience.everyone, "nodes": sorted(spec.audience.nodes)},
+            "group": spec.group, "audience": {"everyone": spec.audience.everyone, "nodes": sorted(spec.audience.nodes)},
             "pods": spec.entries}
 
 
@@ -268,6 +280,9 @@ def from_object(obj: Any) -> ReadSlice:
     labels = meta.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise SliceError(f"{where}: metadata.labels: not a map of strings")
+    group = obj.get("group")
+    if not isinstance(group, str) or not group:
+        raise SliceError(f"{where}: group: not a group's name")
     aud_doc = obj.get("audience")
     if not isinstance(aud_doc, dict):
         raise SliceError(f"{where}: audience: not an object")
@@ -287,9 +302,9 @@ def from_object(obj: Any) -> ReadSlice:
             raise SliceError(f"{where}: pods[{i}]: {pod.key} twice")
         seen.add(pod.key)
         pods.append(pod)
-    spec = SliceSpec(Audience(frozenset(nodes), everyone), tuple(sorted(pods, key=lambda p: p.key)))
+    spec = SliceSpec(group, Audience(frozenset(nodes), everyone), tuple(sorted(pods, key=lambda p: p.key)))
     return ReadSlice(name, dict(labels), spec)
 
 
-def slice_name(aud: Audience, n: int) -> str:
-    return f"{audience_hash(aud)}-{n}"
+def slice_name(group: str, n: int) -> str:
+    return f"{group}-{n}"

@@ -353,6 +353,12 @@ class SpanIndex:
         self._touched.clear()
         return out
 
+    def drop_span_changes(self) -> None:
+        """Forget which Pods' spans changed, for a reader that takes groups only
+        (:meth:`take_group_changes`); :meth:`take_changes` then starts again from nothing."""
+        self._dirty.clear()
+        self._published.clear()
+
     def sizes(self) -> dict[str, int]:
         """What the index holds, by kind (a controller's metrics; all 0 once everything went)."""
         return {"pods": len(self._pods), "namespaces": len(self._ns_labels), "policies": len(self._terms),

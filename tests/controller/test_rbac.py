@@ -32,7 +32,7 @@ from kubernetes.client import rest
 from controller import leader
 from controller.process import lead
 from controller.slices import plan_slices
-from routesync.policy import peerslice, relevance
+from routesync.policy import peerslice, spanindex
 from routesync.policy.model import pod_from, policy_from
 from routesync.policy.peerslice import SliceSpec, to_object
 from routesync.policy.plan import Inputs
@@ -176,7 +176,7 @@ def allow_from(ns: str, name: str, subject: str, peer: str) -> dict[str, Any]:
 
 
 def cluster(server: ApiServer) -> dict[str, SliceSpec]:
-    """A small cluster (two audiences: web read on n1, web2 on n2); the slices it should have."""
+    """A small cluster (two groups: web read on n1, web2 on n2); the slices it should have."""
     for ns in ("a", "b"):
         server.put("", "namespaces", {"metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}})
     pods = [pod("a", "db", "n1", "10.0.1.2", app="db"), pod("a", "web", "n2", "10.0.2.2", app="web"),
@@ -191,7 +191,8 @@ def cluster(server: ApiServer) -> dict[str, SliceSpec]:
     inputs = Inputs(tuple(parsed.values()), {"a": (("kubernetes.io/metadata.name", "a"),),
                                              "b": (("kubernetes.io/metadata.name", "b"),)},
                     tuple(policy_from(p) for p in policies))
-    return plan_slices(parsed, relevance.spans(inputs))
+    views = spanindex.group_views(inputs, remote_egress=False)
+    return plan_slices(parsed, {peerslice.group_name(g): v for g, v in views.items()})
 
 
 def rbac() -> tuple[set[tuple[str, str, str]], list[dict[str, Any]]]:
@@ -218,17 +219,17 @@ def test_the_rbac_is_exactly_what_the_controller_calls() -> None:
     (web_slice, web2_slice) = sorted(want, key=lambda n: [p.key for p in want[n].pods])
     # listed: web2's slice with a stale record (updated), and one nobody reads any more (deleted)
     stale = want[web2_slice]
-    old = SliceSpec(stale.audience, tuple(p.__class__(p.namespace, p.name, p.node, p.labels, ("10.9.9.9",), p.ports)
-                                          for p in stale.pods))
+    readdressed = tuple(p.__class__(p.namespace, p.name, p.node, p.labels, ("10.9.9.9",), p.ports) for p in stale.pods)
+    old = SliceSpec(stale.group, stale.audience, readdressed)
     server.put("ferry.io", "peerslices", to_object(web2_slice, old))
     nobody = peerslice.Audience(frozenset({"gone-node"}))
-    server.put("ferry.io", "peerslices", to_object(peerslice.slice_name(nobody, 0),
-                                                   SliceSpec(nobody, want[web2_slice].pods[:1])))
+    server.put("ferry.io", "peerslices", to_object(peerslice.slice_name("gnobody", 0),
+                                                   SliceSpec("gnobody", nobody, want[web2_slice].pods[:1])))
 
     def race() -> None:  # after the leader's listing: web's slice appears, the unread one goes
-        one = SliceSpec(want[web_slice].audience, want[web_slice].pods[:1])
+        one = SliceSpec(want[web_slice].group, want[web_slice].audience, want[web_slice].pods[:1])
         server.put("ferry.io", "peerslices", to_object(web_slice, one))
-        del server.objects[("ferry.io", "peerslices", "", peerslice.slice_name(nobody, 0))]
+        del server.objects[("ferry.io", "peerslices", "", peerslice.slice_name("gnobody", 0))]
     server.after[("ferry.io", "peerslices", "list")] = race
 
     # the Lease: taken, renewed, and held against a second candidate

@@ -1,22 +1,25 @@
-"""PeerSlices (controller/slices.py) held to the contract they carry, ``relevance.per_node``.
+"""PeerSlices (controller/slices.py) held to the contract they carry: each Node receives the
+members of every group whose audience holds it.
 
 The randomized test plays ferry-controller and the API server together: random Pod records and
-spans change (Pods added, changed, moved between Nodes, removed; spans among explicit Node sets,
-everywhere, populated, reaching nobody, gone), one at a time or a few in one batch, some delivered
-twice; the :class:`SliceBook`'s writes go into a store that refuses a create of an existing name,
-an update or delete of a missing one and an update that changes nothing; and every Node reads the
-store through its own label selectors, filtered as the API server's watch cache does.  After every
-event, for every Node: what it receives is exactly ``per_node`` of the spans with ``populated``
-taken as ``everywhere`` (the documented superset), contains ``per_node`` of the spans themselves,
-equals it on every Node that has a Pod, and carries each Pod's current record; no Pod is in two
-slices; no slice is empty or over ``max_pods``; each slice's labels are its audience's; the Pods of
-each audience are those :func:`plan_slices` puts there; a Pod event writes at most one slice and a
-span event at most two.  Every so often the book is thrown away and rebuilt from the store's
-objects, as a new leader does: given every Pod and span it writes nothing, and carries on."""
+groups change (Pods added, changed, moved between Nodes, removed; a group's members and its reach
+among explicit Node sets, everywhere, populated, reaching nobody, gone), one at a time or a few
+in one batch, some delivered twice; the :class:`SliceBook`'s writes go into a store that refuses a
+create of an existing name, an update or delete of a missing one and an update that changes
+nothing; and every Node reads the store through its own label selectors, filtered as the API
+server's watch cache does.  After every event: each slice holds 1..``max_pods`` Pods of one
+published group, labelled with the group's name and audience; each group's slices hold each of its
+members that has a record exactly once, as :func:`plan_slices` does; every Node receives exactly
+the members of the groups whose audience holds it, each with its current record; a Pod record
+change writes at most one slice per group it is in, a membership change one slice per Pod that
+joins or leaves, a reach change only the group's own slices.  Every so often the book is thrown
+away and rebuilt from the store's objects, as a new leader does: given every Pod and group it
+writes nothing, and carries on."""
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from collections.abc import Mapping
@@ -28,19 +31,20 @@ from hypothesis import strategies as st
 
 from controller import slices
 from controller.slices import SliceBook, Writes
-from routesync.policy import peerslice, relevance
+from routesync.policy import peerslice
 from routesync.policy.model import NamedPort, Pod
 from routesync.policy.peerslice import Audience, SliceError
-from routesync.policy.relevance import Span
+from routesync.policy.spanindex import GroupReach, GroupView
 
 LONG = "node-" + "x" * 70 + ".example.com"  # longer than a label key's name may be
 NODES = ("n1", "n2", "node.example.com", LONG, "h-7", "empty")  # "empty" never has a Pod
 POD_NODES = NODES[:-1]
 KEYS = tuple(f"ns{i % 3}/p{i}" for i in range(30))
+GROUPS = tuple(f"g{i}" for i in range(6))
 # a label key's name part as the API server checks it (apimachinery's qualifiedNameFmt, 63 characters at most)
 LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 HASH_FORM = re.compile(r"^span\.ferry\.io/h-[0-9a-f]{32}$")
-MAX = 3  # small, so audiences take several slices and Pods move between them
+MAX = 3  # small, so groups take several slices
 
 
 def make_pod(rng: random.Random, key: str) -> Pod:
@@ -52,18 +56,30 @@ def make_pod(rng: random.Random, key: str) -> Pod:
     return Pod(ns, name, rng.choice(POD_NODES), labels, ips, ports)
 
 
-def make_span(rng: random.Random) -> Span | None:
+def make_reach(rng: random.Random) -> GroupReach:
     r = rng.random()
-    if r < 0.1:
-        return None
     if r < 0.15:
-        return Span()  # reaches nobody: its Node's own alone, subtracted
+        return GroupReach()  # reaches nobody
     nodes = frozenset(rng.sample(POD_NODES, rng.choice((1, 1, 2, 3))))
-    if r < 0.65:
-        return Span(nodes)
-    if r < 0.8:
-        return Span(nodes if rng.random() < 0.3 else frozenset(), everywhere=True)
-    return Span(nodes if rng.random() < 0.3 else frozenset(), populated=True)
+    if r < 0.7:
+        return GroupReach(nodes)
+    if r < 0.85:
+        return GroupReach(nodes if rng.random() < 0.3 else frozenset(), everywhere=True)
+    return GroupReach(nodes if rng.random() < 0.3 else frozenset(), populated=True)
+
+
+def make_group_change(rng: random.Random, old: GroupView | None) -> GroupView | None:
+    r = rng.random()
+    if r < 0.07:
+        return None
+    if old is None or r < 0.2:
+        return GroupView(frozenset(rng.sample(KEYS, rng.randrange(0, 12))), make_reach(rng))
+    if r < 0.5:  # its reach alone
+        return GroupView(old.members, make_reach(rng))
+    members = set(old.members)  # a few Pods join or leave
+    for _ in range(rng.choice((1, 1, 2))):
+        members ^= {rng.choice(KEYS)}
+    return GroupView(frozenset(members), old.reach)
 
 
 class Store:
@@ -87,78 +103,97 @@ class Store:
             del self.objects[name]
 
     def received(self, node: str) -> dict[str, dict[str, Any]]:
-        """What ``node``'s watches hold: Pod key -> entry, over the slices its selectors match."""
+        """What ``node``'s watches hold: Pod key -> entry, over the slices its selectors match (a
+        Pod in several groups the Node receives in several slices, the same record in each)."""
         out: dict[str, dict[str, Any]] = {}
         selectors = [peerslice.parse_selector(s) for s in peerslice.node_selectors(node)]  # matches(), parsed once
-        for obj in self.objects.values():
+        for name, obj in self.objects.items():
             labels = obj["metadata"].get("labels") or {}
             if any(s.matches(labels) for s in selectors):
                 for entry in obj["pods"]:
                     key = f"{entry['namespace']}/{entry['name']}"
-                    assert key not in out, f"{node} receives {key} twice"
+                    assert out.setdefault(key, entry) == entry, f"{node} receives two records of {key} ({name})"
                     out[key] = entry
         return out
 
 
-def widened(spans: Mapping[str, Span]) -> dict[str, Span]:
-    return {k: Span(s.nodes, s.everywhere or s.populated) for k, s in spans.items()}
+def by_group(specs: Mapping[str, peerslice.SliceSpec]) -> dict[str, tuple[Audience, set[str]]]:
+    out: dict[str, tuple[Audience, set[str]]] = {}
+    for spec in specs.values():
+        aud, keys = out.setdefault(spec.group, (spec.audience, set()))
+        assert aud == spec.audience, f"{spec.group}: two audiences"
+        keys.update(p.key for p in spec.pods)
+    return out
 
 
-def check(store: Store, book: SliceBook, pods: Mapping[str, Pod], spans: Mapping[str, Span], where: str) -> int:
+def check(store: Store, book: SliceBook, pods: Mapping[str, Pod], groups: Mapping[str, GroupView],
+          where: str) -> int:
     """Every property of the module docstring; returns how many (Node, Pod) deliveries there are."""
     assert store.objects == {o["metadata"]["name"]: o for o in book.objects()}, f"{where}: book and store differ"
-    placed: dict[str, str] = {}
-    by_audience: dict[Audience, set[str]] = {}
+    placed: set[tuple[str, str]] = set()
+    read = {}
     for name, obj in store.objects.items():
         rs = peerslice.from_object(obj)
+        read[name] = rs.spec
         assert 1 <= len(rs.spec.pods) <= MAX, f"{where}: {name} holds {len(rs.spec.pods)} Pods"
-        assert rs.labels == peerslice.audience_labels(rs.spec.audience), f"{where}: {name}'s labels"
+        assert rs.labels == peerslice.slice_labels(rs.spec.group, rs.spec.audience), f"{where}: {name}'s labels"
+        view = groups.get(rs.spec.group)
+        assert view is not None and rs.spec.audience == peerslice.audience(view.reach), \
+            f"{where}: {name} is not its group's audience"
         for p in rs.spec.pods:
-            assert p.key not in placed, f"{where}: {p.key} in {placed.get(p.key)} and {name}"
-            placed[p.key] = name
-            by_audience.setdefault(rs.spec.audience, set()).add(p.key)
-    reference: dict[Audience, set[str]] = {}
-    for spec in slices.plan_slices(pods, spans, MAX).values():
-        assert 1 <= len(spec.pods) <= MAX
-        reference.setdefault(spec.audience, set()).update(p.key for p in spec.pods)
-    assert by_audience == reference, f"{where}: audiences hold other Pods than plan_slices'"
-    live = {k: s for k, s in spans.items() if k in pods}
-    exact = relevance.per_node(live, pods.values(), NODES)
-    superset = relevance.per_node(widened(live), pods.values(), NODES)
-    populated = {p.node for p in pods.values()}
+            assert (rs.spec.group, p.key) not in placed, f"{where}: {p.key} twice in {rs.spec.group}"
+            placed.add((rs.spec.group, p.key))
+    assert by_group(read) == by_group(slices.plan_slices(pods, groups, MAX)), \
+        f"{where}: groups hold other Pods than plan_slices'"
     deliveries = 0
     for node in NODES:
         got = store.received(node)
-        own = {k for k, p in pods.items() if p.node == node}
-        remote = set(got) - own
-        assert remote == superset[node], f"{where}: {node} receives {sorted(remote ^ superset[node])} wrongly"
-        assert exact[node] <= remote
-        if node in populated:
-            assert remote == exact[node], f"{where}: {node} has Pods and receives more than it reads"
+        want = {k for v in groups.values() for k in v.members
+                if k in pods and (aud := peerslice.audience(v.reach)) is not None and aud.receives(node)}
+        assert set(got) == want, f"{where}: {node} receives {sorted(set(got) ^ want)} wrongly"
         for key, entry in got.items():
             assert peerslice.pod_from_entry(entry) == pods[key], f"{where}: {node} holds a stale {key}"
-        deliveries += len(remote)
+        deliveries += len(got)
     return deliveries
 
 
+def bound(book: SliceBook, pc: Mapping[str, Pod | None], gc: Mapping[str, GroupView | None],
+          groups_before: Mapping[str, GroupView], slices_before: Mapping[str, peerslice.SliceSpec]) -> int:
+    """The most writes one change may take: a record, one slice per group that holds the Pod; a
+    group, one slice per member that joins or leaves, and all its slices when its audience changes."""
+    if pc:
+        (key,) = pc
+        return sum(key in v.members for v in groups_before.values())
+    (gname,) = gc
+    old, new = groups_before.get(gname), gc[gname]
+    old_members = old.members if old else frozenset()
+    new_members = new.members if new else frozenset()
+    n = len(old_members ^ new_members)
+    old_aud = peerslice.audience(old.reach) if old else None
+    new_aud = peerslice.audience(new.reach) if new else None
+    if old_aud != new_aud:
+        n += sum(spec.group == gname for spec in slices_before.values()) + math.ceil(len(new_members) / MAX)
+    return n
+
+
 @pytest.mark.parametrize("seed", range(4))
-def test_slices_deliver_to_each_node_exactly_what_it_reads(seed: int) -> None:
+def test_slices_deliver_to_each_node_exactly_the_groups_it_is_in(seed: int) -> None:
     rng = random.Random(seed)
     book, store = SliceBook(MAX), Store()
     pods: dict[str, Pod] = {}
-    spans: dict[str, Span] = {}
-    events = deliveries = rebuilds = moved = 0
-    last: tuple[dict[str, Pod | None], dict[str, Span | None]] = ({}, {})
+    groups: dict[str, GroupView] = {}
+    events = deliveries = rebuilds = relabels = most = 0
+    last: tuple[dict[str, Pod | None], dict[str, GroupView | None]] = ({}, {})
     for step in range(2600):
         r = rng.random()
         pod_changes: dict[str, Pod | None] = {}
-        span_changes: dict[str, Span | None] = {}
+        group_changes: dict[str, GroupView | None] = {}
         if r < 0.08 and (last[0] or last[1]):
-            pod_changes, span_changes = last  # delivered again
+            pod_changes, group_changes = last  # delivered again
         else:
             for _ in range(rng.choice((1, 1, 1, 1, 1, 2, 4))):
-                key = rng.choice(KEYS)
-                if rng.random() < 0.4:
+                if rng.random() < 0.5:
+                    key = rng.choice(KEYS)
                     old = pods.get(key)
                     if old is not None and rng.random() < 0.2:
                         pod_changes[key] = None
@@ -168,49 +203,53 @@ def test_slices_deliver_to_each_node_exactly_what_it_reads(seed: int) -> None:
                     else:
                         pod_changes[key] = make_pod(rng, key)
                 else:
-                    span_changes[key] = make_span(rng)
+                    gname = rng.choice(GROUPS)
+                    group_changes[gname] = make_group_change(rng, group_changes.get(gname, groups.get(gname)))
         # a batch is one apply (what a watch coalesced), or its changes one by one in another order
-        deliveries_in: list[tuple[dict[str, Pod | None], dict[str, Span | None]]] = [(pod_changes, span_changes)]
-        if len(pod_changes) + len(span_changes) > 1 and rng.random() < 0.5:
+        deliveries_in: list[tuple[dict[str, Pod | None], dict[str, GroupView | None]]] = [(pod_changes, group_changes)]
+        if len(pod_changes) + len(group_changes) > 1 and rng.random() < 0.5:
             deliveries_in = [({k: v}, {}) for k, v in pod_changes.items()] + \
-                [({}, {k: v}) for k, v in span_changes.items()]
+                [({}, {k: v}) for k, v in group_changes.items()]
             rng.shuffle(deliveries_in)
-        for pc, sc in deliveries_in:
+        for pc, gc in deliveries_in:
+            groups_before, slices_before = dict(groups), book.specs()
             for key, pod in pc.items():
                 if pod is None:
                     pods.pop(key, None)
                 else:
                     pods[key] = pod
-            for key, span in sc.items():
-                if span is None:
-                    spans.pop(key, None)
+            for gname, view in gc.items():
+                if view is None:
+                    groups.pop(gname, None)
                 else:
-                    spans[key] = span
-            where = f"seed {seed} step {step}: pods {pc} spans {sc}"
-            before = {k: book.slice_of(k) for k in KEYS}
-            w = book.apply(pc, sc)
+                    groups[gname] = view
+            where = f"seed {seed} step {step}: pods {pc} groups {gc}"
+            w = book.apply(pc, gc)
             store.write(w, where)
-            events += len(pc) + len(sc)
-            if (pc, sc) == last:
+            events += len(pc) + len(gc)
+            if (pc, gc) == last:
                 assert w.count == 0, f"{where}: a change delivered again writes {w}"
-            elif len(pc) + len(sc) == 1:
-                assert w.count <= (1 if pc else 2), f"{where}: {w}"
-            moved += sum(before[k] is not None and book.slice_of(k) not in (None, before[k]) for k in KEYS)
-            deliveries += check(store, book, pods, spans, where)
-        last = (pod_changes, span_changes)
+            elif len(pc) + len(gc) == 1:
+                assert w.count <= bound(book, pc, gc, groups_before, slices_before), f"{where}: {w}"
+            relabels += sum(slices_before[o["metadata"]["name"]].labels != o["metadata"]["labels"] for o in w.update)
+            deliveries += check(store, book, pods, groups, where)
+            most = max(most, len(store.objects))
+        last = (pod_changes, group_changes)
         if step % 97 == 96:  # failover: a new leader rebuilds from the objects, then hears everything
             rebuilt = SliceBook.from_objects(list(store.objects.values()), MAX)
             assert rebuilt.errors == ()
-            w = rebuilt.apply(dict(pods), dict(spans))
+            everything: dict[str, GroupView | None] = {g: None for g in rebuilt.group_names()}
+            everything.update(groups)
+            w = rebuilt.apply(dict(pods), everything)
             assert w.count == 0, f"{where}: the rebuilt book writes {w}"
             assert rebuilt.specs() == book.specs()
             book, rebuilds = rebuilt, rebuilds + 1
-            check(store, book, pods, spans, f"{where}, rebuilt")
-    # not vacuous: events enough, Pods delivered, moved between slices, books rebuilt and carried on
-    assert events >= 2500 and deliveries > 0 and moved > 100 and rebuilds >= 20, (events, deliveries, moved)
-    print(f"seed {seed}: {events} events, {deliveries} deliveries, {moved} moves, {rebuilds} rebuilds, "
-          f"{len(store.objects)} slices at the end")
-    assert len(store.objects) > 3
+            check(store, book, pods, groups, f"{where}, rebuilt")
+    # not vacuous: events enough, Pods delivered, slices relabelled, books rebuilt and carried on
+    assert events >= 2500 and deliveries > 0 and relabels > 100 and rebuilds >= 20, (events, deliveries, relabels)
+    print(f"seed {seed}: {events} events, {deliveries} deliveries, {relabels} relabels, {rebuilds} rebuilds, "
+          f"{most} slices at most")
+    assert most > len(GROUPS)  # groups took several slices
 
 
 def slice_pods(obj: Mapping[str, Any]) -> set[str]:
@@ -222,64 +261,85 @@ def pod(key: str, node: str = "n1", **labels: str) -> Pod:
     return Pod(ns, name, node, tuple(sorted(labels.items())), ("10.0.0.1",))
 
 
-def seeded_book() -> tuple[SliceBook, Store, dict[str, Pod], dict[str, Span]]:
+def seeded_book() -> tuple[SliceBook, Store, dict[str, Pod], dict[str, GroupView]]:
+    """Ten Pods; group "web" (p0..p4) read on n2, group "all" (every Pod) read on n3."""
     pods = {f"a/p{i}": pod(f"a/p{i}", "n1", app=str(i)) for i in range(10)}
-    spans = {k: Span(frozenset({"n2"}) if i < 5 else frozenset({"n3"})) for i, k in enumerate(sorted(pods))}
+    keys = sorted(pods)
+    groups = {"web": GroupView(frozenset(keys[:5]), GroupReach(frozenset({"n2"}))),
+              "all": GroupView(frozenset(keys), GroupReach(frozenset({"n3"})))}
     book, store = SliceBook(max_pods=3), Store()
-    store.write(book.apply(pods, spans), "seed")
-    assert len(store.objects) == 4  # two audiences of five Pods, three to a slice
-    return book, store, pods, spans
+    store.write(book.apply(pods, groups), "seed")
+    assert len(store.objects) == 6  # five Pods in two slices, ten in four
+    return book, store, pods, groups
 
 
-def test_a_pod_record_change_is_one_update_of_its_one_slice() -> None:
-    book, store, _pods, _spans = seeded_book()
+def test_a_pod_record_change_is_one_update_of_each_slice_that_holds_it() -> None:
+    book, store, _pods, _groups = seeded_book()
     before = {k: dict(v) for k, v in store.objects.items()}
     changed = pod("a/p3", "n1", app="3", tier="web")
     w = book.apply({"a/p3": changed})
-    assert (len(w.create), len(w.update), len(w.delete)) == (0, 1, 0)
-    name = w.update[0]["metadata"]["name"]
-    assert name == book.slice_of("a/p3")
-    entries = {f"{e['namespace']}/{e['name']}": e for e in w.update[0]["pods"]}
-    assert entries["a/p3"] == peerslice.pod_to_entry(changed)
-    assert {k: e for k, e in entries.items() if k != "a/p3"} == \
-        {f"{e['namespace']}/{e['name']}": e for e in before[name]["pods"] if e["name"] != "p3"}
+    assert (len(w.create), len(w.update), len(w.delete)) == (0, 2, 0)  # it is in both groups
+    names = {o["metadata"]["name"] for o in w.update}
+    assert names == book.slices_of("a/p3") and {n.split("-")[0] for n in names} == {"web", "all"}
+    for obj in w.update:
+        entries = {f"{e['namespace']}/{e['name']}": e for e in obj["pods"]}
+        assert entries["a/p3"] == peerslice.pod_to_entry(changed)
+        assert {k: e for k, e in entries.items() if k != "a/p3"} == \
+            {f"{e['namespace']}/{e['name']}": e for e in before[obj["metadata"]["name"]]["pods"] if e["name"] != "p3"}
     store.write(w, "change")
-    assert {k: v for k, v in store.objects.items() if k != name} == {k: v for k, v in before.items() if k != name}
+    assert {k: v for k, v in store.objects.items() if k not in names} == \
+        {k: v for k, v in before.items() if k not in names}
     assert book.apply({"a/p3": changed}).count == 0  # the same record again: nothing
+    assert book.apply({"a/p7": pod("a/p7", "n2")}).count == 1  # in one group: one slice
 
 
-def test_a_span_change_touches_at_most_two_slices() -> None:
-    book, store, _pods, _spans = seeded_book()
-    old = book.slice_of("a/p1")
-    w = book.apply(spans={"a/p1": Span(frozenset({"n3"}))})  # to the other audience, which has room
-    assert w.count == 2 and not w.create and not w.delete
-    assert {o["metadata"]["name"] for o in w.update} == {old, book.slice_of("a/p1")}
-    store.write(w, "move")
-    w = book.apply(spans={"a/p1": Span(frozenset({"n1", "n2", "n3"}))})  # a new audience: a new slice
-    assert (len(w.create), len(w.update), len(w.delete)) == (1, 1, 0)
-    assert slice_pods(w.create[0]) == {"a/p1"}
-    store.write(w, "new audience")
-    w = book.apply(spans={"a/p1": Span(frozenset({"n2"}))})  # back: its lone slice goes
-    assert (len(w.create), len(w.update), len(w.delete)) == (0, 1, 1)
-    store.write(w, "back")
-    # everywhere and populated reach one audience, every Node: between them nothing moves
-    assert book.apply(spans={"a/p1": Span(everywhere=True)}).count == 2
-    assert book.apply(spans={"a/p1": Span(frozenset({"n2"}), populated=True)}).count == 0
+def test_a_reach_change_relabels_the_groups_slices_and_moves_no_pod() -> None:
+    book, store, _pods, groups = seeded_book()
+    web = sorted(n for n in store.objects if n.startswith("web-"))
+    held = {n: slice_pods(store.objects[n]) for n in web}
+    w = book.apply(groups={"web": GroupView(groups["web"].members, GroupReach(frozenset({"n2", "n4"})))})
+    assert not w.create and not w.delete and sorted(o["metadata"]["name"] for o in w.update) == web
+    for obj in w.update:
+        assert slice_pods(obj) == held[obj["metadata"]["name"]]
+        assert obj["metadata"]["labels"] == {"ferry.io/group": "web", "span.ferry.io/n2": "", "span.ferry.io/n4": ""}
+    store.write(w, "widened")
+    assert "a/p1" in store.received("n4") and "a/p7" not in store.received("n4")
+    # everywhere and populated are one audience, every Node: between them nothing is written
+    assert book.apply(groups={"web": GroupView(groups["web"].members, GroupReach(everywhere=True))}).count == 2
+    assert book.apply(groups={"web": GroupView(groups["web"].members, GroupReach(populated=True))}).count == 0
+    w = book.apply(groups={"web": GroupView(groups["web"].members, GroupReach())})  # read nowhere: gone
+    assert sorted(w.delete) == web and w.count == 2
 
 
-def test_a_node_outside_a_span_is_never_in_the_labels() -> None:
+def test_a_member_joining_or_leaving_writes_one_slice() -> None:
+    book, store, pods, groups = seeded_book()
+    w = book.apply(groups={"web": GroupView(groups["web"].members | {"a/p8"}, groups["web"].reach)})
+    assert w.count == 1 and "a/p8" in slice_pods((w.update or w.create)[0])
+    store.write(w, "join")
+    w = book.apply(groups={"web": GroupView(groups["web"].members - {"a/p0"} | {"a/p8"}, groups["web"].reach)})
+    assert w.count == 1 and "a/p0" not in slice_pods(w.update[0])
+    store.write(w, "leave")
+    assert "a/p0" in store.received("n3") and "a/p0" not in store.received("n2")
+    w = book.apply({"a/p8": None})  # no record: out of every slice, each written once
+    assert {o["metadata"]["name"] for o in w.update} | set(w.delete) == {n for n, o in store.objects.items()
+                                                                         if "a/p8" in slice_pods(o)}
+    assert len(pods) == 10
+
+
+def test_a_node_outside_a_reach_is_never_in_the_labels() -> None:
     rng = random.Random(7)
     for _ in range(500):
-        span = make_span(rng)
-        aud = peerslice.audience(span) if span is not None else None
-        if span is None or aud is None:
+        reach = make_reach(rng)
+        aud = peerslice.audience(reach)
+        if aud is None:
+            assert not reach.anywhere
             continue
-        labels = peerslice.audience_labels(aud)
+        labels = peerslice.slice_labels("g", aud)
         for node in NODES:
-            inside = span.everywhere or span.populated or node in span.nodes
-            assert (peerslice.node_label_key(node) in labels) == (node in span.nodes and aud.everyone is False)
-            assert any(peerslice.matches(s, labels) for s in peerslice.node_selectors(node)) == inside, (span, node)
-        assert all(k in (peerslice.SPAN_LABEL, peerslice.SPAN_ALL_LABEL) or k.startswith(peerslice.NODE_LABEL_PREFIX)
+            inside = reach.everywhere or reach.populated or node in reach.nodes
+            assert (peerslice.node_label_key(node) in labels) == (node in reach.nodes and aud.everyone is False)
+            assert any(peerslice.matches(s, labels) for s in peerslice.node_selectors(node)) == inside, (reach, node)
+        assert all(k in (peerslice.GROUP_LABEL, peerslice.SPAN_ALL_LABEL) or k.startswith(peerslice.NODE_LABEL_PREFIX)
                    for k in labels)
 
 
@@ -311,23 +371,32 @@ def test_selectors_read_as_the_api_server_reads_them() -> None:
         peerslice.matches("a b", labels)
 
 
-def test_plan_slices_groups_by_audience_and_names_deterministically() -> None:
+def test_plan_slices_shards_each_group_and_names_deterministically() -> None:
     pods = {f"a/p{i}": pod(f"a/p{i}") for i in range(7)}
-    spans = {k: Span(everywhere=True) if i % 2 else Span(populated=True) for i, k in enumerate(sorted(pods))}
-    spans["a/p0"] = Span(frozenset({"n2"}))
-    spans["a/gone"] = Span(frozenset({"n2"}))  # no record: not published
-    spans["a/p6"] = Span()  # reaches nobody
-    plan = slices.plan_slices(pods, spans, max_pods=2)
-    everyone = peerslice.audience_hash(peerslice.EVERYONE)
-    n2 = peerslice.audience_hash(Audience(frozenset({"n2"})))
-    assert sorted(plan) == sorted([f"{everyone}-0", f"{everyone}-1", f"{everyone}-2", f"{n2}-0"])
-    assert [p.key for p in plan[f"{everyone}-0"].pods] == ["a/p1", "a/p2"]
-    assert [p.key for p in plan[f"{everyone}-2"].pods] == ["a/p5"]
-    assert plan[f"{n2}-0"].labels == {"ferry.io/span": n2, "span.ferry.io/n2": ""}
-    assert plan[f"{everyone}-1"].labels == {"ferry.io/span": everyone, "ferry.io/span-all": "true"}
-    assert slices.plan_slices(pods, spans, max_pods=2) == plan
+    keys = frozenset(pods)
+    groups = {"gb": GroupView(keys | {"a/gone"}, GroupReach(everywhere=True)),  # a/gone: no record, not published
+              "ga": GroupView(frozenset({"a/p0"}), GroupReach(frozenset({"n2"}))),
+              "gc": GroupView(keys, GroupReach())}  # reaches nobody
+    plan = slices.plan_slices(pods, groups, max_pods=3)
+    assert sorted(plan) == ["ga-0", "gb-0", "gb-1", "gb-2"]
+    assert [p.key for p in plan["gb-0"].pods] == ["a/p0", "a/p1", "a/p2"]
+    assert [p.key for p in plan["gb-2"].pods] == ["a/p6"]
+    assert plan["ga-0"].labels == {"ferry.io/group": "ga", "span.ferry.io/n2": ""}
+    assert plan["gb-1"].labels == {"ferry.io/group": "gb", "ferry.io/span-all": "true"}
+    assert slices.plan_slices(pods, groups, max_pods=3) == plan
     with pytest.raises(ValueError, match="max_pods"):
-        slices.plan_slices(pods, spans, max_pods=peerslice.MAX_PODS_LIMIT + 1)
+        slices.plan_slices(pods, groups, max_pods=peerslice.MAX_PODS_LIMIT + 1)
+
+
+def test_a_group_name_is_its_canonical_form() -> None:
+    from routesync.policy import selector as sel
+    from routesync.policy.spanindex import Group
+    a = sel.Selector((sel.Requirement("app", "In", frozenset({"x", "y"})), sel.Requirement("tier", "Exists")))
+    b = sel.Selector((sel.Requirement("tier", "Exists"), sel.Requirement("app", "In", frozenset({"y", "x"}))))
+    assert peerslice.group_name(Group("ns", None, a)) == peerslice.group_name(Group("ns", None, b))
+    names = {peerslice.group_name(g) for g in (Group("ns", None, a), Group("other", None, a), Group(None, a, a),
+                                               Group(ports=frozenset({("http", "TCP")})), Group("ns"))}
+    assert len(names) == 5 and all(re.fullmatch(r"g[0-9a-f]{16}", n) for n in names)
 
 
 names = st.text(st.characters(codec="utf-8"), min_size=1, max_size=12)
@@ -348,7 +417,7 @@ def test_a_pods_entry_round_trips_exactly(p: Pod) -> None:
 
 
 def good_object() -> dict[str, Any]:
-    spec = peerslice.SliceSpec(Audience(frozenset({"n2"})), (pod("a/web", "n1", app="web"),))
+    spec = peerslice.SliceSpec("gabc", Audience(frozenset({"n2"})), (pod("a/web", "n1", app="web"),))
     return peerslice.to_object("abc-0", spec)
 
 
@@ -365,6 +434,7 @@ def test_an_object_round_trips() -> None:
     (("metadata", "name"), "", "PeerSlice: metadata.name: missing"),
     (("kind",), "EndpointSlice", "PeerSlice abc-0: apiVersion/kind"),
     (("metadata", "labels"), {"a": 1}, "PeerSlice abc-0: metadata.labels: not a map of strings"),
+    (("group",), "", "PeerSlice abc-0: group: not a group's name"),
     (("audience",), None, "PeerSlice abc-0: audience: not an object"),
     (("audience", "everyone"), "yes", "PeerSlice abc-0: audience.everyone: not a boolean"),
     (("audience", "everyone"), True, "PeerSlice abc-0: audience: either everyone or nodes"),
@@ -401,27 +471,28 @@ def test_the_same_pod_twice_in_one_object_is_refused() -> None:
 
 def test_a_new_leader_repairs_what_it_finds() -> None:
     """Objects a crash (a Pod added to its new slice, not yet removed from its old one), an older
-    controller (other labels, larger slices) or a hand left: the rebuilt book, told every Pod and
-    span, writes them back to the contract."""
-    _book, store, pods, spans = seeded_book()
+    controller (other labels, larger slices, no group) or a hand left: the rebuilt book, told
+    every Pod and group, writes them back to the contract."""
+    _book, store, pods, groups = seeded_book()
     objs = {k: json.loads(json.dumps(v)) for k, v in store.objects.items()}
-    first, second, *_ = sorted(n for n in objs if objs[n]["metadata"]["labels"].get("span.ferry.io/n2") == "")
-    objs[second]["pods"].append(objs[first]["pods"][0])  # in two slices
+    first, second = sorted(n for n in objs if n.startswith("web-"))
+    objs[second]["pods"].append(objs[first]["pods"][0])  # twice in one group
     objs[first]["metadata"]["labels"]["stale"] = "yes"
-    third = min(n for n in objs if n not in (first, second))
+    third = min(n for n in objs if n.startswith("all-"))
     objs[third]["pods"].extend(peerslice.pod_to_entry(pod(f"a/x{i}", "n1")) for i in range(3))  # over max_pods
     for i in range(3):
-        pods[f"a/x{i}"], spans[f"a/x{i}"] = pod(f"a/x{i}", "n1"), Span(frozenset(objs[third]["audience"]["nodes"]))
+        pods[f"a/x{i}"] = pod(f"a/x{i}", "n1")
+    groups["all"] = GroupView(groups["all"].members | {f"a/x{i}" for i in range(3)}, groups["all"].reach)
     objs["junk"] = {"apiVersion": "ferry.io/v1alpha1", "kind": "PeerSlice", "metadata": {"name": "junk"}}
     rebuilt = SliceBook.from_objects(objs.values(), max_pods=3)
-    assert len(rebuilt.errors) == 1 and rebuilt.errors[0].startswith("PeerSlice junk: audience")
+    assert len(rebuilt.errors) == 1 and rebuilt.errors[0].startswith("PeerSlice junk: group")
     store.objects = objs
-    w = rebuilt.apply(pods, spans)
+    w = rebuilt.apply(pods, groups)
     assert "junk" in w.delete and first in {o["metadata"]["name"] for o in w.update}
     store.write(w, "repair")
     for name, obj in store.objects.items():
         assert 1 <= len(obj["pods"]) <= 3
         assert obj["metadata"]["labels"] == peerslice.from_object(obj).spec.labels, name
-    keys = [k for o in store.objects.values() for k in slice_pods(o)]
-    assert sorted(keys) == sorted(pods)
-    assert rebuilt.apply(pods, spans).count == 0
+    assert by_group({n: peerslice.from_object(o).spec for n, o in store.objects.items()}) == \
+        by_group(slices.plan_slices(pods, groups, 3))
+    assert rebuilt.apply(pods, groups).count == 0

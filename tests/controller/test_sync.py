@@ -8,8 +8,9 @@ notes nothing, a delete of what is not there notes nothing, a key's latest value
 events at a time, then one :meth:`Sync.step` (the events of one wake-up coalesce), its writes
 applied to a store that refuses a create of an existing name, an update or delete of a missing one
 and an update that changes nothing.  After every step the store holds, Pod for Pod, what
-:func:`plan_slices` of the Pods and :func:`relevance.spans` (the full recompute) hold: the same
-record, in a slice of the same audience, in exactly one slice of at most ``max_pods``.
+:func:`plan_slices` of the Pods and :func:`spanindex.group_views` (the full recompute; tied to
+:func:`relevance.spans` by the span index's test) hold: per group, the same records, in slices of
+the group's audience, each Pod in exactly one of the group's slices of at most ``max_pods``.
 
 Every so often a failover: a new :class:`Sync` from the store's objects over freshly listed
 journals (a new leader lists everything); its first step writes nothing when nothing changed,
@@ -31,7 +32,7 @@ import pytest
 from controller.slices import Writes, plan_slices
 from controller.sources import Feeds
 from controller.sync import Sync, run
-from routesync.policy import peerslice, relevance
+from routesync.policy import peerslice, spanindex
 from routesync.policy.cnp.model import ClusterPolicy
 from routesync.policy.model import Pod, Policy, policy_from
 from tests.controller.test_slices import Store
@@ -105,23 +106,30 @@ class Watches:
         self.cluster_policies.remove(name)
 
 
-def published(objects: Mapping[str, Mapping[str, Any]], where: str) -> dict[str, tuple[Pod, peerslice.Audience]]:
-    """Pod key -> (its record, its slice's audience), over the objects; each Pod once, each slice
-    of 1..MAX Pods and labelled for its audience."""
-    out: dict[str, tuple[Pod, peerslice.Audience]] = {}
+Published = dict[tuple[str, str], tuple[Pod, peerslice.Audience]]
+
+
+def published(objects: Mapping[str, Mapping[str, Any]], where: str) -> Published:
+    """(group, Pod key) -> (its record, its slice's audience), over the objects; each Pod once in
+    a group, each slice of 1..MAX Pods and labelled for its group and audience."""
+    out: Published = {}
     for name, obj in objects.items():
         rs = peerslice.from_object(obj)
         assert 1 <= len(rs.spec.pods) <= MAX, f"{where}: {name} holds {len(rs.spec.pods)} Pods"
-        assert rs.labels == peerslice.audience_labels(rs.spec.audience), f"{where}: {name}'s labels"
+        assert rs.labels == peerslice.slice_labels(rs.spec.group, rs.spec.audience), f"{where}: {name}'s labels"
         for p in rs.spec.pods:
-            assert p.key not in out, f"{where}: {p.key} in two slices"
-            out[p.key] = (p, rs.spec.audience)
+            assert (rs.spec.group, p.key) not in out, f"{where}: {p.key} twice in {rs.spec.group}"
+            out[(rs.spec.group, p.key)] = (p, rs.spec.audience)
     return out
 
 
-def reference(feed: Feed) -> dict[str, tuple[Pod, peerslice.Audience]]:
-    spans = relevance.spans(feed.inputs(), feed.tier_policies(), remote_egress=False)
-    return {p.key: (p, spec.audience) for spec in plan_slices(feed.pods, spans, MAX).values() for p in spec.pods}
+def reference(feed: Feed) -> Published:
+    """What :func:`plan_slices` publishes of :func:`spanindex.group_views` (the full recompute), for
+    the planners that judge egress at its source only."""
+    views = spanindex.group_views(feed.inputs(), feed.tier_policies(), remote_egress=False)
+    named = {peerslice.group_name(g): v for g, v in views.items()}
+    return {(spec.group, p.key): (p, spec.audience) for spec in plan_slices(feed.pods, named, MAX).values()
+            for p in spec.pods}
 
 
 def check(store: Store, feed: Feed, where: str) -> int:
@@ -268,7 +276,7 @@ def test_a_pod_gone_during_a_failover_and_back_unread_is_not_published() -> None
     for p in (db, web):
         watches.upsert_pod(p)
     leader(store, watches, where).step()
-    assert set(published(store.objects, "before")) == {"a/web"}
+    assert {k for _g, k in published(store.objects, "before")} == {"a/web"}
     watches.delete_pod(web.key)  # while no leader writes
     fresh = Watches()
     for name, j in (("pods", watches.pods), ("namespaces", watches.namespaces), ("policies", watches.policies)):

@@ -17,7 +17,7 @@ import yaml
 from controller import slices
 from routesync.policy import peerslice
 from routesync.policy.model import NamedPort, Pod
-from routesync.policy.relevance import Span
+from routesync.policy.spanindex import GroupReach, GroupView
 
 CRD = Path(__file__).resolve().parents[2] / "deploy" / "crds" / "ferry.io_peerslices.yaml"
 
@@ -47,9 +47,11 @@ def objects() -> list[dict[str, Any]]:
     pods = {f"a/p{i}": Pod("a", f"p{i}", "n1", (("app", "web"),), ("10.0.0.1", "fd00::1"),
                            (NamedPort("http", "TCP", 80), NamedPort("dns", "UDP", 53), NamedPort("m3ua", "SCTP", 2905)))
             for i in range(5)}
-    spans = {"a/p0": Span(everywhere=True), "a/p1": Span(frozenset({"n2", "n3"})), "a/p2": Span(populated=True),
-             "a/p3": Span(frozenset({"x" * 80}))}
-    return [peerslice.to_object(name, spec) for name, spec in slices.plan_slices(pods, spans).items()]
+    groups = {"g0": GroupView(frozenset({"a/p0"}), GroupReach(everywhere=True)),
+              "g1": GroupView(frozenset({"a/p1", "a/p0"}), GroupReach(frozenset({"n2", "n3"}))),
+              "g2": GroupView(frozenset({"a/p2"}), GroupReach(populated=True)),
+              "g3": GroupView(frozenset({"a/p3"}), GroupReach(frozenset({"x" * 80})))}
+    return [peerslice.to_object(name, spec) for name, spec in slices.plan_slices(pods, groups).items()]
 
 
 def test_the_crd_names_what_the_controller_writes() -> None:
@@ -85,7 +87,7 @@ def test_the_schema_names_every_field_of_an_object() -> None:
 
 def test_the_schema_admits_the_controllers_objects() -> None:
     objs = objects()
-    assert len(objs) == 3  # everyone, {n2, n3}, the long Node's
+    assert len(objs) == 4  # one per group: everyone twice, {n2, n3}, the long Node's
     for obj in objs:
         jsonschema.validate(obj, schema())
 

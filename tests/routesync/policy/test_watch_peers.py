@@ -84,13 +84,13 @@ def test_the_slices_watched_are_exactly_those_the_controller_labels_for_the_node
     for aud, wanted in ((Audience(frozenset({node})), True), (Audience(frozenset({node, "other"})), True),
                         (peerslice.EVERYONE, True), (Audience(frozenset({"other"})), False),
                         (Audience(frozenset({node + "x"})), False)):
-        labels = SliceSpec(aud, ()).labels
+        labels = SliceSpec("g", aud, ()).labels
         assert sum(peerslice.matches(s, labels) for s in selectors) == int(wanted), (aud, selectors)
 
 
 def test_a_slice_object_is_read_as_its_pods_and_a_broken_one_is_a_value_error() -> None:
     pods = (Pod("a", "web", "node-b", (("app", "web"),), ("10.244.2.5",)), Pod("b", "db", "node-c", (), ()))
-    obj = peerslice.to_object("s-0", SliceSpec(Audience(frozenset({NODE})), pods))
+    obj = peerslice.to_object("s-0", SliceSpec("g", Audience(frozenset({NODE})), pods))
     assert slice_pods(obj) == pods
     obj["pods"][1]["ips"] = ["not-an-address"]
     with pytest.raises(ValueError, match=r"PeerSlice s-0: pods\[1\]\.ips\[0\]"):  # the Reflector skips it
