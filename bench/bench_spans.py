@@ -25,6 +25,9 @@ Figures, CPU seconds of this process (``process_time``):
   and p99, and how many Pods' spans each changed: Pod added, deleted, relabelled (its ``app``
   or ``version``), moved to another Node; policy created, deleted, edited (another shape under
   the same name), its port edited (no span moves);
+* per event, the PeerSlice writes ferry-controller makes of it (:class:`controller.slices.SliceBook`,
+  slices per group a policy names), p50, mean and max, beside the Pods whose span changed (what a
+  slice per audience moved: the first version's grouping, each such Pod rewritten in two slices);
 * ``pairs``: the (Pod, Node) pairs the spans hold, a remote Pod counted on each Node that reads
   it, beside every Pod on every other Node (what each Node receives today), and how many Pods
   are read everywhere or wherever there is a Pod.
@@ -241,7 +244,9 @@ def run(args: argparse.Namespace, inputs: Any, cnps: list[Any], pool: list[Any],
         remote_egress: bool) -> dict[str, Any]:
     """Everything the module names, for the spans of planners with ``remote_egress``."""
     from bench import bench_policy as bp
+    from controller.slices import SliceBook
     from routesync.policy import relevance
+    from routesync.policy.peerslice import group_name
     from routesync.policy.spanindex import SpanIndex
 
     rng = random.Random(args.seed + 2)  # the same events in every mode
@@ -262,6 +267,8 @@ def run(args: argparse.Namespace, inputs: Any, cnps: list[Any], pool: list[Any],
         idx.take_changes()
 
     load_s, _ = cpu(load)
+    book = SliceBook()
+    book.apply(dict(state.pods), {group_name(g): v for g, v in idx.take_group_changes().items()})
     loaded_equal = idx.spans() == want
     log(f"full relevance.spans {full_s:.2f} s CPU; index load {load_s:.2f} s CPU; equal {loaded_equal}")
     res: dict[str, Any] = {"remote_egress": remote_egress, "full_spans_cpu_s": full_s, "index_load_cpu_s": load_s,
@@ -278,24 +285,34 @@ def run(args: argparse.Namespace, inputs: Any, cnps: list[Any], pool: list[Any],
         events = stream if stream is not None else policy_events(state, pool, args.policy_events, rng)
         times: dict[str, list[float]] = {}
         changed: dict[str, list[int]] = {}
+        writes: dict[str, list[int]] = {}
         for kind, ev in events:
             c = time.process_time()
             state.apply(idx, ev)
             n = len(idx.take_changes())
             times.setdefault(kind, []).append(time.process_time() - c)
             changed.setdefault(kind, []).append(n)
+            key = ev[1].key if ev[0] == "pod" else ev[1] if ev[0] == "pod-" else None
+            record = {key: state.pods.get(key)} if key is not None else {}
+            w = book.apply(record, {group_name(g): v for g, v in idx.take_group_changes().items()})
+            writes.setdefault(kind, []).append(w.count)
         for kind, ts in times.items():
             res["events"][kind] = {"n": len(ts), "cpu_p50_ms": pct(ts, 0.5) * 1e3, "cpu_p99_ms": pct(ts, 0.99) * 1e3,
                                    "cpu_max_ms": max(ts) * 1e3, "cpu_mean_ms": statistics.mean(ts) * 1e3,
                                    "changed_p50": pct([float(x) for x in changed[kind]], 0.5),
-                                   "changed_max": max(changed[kind])}
+                                   "changed_mean": statistics.mean(changed[kind]), "changed_max": max(changed[kind]),
+                                   "slice_writes_p50": pct([float(x) for x in writes[kind]], 0.5),
+                                   "slice_writes_mean": statistics.mean(writes[kind]),
+                                   "slice_writes_max": max(writes[kind])}
     ref = [cpu(lambda: relevance.spans(state.inputs(), state.tiers(), remote_egress))[0]
            for _ in range(args.full_events)]
     res["full_spans_per_event_ms"] = statistics.median(ref) * 1e3 if ref else full_s * 1e3
     for kind, r in res["events"].items():
         r["full_over_index_p50"] = res["full_spans_per_event_ms"] / r["cpu_p50_ms"] if r["cpu_p50_ms"] else None
         log(f"{kind}: p50 {r['cpu_p50_ms']:.3f} ms, p99 {r['cpu_p99_ms']:.3f} ms, max {r['cpu_max_ms']:.1f} ms CPU; "
-            f"spans changed p50 {r['changed_p50']:.0f}, max {r['changed_max']}")
+            f"spans changed p50 {r['changed_p50']:.0f}, mean {r['changed_mean']:.1f}, max {r['changed_max']}; "
+            f"slice writes p50 {r['slice_writes_p50']:.0f}, mean {r['slice_writes_mean']:.1f}, "
+            f"max {r['slice_writes_max']}")
     after = relevance.spans(state.inputs(), state.tiers(), remote_egress)
     res["equal_after_replay"] = loaded_equal and idx.spans() == after
     res["pairs_after"] = pairs(after, state.pods, all_nodes)
