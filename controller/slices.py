@@ -123,7 +123,8 @@ class SliceBook:
         leader knows them, and it writes only what differs): an object that cannot be read is
         deleted (its error kept in ``errors``), a Pod twice in one group stays in the first slice
         by name, labels or an audience that are not the group's are rewritten, a slice over
-        ``max_pods`` gives its last Pods to others."""
+        ``max_pods`` gives its last Pods to others, a slice without a group (the version that grouped
+        by audience) is deleted once the groups' slices are written."""
         book = cls(max_pods)
         errors, read = [], []
         for obj in objects:
@@ -138,6 +139,9 @@ class SliceBook:
         book.errors = tuple(errors)
         for rs in sorted(read, key=lambda r: r.name):
             gname = rs.spec.group
+            if not gname:  # the audience-grouped version's: its Pods are read until the groups' are written
+                book._pending_delete.add(rs.name)
+                continue
             g = book._groups.setdefault(gname, _Group(audience=rs.spec.audience))
             s = book._slices[rs.name] = _Slice(gname, rs.spec.audience)
             g.slices.add(rs.name)

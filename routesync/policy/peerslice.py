@@ -280,9 +280,9 @@ def from_object(obj: Any) -> ReadSlice:
     labels = meta.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise SliceError(f"{where}: metadata.labels: not a map of strings")
-    group = obj.get("group")
-    if not isinstance(group, str) or not group:
-        raise SliceError(f"{where}: group: not a group's name")
+    group = obj.get("group", "")  # "": written by the version that grouped by audience (its Pods still read)
+    if not isinstance(group, str):
+        raise SliceError(f"{where}: group: not a string")
     aud_doc = obj.get("audience")
     if not isinstance(aud_doc, dict):
         raise SliceError(f"{where}: audience: not an object")

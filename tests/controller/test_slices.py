@@ -434,7 +434,7 @@ def test_an_object_round_trips() -> None:
     (("metadata", "name"), "", "PeerSlice: metadata.name: missing"),
     (("kind",), "EndpointSlice", "PeerSlice abc-0: apiVersion/kind"),
     (("metadata", "labels"), {"a": 1}, "PeerSlice abc-0: metadata.labels: not a map of strings"),
-    (("group",), "", "PeerSlice abc-0: group: not a group's name"),
+    (("group",), 7, "PeerSlice abc-0: group: not a string"),
     (("audience",), None, "PeerSlice abc-0: audience: not an object"),
     (("audience", "everyone"), "yes", "PeerSlice abc-0: audience.everyone: not a boolean"),
     (("audience", "everyone"), True, "PeerSlice abc-0: audience: either everyone or nodes"),
@@ -484,11 +484,15 @@ def test_a_new_leader_repairs_what_it_finds() -> None:
         pods[f"a/x{i}"] = pod(f"a/x{i}", "n1")
     groups["all"] = GroupView(groups["all"].members | {f"a/x{i}" for i in range(3)}, groups["all"].reach)
     objs["junk"] = {"apiVersion": "ferry.io/v1alpha1", "kind": "PeerSlice", "metadata": {"name": "junk"}}
+    older = json.loads(json.dumps(objs[third]))  # the audience-grouped version's: no group
+    del older["group"]
+    older["metadata"]["name"] = "0123456789abcdef-0"
+    objs["0123456789abcdef-0"] = older
     rebuilt = SliceBook.from_objects(objs.values(), max_pods=3)
-    assert len(rebuilt.errors) == 1 and rebuilt.errors[0].startswith("PeerSlice junk: group")
+    assert len(rebuilt.errors) == 1 and rebuilt.errors[0].startswith("PeerSlice junk: audience")
     store.objects = objs
     w = rebuilt.apply(pods, groups)
-    assert "junk" in w.delete and first in {o["metadata"]["name"] for o in w.update}
+    assert {"junk", "0123456789abcdef-0"} <= set(w.delete) and first in {o["metadata"]["name"] for o in w.update}
     store.write(w, "repair")
     for name, obj in store.objects.items():
         assert 1 <= len(obj["pods"]) <= 3

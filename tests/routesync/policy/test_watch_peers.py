@@ -92,6 +92,9 @@ def test_a_slice_object_is_read_as_its_pods_and_a_broken_one_is_a_value_error() 
     pods = (Pod("a", "web", "node-b", (("app", "web"),), ("10.244.2.5",)), Pod("b", "db", "node-c", (), ()))
     obj = peerslice.to_object("s-0", SliceSpec("g", Audience(frozenset({NODE})), pods))
     assert slice_pods(obj) == pods
+    older = dict(obj)
+    del older["group"]  # the audience-grouped version's slice: still read, through an upgrade
+    assert slice_pods(older) == pods
     obj["pods"][1]["ips"] = ["not-an-address"]
     with pytest.raises(ValueError, match=r"PeerSlice s-0: pods\[1\]\.ips\[0\]"):  # the Reflector skips it
         slice_pods(obj)
