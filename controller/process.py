@@ -26,6 +26,7 @@ def lead(api_client: Any, leading: Callable[[], bool], stop: threading.Event | N
     try:
         objects = writer.list()
     except Exception as e:
+        writer.close()
         if getattr(e, "status", None) == 404:
             log.error("the API server serves no PeerSlices: apply deploy/crds/ferry.io_peerslices.yaml")
         raise
@@ -49,3 +50,4 @@ def lead(api_client: Any, leading: Callable[[], bool], stop: threading.Event | N
     finally:
         for r in started:
             r.stop()
+        writer.close()

@@ -1,7 +1,10 @@
 """The applier: :class:`controller.slices.Writes` onto the API server's PeerSlices (cluster-scoped,
 ``ferry.io/v1alpha1``), through ``CustomObjectsApi``.  Thin: what to write is decided elsewhere.
 
-- Written in the order :class:`Writes` gives: creates, updates, deletes.
+- Written in the order :class:`Writes` gives: creates, then updates, then deletes; within each, up
+  to ``WORKERS`` at once (distinct slices: no two calls touch one object).  One at a time, the
+  round trips of a Pod change's several slices queued up behind each other (bench_scale: seconds
+  under churn).
 - A PeerSlice is a custom resource: an update must name the ``resourceVersion`` it replaces.  The
   writer keeps each slice's last known version (from the listing, then from each answer); the
   controller is the only writer, so it is right unless another writer came between.
@@ -16,8 +19,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from routesync.policy import peerslice
 
@@ -25,6 +30,8 @@ from .slices import Writes
 
 log = logging.getLogger(__name__)
 TIMEOUT = 30  # seconds a request may take
+WORKERS = 8  # requests in flight at once (the client's connection pool holds more)
+_T = TypeVar("_T")
 
 
 class NotLeading(RuntimeError):
@@ -45,7 +52,28 @@ class SliceWriter:
         self._api_exception = ApiException
         self._leading = leading
         self._versions: dict[str, str] = {}  # slice name -> its last known resourceVersion
+        self._count = threading.Lock()
+        self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="peerslice-write")
         self.written = 0  # calls that changed the store
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def _wrote(self) -> None:
+        with self._count:
+            self.written += 1
+
+    def _each(self, call: Callable[[_T], None], items: Iterable[_T]) -> None:
+        """``call`` on every item, up to ``WORKERS`` at once; the first error goes up once all ended."""
+        items = list(items)
+        if len(items) <= 1:
+            for item in items:
+                call(item)
+            return
+        futures = [self._pool.submit(call, item) for item in items]
+        errors = [e for e in (f.exception() for f in futures) if e is not None]
+        if errors:
+            raise errors[0]
 
     def _args(self) -> tuple[str, str, str]:
         return peerslice.GROUP, peerslice.VERSION, peerslice.PLURAL
@@ -69,12 +97,9 @@ class SliceWriter:
         return items
 
     def write(self, writes: Writes) -> None:
-        for obj in writes.create:
-            self._create(obj)
-        for obj in writes.update:
-            self._replace(obj)
-        for name in writes.delete:
-            self._delete(name)
+        self._each(self._create, writes.create)
+        self._each(self._replace, writes.update)
+        self._each(self._delete, writes.delete)
         log.info("PeerSlices: %d created, %d updated, %d deleted", len(writes.create), len(writes.update),
                  len(writes.delete))
 
@@ -88,7 +113,7 @@ class SliceWriter:
             log.info("PeerSlice %s exists already: replacing it", obj["metadata"]["name"])
             self._replace(obj, reread=True)
             return
-        self.written += 1
+        self._wrote()
 
     def _replace(self, obj: dict[str, Any], reread: bool = False) -> None:
         name = obj["metadata"]["name"]
@@ -118,7 +143,7 @@ class SliceWriter:
                 log.info("PeerSlice %s changed under us: reading it again", name)
                 reread = True
                 continue
-            self.written += 1
+            self._wrote()
             return
         raise RuntimeError(f"PeerSlice {name}: changed by someone else at every try")
 
@@ -130,5 +155,5 @@ class SliceWriter:
             if _status(e) != 404:
                 raise
         else:
-            self.written += 1
+            self._wrote()
         self._versions.pop(name, None)
