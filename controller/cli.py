@@ -11,6 +11,8 @@ import sys
 
 import click
 
+from routesync.policy.peerslice import MAX_PODS, MAX_PODS_LIMIT
+
 from .leader import elect
 
 
@@ -32,9 +34,11 @@ def _logging(log_file: str | None, verbose: bool) -> None:
 @click.option("--lease-name", default="ferry-controller", show_default=True)
 @click.option("--identity", envvar="POD_NAME", default=None,
               help="this candidate's name in the Lease (default: $POD_NAME, else the host name and pid)")
+@click.option("--max-pods", type=click.IntRange(1, MAX_PODS_LIMIT), default=MAX_PODS, show_default=True,
+              help="Pods a PeerSlice holds at most: smaller, a Pod change rewrites less; larger, fewer objects")
 @click.option("--log-file", default=None, help="log here too (stderr always)")
 @click.option("-v", "--verbose", is_flag=True)
-def main(kubeconfig: str | None, lease_namespace: str, lease_name: str, identity: str | None,
+def main(kubeconfig: str | None, lease_namespace: str, lease_name: str, identity: str | None, max_pods: int,
          log_file: str | None, verbose: bool) -> None:
     """ferry-controller: publish to each Node the remote Pods its policy reads (PeerSlices)."""
     _logging(log_file, verbose)
@@ -44,4 +48,4 @@ def main(kubeconfig: str | None, lease_namespace: str, lease_name: str, identity
 
     client = api_client(kubeconfig)
     me = identity or f"{socket.gethostname()}-{os.getpid()}"
-    sys.exit(elect(client, lease_namespace, lease_name, me, lambda leading: lead(client, leading)))
+    sys.exit(elect(client, lease_namespace, lease_name, me, lambda leading: lead(client, leading, max_pods=max_pods)))
