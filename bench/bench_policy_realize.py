@@ -2,7 +2,7 @@
 policy every Node enforces it, and how long after a selected Pod is Running its allowed peers
 reach it, each beside a reference measured in the same run.
 
-    python -m bench.bench_policy_realize [--pods-per-node 100] [--policies 100] [--reach 20]
+    python -m bench.bench_policy_realize [--pods-per-node 100] [--policies 100] [--tier-policies 50] [--reach 20]
                                          [--json OUT] [--cni-bin DIR]
 
 One three-Node ferry-lab cluster (``ferry-lab up --kubernetes``, encap/VXLAN, kube-proxy and
@@ -21,6 +21,13 @@ it), on every Node at the last of the three. The reference, in the same run: the
 a watch on the API (``kubectl get networkpolicies --watch``), i.e. what any controller could know at
 best. Each policy waits for the previous one to be enforced everywhere (a queue of changes would
 measure throughput, not latency). Goal: p99 <= 500 ms.
+
+**A ClusterNetworkPolicy beside a NetworkPolicy** (issue 43: "policy created -> enforced p99 for a
+ClusterNetworkPolicy <= that of a NetworkPolicy in the same run").  ``--tier-policies`` pairs, created
+the same way, the two kinds taking turns to go first (:func:`tier_order`): pair ``i`` is an Admin-tier
+Accept and a NetworkPolicy allow with the same subject (``grp=g<i>``) and the same peers (every Pod
+of every Namespace), each on a port only it names (:func:`tier_pair`); enforced on a Node at the
+first added flow naming its port, as above, and each kind beside its own API watch.
 
 **Pod Running -> reachable by the peers a policy allows.**  A prober Pod on node-1 (``role=prober``)
 and a policy allowing it, all ports, into Pods labelled ``reach=yes``.  ``--reach`` Pods are
@@ -47,6 +54,7 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -58,6 +66,8 @@ from lab import ovs
 from lab.api import Lab, Node, ensure_cni_bin
 from lab.kube import pods as kube_pods
 from lab.kube.cluster import Cluster, kubectl_argv
+from routesync.policy.cnp.model import GROUP as CNP_GROUP
+from routesync.policy.cnp.model import VERSION as CNP_VERSION
 
 PORT_BASE = 20000
 # the policies' peers: an address block, so that each rule has flows whatever Pods exist (a rule
@@ -68,6 +78,10 @@ CLOSED_PORT = 81
 ENFORCE_GOAL_MS = 500.0  # issue 27: p99
 REACH_GOAL_MS = 1000.0  # issue 27: p99
 ENFORCE_TIMEOUT = 30.0
+# the tiers' figure (issue 43): each policy's port, one range per kind, apart from PORT_BASE's
+NP_TIER_PORT_BASE = 21000
+CNP_PORT_BASE = 22000
+NP_KIND, CNP_KIND = "networkpolicy", "clusternetworkpolicy"
 
 # the prober's loop, in its netns: for each address on stdin, connect to a closed port until a
 # reset comes back; print the moment (CLOCK_MONOTONIC) and how many tries
@@ -101,13 +115,23 @@ CREATOR = ("import http.client, json, ssl, sys, time, urllib.parse\n"
            "ctx = ssl.create_default_context(cafile=ca); ctx.load_cert_chain(cert, key)\n"
            "conn = http.client.HTTPSConnection(u.hostname, u.port or 443, context=ctx)\n"
            "for line in sys.stdin:\n"
-           "    doc = json.loads(line); ns = doc['metadata']['namespace']\n"
-           "    body = json.dumps(doc).encode()\n"
+           "    req = json.loads(line)\n"
+           "    body = json.dumps(req['doc']).encode()\n"
            "    sent = time.monotonic()\n"
-           "    conn.request('POST', f'/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies', body,\n"
-           "                 {'Content-Type': 'application/json'})\n"
+           "    conn.request('POST', req['path'], body, {'Content-Type': 'application/json'})\n"
            "    r = conn.getresponse(); r.read()\n"
            "    print(sent, time.monotonic(), r.status, flush=True)\n")
+
+
+def collection_path(doc: dict[str, Any]) -> str:
+    """Where the API server creates ``doc``: a NetworkPolicy in its namespace, a
+    ClusterNetworkPolicy at the cluster's scope."""
+    group_version = doc["apiVersion"]
+    if doc["kind"] == "NetworkPolicy":
+        return f"/apis/{group_version}/namespaces/{doc['metadata']['namespace']}/networkpolicies"
+    if doc["kind"] == "ClusterNetworkPolicy":
+        return f"/apis/{group_version}/clusternetworkpolicies"
+    raise ValueError(f"kind: {doc['kind']!r} is not a policy this bench creates")
 
 
 def creator(cluster: Cluster) -> subprocess.Popen[str]:
@@ -183,38 +207,114 @@ def summary(samples: list[float]) -> dict[str, Any]:
             "samples_ms": [round(x, 1) for x in samples]}
 
 
+@dataclass(frozen=True)
+class Timing:
+    """One policy's figures, ms from the moment its POST left: enforced on every Node, seen by a
+    watch on the API, the POST answered, and the spread between the first and the last Node."""
+
+    enforced: float
+    api: float
+    answered: float
+    spread: float
+
+
+def create_and_time(post: subprocess.Popen[str], monitors: list[FirstSeen], watch: FirstSeen,
+                    doc: dict[str, Any], port: int) -> Timing:
+    """POSTs ``doc`` through the :data:`CREATOR` and waits until every Node's bridge has a flow
+    naming ``port`` and the API watch has seen it."""
+    assert post.stdin is not None and post.stdout is not None
+    post.stdin.write(json.dumps({"path": collection_path(doc), "doc": doc}) + "\n")
+    post.stdin.flush()
+    sent, done, status = post.stdout.readline().split()
+    if status != "201":
+        raise RuntimeError(f"creating {doc['kind']} {doc['metadata']['name']}: HTTP {status}")
+    t0 = float(sent)
+    at = [m.wait(port, ENFORCE_TIMEOUT) for m in monitors]
+    api = watch.wait(doc["metadata"]["name"], ENFORCE_TIMEOUT)
+    return Timing((max(at) - t0) * 1000, (api - t0) * 1000, (float(done) - t0) * 1000, (max(at) - min(at)) * 1000)
+
+
 def measure_enforcement(lab: Lab, policies: int) -> dict[str, Any]:
     cluster = lab.kube()
     monitors = [flow_monitor(lab.node(n), lab.topology.bridge) for n in NODES]
     watch = api_watch(kubectl_argv(cluster.plan, ["get", "networkpolicies", "-n", kube_pods.NAMESPACE, "--watch",
                                                  "-o", "name"]))
-    enforced, seen_api, answered, spread = [], [], [], []
     post = creator(cluster)
-    assert post.stdin is not None and post.stdout is not None
+    assert post.stdin is not None
+    timings = []
     with ExitStack() as running:
         for w in (watch, *monitors):
             running.callback(w.close)
         running.callback(post.wait, 10)
         running.callback(post.stdin.close)
         for i in range(policies):
-            doc = group_policy(i)
-            post.stdin.write(json.dumps(doc) + "\n")
-            post.stdin.flush()
-            sent, done, status = post.stdout.readline().split()
-            if status != "201":
-                raise RuntimeError(f"creating {doc['metadata']['name']}: HTTP {status}")
-            t0 = float(sent)
-            at = [m.wait(PORT_BASE + i, ENFORCE_TIMEOUT) for m in monitors]
-            api = watch.wait(doc["metadata"]["name"], ENFORCE_TIMEOUT)
-            enforced.append((max(at) - t0) * 1000)
-            seen_api.append((api - t0) * 1000)
-            answered.append((float(done) - t0) * 1000)
-            spread.append((max(at) - min(at)) * 1000)
-    out = {"enforced_all_nodes": summary(enforced), "api_watch": summary(seen_api),
-           "create_answered": summary(answered), "node_spread": summary(spread)}
+            timings.append(create_and_time(post, monitors, watch, group_policy(i), PORT_BASE + i))
+    out = {"enforced_all_nodes": summary([t.enforced for t in timings]),
+           "api_watch": summary([t.api for t in timings]),
+           "create_answered": summary([t.answered for t in timings]),
+           "node_spread": summary([t.spread for t in timings])}
     ours = out["enforced_all_nodes"]
     out["ratios"] = {"enforced_over_api_p50": ours["p50_ms"] / max(out["api_watch"]["p50_ms"], 0.1),
                      "enforced_p99_over_goal": ours["p99_ms"] / ENFORCE_GOAL_MS}
+    return out
+
+
+def tier_pair(i: int) -> dict[str, tuple[dict[str, Any], int]]:
+    """Policy ``i`` of the tiers' figure as both kinds, each with the port only it names: the same
+    subject (``grp=g<i>`` in the bench's namespace) and the same peers (every Pod of every
+    Namespace), an Admin-tier Accept beside a NetworkPolicy's allow."""
+    np_port, cnp_port = NP_TIER_PORT_BASE + i, CNP_PORT_BASE + i
+    np = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+          "metadata": {"name": f"bench-np-g{i}", "namespace": kube_pods.NAMESPACE},
+          "spec": {"podSelector": {"matchLabels": {"grp": f"g{i}"}}, "policyTypes": ["Ingress"],
+                   "ingress": [{"from": [{"namespaceSelector": {}}],
+                                "ports": [{"protocol": "TCP", "port": np_port}]}]}}
+    cnp = {"apiVersion": f"{CNP_GROUP}/{CNP_VERSION}", "kind": "ClusterNetworkPolicy",
+           "metadata": {"name": f"bench-cnp-g{i}"},
+           "spec": {"tier": "Admin", "priority": i % 1001,
+                    "subject": {"pods": {"namespaceSelector": {"matchLabels": {
+                        "kubernetes.io/metadata.name": kube_pods.NAMESPACE}},
+                        "podSelector": {"matchLabels": {"grp": f"g{i}"}}}},
+                    "ingress": [{"name": "bench", "action": "Accept", "from": [{"namespaces": {}}],
+                                 "protocols": [{"tcp": {"destinationPort": {"number": cnp_port}}}]}]}}
+    return {NP_KIND: (np, np_port), CNP_KIND: (cnp, cnp_port)}
+
+
+def tier_order(i: int) -> tuple[str, str]:
+    """Which kind goes first for policy ``i``: they take turns, so neither always meets the
+    other's wake."""
+    return (NP_KIND, CNP_KIND) if i % 2 == 0 else (CNP_KIND, NP_KIND)
+
+
+def measure_tiers(lab: Lab, policies: int) -> dict[str, Any]:
+    """Issue 43: a ClusterNetworkPolicy created -> enforced on every Node beside a NetworkPolicy of
+    the same subject and peers, the two kinds interleaved in one run (:func:`tier_pair`)."""
+    cluster = lab.kube()
+    monitors = [flow_monitor(lab.node(n), lab.topology.bridge) for n in NODES]
+    watches = {NP_KIND: api_watch(kubectl_argv(cluster.plan, ["get", "networkpolicies", "-n", kube_pods.NAMESPACE,
+                                                              "--watch", "-o", "name"])),
+               CNP_KIND: api_watch(kubectl_argv(cluster.plan, ["get", "clusternetworkpolicies", "--watch",
+                                                               "-o", "name"]))}
+    post = creator(cluster)
+    assert post.stdin is not None
+    timings: dict[str, list[Timing]] = {NP_KIND: [], CNP_KIND: []}
+    with ExitStack() as running:
+        for w in (*watches.values(), *monitors):
+            running.callback(w.close)
+        running.callback(post.wait, 10)
+        running.callback(post.stdin.close)
+        for i in range(policies):
+            pair = tier_pair(i)
+            for kind in tier_order(i):
+                doc, port = pair[kind]
+                timings[kind].append(create_and_time(post, monitors, watches[kind], doc, port))
+    out: dict[str, Any] = {}
+    for kind, ts in timings.items():
+        out[kind] = {"enforced_all_nodes": summary([t.enforced for t in ts]), "api_watch": summary([t.api for t in ts])}
+    out["ratios"] = {"cnp_over_np_p99": out[CNP_KIND]["enforced_all_nodes"]["p99_ms"]
+                     / max(out[NP_KIND]["enforced_all_nodes"]["p99_ms"], 0.1),
+                     "cnp_over_np_p50": out[CNP_KIND]["enforced_all_nodes"]["p50_ms"]
+                     / max(out[NP_KIND]["enforced_all_nodes"]["p50_ms"], 0.1)}
     return out
 
 
@@ -304,10 +404,19 @@ def flows_per_node(lab: Lab) -> dict[str, int]:
     return {n: sum(1 for line in lab.node(n).ofctl("dump-flows").splitlines() if "cookie=" in line) for n in NODES}
 
 
+def brief(section: Any) -> Any:
+    """A section's figures without their samples, for the terminal."""
+    if not isinstance(section, dict):
+        return section
+    return {k: brief(v) for k, v in section.items() if k not in ("samples_ms", "tries")}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pods-per-node", type=int, default=100)
     ap.add_argument("--policies", type=int, default=100)
+    ap.add_argument("--tier-policies", type=int, default=50,
+                    help="ClusterNetworkPolicies and as many NetworkPolicies for the tiers' figure (0: none)")
     ap.add_argument("--reach", type=int, default=20, help="Pods created for the reachability figure (half each case)")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--cni-bin", help="CNI_PATH with ferry (launchers; the cluster uses the image anyway)")
@@ -330,6 +439,14 @@ def main(argv: list[str] | None = None) -> int:
         e = result["enforcement"]
         log(f"enforced on every Node: p50 {e['enforced_all_nodes']['p50_ms']} ms, p99 "
             f"{e['enforced_all_nodes']['p99_ms']} ms; API watch p50 {e['api_watch']['p50_ms']} ms")
+        if args.tier_policies:
+            result["settled_before_tiers"] = settle(lab)
+            result["tiers"] = measure_tiers(lab, min(args.tier_policies, args.policies))
+            t = result["tiers"]
+            log("tiers, enforced on every Node p50/p99: " + "; ".join(
+                f"{k} {t[k]['enforced_all_nodes']['p50_ms']}/{t[k]['enforced_all_nodes']['p99_ms']} ms"
+                for k in (NP_KIND, CNP_KIND)) + f"; ClusterNetworkPolicy / NetworkPolicy p99 "
+                f"{t['ratios']['cnp_over_np_p99']:.2f}")
         result["settled_before_reach"] = settle(lab)
         result["reach"] = measure_reach(lab, args.reach)
         r = result["reach"]
@@ -339,11 +456,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             lab.down()
-    print(json.dumps({k: v for k, v in result.items() if k not in ("enforcement", "reach")}, indent=1))
-    for section in ("enforcement", "reach"):
-        sub = {k: ({kk: vv for kk, vv in v.items() if kk not in ("samples_ms", "tries")} if isinstance(v, dict) else v)
-               for k, v in result[section].items()}
-        print(section, json.dumps(sub, indent=1))
+    sections = ("enforcement", "tiers", "reach")
+    print(json.dumps({k: v for k, v in result.items() if k not in sections}, indent=1))
+    for section in (s for s in sections if s in result):
+        print(section, json.dumps(brief(result[section]), indent=1))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

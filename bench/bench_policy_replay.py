@@ -281,7 +281,7 @@ def cluster_policies(n: int, namespaces: int, seed: int) -> list[Any]:
         elif shape == 2:
             spec["subject"] = mine
             spec["egress"] = [{"action": "Accept", "to": [{"nodes": {"matchLabels": {"role": "control-plane"}}}],
-                               "protocols": [{"tcp": {"destinationPort": 6443}}]},
+                               "protocols": [{"tcp": {"destinationPort": {"number": 6443}}}]},
                               {"action": "Deny", "to": [{"networks": ["10.0.0.0/8", "fd00:10::/32"]}]}]
         else:
             spec = {"tier": "Baseline", "priority": rng.randrange(0, 1000),

@@ -246,6 +246,17 @@ def _realize(section: str, figure: str, ref: str) -> Callable[[dict[str, Any]], 
     return get
 
 
+def _realize_p99(section: str, figure: str, ref: str) -> Callable[[dict[str, Any]], tuple[float, float] | None]:
+    """bench_policy_realize: ``section[figure]``'s enforced-on-every-Node p99 against ``section[ref]``'s,
+    two kinds of policy measured in one run."""
+    def get(d: dict[str, Any]) -> tuple[float, float] | None:
+        sec = d.get(section) or {}
+        ours = ((sec.get(figure) or {}).get("enforced_all_nodes") or {}).get("p99_ms")
+        reference = ((sec.get(ref) or {}).get("enforced_all_nodes") or {}).get("p99_ms")
+        return (ours, reference) if ours is not None and reference else None
+    return get
+
+
 def _encryption_goals(path: str, ref: str, label: str, ref_label: str) -> tuple[Goal, ...]:
     """Issue 30's cost of encryption on one pair of data-plane paths: reported, no bound."""
     return (Goal(30, "dataplane", f"{label}: throughput", None, None, _throughput(path, ref), paths=(path, ref),
@@ -338,6 +349,9 @@ GOALS: tuple[Goal, ...] = (
          _realize("reach", "policy", "1000"), reference="goal 1 s"),
     Goal(27, "realize", "selected Pod reachable p99 / a Pod without policy p50", None, None,
          _realize("reach", "policy", "open"), reference="Pods in a namespace without policy, same run"),
+    Goal(43, "realize", "ClusterNetworkPolicy created → enforced on every Node, p99", "<=", 1.0,
+         _realize_p99("tiers", "clusternetworkpolicy", "networkpolicy"),
+         reference="NetworkPolicy of the same subject and peers, interleaved, same run"),
 )
 
 

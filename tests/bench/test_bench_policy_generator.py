@@ -85,3 +85,13 @@ def test_the_pair_is_allowed_by_the_last_conjunction_only_for_the_client() -> No
 
 def test_cases_alternate_their_order() -> None:
     assert interleaved_cases(0) == ("none", "policy") and interleaved_cases(1) == ("policy", "none")
+
+
+def test_the_generated_cluster_network_policies_read_without_an_error() -> None:
+    """A shape the reader refuses fails closed (its Accept matches nothing), so a bench of such
+    policies would time rules that do nothing: every shape must read as written."""
+    from bench.bench_policy_replay import cluster_policies
+
+    policies = cluster_policies(40, 10, seed=3)
+    assert {p.tier for p in policies} == {"Admin", "Baseline"}
+    assert [e for p in policies for e in p.errors] == []

@@ -67,3 +67,45 @@ def test_running_pods_reads_kubectls_pretty_json_events() -> None:
     lines = (event("Pending", []) + "\n" + event("Running", []) + "\n" + event("Running", [{"ip": "10.0.0.1"}])
              + "\n").splitlines(keepends=True)
     assert [name for line in lines for name in read(line)] == ["p"]
+
+
+def test_each_tier_pair_has_one_subject_and_peers_and_a_port_of_each_kind() -> None:
+    from routesync.policy.cnp.model import cluster_policy_from
+    from routesync.policy.model import policy_from
+
+    ports = []
+    for i in range(60):
+        pair = br.tier_pair(i)
+        np_doc, np_port = pair[br.NP_KIND]
+        cnp_doc, cnp_port = pair[br.CNP_KIND]
+        ports += [np_port, cnp_port]
+        np_obj, cnp_obj = policy_from(np_doc), cluster_policy_from(cnp_doc)
+        assert not cnp_obj.errors, cnp_obj.errors
+        assert cnp_obj.tier == "Admin" and [r.action for r in cnp_obj.ingress] == ["Accept"]
+        assert [p.first for r in cnp_obj.ingress for p in r.ports or ()] == [cnp_port]
+        # the same subject: grp=g<i> in the bench's namespace
+        assert np_doc["spec"]["podSelector"] == cnp_doc["spec"]["subject"]["pods"]["podSelector"]
+        assert np_doc["metadata"]["namespace"] == \
+            cnp_doc["spec"]["subject"]["pods"]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+        assert np_obj.ingress and np_obj.ingress[0].ports[0].port == np_port
+    assert len(set(ports)) == len(ports)
+    assert not set(ports) & {br.PORT_BASE + i for i in range(100)}
+    assert [br.tier_order(i)[0] for i in range(4)] == [br.NP_KIND, br.CNP_KIND, br.NP_KIND, br.CNP_KIND]
+
+
+def test_each_kind_is_posted_to_its_collection() -> None:
+    assert br.collection_path(br.group_policy(0)) == "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies"
+    cnp, _ = br.tier_pair(0)[br.CNP_KIND]
+    assert br.collection_path(cnp) == "/apis/policy.networking.k8s.io/v1beta1/clusternetworkpolicies"
+    import pytest
+
+    with pytest.raises(ValueError, match="kind"):
+        br.collection_path({"apiVersion": "v1", "kind": "Pod", "metadata": {}})
+
+
+def test_the_report_holds_a_cluster_network_policy_to_the_network_policy_of_its_run() -> None:
+    data = {"tiers": {br.NP_KIND: {"enforced_all_nodes": {"p50_ms": 60.0, "p99_ms": 200.0}},
+                      br.CNP_KIND: {"enforced_all_nodes": {"p50_ms": 50.0, "p99_ms": 250.0}}}}
+    rows = [r for r in report.goal_rows({"meta": {}, "benchmarks": {"realize": {"status": "ok", "data": data}}})
+            if r.figure.startswith("ClusterNetworkPolicy")]
+    assert len(rows) == 1 and rows[0].ratio == 1.25 and rows[0].verdict != "pass"
