@@ -478,11 +478,16 @@ class Cluster:
             got[1].get("updatedReplicas", 0)
 
     def daemonset_ready(self, want: int) -> bool:
-        """Ferry's DaemonSet runs ready and up to date on ``want`` Nodes."""
-        got = self._observed("daemonset", "ferry")
+        """Ferry's DaemonSets run ready on ``want`` Nodes: route-sync's up to date, the Node's Open
+        vSwitch's whatever image it has (an OnDelete DaemonSet keeps its Pods across a rollout)."""
+        return (self._daemonset_ready(manifests.ROUTE_SYNC_DAEMONSET, want, updated=True)
+                and self._daemonset_ready(manifests.OVS_DAEMONSET, want, updated=False))
+
+    def _daemonset_ready(self, name: str, want: int, updated: bool) -> bool:
+        got = self._observed("daemonset", name)
         st = got[1] if got else {}
         return (got is not None and st.get("desiredNumberScheduled") == want and st.get("numberReady") == want
-                and st.get("updatedNumberScheduled") == want and st.get("numberAvailable") == want)
+                and (not updated or st.get("updatedNumberScheduled") == want) and st.get("numberAvailable") == want)
 
     def started_nodes(self) -> list[NodePlan]:
         return [n for n in self.plan.nodes if self.pid_of(f"{n.name}/kubelet") is not None]
@@ -492,7 +497,7 @@ class Cluster:
         names = {n.name for n in self.started_nodes()}
         wait_for(f"Nodes {sorted(names)} to register", lambda: set(self.nodes()) >= names, timeout,
                  lambda: "\n".join(tail(n.processes[1].log, 5) for n in self.plan.nodes if n.name in names))
-        wait_for("Ferry's DaemonSet to be ready on every Node", lambda: self.daemonset_ready(len(names)), timeout,
+        wait_for("Ferry's DaemonSets to be ready on every Node", lambda: self.daemonset_ready(len(names)), timeout,
                  lambda: self.kubectl("-n", "kube-system", "get", "pods", "-o", "wide", check=False).stdout)
         wait_for("every Node to be Ready",
                  lambda: all(self.ready(n) for k, n in self.nodes().items() if k in names), timeout)

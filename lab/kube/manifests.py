@@ -5,8 +5,9 @@ What the overlay changes, and why:
 
 * route-sync's config (the ConfigMap): ``datapathType: netdev`` (no OVS kernel module here), the
   lab's cluster CIDRs and traffic mode (from the topology's ``routeSync`` block);
-* ``KUBERNETES_SERVICE_HOST``/``PORT`` on the DaemonSet's containers, only in a lab without
-  kube-proxy (``kubeProxy: none``): there the ``kubernetes`` Service's ClusterIP leads nowhere and
+* ``KUBERNETES_SERVICE_HOST``/``PORT`` on both DaemonSets' containers that run Ferry (route-sync's
+  ``ferry`` and the Node's Open vSwitch, ``ferry-openvswitch``, as the chart's ``extraEnv``), only in
+  a lab without kube-proxy (``kubeProxy: none``): there the ``kubernetes`` Service's ClusterIP leads nowhere and
   the API server's own address does (the override deploy/ferry.yaml documents for clusters whose
   Service proxy needs the CNI first).  With kube-proxy, Ferry reaches the API server through the
   ``kubernetes`` Service, as on a kubeadm cluster;
@@ -61,15 +62,28 @@ def load(path: str = MANIFEST) -> list[dict[str, Any]]:
         return [d for d in yaml.safe_load_all(f) if d]
 
 
+ROUTE_SYNC_DAEMONSET = "ferry"  # route-sync's Pods (install-cni, the wait for Open vSwitch, route-sync)
+OVS_DAEMONSET = "ferry-openvswitch"  # the Node's Open vSwitch, apart so that a rollout leaves it running
+
+
 def shipped_image(docs: list[dict[str, Any]]) -> str:
-    return str(daemonset(docs)["spec"]["template"]["spec"]["containers"][0]["image"])
+    return daemonset_image(daemonset(docs))
 
 
-def daemonset(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    for d in docs:
-        if d.get("kind") == "DaemonSet":
+def daemonset_image(ds: dict[str, Any]) -> str:
+    """The image of a DaemonSet's (first) container."""
+    return str(ds["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def daemonsets(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d.get("kind") == "DaemonSet"]
+
+
+def daemonset(docs: list[dict[str, Any]], name: str = ROUTE_SYNC_DAEMONSET) -> dict[str, Any]:
+    for d in daemonsets(docs):
+        if d["metadata"]["name"] == name:
             return d
-    raise ValueError("deploy manifest has no DaemonSet")
+    raise ValueError(f"deploy manifest has no DaemonSet {name}")
 
 
 def apply_overlay(docs: list[dict[str, Any]], overlay: Overlay) -> list[dict[str, Any]]:
@@ -80,12 +94,13 @@ def apply_overlay(docs: list[dict[str, Any]], overlay: Overlay) -> list[dict[str
             conf.update(datapathType=NETDEV, clusterCIDRs=list(overlay.cluster_cidrs))
             conf.update(dict(overlay.route_sync))
             d["data"][CONFIG_KEY] = yaml.safe_dump(conf, sort_keys=False)
-    pod = daemonset(out)["spec"]["template"]["spec"]
-    for c in (*pod.get("initContainers", []), *pod["containers"]):
-        env = [e for e in c.get("env", []) if e["name"] not in API_ENV]
-        c["env"] = env + _api_env(overlay)
-        if overlay.image:
-            c["image"] = overlay.image
+    for ds in daemonsets(out):
+        pod = ds["spec"]["template"]["spec"]
+        for c in (*pod.get("initContainers", []), *pod["containers"]):
+            if "env" in c:  # the containers that run Ferry (the wait for Open vSwitch has none: a shell loop)
+                c["env"] = [e for e in c["env"] if e["name"] not in API_ENV] + _api_env(overlay)
+            if overlay.image:
+                c["image"] = overlay.image
     return out
 
 

@@ -228,13 +228,29 @@ def test_every_optional_part_renders_valid_objects(helm_home: Path) -> None:
     docs = render(helm_home, values=values)
     for d in docs:
         assert kv.validate(d, kv.latest_version(), strict=True), d["kind"]
+    for ds in manifests.daemonsets(docs):
+        pod = ds["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"} and "tolerations" not in pod
+        for c in (*pod.get("initContainers", []), *pod["containers"]):
+            assert (c["image"], c["imagePullPolicy"]) == ("registry.example/ferry:9.9.9", "Always")
+            assert [e["name"] for e in c.get("env", [])] == (
+                [] if c["name"] == "wait-openvswitch" else ["NODE_NAME", "KUBERNETES_SERVICE_HOST"])
     pod = manifests.daemonset(docs)["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"} and "tolerations" not in pod
-    for c in (*pod["initContainers"], *pod["containers"]):
-        assert (c["image"], c["imagePullPolicy"]) == ("registry.example/ferry:9.9.9", "Always")
-        assert [e["name"] for e in c["env"]] == ["NODE_NAME", "KUBERNETES_SERVICE_HOST"]
     assert pod["initContainers"][0]["resources"] == {"limits": {"memory": "256Mi"}}
     assert manifests.daemonset(docs)["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": "20%"}
+    assert manifests.daemonset(docs, manifests.OVS_DAEMONSET)["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_open_vswitch_may_roll_with_route_sync(helm_home: Path) -> None:
+    """openvswitch.updateStrategy RollingUpdate: each upgrade restarts the Nodes' switches too,
+    as many at once as route-sync's; a strategy the chart does not know is refused, naming it."""
+    docs = render(helm_home, values={"openvswitch": {"updateStrategy": "RollingUpdate"}, "maxUnavailable": 2})
+    for d in docs:
+        assert kv.validate(d, kv.latest_version(), strict=True), d["kind"]
+    assert manifests.daemonset(docs, manifests.OVS_DAEMONSET)["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 2}}
+    cp = helm(helm_home, "template", "ferry", str(CHART), "--set", "openvswitch.updateStrategy=Recreate")
+    assert cp.returncode != 0 and "updateStrategy" in cp.stderr, cp.stderr
 
 
 def test_the_suites_helm_is_the_pinned_one(helm_home: Path) -> None:

@@ -17,16 +17,21 @@ from tests.ship.helpers import ROOT
 MANIFEST = ROOT / "deploy" / "ferry.yaml"
 
 
+OVS = "DaemonSet/ferry-openvswitch"  # the Node's Open vSwitch; "DaemonSet" is route-sync's, ferry
+
+
 @pytest.fixture(scope="module")
 def docs() -> dict[str, dict]:
     out = {}
     for d in yaml.safe_load_all(MANIFEST.read_text()):
-        out[d["kind"]] = d
+        key = OVS if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "ferry-openvswitch" else d["kind"]
+        assert key not in out, key
+        out[key] = d
     return out
 
 
 def test_every_document_validates_strictly(docs: dict[str, dict]) -> None:
-    assert set(docs) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet"}
+    assert set(docs) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", OVS}
     for kind, d in docs.items():
         assert kv.validate(d, kv.latest_version(), strict=True), kind
 
@@ -48,7 +53,7 @@ def test_daemonset_wiring(docs: dict[str, dict]) -> None:
     assert pod["hostNetwork"] is True
     assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     assert pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
-    init, ovs = pod["initContainers"]
+    init, wait = pod["initContainers"]
     assert init["command"][:2] == ["/opt/ferry/ferry-route-sync", "install-cni"]
     assert init["securityContext"]["privileged"] is True
     # cniVersion: what the Node's runtime reads, found through this Node's object
@@ -71,22 +76,47 @@ def test_daemonset_wiring(docs: dict[str, dict]) -> None:
     cfg_mount = next(m for m in rs["volumeMounts"] if cfg_path.startswith(m["mountPath"] + "/"))
     assert volumes[cfg_mount["name"]]["configMap"]["name"] == docs["ConfigMap"]["metadata"]["name"]
     assert Path(cfg_path).name in docs["ConfigMap"]["data"]
-    # Open vSwitch for the Node: a sidecar (an init container that keeps running, started before
-    # route-sync once its startup probe passes) reading the same config, its run directory and
-    # database on the host paths route-sync (and the plugin, on the host) use
-    assert ovs["restartPolicy"] == "Always" and ovs["securityContext"]["privileged"] is True
-    assert ovs["command"] == ["/opt/ferry/ferry-route-sync", "ovs", "--config", cfg_path]
-    for probe in ("startupProbe", "livenessProbe"):
-        assert ovs[probe]["exec"]["command"][:2] == ["sh", "-c"]
-    ovs_mounts = {m["mountPath"]: m["name"] for m in ovs["volumeMounts"]}
+    # route-sync starts once the Node's Open vSwitch answers on the run directory it mounts
+    assert wait["command"][:2] == ["sh", "-c"] and "ovs-appctl" in wait["command"][2]
+    assert {m["mountPath"]: m["name"] for m in wait["volumeMounts"]} == {"/var/run/openvswitch": "ovs-run"}
     rs_mounts = {m["mountPath"]: m["name"] for m in rs["volumeMounts"]}
     cfg = rs_config.from_dict({**yaml.safe_load(docs["ConfigMap"]["data"]["route-sync.yaml"]), "nodeName": "n1"})
     assert cfg.ovs_daemons == rs_config.OVS_FERRY
-    assert ovs_mounts[cfg.ovs_run_dir] == rs_mounts[cfg.ovs_run_dir] == "ovs-run"
-    assert volumes["ovs-run"]["hostPath"]["path"] == cfg.ovs_run_dir
-    for path in (cfg.ovs_database, cfg.ovs_log_dir + "/"):  # on host paths: a restart keeps the database
+    assert rs_mounts[cfg.ovs_run_dir] == "ovs-run" and volumes["ovs-run"]["hostPath"]["path"] == cfg.ovs_run_dir
+
+
+def test_open_vswitch_runs_apart_and_a_rollout_leaves_it_running(docs: dict[str, dict]) -> None:
+    """The Node's Open vSwitch is a DaemonSet of its own whose Pods a new image does not replace
+    (OnDelete): route-sync's rollout leaves the switch forwarding. It reads the same config, its run
+    directory and database on the host paths route-sync (and the plugin, on the host) use, and
+    needs no API access."""
+    ds, rs_ds = docs[OVS], docs["DaemonSet"]
+    assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    # the two selectors pick apart: neither DaemonSet adopts the other's Pods
+    for a, b in ((ds, rs_ds), (rs_ds, ds)):
+        assert not (a["spec"]["selector"]["matchLabels"].items() <= b["spec"]["template"]["metadata"]["labels"].items())
+    pod, rs_pod = ds["spec"]["template"]["spec"], rs_ds["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in pod and "initContainers" not in pod
+    assert pod["tolerations"] == rs_pod["tolerations"] and pod["priorityClassName"] == rs_pod["priorityClassName"]
+    (ovs,) = pod["containers"]
+    (rs,) = rs_pod["containers"]
+    assert ovs["image"] == rs["image"] and ovs["securityContext"]["privileged"] is True
+    cfg_path = rs["command"][rs["command"].index("--config") + 1]
+    assert ovs["command"] == ["/opt/ferry/ferry-route-sync", "ovs", "--config", cfg_path]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert ovs[probe]["exec"]["command"][:2] == ["sh", "-c"], probe
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    rs_volumes = {v["name"]: v for v in rs_pod["volumes"]}
+    ovs_mounts = {m["mountPath"]: m["name"] for m in ovs["volumeMounts"]}
+    cfg = rs_config.from_dict({**yaml.safe_load(docs["ConfigMap"]["data"]["route-sync.yaml"]), "nodeName": "n1"})
+    assert volumes[ovs_mounts[cfg.ovs_run_dir]] == rs_volumes["ovs-run"]
+    assert volumes["config"] == rs_volumes["config"]
+    for path in (cfg.ovs_database, cfg.ovs_log_dir + "/", cfg.state_file):  # host paths: a restart keeps them
         mount = next(m for m in ovs_mounts if path.startswith(m + "/"))
-        assert "hostPath" in volumes[ovs_mounts[mount]]
+        assert "hostPath" in volumes[ovs_mounts[mount]], path
+        assert volumes[ovs_mounts[mount]] == rs_volumes[ovs_mounts[mount]], path
 
 
 def test_configmap_is_a_valid_route_sync_config(docs: dict[str, dict]) -> None:

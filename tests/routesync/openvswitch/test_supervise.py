@@ -260,11 +260,21 @@ def _rest(s: Supervised) -> list[str]:
 def manifest_probe(run_dir: str) -> list[str]:
     """deploy/ferry.yaml's probe of the openvswitch container, pointed at ``run_dir``."""
     docs = list(yaml.safe_load_all((Path(__file__).resolve().parents[3] / "deploy" / "ferry.yaml").read_text()))
-    pod = next(d for d in docs if d and d["kind"] == "DaemonSet")["spec"]["template"]["spec"]
-    ovs = next(c for c in pod["initContainers"] if c["name"] == "openvswitch")
-    assert ovs["startupProbe"]["exec"] == ovs["livenessProbe"]["exec"]
+    pod = next(d for d in docs if d and d["kind"] == "DaemonSet"
+               and d["metadata"]["name"] == "ferry-openvswitch")["spec"]["template"]["spec"]
+    ovs = next(c for c in pod["containers"] if c["name"] == "openvswitch")
+    assert ovs["startupProbe"]["exec"] == ovs["livenessProbe"]["exec"] == ovs["readinessProbe"]["exec"]
     argv = ovs["livenessProbe"]["exec"]["command"]
     return [a.replace("/var/run/openvswitch", run_dir) for a in argv]
+
+
+def manifest_wait(run_dir: str) -> list[str]:
+    """deploy/ferry.yaml's wait of route-sync's Pod for the Node's Open vSwitch (the init container
+    ``wait-openvswitch``), pointed at ``run_dir``."""
+    docs = list(yaml.safe_load_all((Path(__file__).resolve().parents[3] / "deploy" / "ferry.yaml").read_text()))
+    pod = next(d for d in docs if d and d["kind"] == "DaemonSet" and d["metadata"]["name"] == "ferry")
+    wait = next(c for c in pod["spec"]["template"]["spec"]["initContainers"] if c["name"] == "wait-openvswitch")
+    return [a.replace("/var/run/openvswitch", run_dir) for a in wait["command"]]
 
 
 @contextmanager
@@ -300,3 +310,22 @@ def test_the_manifests_probe_works_from_another_pid_namespace(ns: str, tmp_path:
         os.kill(vswitchd, signal.SIGKILL)
         until(lambda: not Path(f"/proc/{vswitchd}").exists(), "ovs-vswitchd to exit")
         assert subprocess.run(probe, capture_output=True, check=False).returncode != 0
+
+
+def test_route_syncs_pod_waits_until_both_daemons_answer(ns: str, tmp_path: Path) -> None:
+    """The wait started before any daemon (no pidfile, no socket: route-sync's Pod scheduled before
+    the Node's Open vSwitch is up) does not give up: it ends, with success, once both answer, from
+    another PID namespace as in its container."""
+    run_dir = tmp_path / "host"
+    run_dir.mkdir()
+    wait = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *manifest_wait(str(run_dir))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        run_dir.rmdir()  # host_ovs makes it: the wait saw it empty, then sees the daemons come
+        with host_ovs(ns, run_dir):
+            _, err = wait.communicate(timeout=HANG)
+            assert wait.returncode == 0, err
+    finally:
+        if wait.poll() is None:
+            wait.kill()
+            wait.wait()
