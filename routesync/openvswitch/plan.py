@@ -49,6 +49,13 @@ class Plan:
     daemons: tuple[tuple[str, tuple[str, ...]], ...]  # (name, argv), in start order
 
 
+def database_lock(layout: Layout) -> str:
+    """The file ovsdb-server (and ovsdb-tool) hold a POSIX write lock on while they use the
+    database: ``.<name>.~lock~`` beside it (Open vSwitch's ``lib/lockfile.c``)."""
+    directory, name = os.path.split(layout.database)
+    return os.path.join(directory, f".{name}.~lock~")
+
+
 def database_steps(layout: Layout, exists: bool, needs_conversion: bool) -> tuple[tuple[str, ...], ...]:
     """A new Node: create the database from the schema.  An image with a newer schema: convert
     in place (``ovsdb-tool convert`` keeps every row; the old file is kept beside it)."""

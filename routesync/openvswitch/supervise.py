@@ -15,6 +15,8 @@ container finds the bridge, the Pods' ports and their ``external_ids``."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -37,6 +39,7 @@ from .plan import (
     SavedBridge,
     Step,
     bridges_in,
+    database_lock,
     dump_argv,
     flow_lines,
     group_lines,
@@ -120,6 +123,34 @@ def _accepts(path: str) -> bool:
         except OSError:
             return False
     return True
+
+
+def wait_for_predecessor(layout: Layout) -> bool:
+    """Until no other ovsdb-server holds the database: the Node's previous Open vSwitch Pod still
+    stopping while this one starts (a DaemonSet whose Pods replace each other, or an upgrade from
+    the layout that ran Open vSwitch in route-sync's Pod).  Starting beside it would fail on the
+    lock and leave the kubelet's back-off (up to 5 minutes) between the old switch's stop and the
+    new one's start; waiting on the lock itself wakes the moment the old ovsdb-server exits, which
+    the old supervisor does after saving the flows and stopping ovs-vswitchd, so the new one
+    restores them at once.  Returns whether it waited.  Signals are not blocked yet: a SIGTERM meanwhile
+    ends the process, nothing started."""
+    if not os.path.exists(layout.database):
+        return False
+    fd = os.open(database_lock(layout), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except OSError as e:
+            if e.errno not in (errno.EACCES, errno.EAGAIN):
+                raise
+        log.info("openvswitch: another ovsdb-server holds %s (the Node's previous Open vSwitch, stopping): "
+                 "waiting for it to exit", layout.database)
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        log.info("openvswitch: the previous ovsdb-server exited: starting")
+        return True
+    finally:
+        os.close(fd)  # the lock goes with the descriptor: ovsdb-server takes it next
 
 
 class Supervisor:
@@ -312,6 +343,7 @@ class Supervisor:
 
     def run(self) -> int:
         """Until SIGTERM/SIGINT (0), or until a daemon exits more often than the budget allows (1)."""
+        wait_for_predecessor(self.layout)
         signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
         try:
             p = self.prepare()

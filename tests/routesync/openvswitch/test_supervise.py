@@ -329,3 +329,34 @@ def test_route_syncs_pod_waits_until_both_daemons_answer(ns: str, tmp_path: Path
         if wait.poll() is None:
             wait.kill()
             wait.wait()
+
+
+def test_a_new_supervisor_waits_for_the_previous_one_then_restores_its_flows(ns: str, tmp_path: Path) -> None:
+    """Two Open vSwitch Pods of one Node at once (the new one started while the old one stops, or
+    an upgrade from the layout that ran Open vSwitch in route-sync's Pod): the new supervisor starts
+    nothing while the old ovsdb-server holds the database, and starts the moment it exits, with the
+    flows the old one saved at its SIGTERM."""
+    old = Supervised(ns, tmp_path)
+    new: Supervised | None = None
+    try:
+        old.expect(r"openvswitch: running")
+        old.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
+        subprocess.run(["ovs-ofctl", "add-flow", f"unix:{old.run_dir}/br0.mgmt",
+                        "table=0,priority=7,cookie=0x42,ip,nw_dst=10.9.8.7,actions=drop"], check=True)
+        daemons = {d: old.pid(d) for d in ("ovsdb-server", "ovs-vswitchd")}
+        new = Supervised(ns, tmp_path)
+        new.expect(r"another ovsdb-server holds .*: waiting for it to exit")
+        assert {d: old.pid(d) for d in daemons} == daemons and daemons_in(ns) == ["ovs-vswitchd", "ovsdb-server"]
+        assert old.stop() == 0  # saves the flows once more, stops ovs-vswitchd, then ovsdb-server
+        new.expect(r"the previous ovsdb-server exited: starting")
+        new.expect(r"flows restored on br0 \(\d+ flows")
+        new.expect(r"openvswitch: running")
+        flows = subprocess.run(["ovs-ofctl", "dump-flows", f"unix:{new.run_dir}/br0.mgmt"], capture_output=True,
+                               text=True, check=True).stdout
+        assert "nw_dst=10.9.8.7" in flows and "cookie=0x42" in flows, flows
+        assert daemons_in(ns) == ["ovs-vswitchd", "ovsdb-server"]
+        assert new.pid("ovsdb-server") not in (None, daemons["ovsdb-server"])
+    finally:
+        old.stop()
+        if new is not None:
+            assert new.stop() == 0
