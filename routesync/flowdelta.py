@@ -68,9 +68,10 @@ class JoinedFlows(list[Flow]):
 
 class FlowTracker:
     """Makes each step's :class:`TrackedFlows` from a planner's delta (the flows it added and
-    removed since the last step: ``routesync.policy.incremental.FlowDelta``) and, for a part
-    planned whole (the ClusterNetworkPolicy tiers), its flows when they moved, grouped and
-    compared (a part that is small).  Cookie groups may hold flows of both."""
+    removed since the last step: ``routesync.policy.incremental.FlowDelta``) and, for a second
+    part (the ClusterNetworkPolicy tiers), its flows when they moved: with what of them was added
+    and removed when its planner knows (``whole_delta``: only those groups regrouped), else grouped
+    and compared whole.  Cookie groups may hold flows of both."""
 
     def __init__(self) -> None:
         self.last: TrackedFlows | None = None
@@ -78,10 +79,12 @@ class FlowTracker:
         self._whole_groups: dict[int, tuple[Flow, ...]] = {}
 
     def step(self, flows: list[Flow], added: Sequence[Flow], removed: Sequence[Flow],
-             whole: Sequence[Flow] | None) -> TrackedFlows:
+             whole: Sequence[Flow] | None,
+             whole_delta: tuple[Sequence[Flow], Sequence[Flow]] | None = None) -> TrackedFlows:
         """``flows``: every flow now (the delta's and the whole part's); ``whole``: the whole
-        part's flows when they may have moved, None when they did not.  Nothing changed: the
-        last list again."""
+        part's flows when they may have moved, None when they did not; ``whole_delta``: with
+        ``whole``, its flows (added, removed) since the last step's ``whole``, when its planner
+        knows them (None: compared whole).  Nothing changed: the last list again."""
         prev = self.last
         if prev is not None and not added and not removed and whole is None:
             return prev
@@ -89,7 +92,22 @@ class FlowTracker:
         touched = {f.cookie.value for f in removed}
         touched.update(f.cookie.value for f in added)
         new_wg = wg
-        if whole is not None:
+        if whole is not None and whole_delta is not None and prev is not None:
+            new_wg = dict(wg)
+            w_added, w_removed = whole_delta
+            for f in w_removed:
+                c = f.cookie.value
+                kept = tuple(x for x in new_wg.get(c, ()) if x is not f)
+                if kept:
+                    new_wg[c] = kept
+                else:
+                    new_wg.pop(c, None)
+                touched.add(c)
+            for f in w_added:
+                c = f.cookie.value
+                new_wg[c] = (*new_wg.get(c, ()), f)
+                touched.add(c)
+        elif whole is not None:
             by: dict[int, list[Flow]] = {}
             for f in whole:
                 by.setdefault(f.cookie.value, []).append(f)

@@ -257,8 +257,10 @@ class PolicyNode:
         compared when their plan moved)."""
         moved = tiers is not self._grouped_tiers
         self._grouped_tiers = tiers
+        # the tiers' own delta (the groups it touched), not all their flows grouped again
+        tier_delta = self.tier_planner.take_flow_delta() if moved and self.tier_planner is not None else None
         return self.flow_tracker.step(plan.flows + tiers.flows, delta.added, delta.removed,
-                                      tiers.flows if moved else None)
+                                      tiers.flows if moved else None, tier_delta)
 
     def _tiers(self, planner: IncrementalPlanner, facts: policy_plan.NodeFacts, full: bool,
                moved: list[Changes]) -> TierPlan:

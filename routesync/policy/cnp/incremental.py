@@ -86,6 +86,8 @@ class MergedFlows:
         self._built: dict[FlowKey, Flow] = {}
         self._dirty: set[FlowKey] = set()
         self._cookies = cookies  # ConjIds.cookies: shared with the full planner (a memo)
+        # per key built again since the last take_delta: its flow before (None: there was none)
+        self._was: dict[FlowKey, Flow | None] = {}
 
     def address(self, table: int, prio: int, addr: str, source: bool, conj: Conjunction, d: int) -> None:
         match, text = self.addresses.match(addr, source)
@@ -113,7 +115,10 @@ class MergedFlows:
         self._dirty.add(key)
 
     def flows(self) -> list[Flow]:
+        was = self._was
         for key in self._dirty:
+            if key not in was:
+                was[key] = self._built.get(key)
             table, prio, text = key
             conj = self._conj.get(key)
             actions: tuple[Action, ...]
@@ -132,6 +137,21 @@ class MergedFlows:
             self._built[key] = Flow(Table(table), prio, match, actions, cookie)
         self._dirty.clear()
         return list(self._built.values())
+
+    def take_delta(self) -> tuple[list[Flow], list[Flow]]:
+        """The flows :meth:`flows` built (added) and dropped (removed) since the last take."""
+        added: list[Flow] = []
+        removed: list[Flow] = []
+        for key, old in self._was.items():
+            new = self._built.get(key)
+            if new is old:
+                continue
+            if old is not None:
+                removed.append(old)
+            if new is not None:
+                added.append(new)
+        self._was = {}
+        return added, removed
 
 
 def _text(match: tuple[m.MatchItem, ...]) -> str:
@@ -281,6 +301,7 @@ class TierPlanner:
         self._subject_index: dict[str, set[str]] = {}  # namespace -> policies whose subject may pick from it
         self._peer_index: dict[str, set[str]] = {}  # namespace -> policies whose pod peers may
         self._flows = MergedFlows(self.ids.cookies)
+        self._delta_from: bool | None = None  # whether flows were out at the last take_flow_delta (None: not known)
         self._touched: dict[int, PartState] = {}
         self._named_dirty: dict[int, RuleState] = {}
         self._releasing: set[str] = set()
@@ -458,6 +479,18 @@ class TierPlanner:
             self._flows.flows()  # forget what was dirty: nothing is installed without a policy
         self._snapshot = (self.version, out)
         return out
+
+    def take_flow_delta(self) -> tuple[list[Flow], list[Flow]] | None:
+        """The flows of :meth:`snapshot` added and removed since the last call, None when not
+        known (the first call after a load: compare them whole).  Without a policy a snapshot has
+        no flow, so a first policy or the last one gone is not known either."""
+        self.snapshot()
+        out = self._flows.take_delta()
+        out_now = bool(self.policies)
+        since, self._delta_from = self._delta_from, out_now
+        if since is None or since != out_now:
+            return None
+        return out if out_now else ([], [])
 
     # -- PodLookup, for the named-port rules' parts (.plan.Select) ----------------------------
     def namespace_names(self, selector: sel.Selector) -> tuple[str, ...]:
