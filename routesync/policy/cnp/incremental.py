@@ -139,12 +139,17 @@ class MergedFlows:
         return list(self._built.values())
 
     def take_delta(self) -> tuple[list[Flow], list[Flow]]:
-        """The flows :meth:`flows` built (added) and dropped (removed) since the last take."""
+        """The flows :meth:`flows` built (added) and dropped (removed) since the last take; a flow
+        built again with the same actions is no change (its key fixes the rest), and keeps the
+        object handed over before, as NetworkPolicy's planner does."""
         added: list[Flow] = []
         removed: list[Flow] = []
         for key, old in self._was.items():
             new = self._built.get(key)
             if new is old:
+                continue
+            if old is not None and new is not None and old.actions == new.actions:
+                self._built[key] = old
                 continue
             if old is not None:
                 removed.append(old)

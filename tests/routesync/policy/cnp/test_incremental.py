@@ -256,3 +256,24 @@ def test_an_event_elsewhere_touches_no_flow_and_a_peer_touches_one() -> None:
     after = {f.text() for f in inc.snapshot().flows}
     assert len(after - before) == 1 and not before - after  # one peer flow more, nothing else moved
     assert "nw_src=10.0.2.99" in next(iter(after - before))
+
+
+def test_a_flow_built_again_with_the_same_actions_is_no_change() -> None:
+    """A key touched whose flow comes out the same (a conjunction counted twice, then once) gives
+    no delta, and keeps the object handed over before; a real change gives the old one and the new."""
+    from cni.pipeline.actions import Conjunction
+    from routesync.policy.cnp.incremental import MergedFlows
+
+    merged = MergedFlows({})
+    conj, other = Conjunction(1 << 24, 1, 2), Conjunction((1 << 24) + 1, 1, 2)
+    merged.address(46, 100, "10.0.0.1", True, conj, 1)
+    (first,) = merged.flows()
+    assert merged.take_delta() == ([first], [])
+    merged.address(46, 100, "10.0.0.1", True, conj, 1)  # counted twice: the same flow
+    merged.address(46, 100, "10.0.0.1", True, conj, -1)
+    merged.flows()
+    assert merged.take_delta() == ([], [])
+    assert merged.flows() == [first] and merged.flows()[0] is first
+    merged.address(46, 100, "10.0.0.1", True, other, 1)
+    (second,) = merged.flows()
+    assert merged.take_delta() == ([second], [first])
