@@ -13,7 +13,7 @@ timed = @t0=$$(date +%s); echo "make: $(1): $(2) ..."; $(3); rc=$$?; \
 	echo "make: $(1): $$( [ $$rc = 0 ] && echo done || echo "failed ($$rc)") in $$(( $$(date +%s) - t0 )) s"; exit $$rc
 
 .PHONY: install install-demo bin bin-demo test test-unit demo demo-k8s demo-down conformance lab-pictures bench \
-	lint dist image clean chaos
+	lint dist image release-image upgrade-test clean chaos
 
 # Everything the tests, the Kubernetes lab, the benchmarks and the bundle need (Debian packages,
 # Go builds: cnitool, etcd + Kubernetes + e2e + CoreDNS, the benchmarks' peers; the venvs).
@@ -35,7 +35,7 @@ bin-demo: install-demo
 
 # The frozen bundle and Ferry's image are built first: the Kubernetes e2e (tests/e2e/kube) deploys
 # the image with deploy/ferry.yaml, as users do.
-test: bin image
+test: bin image release-image
 	bash .ci/test.sh
 
 test-unit: install
@@ -95,6 +95,14 @@ dist: install
 # mmdebstrap (cached); an OCI archive in build/image/ that `ctr images import` loads.
 image: dist
 	$(call timed,image,Ferry's image (tools/build-image.sh),bash tools/build-image.sh)
+
+# The previous release's chart and image (deploy/previous-release names its tag), built from its
+# tag: the upgrade test installs it, upgrades to this tree and rolls back (make upgrade-test).
+release-image: dist
+	$(call timed,release-image,the previous release's image from its tag (tools/build-release-image.sh),bash tools/build-release-image.sh)
+
+upgrade-test: bin image release-image
+	$(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/kube/test_kube_upgrade.py
 
 lint:
 	$(VENV)/bin/ruff check cni routesync controller lab bench tests

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import yaml
 
 from lab import layout, tools
-from lab.kube import dns, manifests, ociimage, pki
+from lab.kube import dns, manifests, ociimage, pki, release
 from lab.kube.plan import (
     CLUSTER_DOMAIN,
     FRONT_PROXY_CA,
@@ -406,11 +406,12 @@ class Cluster:
     def ready(node: dict) -> bool:
         return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
 
-    def deploy_ferry(self, overlay: manifests.Overlay, installer: str = "kubectl") -> None:
+    def deploy_ferry(self, overlay: manifests.Overlay, installer: str = "kubectl",
+                     chart: str = manifests.CHART) -> None:
         """The CRDs Ferry reads (``deploy/crds/``), established, then Ferry's manifest, as a user
-        applies them (README); with installer ``helm``, ``helm install`` of the chart instead."""
+        applies them (README); with installer ``helm``, ``helm install`` of ``chart`` instead."""
         if installer == "helm":
-            self.helm_install(overlay)
+            self.helm_install(overlay, chart)
             return
         self.kubectl("apply", "--server-side", "-f", manifests.CRDS)
         # kubectl wait fails at once ("accessor error: <nil>") on a CRD whose status has no
@@ -421,25 +422,45 @@ class Cluster:
         if manifests.wants_controller(overlay):
             self.kubectl("apply", "-f", "-", input=manifests.dump(manifests.controller_docs(overlay)))
 
-    def helm_install(self, overlay: manifests.Overlay) -> None:
-        """``helm install`` of deploy/helm/ferry with the overlay as a values file: Helm creates the
-        chart's crds/ first, then the rest; the lab waits for the DaemonSet itself (wait_converged)."""
+    def helm(self, *args: str, timeout: float = 180.0) -> str:
+        """Helm against the lab's API server (from the control plane's netns), its cache, config
+        and data in the lab's directory; its stdout, or a LabError with its stderr."""
         helm = tools.tool("helm")
         if not os.access(helm, os.X_OK):
             raise LabError(f"{helm} missing: run `tools/build-go-tools.sh helm` (make install)")
-        values = os.path.join(self.plan.directory, "ferry-values.yaml")
-        with open(values, "w", encoding="utf-8") as f:
-            yaml.safe_dump(manifests.helm_values(overlay), f, sort_keys=False)
-        home = os.path.join(self.plan.directory, "helm")  # Helm's cache, config and data: the lab's
+        home = os.path.join(self.plan.directory, "helm")
         env = {**os.environ, "HELM_CACHE_HOME": f"{home}/cache", "HELM_CONFIG_HOME": f"{home}/config",
                "HELM_DATA_HOME": f"{home}/data"}
         argv = ["nsenter", f"--net=/run/netns/{self.plan.control_plane[0].netns}", "--", helm,
-                f"--kubeconfig={self.plan.admin_kubeconfig}", "install", manifests.RELEASE, manifests.CHART,
-                "--namespace", manifests.NAMESPACE, "--values", values]
-        cp = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=180, check=False)
+                f"--kubeconfig={self.plan.admin_kubeconfig}", *args]
+        cp = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
         if cp.returncode != 0:
-            raise LabError(f"helm install: {cp.stderr.strip()}")
+            raise LabError(f"helm {args[0]}: {cp.stderr.strip()}")
+        return cp.stdout
+
+    def helm_values_file(self, overlay: manifests.Overlay) -> str:
+        values = os.path.join(self.plan.directory, "ferry-values.yaml")
+        with open(values, "w", encoding="utf-8") as f:
+            yaml.safe_dump(manifests.helm_values(overlay), f, sort_keys=False)
+        return values
+
+    def helm_install(self, overlay: manifests.Overlay, chart: str = manifests.CHART) -> None:
+        """``helm install`` of ``chart`` (deploy/helm/ferry, or a release's) with the overlay as a
+        values file: Helm creates the chart's crds/ first, then the rest; the lab waits for the
+        DaemonSet itself (wait_converged)."""
+        self.helm("install", manifests.RELEASE, chart, "--namespace", manifests.NAMESPACE,
+                  "--values", self.helm_values_file(overlay))
         wait_for("the CRDs of deploy/crds to be Established", self.crds_established, 120.0)
+
+    def helm_upgrade(self, overlay: manifests.Overlay, chart: str = manifests.CHART) -> None:
+        """``helm upgrade`` of the release to ``chart`` with the overlay's values, as a user
+        upgrades; returns once Helm has written the objects (the rollout is the caller's to wait for)."""
+        self.helm("upgrade", manifests.RELEASE, chart, "--namespace", manifests.NAMESPACE,
+                  "--values", self.helm_values_file(overlay))
+
+    def helm_rollback(self, revision: int) -> None:
+        """``helm rollback`` of the release to ``revision`` (1: what ``helm install`` wrote)."""
+        self.helm("rollback", manifests.RELEASE, str(revision), "--namespace", manifests.NAMESPACE)
 
     def crds_established(self) -> bool:
         """Every CRD of ``deploy/crds/`` has the condition Established True."""
@@ -617,7 +638,9 @@ def ferry_image(tag: str | None, log: Log) -> str:
 def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, image_tag: str | None,
        join_later: tuple[str, ...], route_pod_cidrs: bool, router_netns: str, manifest: Manifest,
        log: Log, cni: str = "ferry", bgp: bool = False, chained: bool = False,
-       installer: str = "kubectl") -> Cluster:
+       installer: str = "kubectl", release_tag: str | None = None) -> Cluster:
+    """The cluster, Ferry on it (this tree's image and manifest or chart; ``release_tag``'s chart
+    and image with it, lab.kube.release), its Nodes Ready."""
     t0 = time.monotonic()
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"):
         if not os.access(tools.tool(name), os.X_OK):
@@ -636,6 +659,13 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
                 raise LabError(f"{tools.tool(name)} missing: run `tools/build-go-tools.sh kubernetes kube-e2e coredns`"
                                " (make install), or `--kube-proxy none`")
     images = build_images(os.path.join(plan.directory, "images"), image_tag, log, services)
+    if release_tag:  # beside this tree's (the upgrade's), in the images a joining Node loads too
+        release.require(release_tag)
+        link = os.path.join(plan.directory, "images", "ferry-release.tar")
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink(release.image_archive(release_tag), link)
+        images.append(link)
     cluster.control_plane()
     log(f"control plane ready: {time.monotonic() - t0:.1f}s")
     make_holder(os.path.dirname(plan.nodes[0].mount_ns), manifest)
@@ -649,11 +679,13 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
     if chained:
         cluster.install_primary(now)
         log(f"primary CNI (ptp + host-local) on every Node: {time.monotonic() - t0:.1f}s")
-    image = None
+    image, chart = None, manifests.CHART
     if image_tag:
         image = manifests.shipped_image(manifests.load()).rsplit(":", 1)[0] + f":{image_tag}"
+    if release_tag:
+        image, chart = release.image_ref(release_tag), release.chart(release_tag)
     cluster.deploy_ferry(manifests.Overlay(plan.api_host, plan.api_port, plan.cluster_cidrs, route_sync, image,
-                                           api_override=not services), installer)
+                                           api_override=not services), installer, chart)
     cluster.wait_converged()
     cluster.route_pod_cidrs(router_netns)
     log(f"Ferry deployed, Nodes Ready: {time.monotonic() - t0:.1f}s")

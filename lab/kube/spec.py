@@ -18,21 +18,26 @@ kubernetes:
                               # openvswitch container runs it, route-sync's ovsDaemons)
   installer: kubectl          # how Ferry goes on the cluster: kubectl (deploy/ferry.yaml, applied)
                               # | helm (`helm install` of deploy/helm/ferry, the same overlay as values)
+  release: null               # a release's tag (v0.1.0): the lab installs that release's chart and
+                              # image (`make release-image` builds them from the tag) instead of this
+                              # tree's; with installer helm, the path an upgrade then takes (helm upgrade)
 ```
 ``kubernetes: {}`` (or ``ferry-lab up --kubernetes``) takes every default."""
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from routesync.config import OVS_DAEMONS, OVS_FERRY, OVS_HOST
 
-KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni", "kubeProxy", "ovsDaemons", "installer")
+KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni", "kubeProxy", "ovsDaemons", "installer", "release")
 CNIS = ("ferry", "bridge")
 KUBE_PROXY_MODES = ("iptables", "nftables", "none")  # "none" last: lab.conformance takes the others
 INSTALLERS = ("kubectl", "helm")
+RELEASE_TAG = re.compile(r"^v\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")  # a release's git tag
 
 
 class KubeSpecError(ValueError):
@@ -49,6 +54,7 @@ class KubeSpec:
     kube_proxy: str = "iptables"
     ovs_daemons: str = OVS_HOST
     installer: str = "kubectl"
+    release: str | None = None  # a release's tag: its chart and image, not this tree's
 
     @property
     def ferry_runs_ovs(self) -> bool:
@@ -63,7 +69,8 @@ class KubeSpec:
     def to_doc(self) -> dict[str, Any]:
         return {"serviceCIDR": self.service_cidr or None, "apiPort": self.api_port, "imageTag": self.image_tag,
                 "joinLater": list(self.join_later), "cni": self.cni, "kubeProxy": self.kube_proxy,
-                "ovsDaemons": self.ovs_daemons, "installer": self.installer}
+                "ovsDaemons": self.ovs_daemons, "installer": self.installer,
+                "release": self.release}
 
 
 def parse(value: Any) -> KubeSpec | None:
@@ -103,7 +110,15 @@ def parse(value: Any) -> KubeSpec | None:
         raise KubeSpecError(f"kubernetes.installer {installer!r}: one of {', '.join(INSTALLERS)}")
     if installer == "helm" and cni != "ferry":
         raise KubeSpecError(f"kubernetes.installer helm: only with cni ferry (cni is {cni})")
-    return KubeSpec(cidrs, port, tag, tuple(later), cni, proxy, ovs_daemons, installer)
+    release = value.get("release")
+    if release is not None:
+        if not isinstance(release, str) or not RELEASE_TAG.match(release):
+            raise KubeSpecError(f"kubernetes.release {release!r}: a release tag such as v0.1.0")
+        if installer != "helm":
+            raise KubeSpecError(f"kubernetes.release {release}: only with installer helm (installer is {installer})")
+        if tag is not None:
+            raise KubeSpecError(f"kubernetes.release {release}: the release's image, not imageTag {tag}")
+    return KubeSpec(cidrs, port, tag, tuple(later), cni, proxy, ovs_daemons, installer, release)
 
 
 SERVICE_PREFIXES = {4: (12, 24), 6: (108, 120)}  # what the API server's allocator takes

@@ -15,23 +15,20 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from lab.api import Lab
 from lab.kube import manifests
-from lab.kube.cluster import Cluster, wait_for
+from lab.kube.cluster import wait_for
 from lab.sh import pids_named
 from routesync.config import OVS_FERRY
 from tests.e2e.kube.helpers import ancestors, parent, topology
-from tests.support.liveping import LivePing, PingResult
+from tests.e2e.kube.rollout import OVS_DAEMONS, across, daemon_pids, ferry_pods, images, ovs_pods, ready, restarts
 from tests.support.waiting import HANG
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-
-OVS_DAEMONS = ("ovsdb-server", "ovs-vswitchd")
 
 
 @pytest.fixture(scope="module")
@@ -40,59 +37,6 @@ def lab(kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
     lab.add_pod("node-1", "a")
     lab.add_pod("node-3", "a")
     yield lab
-
-
-def flows(lab: Lab, node: str) -> list[str]:
-    out = lab.node(node).exec(["ovs-ofctl", "-O", "OpenFlow13", "--no-stats", "dump-flows", "br-int"],
-                              check=True).stdout
-    return sorted(line.strip() for line in out.splitlines() if "cookie=" in line)
-
-
-def ports(lab: Lab, node: str) -> dict[str, int]:
-    """Interface name -> ofport on the Node's bridge."""
-    doc = json.loads(lab.node(node).vsctl("--format=json", "--columns=name,ofport", "list", "Interface"))
-    return {row[0]: row[1] for row in doc["data"]}
-
-
-def ferry_pods(cluster: Cluster, daemonset: str = manifests.ROUTE_SYNC_DAEMONSET) -> dict[str, dict]:
-    """Node -> the DaemonSet's Pod there (route-sync's by default; each DaemonSet labels its Pods
-    with its name)."""
-    doc = json.loads(cluster.kubectl("-n", "kube-system", "get", "pods", "-l",
-                                     f"app.kubernetes.io/name={daemonset}", "-o", "json").stdout)
-    return {p["spec"]["nodeName"]: p for p in doc["items"]}
-
-
-def ovs_pods(cluster: Cluster) -> dict[str, dict]:
-    return ferry_pods(cluster, manifests.OVS_DAEMONSET)
-
-
-def restarts(pod: dict, container: str) -> int:
-    statuses = pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", [])
-    return next((s.get("restartCount", 0) for s in statuses if s["name"] == container), 0)
-
-
-def ready(pod: dict) -> bool:
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
-
-
-def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
-    """A 10 ms ping node-1 -> node-3 across ``event``; afterwards every flow is back on both Nodes
-    and the Pods' ports kept their numbers."""
-    before = {n: (flows(lab, n), ports(lab, n)) for n in ("node-1", "node-3")}
-    src, dst = lab.pod("node-1", "a"), lab.pod("node-3", "a")
-    assert dst.ipv4
-    with LivePing(src.netns, dst.ipv4, interval=0.01) as ping:
-        ping.more_replies(20, "before the event")
-        event()
-        assert ping.reply_after(time.time()), f"no reply after {what}"
-        ping.more_replies(20, f"after {what}")
-        result = ping.stop()
-    print(f"\n{what}: 10 ms ping node-1 -> node-3: {result.lost} of {result.transmitted} lost, "
-          f"longest gap {result.gap * 1000:.0f} ms")
-    for n, (was_flows, was_ports) in before.items():
-        wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was_flows: flows(lab, n) == was, HANG)
-        assert ports(lab, n) == was_ports, f"{n}: the Pods' ports changed"
-    return result
 
 
 def test_the_nodes_open_vswitch_is_ferrys_container(lab: Lab) -> None:
@@ -133,14 +77,6 @@ def test_the_openvswitch_container_killed_is_restarted_by_the_kubelet(lab: Lab) 
     across(lab, "openvswitch container killed (the kubelet restarts it)", kill_container)
     wait_for("the kubelet to count the restart",
              lambda: restarts(ovs_pods(cluster)["node-1"], "openvswitch") == before + 1, HANG)
-
-
-def daemon_pids(lab: Lab, node: str) -> dict[str, list[int]]:
-    return {d: sorted(pids_named(lab.node(node).netns, d)) for d in OVS_DAEMONS}
-
-
-def images(pod: dict) -> dict[str, str]:
-    return {c["name"]: c["image"] for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]}
 
 
 def test_a_new_image_rolls_out_over_ferrys_open_vswitch_without_a_gap(lab: Lab) -> None:

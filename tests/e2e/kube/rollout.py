@@ -1,0 +1,150 @@
+"""What the restart and upgrade tests look at on a Kubernetes lab (tests/e2e/kube): Ferry's
+DaemonSets' Pods, the Nodes' flows and ports, and a live ping across an event."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Self
+
+from lab.api import Lab
+from lab.kube import manifests
+from lab.kube import pods as kube_pods
+from lab.kube.cluster import Cluster, wait_for
+from lab.sh import pids_named
+from tests.support.liveping import LivePing, PingResult
+from tests.support.waiting import HANG
+
+OVS_DAEMONS = ("ovsdb-server", "ovs-vswitchd")
+
+
+def flows(lab: Lab, node: str) -> list[str]:
+    out = lab.node(node).exec(["ovs-ofctl", "-O", "OpenFlow13", "--no-stats", "dump-flows", "br-int"],
+                              check=True).stdout
+    return sorted(line.strip() for line in out.splitlines() if "cookie=" in line)
+
+
+def ports(lab: Lab, node: str) -> dict[str, int]:
+    """Interface name -> ofport on the Node's bridge."""
+    doc = json.loads(lab.node(node).vsctl("--format=json", "--columns=name,ofport", "list", "Interface"))
+    return {row[0]: row[1] for row in doc["data"]}
+
+
+def ferry_pods(cluster: Cluster, daemonset: str = manifests.ROUTE_SYNC_DAEMONSET) -> dict[str, dict]:
+    """Node -> the DaemonSet's Pod there (route-sync's by default; each DaemonSet labels its Pods
+    with its name)."""
+    doc = json.loads(cluster.kubectl("-n", "kube-system", "get", "pods", "-l",
+                                     f"app.kubernetes.io/name={daemonset}", "-o", "json").stdout)
+    return {p["spec"]["nodeName"]: p for p in doc["items"]}
+
+
+def ovs_pods(cluster: Cluster) -> dict[str, dict]:
+    return ferry_pods(cluster, manifests.OVS_DAEMONSET)
+
+
+def restarts(pod: dict, container: str) -> int:
+    statuses = pod["status"].get("initContainerStatuses", []) + pod["status"].get("containerStatuses", [])
+    return next((s.get("restartCount", 0) for s in statuses if s["name"] == container), 0)
+
+
+def ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
+    """A 10 ms ping node-1 -> node-3 across ``event``; afterwards every flow is back on both Nodes
+    and the Pods' ports kept their numbers."""
+    before = {n: (flows(lab, n), ports(lab, n)) for n in ("node-1", "node-3")}
+    src, dst = lab.pod("node-1", "a"), lab.pod("node-3", "a")
+    assert dst.ipv4
+    with LivePing(src.netns, dst.ipv4, interval=0.01) as ping:
+        ping.more_replies(20, "before the event")
+        event()
+        assert ping.reply_after(time.time()), f"no reply after {what}"
+        ping.more_replies(20, f"after {what}")
+        result = ping.stop()
+    print(f"\n{what}: 10 ms ping node-1 -> node-3: {result.lost} of {result.transmitted} lost, "
+          f"longest gap {result.gap * 1000:.0f} ms")
+    for n, (was_flows, was_ports) in before.items():
+        wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was_flows: flows(lab, n) == was, HANG)
+        assert ports(lab, n) == was_ports, f"{n}: the Pods' ports changed"
+    return result
+
+
+def daemon_pids(lab: Lab, node: str) -> dict[str, list[int]]:
+    return {d: sorted(pids_named(lab.node(node).netns, d)) for d in OVS_DAEMONS}
+
+
+def images(pod: dict) -> dict[str, str]:
+    return {c["name"]: c["image"] for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]}
+
+
+def roll_out(cluster: Cluster, daemonset: str = manifests.ROUTE_SYNC_DAEMONSET) -> None:
+    """Until the DaemonSet's rollout is done (``kubectl rollout status``: every Pod updated and ready)."""
+    cluster.kubectl("-n", "kube-system", "rollout", "status", f"daemonset/{daemonset}", "--timeout=300s",
+                    timeout=320)
+
+
+def interfaces(lab: Lab, node: str) -> dict[str, dict[str, str]]:
+    """Interface name -> its OVSDB external_ids (the Pod's name, namespace, sandbox, ...)."""
+    doc = json.loads(lab.node(node).vsctl("--format=json", "--columns=name,external_ids", "list", "Interface"))
+    return {row[0]: dict(row[1][1]) for row in doc["data"]}
+
+
+class PodChurn:
+    """Pods created and deleted one after another on ``nodes`` while an event runs (``with``):
+    each ADD counted with the seconds from ``kubectl create`` to Running, each DEL with its
+    ``kubectl delete --wait``; a Pod that never runs, or never goes, leaves :attr:`error` set. The
+    kubelet's failed attempts (events FailedCreatePodSandBox, FailedKillPod) are counted too: a
+    failed CNI ADD the kubelet then retries."""
+
+    def __init__(self, cluster: Cluster, nodes: tuple[str, ...], prefix: str = "churn") -> None:
+        self.cluster, self.nodes, self.prefix = cluster, nodes, prefix
+        self.to_running: list[float] = []  # per ADD: create -> Running, seconds
+        self.deleted = 0
+        self.names: list[str] = []
+        self.error: Exception | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pod-churn", daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        i = 0
+        try:
+            while not self._stop.is_set() or i < len(self.nodes):  # at least one Pod on every Node
+                node = self.nodes[i % len(self.nodes)]
+                name = kube_pods.api_name(node, f"{self.prefix}{i}")
+                self.names.append(name)
+                t0 = time.monotonic()
+                self.cluster.kubectl("create", "-f", "-", input=json.dumps(kube_pods.pod_spec(name, node)))
+                kube_pods.wait_running(lambda name=name: self.cluster.pod(kube_pods.NAMESPACE, name), HANG)
+                self.to_running.append(time.monotonic() - t0)
+                self.cluster.kubectl("delete", "pod", "-n", kube_pods.NAMESPACE, name, "--wait=true",
+                                     f"--timeout={int(HANG)}s", timeout=HANG + 10)
+                self.deleted += 1
+                i += 1
+        except Exception as e:  # noqa: BLE001 -- reported by the caller (error): a thread's exception is lost
+            self.error = e
+
+    def failed_attempts(self) -> dict[str, int]:
+        """The kubelet's failed sandbox creations and kills of the churn's Pods, by reason."""
+        doc = json.loads(self.cluster.kubectl("get", "events", "-n", kube_pods.NAMESPACE, "-o", "json").stdout)
+        out = {"FailedCreatePodSandBox": 0, "FailedKillPod": 0}
+        for e in doc["items"]:
+            if e.get("reason") in out and e["involvedObject"]["name"] in self.names:
+                out[e["reason"]] += int(e.get("count") or 1)
+        return out
+
+    def summary(self) -> str:
+        longest = max(self.to_running, default=0.0)
+        return (f"{len(self.to_running)} ADDs (longest create -> Running {longest:.1f} s), {self.deleted} DELs, "
+                f"the kubelet's failed attempts {self.failed_attempts()}")
