@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Self
 
 from tests.support.waiting import HANG
@@ -29,6 +29,7 @@ class PingResult:
     received: int
     gap: float  # s: longest gap between consecutive replies
     lost_seqs: list[int]  # requests up to the last answered one that got no answer
+    lost_after: list[float] = field(default_factory=list)  # per lost request: the stamp of the reply before it
 
     @property
     def lost(self) -> int:
@@ -108,9 +109,11 @@ class LivePing:
             assert m, "".join(self.other)[-500:]
             seqs = set(self.seqs)
             last = max(seqs, default=0)
+            lost = sorted(set(range(1, last + 1)) - seqs)
+            stamp = dict(zip(self.seqs, self.stamps, strict=True))
             return PingResult(int(m.group(1)), int(m.group(2)),
                               max((b - a for a, b in itertools.pairwise(self.stamps)), default=0.0),
-                              sorted(set(range(1, last + 1)) - seqs))
+                              lost, [max((t for q, t in stamp.items() if q < s), default=0.0) for s in lost])
 
     def __enter__(self) -> Self:
         return self

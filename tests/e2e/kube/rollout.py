@@ -105,6 +105,7 @@ class PodChurn:
         self.to_running: list[float] = []  # per ADD: create -> Running, seconds
         self.deleted = 0
         self.names: list[str] = []
+        self.log: list[tuple[float, str]] = []  # (time.time(), what): each create, Running, delete, gone
         self.error: Exception | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pod-churn", daemon=True)
@@ -125,11 +126,14 @@ class PodChurn:
                 name = kube_pods.api_name(node, f"{self.prefix}{i}")
                 self.names.append(name)
                 t0 = time.monotonic()
+                self.log.append((time.time(), f"create {name}"))
                 self.cluster.kubectl("create", "-f", "-", input=json.dumps(kube_pods.pod_spec(name, node)))
                 kube_pods.wait_running(lambda name=name: self.cluster.pod(kube_pods.NAMESPACE, name), HANG)
                 self.to_running.append(time.monotonic() - t0)
+                self.log.append((time.time(), f"{name} Running"))
                 self.cluster.kubectl("delete", "pod", "-n", kube_pods.NAMESPACE, name, "--wait=true",
                                      f"--timeout={int(HANG)}s", timeout=HANG + 10)
+                self.log.append((time.time(), f"{name} deleted"))
                 self.deleted += 1
                 i += 1
         except Exception as e:  # noqa: BLE001 -- reported by the caller (error): a thread's exception is lost

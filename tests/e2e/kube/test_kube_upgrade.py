@@ -73,8 +73,10 @@ def across_helm(lab: Lab, what: str, helm: Callable[[], None], image: str) -> No
     pids = {n: daemon_pids(lab, n) for n in NODES}
     ifaces = {n: interfaces(lab, n) for n in ("node-1", "node-3")}
 
+    churn = PodChurn(cluster, ("node-1", "node-3"))
+
     def event() -> None:
-        with PodChurn(cluster, ("node-1", "node-3")) as churn:
+        with churn:
             helm()
             roll_out(cluster)
         print(f"\n{what}: Pods during it: {churn.summary()}")
@@ -82,6 +84,11 @@ def across_helm(lab: Lab, what: str, helm: Callable[[], None], image: str) -> No
             raise AssertionError(f"a Pod's ADD or DEL during {what} did not complete: {churn.error}")
 
     result = across(lab, what, event)
+    # what happened around a lost ping, for the failure's message: the churn's steps, route-sync's starts
+    started = sorted((f"{n}: route-sync started {s['state']['running']['startedAt']}") for n, p in
+                     ferry_pods(cluster).items() for s in p["status"].get("containerStatuses", [])
+                     if "running" in s["state"])
+    near = [(round(t - at, 2), e) for at in result.lost_after for t, e in churn.log if abs(t - at) < 3]
     pods = ferry_pods(cluster)
     assert set(pods) == set(NODES) and all(ready(p) for p in pods.values())
     assert not ({p["metadata"]["name"] for p in pods.values()} & old_pods), "every route-sync Pod was replaced"
@@ -92,7 +99,8 @@ def across_helm(lab: Lab, what: str, helm: Callable[[], None], image: str) -> No
         now = interfaces(lab, n)
         assert {k: v for k, v in now.items() if k in was} == was, f"{n}: a Pod's interface changed"
     # lost_seqs: unanswered requests before the last answered one (not the one in flight at the stop)
-    assert not result.lost_seqs, f"pings {result.lost_seqs} of {result.transmitted} lost across {what}"
+    assert not result.lost_seqs, (f"pings {result.lost_seqs} of {result.transmitted} lost across {what} "
+                                  f"(after replies at {result.lost_after}; churn within 3 s: {near}; {started})")
 
 
 def test_the_lab_runs_the_previous_release(lab: Lab) -> None:
