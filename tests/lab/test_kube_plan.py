@@ -14,7 +14,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from lab import topology as topo_mod
-from lab.kube import manifests, ociimage, pki, plan, spec
+from lab.kube import manifests, ociimage, pki, plan, release, spec
 from lab.kube.cluster import router_routes
 from tests.e2e.kube.helpers import topology
 
@@ -27,10 +27,14 @@ def test_spec_defaults_and_errors() -> None:
     assert spec.parse(None) is None and spec.parse(False) is None
     assert spec.parse(True) == spec.KubeSpec()
     assert spec.parse({"installer": "helm"}).installer == "helm"  # type: ignore[union-attr]
+    assert spec.parse({"installer": "helm", "release": "v0.1.0"}).release == "v0.1.0"  # type: ignore[union-attr]
     for bad, key in (({"x": 1}, "unknown keys"), ({"serviceCIDR": "fd00::/64"}, "serviceCIDR"),
                      ({"apiPort": 0}, "apiPort"), ({"imageTag": "a:b"}, "imageTag"),
                      ({"joinLater": "node-4"}, "joinLater"), ({"installer": "kustomize"}, "installer"),
-                     ({"installer": "helm", "cni": "bridge"}, "installer")):
+                     ({"installer": "helm", "cni": "bridge"}, "installer"),
+                     ({"release": "v0.1.0"}, "release v0.1.0: only with installer helm"),
+                     ({"installer": "helm", "release": "0.1.0"}, "release '0.1.0': a release tag"),
+                     ({"installer": "helm", "release": "v0.1.0", "imageTag": "x"}, "not imageTag")):
         with pytest.raises(spec.KubeSpecError, match=key):
             spec.parse(bad)
 
@@ -242,3 +246,10 @@ def test_network_policy_only_on_kubernetes_has_a_primary_cni() -> None:
                            "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}
     cmds = netplan.plan("tp", t).stages[1][topo_mod.node_netns("tp", "node-1")]
     assert [c for c in cmds if "10.244." in c] == [], cmds
+
+
+def test_the_previous_release_is_a_tag_and_its_build_lives_under_build_release() -> None:
+    tag = release.previous()
+    assert spec.RELEASE_TAG.match(tag)
+    assert release.chart(tag).endswith(f"build/release/{tag}/src/deploy/helm/ferry")
+    assert release.image_archive(tag).endswith(f"build/release/{tag}/image.tar")
