@@ -374,6 +374,9 @@ class Lab:
         att = kube_pods.find_attachment(lambda argv: n.exec(argv), api_name, kube_pods.NAMESPACE)
         if att is None:
             raise LabError(f"Pod {name} runs but no OVS port on {node} names it (external_ids {EXT_POD_NAME})")
+        pod_ips = {ip["ip"] for ip in obj["status"]["podIPs"]}
+        if {a.split("/")[0] for a in att.ips} != pod_ips:  # a status from before a reboot, or a stale port
+            raise LabError(f"Pod {name}: its OVS port {att.port} has {att.ips}, the Pod object {sorted(pod_ips)}")
         self.manifest.record("netns", name=netns)
         kube_pods.attach_netns(cluster.plan.node(node).mount_ns, att.netns, netns)
         result = kube_pods.result_of(att)
@@ -563,6 +566,21 @@ class Lab:
         p = kube_reboot.plan(self.name, self.topology, cluster.plan.node(node), n.paths,
                              tuple(pod.netns for pod in n.pods()))
         return kube_reboot.apply(cluster, p, n.paths)
+
+    def await_kube_pod_back(self, node: str, name: str, timeout: float) -> Pod:
+        """:meth:`reattach_kube_pod` once the kubelet has made the Pod's sandbox again (a new OVS
+        port whose namespace exists, the Pod object running with that port's addresses)."""
+        got: list[Pod] = []
+
+        def back() -> bool:
+            try:
+                got.append(self.reattach_kube_pod(node, name))
+            except LabError:
+                return False
+            return True
+
+        kube_cluster.wait_for(f"pod {name} on {node} back", back, timeout)
+        return got[-1]
 
     def restart_vswitchd(self, node: str, sig: int = 9) -> None:
         """Kill ``node``'s ovs-vswitchd (its flows die with it) and start it again; on Nodes
