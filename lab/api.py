@@ -364,9 +364,11 @@ class Lab:
         st = (obj or {}).get("status") or {}
         if obj is None or st.get("phase") != "Running" or not st.get("podIPs"):
             raise LabError(f"pod {name} on {node} does not run with addresses: {json.dumps(st)[:400]}")
-        return self._attach_kube_pod(node, name, obj)
+        return self._attach_kube_pod(node, name, obj, same_ips=True)
 
-    def _attach_kube_pod(self, node: str, name: str, obj: dict[str, Any]) -> Pod:
+    def _attach_kube_pod(self, node: str, name: str, obj: dict[str, Any], same_ips: bool = False) -> Pod:
+        """``same_ips``: only when the OVS port's addresses are the Pod object's (after a reboot the
+        object may still show the dead sandbox's status; a chained port records no addresses)."""
         n = self.node(node)
         cluster = self.kube()
         netns = pod_netns(self.name, node, name)
@@ -375,7 +377,7 @@ class Lab:
         if att is None:
             raise LabError(f"Pod {name} runs but no OVS port on {node} names it (external_ids {EXT_POD_NAME})")
         pod_ips = {ip["ip"] for ip in obj["status"]["podIPs"]}
-        if {a.split("/")[0] for a in att.ips} != pod_ips:  # a status from before a reboot, or a stale port
+        if same_ips and {a.split("/")[0] for a in att.ips} != pod_ips:  # a status from before a reboot
             raise LabError(f"Pod {name}: its OVS port {att.port} has {att.ips}, the Pod object {sorted(pod_ips)}")
         self.manifest.record("netns", name=netns)
         kube_pods.attach_netns(cluster.plan.node(node).mount_ns, att.netns, netns)
