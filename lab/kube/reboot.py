@@ -65,7 +65,7 @@ def plan(lab: str, topo: Topology, node: NodePlan, paths: NodePaths, pod_netns: 
             tmpfs.append((src, keep))
     ns = node_netns(lab, node.name)
     net = netplan.plan(lab, topo)
-    nic = tuple(line for line in net.stages[-1].get(ns, []))
+    nic = tuple(net.stages[-1].get(ns, []))
     return RebootPlan(node.name, ns, node, pod_netns, tuple(tmpfs), nic, net.sysctls.get(ns, ()),
                       net.tx_csum_off.get(ns, ()), host_ovs)
 
