@@ -32,6 +32,7 @@ from lab import topology as topology_mod
 from lab.kube import cluster as kube_cluster
 from lab.kube import lab_cluster
 from lab.kube import pods as kube_pods
+from lab.kube import reboot as kube_reboot
 from lab.kube.cluster import Cluster
 from lab.manifest import MANIFEST, Manifest
 from lab.sh import LabError, cmdline, in_netns, run, running
@@ -336,7 +337,7 @@ class Lab:
                        chained=t.chained)
 
     def _add_kube_pod(self, node: str, name: str, timeout: float) -> Pod:
-        n = self.node(node)
+        self.node(node)  # a Node of the lab's, or LabError
         cluster = self.kube()
         netns = pod_netns(self.name, node, name)
         if build.netns_exists(netns):
@@ -350,9 +351,34 @@ class Lab:
                                      f"involvedObject.name={api_name}", check=False).stdout
             raise LabError(f"{e}\nevents:\n{events}\nkube-scheduler log:\n"
                            f"{kube_cluster.tail(cluster.plan.process('kube-scheduler').log, 8)}") from None
+        return self._attach_kube_pod(node, name, obj)
+
+    def reattach_kube_pod(self, node: str, name: str) -> Pod:
+        """The lab's handle on a Pod whose sandbox the kubelet made again (a Node's reboot): its
+        namespace attached here anew, its record rewritten from its OVS port and the Pod object
+        (which must run with its addresses)."""
+        netns = pod_netns(self.name, node, name)
+        if build.netns_exists(netns):
+            raise LabError(f"pod {name} on {node}: {netns} is still attached")
+        obj = self.kube().pod(kube_pods.NAMESPACE, kube_pods.api_name(node, name))
+        st = (obj or {}).get("status") or {}
+        if obj is None or st.get("phase") != "Running" or not st.get("podIPs"):
+            raise LabError(f"pod {name} on {node} does not run with addresses: {json.dumps(st)[:400]}")
+        return self._attach_kube_pod(node, name, obj, same_ips=True)
+
+    def _attach_kube_pod(self, node: str, name: str, obj: dict[str, Any], same_ips: bool = False) -> Pod:
+        """``same_ips``: only when the OVS port's addresses are the Pod object's (after a reboot the
+        object may still show the dead sandbox's status; a chained port records no addresses)."""
+        n = self.node(node)
+        cluster = self.kube()
+        netns = pod_netns(self.name, node, name)
+        api_name = kube_pods.api_name(node, name)
         att = kube_pods.find_attachment(lambda argv: n.exec(argv), api_name, kube_pods.NAMESPACE)
         if att is None:
             raise LabError(f"Pod {name} runs but no OVS port on {node} names it (external_ids {EXT_POD_NAME})")
+        pod_ips = {ip["ip"] for ip in obj["status"]["podIPs"]}
+        if same_ips and {a.split("/")[0] for a in att.ips} != pod_ips:  # a status from before a reboot
+            raise LabError(f"Pod {name}: its OVS port {att.port} has {att.ips}, the Pod object {sorted(pod_ips)}")
         self.manifest.record("netns", name=netns)
         kube_pods.attach_netns(cluster.plan.node(node).mount_ns, att.netns, netns)
         result = kube_pods.result_of(att)
@@ -530,6 +556,33 @@ class Lab:
         except FileNotFoundError:
             pass
         return build.start_route_sync(cmd, topo, n.spec, self.name, self.dir, self.manifest)
+
+    def reboot(self, node: str) -> float:
+        """Reboot ``node`` of a Kubernetes lab (:mod:`lab.kube.reboot`): everything a reboot loses
+        lost (its Pods' namespaces, attached here, detached), then its host's Open vSwitch (if any),
+        containerd, the kubelet and kube-proxy started again.  Returns the kubelet's start
+        (``time.monotonic()``); the Pods come back as the kubelet makes them again
+        (:meth:`reattach_kube_pod` then gives the lab's handle on each)."""
+        cluster = self.kube()
+        n = self.node(node)
+        p = kube_reboot.plan(self.name, self.topology, cluster.plan.node(node), n.paths,
+                             tuple(pod.netns for pod in n.pods()))
+        return kube_reboot.apply(cluster, p, n.paths)
+
+    def await_kube_pod_back(self, node: str, name: str, timeout: float) -> Pod:
+        """:meth:`reattach_kube_pod` once the kubelet has made the Pod's sandbox again (a new OVS
+        port whose namespace exists, the Pod object running with that port's addresses)."""
+        got: list[Pod] = []
+
+        def back() -> bool:
+            try:
+                got.append(self.reattach_kube_pod(node, name))
+            except LabError:
+                return False
+            return True
+
+        kube_cluster.wait_for(f"pod {name} on {node} back", back, timeout)
+        return got[-1]
 
     def restart_vswitchd(self, node: str, sig: int = 9) -> None:
         """Kill ``node``'s ovs-vswitchd (its flows die with it) and start it again; on Nodes

@@ -169,6 +169,26 @@ def down(name: str) -> None:
     click.echo(f"lab {name} removed in {time.monotonic() - t0:.2f}s" if removed else f"no lab named {name}")
 
 
+@main.command(help="Reboot a Node of a Kubernetes lab (lab/kube/reboot.py): its processes, mounts, /run and "
+                   "network state lost, /var/lib and its NIC kept, then started again; waits for the lab's Pods "
+                   "on it to run again and attaches them anew.")
+@click.argument("node")
+@click.option("--timeout", default=180.0, show_default=True, help="seconds to wait for each Pod (a hang)")
+@name_option
+def reboot(node: str, timeout: float, name: str) -> None:
+    try:
+        lab = Lab.attach(name)
+        pods = [p.name for p in lab.node(node).pods()]
+        kubelet = lab.reboot(node)
+        click.echo(f"{node} rebooted; the kubelet started; waiting for {', '.join(pods) or 'no lab Pod'}")
+        for p in pods:
+            pod = lab.await_kube_pod_back(node, p, timeout)
+            click.echo(f"{node}/{p}: back {time.monotonic() - kubelet:.1f}s after the kubelet's start, "
+                       f"{' '.join(pod.ips)}")
+    except (LabError, TopologyError) as e:
+        _fail(e)
+
+
 @main.group(help="Add or delete a Pod (a netns plugged by the ferry plugin through cnitool).")
 def pod() -> None:
     pass

@@ -101,6 +101,11 @@ def ctr(node: NodePlan, *args: str, check: bool = True, timeout: float = 120.0) 
                    timeout=timeout)
 
 
+def image_names(node: NodePlan) -> set[str]:
+    """The images the Node's containerd holds (``ctr images ls -q``)."""
+    return set(ctr(node, "images", "ls", "-q").stdout.decode().split())
+
+
 # ---------------------------------------------------------------- Node set-up
 
 def make_cgroup(root: str) -> None:
@@ -191,7 +196,7 @@ def stop_node(node_mount_ns: str, cgroup_root: str) -> None:
         if not pids:
             break
         for p in pids:
-            _kill(p)
+            kill(p)
         wait_gone(pids)
     try:
         ino = os.stat(node_mount_ns).st_ino
@@ -199,7 +204,7 @@ def stop_node(node_mount_ns: str, cgroup_root: str) -> None:
         return
     pids = {p for p in _all_pids() if _ns_ino(p, "mnt") == ino}
     for p in pids:
-        _kill(p)
+        kill(p)
     wait_gone(pids)
 
 
@@ -214,7 +219,8 @@ def _ns_ino(pid: int, kind: str) -> int | None:
         return None
 
 
-def _kill(pid: int) -> None:
+def kill(pid: int) -> None:
+    """SIGKILL ``pid`` (gone already: nothing to do)."""
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -320,7 +326,7 @@ class Cluster:
         try:
             wait_gone({pid}, timeout)
         except LabError:
-            _kill(pid)
+            kill(pid)
             wait_gone({pid}, 10)
         self.manifest.forget("pid", pid=pid, role=role)
 
@@ -364,15 +370,25 @@ class Cluster:
         if node.kube_proxy_config is not None:
             layout.write_atomic(os.path.join(node.directory, "kube-proxy.yaml"),
                                 yaml.safe_dump(node.kube_proxy_config, sort_keys=False))
+        self.start_node(node, images)
+
+    def start_node(self, node: NodePlan, images: list[str], missing_only: bool = False) -> float:
+        """containerd, the ``images`` into it (``missing_only``: those its store lacks, as after a
+        reboot, whose /var/lib/containerd kept them), the kubelet, kube-proxy.  Returns the
+        kubelet's start (``time.monotonic()``)."""
         containerd, kubelet, *proxy = node.processes
         start(containerd, self.manifest)
         wait_for(f"{node.name}: containerd's socket", lambda: os.path.exists(node.containerd_socket), 60,
                  lambda: tail(containerd.log))
+        have = image_names(node) if missing_only else set()
         for image in images:
-            ctr(node, "images", "import", image)
+            if not missing_only or ociimage.archive_names(image) - have:
+                ctr(node, "images", "import", image)
+        started = time.monotonic()
         start(kubelet, self.manifest)
         for p in proxy:  # kube-proxy: hostNetwork, needs no CNI; Ferry's route-sync reaches the API through it
             start(p, self.manifest)
+        return started
 
     def switch_kube_proxy(self, mode: str) -> None:
         """Every Node's kube-proxy in ``mode`` (iptables or nftables) from now on, as an operator

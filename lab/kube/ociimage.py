@@ -226,3 +226,18 @@ def write_layered_archive(images: Sequence[LayeredImage], path: str,
             add("blobs/sha256/" + digest.split(":", 1)[1], blobs[digest])
     os.replace(tmp, path)
     return path
+
+
+def archive_names(path: str) -> set[str]:
+    """The image names an OCI archive's ``index.json`` gives (containerd's annotation, else the
+    OCI ref name), as ``ctr images ls -q`` lists them once imported."""
+    with tarfile.open(path) as tar:
+        member = tar.extractfile("index.json")
+        index = json.loads(member.read()) if member else {}
+    out = set()
+    for m in index.get("manifests", []):
+        ann = m.get("annotations") or {}
+        name = ann.get("io.containerd.image.name") or ann.get("org.opencontainers.image.ref.name")
+        if name:
+            out.add(name)
+    return out

@@ -49,13 +49,15 @@ class Attachment:
 
 def find_attachment(ovs_exec: Callable[[list[str]], subprocess.CompletedProcess[str]], name: str,
                     namespace: str) -> Attachment | None:
-    cp = ovs_exec(["ovs-vsctl", "--format=json", "--columns=name,external_ids", "find", "Interface",
+    cp = ovs_exec(["ovs-vsctl", "--format=json", "--columns=name,external_ids,ofport", "find", "Interface",
                    f"external_ids:{EXT_POD_NAME}={name}", f"external_ids:{EXT_POD_NAMESPACE}={namespace}"])
     if cp.returncode != 0:
         return None
     rows = json.loads(cp.stdout).get("data") or []
     if not rows:
         return None
+    # a port whose device is open first: a dead sandbox's row (a reboot's, until its DEL) has none
+    rows.sort(key=lambda row: not (isinstance(row[2], int) and row[2] > 0))
     port, ids = rows[0][0], dict(rows[0][1][1])
     ips = tuple(a for a in ids.get(EXT_IPS, "").split(",") if a)
     return Attachment(port, ids.get(EXT_NETNS, ""), ips, ids.get(EXT_MAC))
