@@ -3,8 +3,10 @@ them: ``helm install`` of the release's chart and image (deploy/previous-release
 ``make release-image`` builds both from the tag), Pods with traffic, then ``helm upgrade`` to this
 tree's chart and image, then ``helm rollback`` to the release.
 
-One encap (VXLAN) cluster whose Nodes have no Open vSwitch of their own (Ferry's openvswitch
-container, the default users run). Across each event a 10 ms ping node-1 -> node-3 must lose
+A cluster whose Nodes have no Open vSwitch of their own (Ferry's openvswitch container, the
+default users run), in each of three modes: encap (VXLAN), noEncap with the fast path (the uplink
+on the bridge), and encap with WireGuard (wireguard-go in the openvswitch container, so it too
+outlives route-sync's Pods). Across each event a 10 ms ping node-1 -> node-3 must lose
 nothing (route-sync's Pods are replaced Node by Node; the switch's DaemonSet is OnDelete, so its
 Pods and daemons stay), the Pods keep their OVS ports and external_ids, and every flow is what it
 was (this tree and the release plan the same flows; a release whose flows differ changes this
@@ -23,9 +25,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+from cni.pipeline.modes import ENCRYPTION_WIREGUARD
 from lab.api import Lab
 from lab.kube import lab_cluster, manifests, release
 from lab.kube.cluster import Cluster
@@ -48,9 +52,19 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 NODES = ("node-1", "node-2", "node-3")
 
 
-@pytest.fixture(scope="module")
-def lab(kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
+def variant(name: str) -> dict[str, Any]:
+    """The lab's topology for one of the modes the upgrade is tested in."""
+    if name == "noEncap-fastPath":
+        return topology({"trafficEncapMode": "noEncap", "fastPath": True}, route_pod_cidrs=True, ovs_daemons=OVS_FERRY)
     topo = topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}, ovs_daemons=OVS_FERRY)
+    if name == "encap-wireguard":
+        topo["encryption"] = ENCRYPTION_WIREGUARD
+    return topo
+
+
+@pytest.fixture(scope="module", params=["encap-vxlan", "noEncap-fastPath", "encap-wireguard"])
+def lab(request, kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
+    topo = variant(request.param)
     topo["kubernetes"].update(installer="helm", release=release.previous())
     lab = kube_module_lab_of(topo)
     lab.add_pod("node-1", "a")
@@ -64,6 +78,12 @@ def overlay(lab: Lab, image: str | None = None) -> manifests.Overlay:
     plan = lab.kube().plan
     return manifests.Overlay(plan.api_host, plan.api_port, plan.cluster_cidrs,
                              lab_cluster.route_sync_keys(lab.topology), image, api_override=plan.kube_proxy == "none")
+
+
+def lab_mode(lab: Lab) -> str:
+    keys = lab_cluster.route_sync_keys(lab.topology)
+    return "+".join(str(k) for k in (keys["trafficEncapMode"], keys.get("fastPath") and "fastPath",
+                                      keys.get("trafficEncryptionMode")) if k)
 
 
 def route_sync_images(cluster: Cluster) -> set[str]:
@@ -86,11 +106,11 @@ def across_helm(lab: Lab, what: str, helm: Callable[[], None], image: str) -> No
         with churn:
             helm()
             roll_out(cluster)
-        print(f"\n{what}: Pods during it: {churn.summary()}")
+        print(f"\n{what} ({lab_mode(lab)}): Pods on node-2 during it: {churn.summary()}")
         if churn.error is not None:
             raise AssertionError(f"a Pod's ADD or DEL during {what} did not complete: {churn.error}")
 
-    result = across(lab, what, event)
+    result = across(lab, f"{what} ({lab_mode(lab)})", event)
     # what happened around a lost ping, for the failure's message: the churn's steps, route-sync's starts
     started = sorted((f"{n}: route-sync started {s['state']['running']['startedAt']}") for n, p in
                      ferry_pods(cluster).items() for s in p["status"].get("containerStatuses", [])
