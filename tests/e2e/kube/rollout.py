@@ -3,7 +3,6 @@ DaemonSets' Pods, the Nodes' flows and ports, and a live ping across an event.""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -15,7 +14,7 @@ from lab.kube import manifests
 from lab.kube import pods as kube_pods
 from lab.kube.cluster import Cluster, wait_for
 from lab.sh import pids_named
-from tests.support.liveping import LivePing, LiveTcp, PingResult
+from tests.support.liveping import LivePing, PingResult
 from tests.support.waiting import HANG
 
 OVS_DAEMONS = ("ovsdb-server", "ovs-vswitchd")
@@ -54,32 +53,20 @@ def ready(pod: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
 
 
-def across(lab: Lab, what: str, event: Callable[[], None], tcp_port: int | None = None) -> PingResult:
-    """A 10 ms ping node-1 -> node-3 across ``event`` (and with ``tcp_port``, a paced TCP stream
-    the same way, which must survive on its one connection: its longest stall is printed);
-    afterwards every flow is back on both Nodes and the Pods' ports kept their numbers."""
+def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
+    """A 10 ms ping node-1 -> node-3 across ``event``; afterwards every flow is back on both Nodes
+    and the Pods' ports kept their numbers."""
     before = {n: (flows(lab, n), ports(lab, n)) for n in ("node-1", "node-3")}
     src, dst = lab.pod("node-1", "a"), lab.pod("node-3", "a")
     assert dst.ipv4
-    stall = 0.0
-    with contextlib.ExitStack() as stack:
-        ping = stack.enter_context(LivePing(src.netns, dst.ipv4, interval=0.01))
-        tcp = stack.enter_context(LiveTcp(dst.netns, dst.ipv4, src.netns, tcp_port)) if tcp_port else None
+    with LivePing(src.netns, dst.ipv4, interval=0.01) as ping:
         ping.more_replies(20, "before the event")
-        if tcp:
-            tcp.more_bytes(1 << 20, "before the event")
-        t0 = time.monotonic()
         event()
         assert ping.reply_after(time.time()), f"no reply after {what}"
         ping.more_replies(20, f"after {what}")
         result = ping.stop()
-        if tcp:
-            tcp.more_bytes(1 << 20, f"after {what}")
-            stall = tcp.longest_stall(t0)
-            tcp.stop()
-    tcp_said = f"; TCP stream: longest stall {stall * 1000:.0f} ms" if tcp_port else ""
     print(f"\n{what}: 10 ms ping node-1 -> node-3: {result.lost} of {result.transmitted} lost, "
-          f"longest gap {result.gap * 1000:.0f} ms{tcp_said}")
+          f"longest gap {result.gap * 1000:.0f} ms")
     for n, (was_flows, was_ports) in before.items():
         wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was_flows: flows(lab, n) == was, HANG)
         assert ports(lab, n) == was_ports, f"{n}: the Pods' ports changed"

@@ -12,8 +12,7 @@ Pods and daemons stay), the Pods keep their OVS ports and external_ids, and ever
 was (this tree and the release plan the same flows; a release whose flows differ changes this
 expectation with the code that changes them). Pods created and deleted on node-2 throughout each
 event must all run and go; the kubelet's failed attempts are counted and printed (``-s``), with the
-longest gap, a paced TCP stream's longest stall (the same connection must carry it throughout) and
-the churn's longest create -> Running.
+longest gap and the churn's longest create -> Running.
 
 The churn runs on node-2, not on the ping's Nodes: with the netdev datapath (the only one here)
 ovs-vswitchd reconfigures its bridge on every link change in its netns, a Pod's veth created or
@@ -111,7 +110,7 @@ def across_helm(lab: Lab, what: str, helm: Callable[[], None], image: str) -> No
         if churn.error is not None:
             raise AssertionError(f"a Pod's ADD or DEL during {what} did not complete: {churn.error}")
 
-    result = across(lab, f"{what} ({lab_mode(lab)})", event, tcp_port=5401)
+    result = across(lab, f"{what} ({lab_mode(lab)})", event)
     # what happened around a lost ping, for the failure's message: the churn's steps, route-sync's starts
     started = sorted((f"{n}: route-sync started {s['state']['running']['startedAt']}") for n, p in
                      ferry_pods(cluster).items() for s in p["status"].get("containerStatuses", [])
