@@ -41,6 +41,7 @@ ALLOWED_WORDS = {
     ("routesync/config.py", "wireguard"): 1,  # the config's wireguard section key
     ("routesync/wireguard/kernel.py", "wireguard"): 1,  # the kernel's link kind (RTM_NEWLINK IFLA_INFO_KIND)
     ("lab/cli.py", "route"): 2,  # ip route show
+    ("lab/kube/reboot.py", "route"): 2,  # ip route flush (a reboot empties the Node's routing table)
     ("lab/cli.py", "tunnel"): 1,  # the state file's "tunnel" key
     ("lab/check.py", "none"): 1,
     ("lab/topology.py", "none"): 1,  # a Node's vlan: none (untagged) on a tagged lab  # "no family" in the summary line
