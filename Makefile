@@ -102,7 +102,7 @@ release-image: dist
 	$(call timed,release-image,the previous release's image from its tag (tools/build-release-image.sh),bash tools/build-release-image.sh)
 
 upgrade-test: bin image release-image
-	$(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/kube/test_kube_upgrade.py
+	FERRY_UPGRADE_MODES=all $(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/kube/test_kube_upgrade.py
 
 lint:
 	$(VENV)/bin/ruff check cni routesync controller lab bench tests

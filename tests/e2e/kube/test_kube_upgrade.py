@@ -24,6 +24,7 @@ measure that, not the upgrade."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -62,7 +63,22 @@ def variant(name: str) -> dict[str, Any]:
     return topo
 
 
-@pytest.fixture(scope="module", params=["encap-vxlan", "noEncap-fastPath", "encap-wireguard"])
+VARIANTS = ("encap-vxlan", "noEncap-fastPath", "encap-wireguard")
+
+
+def variants(env: str | None) -> list[str]:
+    """``make test`` (CI) upgrades encap alone: each mode is a cluster of its own, and the suite's
+    time is bounded; ``make upgrade-test`` sets FERRY_UPGRADE_MODES=all (or a comma list)."""
+    if env == "all":
+        return list(VARIANTS)
+    chosen = [v for v in (env or VARIANTS[0]).split(",") if v]
+    unknown = sorted(set(chosen) - set(VARIANTS))
+    if unknown:
+        raise ValueError(f"FERRY_UPGRADE_MODES: unknown {unknown} (known: {', '.join(VARIANTS)}, all)")
+    return chosen
+
+
+@pytest.fixture(scope="module", params=variants(os.environ.get("FERRY_UPGRADE_MODES")))
 def lab(request, kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
     topo = variant(request.param)
     topo["kubernetes"].update(installer="helm", release=release.previous())
