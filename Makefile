@@ -96,7 +96,7 @@ dist: install
 image: dist
 	$(call timed,image,Ferry's image (tools/build-image.sh),bash tools/build-image.sh)
 
-# The previous release's chart and image (deploy/previous-release names its tag), built from its
+# The previous release's chart and image (deploy/previous-release names its tag and commit), built from its
 # tag: the upgrade test installs it, upgrades to this tree and rolls back (make upgrade-test).
 release-image: dist
 	$(call timed,release-image,the previous release's image from its tag (tools/build-release-image.sh),bash tools/build-release-image.sh)

@@ -10,12 +10,21 @@
 # is refused here, with the difference, rather than frozen against the wrong libraries.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-tag=${1:-$(grep -v '^#' "$here/deploy/previous-release" | head -1)}
 dist_venv=${FERRY_DIST_VENV:-$here/.venv-dist}
 cache=${FERRY_IMAGE_CACHE:-/var/cache/ferry/image}
+release=$(grep -v '^#' "$here/deploy/previous-release" | head -1)
+tag=${1:-${release%% *}}
+pinned=; [ "$tag" = "${release%% *}" ] && pinned=${release#* }
 out=$here/build/release/$tag
-if ! commit=$(git -C "$here" rev-parse --verify --quiet "refs/tags/$tag^{commit}"); then
-  # a clone made without tags (git clone --no-tags, a shallow clone): fetch them from where it came from
+commit=$(git -C "$here" rev-parse --verify --quiet "refs/tags/$tag^{commit}") || commit=
+if [ -n "$pinned" ]; then
+  # deploy/previous-release pins the tag's commit: a clone without tags (CI's) builds from it
+  [ -z "$commit" ] || [ "$commit" = "$pinned" ] || {
+    echo "build-release-image: tag $tag is $commit, deploy/previous-release says $pinned" >&2; exit 1; }
+  commit=$pinned
+  git -C "$here" cat-file -e "$commit^{commit}" 2>/dev/null || git -C "$here" fetch --quiet origin "$commit" 2>/dev/null || {
+    echo "build-release-image: $tag's commit $commit is not in $here (a shallow clone? git fetch --unshallow)" >&2; exit 1; }
+elif [ -z "$commit" ]; then
   git -C "$here" fetch --quiet --tags origin 2>/dev/null || true
   commit=$(git -C "$here" rev-parse --verify --quiet "refs/tags/$tag^{commit}") || {
     echo "build-release-image: no tag $tag in $here (clone with its tags: git fetch --tags)" >&2; exit 1; }

@@ -8,6 +8,7 @@ release-image``) into ``build/release/<tag>/``: ``src/`` (the tag's tree, whose 
 from __future__ import annotations
 
 import os
+import re
 
 from lab.kube import manifests
 from lab.kube.spec import RELEASE_TAG
@@ -18,12 +19,15 @@ RELEASES_DIR = os.path.join(manifests.REPO, "build", "release")
 
 
 def previous() -> str:
-    """The tag ``deploy/previous-release`` names (its first line that is not a comment)."""
+    """The tag ``deploy/previous-release`` names (the first word of its first line that is not a
+    comment; the second is the commit the tag names, which tools/build-release-image.sh builds)."""
     with open(PREVIOUS_RELEASE_FILE, encoding="utf-8") as f:
-        tags = [line.strip() for line in f if line.strip() and not line.startswith("#")]
-    if not tags or not RELEASE_TAG.match(tags[0]):
-        raise LabError(f"{PREVIOUS_RELEASE_FILE}: expected a release tag such as v0.1.0, found {tags[:1]}")
-    return tags[0]
+        lines = [line.split() for line in f if line.strip() and not line.startswith("#")]
+    if not lines or len(lines[0]) != 2 or not RELEASE_TAG.match(lines[0][0]) \
+            or not re.fullmatch(r"[0-9a-f]{40}", lines[0][1]):
+        raise LabError(f"{PREVIOUS_RELEASE_FILE}: expected a release tag and its commit "
+                       f"(v0.1.0 <40 hex digits>), found {lines[:1]}")
+    return lines[0][0]
 
 
 def directory(tag: str) -> str:
