@@ -110,7 +110,7 @@ def note_version_limits(req: Request, conf: cfg.PluginConfig, result: Result) ->
 def add(req: Request) -> Result:
     conf = cfg.parse(req.config)
     state_id = _state_id(conf.state_file)  # before the read: a later replacement is noticed
-    node = cfg.node_context(conf, need_state=True)
+    node = cfg.node_context(conf, need_state=True, wait=req.logger().info)
     if node.mode == NETWORK_POLICY_ONLY:
         from cni.commands import chained  # Ferry chained after the primary CNI: take its interface, no IPAM
 

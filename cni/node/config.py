@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import time
 
 from cni.lean.record import Factory, record
 from cni.lean.typecheck import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, TypeVar
 
     from cni.pipeline.modes import Datapath, Mode
@@ -22,6 +24,11 @@ from cni.spec.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CniError
 
 DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
 DEFAULT_OVS_RUN_DIR = "/var/run/openvswitch"
+# How long an ADD waits for route-sync's first state file before answering code 11: a Node that
+# has just started (a reboot) runs its Pods' ADDs while route-sync's own Pod starts, and the
+# kubelet's retry after code 11 comes ~10 s later; route-sync writes the file within seconds.
+DEFAULT_STATE_WAIT = 10.0
+MAX_STATE_WAIT = 60.0
 
 
 @record(frozen=True)
@@ -35,6 +42,7 @@ class PluginConfig:
     ovs_run_dir: str | None = None
     datapath: Datapath | None = None
     mtu: int = 0
+    state_wait: float = DEFAULT_STATE_WAIT
     ipam: dict[str, Any] = Factory(dict)
     dns: dict[str, Any] = Factory(dict)
 
@@ -81,6 +89,11 @@ def parse(conf: dict[str, Any]) -> PluginConfig:
     if ipam and ipam.get("type") not in ("ferry-ipam", None):
         raise CniError(INVALID_CONFIG, f"config field 'ipam.type' {ipam.get('type')!r}: only 'ferry-ipam' is supported")
     dns = _field(conf, "dns", dict, {}, falsy_default=True)
+    state_wait = conf.get("stateWaitSeconds", DEFAULT_STATE_WAIT)
+    if not isinstance(state_wait, (int, float)) or isinstance(state_wait, bool) \
+            or not 0 <= state_wait <= MAX_STATE_WAIT:
+        raise CniError(INVALID_CONFIG, f"config field 'stateWaitSeconds' must be a number of seconds "
+                                       f"between 0 and {MAX_STATE_WAIT:g}")
     ovsdb = _opt_str(conf, "ovsdb")
     if ovsdb is not None and not ovsdb.startswith("unix:"):
         raise CniError(INVALID_CONFIG, "config field 'ovsdb' must be 'unix:<path to db.sock>'")
@@ -92,6 +105,7 @@ def parse(conf: dict[str, Any]) -> PluginConfig:
         ovs_run_dir=_opt_str(conf, "ovsRunDir"),
         datapath=datapath,
         mtu=mtu,
+        state_wait=float(state_wait),
         ipam=ipam,
         dns=dns,
     )
@@ -132,11 +146,38 @@ def lone_pod_cidrs(conf: PluginConfig) -> list[str]:
     return cidrs
 
 
-def node_context(conf: PluginConfig, need_state: bool) -> NodeContext:
+def read_state(path: str, wait: float, notice: Callable[[str], None] | None = None) -> nodestate.NodeState:
+    """The state file, waiting up to ``wait`` seconds for it to appear (route-sync's first write
+    after the Node started); :class:`nodestate.StateError` as :func:`nodestate.read` raises it.
+    ``notice`` hears one line when the wait starts and one when it ends."""
+    start = time.monotonic()
+    pause = 0.01
+    while True:
+        try:
+            state = nodestate.read(path)
+        except nodestate.StateMissing:
+            left = start + wait - time.monotonic()
+            if left <= 0:
+                if notice is not None and wait > 0:
+                    notice(f"no node state at {path} after {wait:g} s: try again later")
+                raise
+            if notice is not None and pause == 0.01:
+                notice(f"waiting up to {wait:g} s for route-sync's node state at {path}")
+            time.sleep(min(pause, left))  # a short-lived process polling one stat: no watch to set up
+            pause = min(pause * 2, 0.2)
+            continue
+        if notice is not None and pause > 0.01:
+            notice(f"node state at {path} after {time.monotonic() - start:.2f} s")
+        return state
+
+
+def node_context(conf: PluginConfig, need_state: bool, wait: Callable[[str], None] | None = None) -> NodeContext:
     """Merge the node state (if any) with the conf. ``need_state``: ADD without explicit
-    ranges cannot run before route-sync has written the state file (code 11)."""
+    ranges cannot run before route-sync has written the state file (code 11); given ``wait`` (ADD:
+    its logger), it first waits up to the conf's ``stateWaitSeconds`` for the file to appear."""
+    patient = need_state and wait is not None and not conf.explicit_ranges
     try:
-        state: nodestate.NodeState | None = nodestate.read(conf.state_file)
+        state: nodestate.NodeState | None = read_state(conf.state_file, conf.state_wait if patient else 0.0, wait)
     except nodestate.StateError as e:
         if need_state and not conf.explicit_ranges:
             raise CniError(TRY_AGAIN_LATER, str(e)) from None

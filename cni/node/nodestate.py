@@ -53,6 +53,10 @@ class StateError(Exception):
     """The state file is absent, unreadable, of another version, or malformed."""
 
 
+class StateMissing(StateError):
+    """The state file is not there (yet): route-sync has not written it since the Node started."""
+
+
 @record(frozen=True)
 class Gateway:
     name: str
@@ -198,7 +202,7 @@ def read(path: str = DEFAULT_STATE_FILE) -> NodeState:
         with open(path, "rb") as f:
             return parse(f.read(), where=path)
     except FileNotFoundError:
-        raise StateError(f"{path}: node state not written yet (is ferry-route-sync running?)") from None
+        raise StateMissing(f"{path}: node state not written yet (is ferry-route-sync running?)") from None
     except OSError as e:
         raise StateError(f"{path}: {e.strerror}") from None
 

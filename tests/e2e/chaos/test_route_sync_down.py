@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from cni.node import nodestate
 from cni.pipeline import tables as pl
 from tests.support.podnode import Pod, run
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.root
 
@@ -55,7 +57,7 @@ def test_del_while_route_sync_is_down_frees_everything(fx_node):
 def test_add_answers_11_until_the_state_file_is_back(fx_node):
     fx_node.add_pod_as("warm", "fxwarm02")
     state_file = fx_node.dir / "state" / "node-state.json"
-    conf = dict(fx_node.plugin_conf(), cniVersion="1.0.0", name="ferrynet")
+    conf = dict(fx_node.plugin_conf(), cniVersion="1.0.0", name="ferrynet", stateWaitSeconds=0)
     conf["ipam"] = {"type": "ferry-ipam", "dataDir": str(fx_node.ipam_dir)}
     ns = f"{fx_node.name}-wait"
     run(["ip", "netns", "add", ns])
@@ -70,5 +72,32 @@ def test_add_answers_11_until_the_state_file_is_back(fx_node):
         p = fx_node.direct("ADD", f"/run/netns/{ns}", "fxwait01", conf=conf)
         assert p.returncode == 0, p.stdout
         assert fx_node.direct("DEL", f"/run/netns/{ns}", "fxwait01", conf=conf).returncode == 0
+    finally:
+        run(["ip", "netns", "del", ns], check=False)
+
+
+def test_add_waits_for_the_state_file_route_sync_writes(fx_node):
+    """A Node just started: the kubelet's ADDs run while route-sync's Pod starts. An ADD that finds
+    no state file waits (stateWaitSeconds) and succeeds once route-sync writes it, instead of code
+    11 and the kubelet's retry ~10 s later."""
+    fx_node.add_pod_as("warm", "fxwarm03")
+    state_file = fx_node.dir / "state" / "node-state.json"
+    log = fx_node.dir / "cni.log"
+    conf = dict(fx_node.plugin_conf(), cniVersion="1.0.0", name="ferrynet", stateWaitSeconds=60)
+    conf["ipam"] = {"type": "ferry-ipam", "dataDir": str(fx_node.ipam_dir)}
+    ns = f"{fx_node.name}-late"
+    run(["ip", "netns", "add", ns])
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            add = pool.submit(fx_node.direct, "ADD", f"/run/netns/{ns}", "fxlate01", conf=conf, timeout=120)
+            until(lambda: add.done() or (log.exists() and "waiting up to 60 s for route-sync's node state"
+                                         in log.read_text()), "the ADD to wait for the state file")
+            assert not add.done(), add.result().stdout
+            nodestate.write(_state_for(fx_node), str(state_file))  # route-sync's first write
+            p = add.result()
+        assert p.returncode == 0, p.stdout
+        assert json.loads(p.stdout)["ips"], p.stdout
+        assert "node state at" in log.read_text()
+        assert fx_node.direct("DEL", f"/run/netns/{ns}", "fxlate01", conf=conf).returncode == 0
     finally:
         run(["ip", "netns", "del", ns], check=False)
