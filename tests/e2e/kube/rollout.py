@@ -1,23 +1,64 @@
-"""What the restart and upgrade tests look at on a Kubernetes lab (tests/e2e/kube): Ferry's
-DaemonSets' Pods, the Nodes' flows and ports, and a live ping across an event."""
+"""What the restart and upgrade tests look at on a Kubernetes lab (tests/e2e/kube): the modes they
+run in, Ferry's DaemonSets' Pods, the Nodes' flows and ports, and a live ping across an event."""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Self
+from typing import Any, Self
 
+from cni.pipeline.modes import ENCRYPTION_WIREGUARD
 from lab.api import Lab
-from lab.kube import manifests
+from lab.kube import lab_cluster, manifests
 from lab.kube import pods as kube_pods
 from lab.kube.cluster import Cluster, wait_for
 from lab.sh import pids_named
+from routesync.config import OVS_FERRY
+from tests.e2e.kube.helpers import topology
 from tests.support.liveping import LivePing, PingResult
 from tests.support.waiting import HANG
 
 OVS_DAEMONS = ("ovsdb-server", "ovs-vswitchd")
+
+# The modes issue 42 measures each restart, rollout, upgrade and rollback in: encap (VXLAN),
+# noEncap with the fast path (the uplink on the bridge), encap with WireGuard (wireguard-go in the
+# switch's container). Each is a Kubernetes cluster of its own.
+MODES = ("encap-vxlan", "noEncap-fastPath", "encap-wireguard")
+MODES_ENV = "FERRY_EVENT_MODES"
+
+
+def modes(env: str | None = None) -> list[str]:
+    """The modes to run the event tests in: ``FERRY_EVENT_MODES`` (a comma list, or ``all``);
+    unset, encap alone -- ``make test`` (CI) bounds its time, ``make events-test`` sets ``all``."""
+    value = os.environ.get(MODES_ENV) if env is None else env
+    if value == "all":
+        return list(MODES)
+    chosen = [m for m in (value or MODES[0]).split(",") if m]
+    unknown = sorted(set(chosen) - set(MODES))
+    if unknown:
+        raise ValueError(f"{MODES_ENV}: unknown {unknown} (known: {', '.join(MODES)}, all)")
+    return chosen
+
+
+def mode_topology(mode: str) -> dict[str, Any]:
+    """A three-Node lab in ``mode`` whose Nodes have no Open vSwitch of their own (Ferry's
+    openvswitch container, the default users run)."""
+    if mode == "noEncap-fastPath":
+        return topology({"trafficEncapMode": "noEncap", "fastPath": True}, route_pod_cidrs=True, ovs_daemons=OVS_FERRY)
+    topo = topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}, ovs_daemons=OVS_FERRY)
+    if mode == "encap-wireguard":
+        topo["encryption"] = ENCRYPTION_WIREGUARD
+    return topo
+
+
+def lab_mode(lab: Lab) -> str:
+    """The lab's mode as the event lines print it (encap, noEncap+fastPath, encap+wireguard)."""
+    keys = lab_cluster.route_sync_keys(lab.topology)
+    return "+".join(str(k) for k in (keys["trafficEncapMode"], keys.get("fastPath") and "fastPath",
+                                      keys.get("trafficEncryptionMode")) if k)
 
 
 def flows(lab: Lab, node: str) -> list[str]:
@@ -65,7 +106,7 @@ def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
         assert ping.reply_after(time.time()), f"no reply after {what}"
         ping.more_replies(20, f"after {what}")
         result = ping.stop()
-    print(f"\n{what}: 10 ms ping node-1 -> node-3: {result.lost} of {result.transmitted} lost, "
+    print(f"\n{what} ({lab_mode(lab)}): 10 ms ping node-1 -> node-3: {result.lost} of {result.transmitted} lost, "
           f"longest gap {result.gap * 1000:.0f} ms")
     for n, (was_flows, was_ports) in before.items():
         wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was_flows: flows(lab, n) == was, HANG)

@@ -1,5 +1,7 @@
-"""Ferry's own Open vSwitch on Nodes that have none (issues 28 and 42), on one encap (VXLAN)
-cluster: the ferry-openvswitch DaemonSet's container is the only Open vSwitch, and what happens to
+"""Ferry's own Open vSwitch on Nodes that have none (issues 28 and 42), on a cluster per mode
+(``FERRY_EVENT_MODES``: CI runs encap (VXLAN) alone; ``make events-test`` also noEncap with the
+fast path and encap with WireGuard, tests/e2e/kube/rollout.py's ``MODES``): the
+ferry-openvswitch DaemonSet's container is the only Open vSwitch, and what happens to
 Pod traffic when its ovs-vswitchd dies, when the container itself is killed (the kubelet restarts
 it), when a new image rolls out (route-sync's Pods replaced, the switch's not: OnDelete) and when
 a Node's switch then takes the new image (its Pod deleted).
@@ -23,17 +25,27 @@ from lab.api import Lab
 from lab.kube import manifests
 from lab.kube.cluster import wait_for
 from lab.sh import pids_named
-from routesync.config import OVS_FERRY
-from tests.e2e.kube.helpers import ancestors, parent, topology
-from tests.e2e.kube.rollout import OVS_DAEMONS, across, daemon_pids, ferry_pods, images, ovs_pods, ready, restarts
+from tests.e2e.kube.helpers import ancestors, parent, restart
+from tests.e2e.kube.rollout import (
+    OVS_DAEMONS,
+    across,
+    daemon_pids,
+    ferry_pods,
+    images,
+    mode_topology,
+    modes,
+    ovs_pods,
+    ready,
+    restarts,
+)
 from tests.support.waiting import HANG
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def lab(kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
-    lab = kube_module_lab_of(topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}, ovs_daemons=OVS_FERRY))
+@pytest.fixture(scope="module", params=modes())
+def lab(request, kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
+    lab = kube_module_lab_of(mode_topology(request.param))
     lab.add_pod("node-1", "a")
     lab.add_pod("node-3", "a")
     yield lab
@@ -51,6 +63,18 @@ def test_the_nodes_open_vswitch_is_ferrys_container(lab: Lab) -> None:
         # the database lives on the Node's /var/lib/ferry (a host path), not where a host's OVS keeps it
         assert not os.path.exists(os.path.join(n.paths.ovs, "conf.db"))
         assert n.vswitchd_answers()
+
+
+def test_route_sync_killed_loses_nothing(lab: Lab) -> None:
+    """route-sync's container SIGKILLed (the kubelet restarts it): the switch, its flows and (with
+    WireGuard) the openvswitch container's wireguard-go keep forwarding; the new route-sync takes
+    the flows over by cookie without a gap."""
+    n = lab.node("node-1")
+    wireguard = pids_named(n.netns, "wireguard-go")
+    result = across(lab, "route-sync SIGKILLed (the kubelet restarts its container)",
+                    lambda: restart(lab, "route-sync", "node-1"))
+    assert pids_named(n.netns, "wireguard-go") == wireguard, "wireguard-go was restarted"
+    assert not result.lost_seqs, f"pings {result.lost_seqs} of {result.transmitted} lost"
 
 
 def test_vswitchd_killed_is_started_again_by_the_container(lab: Lab) -> None:
@@ -84,7 +108,7 @@ def test_a_new_image_rolls_out_over_ferrys_open_vswitch_without_a_gap(lab: Lab) 
     one Node after another; the Node's Open vSwitch keeps running (its DaemonSet is OnDelete), so
     the ping loses nothing."""
     cluster = lab.kube()
-    image = cluster.retag_ferry_image("0.1.0-ovs-rollout")
+    image = cluster.retag_ferry_image("rollout-test")
     old_pods = {p["metadata"]["name"] for p in ferry_pods(cluster).values()}
     old_ovs = {n: p["metadata"]["uid"] for n, p in ovs_pods(cluster).items()}
     pids = {n: daemon_pids(lab, n) for n in ("node-1", "node-2", "node-3")}

@@ -24,18 +24,13 @@ measure that, not the upgrade."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
-from cni.pipeline.modes import ENCRYPTION_WIREGUARD
 from lab.api import Lab
 from lab.kube import lab_cluster, manifests, release
 from lab.kube.cluster import Cluster
-from routesync.config import OVS_FERRY
-from tests.e2e.kube.helpers import topology
 from tests.e2e.kube.rollout import (
     PodChurn,
     across,
@@ -43,6 +38,9 @@ from tests.e2e.kube.rollout import (
     ferry_pods,
     images,
     interfaces,
+    lab_mode,
+    mode_topology,
+    modes,
     ovs_pods,
     ready,
     roll_out,
@@ -53,34 +51,9 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 NODES = ("node-1", "node-2", "node-3")
 
 
-def variant(name: str) -> dict[str, Any]:
-    """The lab's topology for one of the modes the upgrade is tested in."""
-    if name == "noEncap-fastPath":
-        return topology({"trafficEncapMode": "noEncap", "fastPath": True}, route_pod_cidrs=True, ovs_daemons=OVS_FERRY)
-    topo = topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}, ovs_daemons=OVS_FERRY)
-    if name == "encap-wireguard":
-        topo["encryption"] = ENCRYPTION_WIREGUARD
-    return topo
-
-
-VARIANTS = ("encap-vxlan", "noEncap-fastPath", "encap-wireguard")
-
-
-def variants(env: str | None) -> list[str]:
-    """``make test`` (CI) upgrades encap alone: each mode is a cluster of its own, and the suite's
-    time is bounded; ``make upgrade-test`` sets FERRY_UPGRADE_MODES=all (or a comma list)."""
-    if env == "all":
-        return list(VARIANTS)
-    chosen = [v for v in (env or VARIANTS[0]).split(",") if v]
-    unknown = sorted(set(chosen) - set(VARIANTS))
-    if unknown:
-        raise ValueError(f"FERRY_UPGRADE_MODES: unknown {unknown} (known: {', '.join(VARIANTS)}, all)")
-    return chosen
-
-
-@pytest.fixture(scope="module", params=variants(os.environ.get("FERRY_UPGRADE_MODES")))
+@pytest.fixture(scope="module", params=modes())
 def lab(request, kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
-    topo = variant(request.param)
+    topo = mode_topology(request.param)
     topo["kubernetes"].update(installer="helm", release=release.previous())
     lab = kube_module_lab_of(topo)
     lab.add_pod("node-1", "a")
@@ -94,12 +67,6 @@ def overlay(lab: Lab, image: str | None = None) -> manifests.Overlay:
     plan = lab.kube().plan
     return manifests.Overlay(plan.api_host, plan.api_port, plan.cluster_cidrs,
                              lab_cluster.route_sync_keys(lab.topology), image, api_override=plan.kube_proxy == "none")
-
-
-def lab_mode(lab: Lab) -> str:
-    keys = lab_cluster.route_sync_keys(lab.topology)
-    return "+".join(str(k) for k in (keys["trafficEncapMode"], keys.get("fastPath") and "fastPath",
-                                      keys.get("trafficEncryptionMode")) if k)
 
 
 def route_sync_images(cluster: Cluster) -> set[str]:
@@ -126,7 +93,7 @@ def across_helm(lab: Lab, what: str, helm: Callable[[], None], image: str) -> No
         if churn.error is not None:
             raise AssertionError(f"a Pod's ADD or DEL during {what} did not complete: {churn.error}")
 
-    result = across(lab, f"{what} ({lab_mode(lab)})", event)
+    result = across(lab, what, event)
     # what happened around a lost ping, for the failure's message: the churn's steps, route-sync's starts
     started = sorted((f"{n}: route-sync started {s['state']['running']['startedAt']}") for n, p in
                      ferry_pods(cluster).items() for s in p["status"].get("containerStatuses", [])
