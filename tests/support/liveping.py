@@ -126,7 +126,7 @@ class LivePing:
 
 
 STREAM_SERVER = r"""
-import socket, sys
+import socket, sys, time
 fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
 s = socket.socket(fam, socket.SOCK_STREAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -136,15 +136,16 @@ print("ready", flush=True)
 s.settimeout(600)  # bounds a hang only
 c, _ = s.accept()
 c.settimeout(600)
+stamp = int(sys.argv[3])
 total = step = 0
 while True:
     b = c.recv(65536)
     if not b:
         break
     total += len(b)
-    if total // 65536 != step:
-        step = total // 65536
-        print("rx", total, flush=True)
+    if total // stamp != step:
+        step = total // stamp
+        print("rx", total, time.monotonic(), flush=True)
 print("done", total, flush=True)
 """
 STREAM_CLIENT = r"""
@@ -152,10 +153,10 @@ import socket, sys, threading, time
 c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=600)
 stop = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-chunk = b"x" * 16384
+chunk, pause = b"x" * int(sys.argv[3]), float(sys.argv[4])
 while not stop.is_set():
     c.sendall(chunk)
-    time.sleep(0.002)  # pacing (~8 MB/s): a steady stream, not a flood
+    time.sleep(pause)  # pacing: a steady stream, not a flood
 c.shutdown(socket.SHUT_WR)
 c.recv(1)  # the server read everything and closed
 print("sent", flush=True)
@@ -168,11 +169,16 @@ class LiveTcp:
     during and after a disruption, and :meth:`stop` fails unless the same connection survived."""
 
     def __init__(self, server_ns: str, addr: str, client_ns: str, port: int,
-                 via: tuple[str, int] | None = None) -> None:
+                 via: tuple[str, int] | None = None, chunk: int = 16384, pause: float = 0.002,
+                 stamp: int = 65536) -> None:
         """``via``: the client connects to this (address, port) instead, e.g. a Service's
-        ClusterIP whose backend is the server."""
+        ClusterIP whose backend is the server. The client sends ``chunk`` bytes every ``pause``
+        s (the default ~8 MB/s); the server notes the time of every ``stamp`` bytes, the
+        resolution of :meth:`longest_stall` (a slow stream with a small stamp measures short
+        stalls without loading the path: 1 KiB every 10 ms stamped each KiB, ~100 KB/s)."""
         self.server = subprocess.Popen(["ip", "netns", "exec", server_ns, sys.executable, "-c", STREAM_SERVER, addr,
-                                        str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                        str(port), str(stamp)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True)
         assert self.server.stdout is not None
         line = self.server.stdout.readline().strip()
         if line != "ready":  # listening now: the client connects at once
@@ -180,24 +186,24 @@ class LiveTcp:
             raise AssertionError(f"stream server did not start: {line} {self.server.stdout.read()}")
         self._cv = threading.Condition()
         self.received = 0
-        self.stamps: list[float] = []  # monotonic time of each 64 KiB the server got
+        self.stamps: list[float] = []  # the server's monotonic time of each ``stamp`` bytes it got
         self.done: int | None = None
         self.other: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         to_addr, to_port = via or (addr, port)
         self.client = subprocess.Popen(["ip", "netns", "exec", client_ns, sys.executable, "-c", STREAM_CLIENT, to_addr,
-                                        str(to_port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True)
+                                        str(to_port), str(chunk), str(pause)], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def _read(self) -> None:
         assert self.server.stdout is not None
         for line in self.server.stdout:
             words = line.split()
             with self._cv:
-                if len(words) == 2 and words[0] == "rx":
+                if len(words) == 3 and words[0] == "rx":
                     self.received = int(words[1])
-                    self.stamps.append(time.monotonic())
+                    self.stamps.append(float(words[2]))  # CLOCK_MONOTONIC: one clock for every process
                 elif len(words) == 2 and words[0] == "done":
                     self.done = int(words[1])
                 else:
@@ -220,10 +226,13 @@ class LiveTcp:
                                          f"server: {''.join(self.other)[-500:]}")
                 self._cv.wait(left)
 
-    def longest_stall(self, since: float = 0.0) -> float:
-        """The longest time (s) between two 64 KiB steps the server saw after ``since``."""
+    def longest_stall(self, since: float = 0.0, until: float = float("inf")) -> float:
+        """The longest time (s) between two stamps the server took, from the last before
+        ``since`` to the first after ``until`` (time.monotonic's)."""
         with self._cv:
-            t = [x for x in self.stamps if x >= since]
+            before = [x for x in self.stamps if x < since][-1:]
+            after = [x for x in self.stamps if x > until][:1]
+            t = before + [x for x in self.stamps if since <= x <= until] + after
         return max((b - a for a, b in itertools.pairwise(t)), default=0.0)
 
     def stop(self) -> int:

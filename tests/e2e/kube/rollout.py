@@ -18,7 +18,7 @@ from lab.kube.cluster import Cluster, wait_for
 from lab.sh import pids_named
 from routesync.config import OVS_FERRY
 from tests.e2e.kube.helpers import topology
-from tests.support.liveping import LivePing, PingResult
+from tests.support.liveping import LivePing, LiveTcp, PingResult
 from tests.support.waiting import HANG
 
 OVS_DAEMONS = ("ovsdb-server", "ovs-vswitchd")
@@ -94,20 +94,34 @@ def ready(pod: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
 
 
+# A TCP stream beside the ping: 1 KiB every 10 ms (~100 KB/s), its arrival noted at every KiB,
+# so a stall of ~10 ms shows; an 8 MB/s stream through the lab's userspace datapath made the ping
+# itself lose requests (docs/design/upgrades.md).
+TCP_PORT, TCP_CHUNK, TCP_PAUSE = 5201, 1024, 0.01
+
+
 def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
-    """A 10 ms ping node-1 -> node-3 across ``event``; afterwards every flow is back on both Nodes
-    and the Pods' ports kept their numbers."""
+    """A 10 ms ping and a paced TCP stream node-1 -> node-3 across ``event``; afterwards every
+    flow is back on both Nodes and the Pods' ports kept their numbers. The TCP connection must
+    survive (one connection throughout); its longest stall is printed beside the ping's gap."""
     before = {n: (flows(lab, n), ports(lab, n)) for n in ("node-1", "node-3")}
     src, dst = lab.pod("node-1", "a"), lab.pod("node-3", "a")
     assert dst.ipv4
-    with LivePing(src.netns, dst.ipv4, interval=0.01) as ping:
+    with LiveTcp(dst.netns, dst.ipv4, src.netns, TCP_PORT, chunk=TCP_CHUNK, pause=TCP_PAUSE,
+                 stamp=TCP_CHUNK) as stream, LivePing(src.netns, dst.ipv4, interval=0.01) as ping:
         ping.more_replies(20, "before the event")
+        stream.more_bytes(20 * TCP_CHUNK, "before the event")
+        t0 = time.monotonic()
         event()
+        t1 = time.monotonic()
         assert ping.reply_after(time.time()), f"no reply after {what}"
         ping.more_replies(20, f"after {what}")
+        stream.more_bytes(20 * TCP_CHUNK, f"after {what}")
         result = ping.stop()
+        stall = stream.longest_stall(t0, t1)
+        stream.stop()
     print(f"\n{what} ({lab_mode(lab)}): 10 ms ping node-1 -> node-3: {result.lost} of {result.transmitted} lost, "
-          f"longest gap {result.gap * 1000:.0f} ms")
+          f"longest gap {result.gap * 1000:.0f} ms; TCP stream's longest stall {stall * 1000:.0f} ms")
     for n, (was_flows, was_ports) in before.items():
         wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was_flows: flows(lab, n) == was, HANG)
         assert ports(lab, n) == was_ports, f"{n}: the Pods' ports changed"
