@@ -129,7 +129,8 @@ def _denied_listener(cfg: Config, observer: Any) -> Any:
 @click.option("-v", "--verbose", is_flag=True)
 def ovs(config_path: str, verbose: bool) -> None:
     """Ferry's openvswitch container: run ovsdb-server and ovs-vswitchd for this Node
-    (``ovsDaemons: ferry``) until SIGTERM, or wait on the host's (``ovsDaemons: host``)."""
+    (``ovsDaemons: ferry``) until SIGTERM, or wait on the host's (``ovsDaemons: host``); with
+    either, the userspace WireGuard device when route-sync is told not to start it."""
     cfg = _load(config_path)
     from .config import OVS_FERRY
     from .openvswitch.plan import Layout
@@ -139,7 +140,7 @@ def ovs(config_path: str, verbose: bool) -> None:
     layout = Layout(run_dir=cfg.ovs_run_dir, database=cfg.ovs_database, log_dir=cfg.ovs_log_dir)
     try:
         if cfg.ovs_daemons != OVS_FERRY:
-            sys.exit(watch_host(layout))
+            sys.exit(watch_host(layout, extra=_supervised_wireguard(cfg)))
         sys.exit(Supervisor(layout, load_module=cfg.datapath_type == SYSTEM,
                             before_stop=lambda: _restore_uplink(cfg), extra=_supervised_wireguard(cfg)).run())
     except SupervisorError as e:
@@ -151,12 +152,12 @@ def _supervised_wireguard(cfg: Config) -> list[tuple[str, list[str]]]:
     not to start it (``wireguard.startUserspace: false``) and no WireGuard in the kernel."""
     if not cfg.encrypted or cfg.wireguard.start_userspace:
         return []
-    from .wireguard.device import choose, userspace_argv
+    from .wireguard.device import choose, make_userspace_dirs, userspace_argv
     from .wireguard.model import USERSPACE
 
     if choose(cfg.wireguard) != USERSPACE:
         return []
-    os.makedirs(cfg.wireguard.run_dir, mode=0o700, exist_ok=True)
+    make_userspace_dirs(cfg.wireguard)
     return [("wireguard-go", userspace_argv(cfg.wireguard))]
 
 

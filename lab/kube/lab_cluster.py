@@ -28,12 +28,11 @@ def route_sync_keys(topo: Topology) -> dict[str, Any]:
     if topo.vlan is not None:  # one ConfigMap: a Node's own VLAN is its ferry.io/transport-vlan annotation
         keys["transportVLAN"] = topo.vlan
     if topo.encrypted:
-        # the image's wireguard-go (the kernel's WireGuard where the Node has it): Ferry's
-        # openvswitch container runs it when it runs Open vSwitch, so it outlives route-sync's
-        # container; with the host's Open vSwitch route-sync starts it itself
+        # the image's wireguard-go (the kernel's WireGuard where the Node has it): on Kubernetes
+        # Ferry's openvswitch container runs it, whoever runs Open vSwitch, so it outlives
+        # route-sync's container; without Kubernetes route-sync starts it itself
         keys["trafficEncryptionMode"] = topo.encryption
-        ferry_runs_ovs = topo.kubernetes is not None and topo.kubernetes.ferry_runs_ovs
-        keys[WG_SECTION] = {"startUserspace": not ferry_runs_ovs}
+        keys[WG_SECTION] = {"startUserspace": topo.kubernetes is None}
     if topo.router_bgp is not None:
         keys["bgp"] = bgp_keys(topo)
     if topo.kubernetes is not None and topo.kubernetes.services:

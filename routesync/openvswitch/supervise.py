@@ -348,7 +348,6 @@ class Supervisor:
         try:
             p = self.prepare()
             daemons = (*p.daemons, *self.extra)
-            argv = dict(daemons)
             for name, daemon_argv in daemons:
                 if name == OVS_VSWITCHD:
                     self.start_vswitchd(daemon_argv)
@@ -356,47 +355,64 @@ class Supervisor:
                     self.start(name, daemon_argv)
             log.info("openvswitch: running (database %s, run directory %s)", self.layout.database,
                      self.layout.run_dir)
-            next_save = time.monotonic()
-            while True:
-                if self.save_interval is None:
-                    info = signal.sigwaitinfo(WAITED)
-                else:
-                    if time.monotonic() >= next_save:
-                        self.save_flows()
-                        next_save = time.monotonic() + self.save_interval
-                    got = signal.sigtimedwait(WAITED, max(0.0, next_save - time.monotonic()))
-                    if got is None:
-                        continue
-                    info = got
-                if info.si_signo != signal.SIGCHLD:
-                    log.info("openvswitch: signal %d: stopping", info.si_signo)
-                    return 0
-                for name in self.exited():
-                    code = self.children[name].returncode
-                    del self.children[name]
-                    log.warning("openvswitch: %s exited (%s): starting it again", name, code)
-                    if not self.restart(name, argv[name]):
-                        log.error("openvswitch: %s exited %d times within %.0f s: giving up", name,
-                                  self.budget.limit, self.budget.window)
-                        return 1
+            return self.watch(dict(daemons))
         finally:
             self.stop()
 
+    def watch(self, argv: dict[str, Sequence[str]]) -> int:
+        """The started daemons (``argv``: name -> command) until SIGTERM/SIGINT (0), each started
+        again when it exits, until one exits more often than the budget allows (1); the flows saved
+        every ``save_interval`` s meanwhile. WAITED must be blocked."""
+        next_save = time.monotonic()
+        while True:
+            if self.save_interval is None:
+                info = signal.sigwaitinfo(WAITED)
+            else:
+                if time.monotonic() >= next_save:
+                    self.save_flows()
+                    next_save = time.monotonic() + self.save_interval
+                got = signal.sigtimedwait(WAITED, max(0.0, next_save - time.monotonic()))
+                if got is None:
+                    continue
+                info = got
+            if info.si_signo != signal.SIGCHLD:
+                log.info("openvswitch: signal %d: stopping", info.si_signo)
+                return 0
+            for name in self.exited():
+                code = self.children[name].returncode
+                del self.children[name]
+                log.warning("openvswitch: %s exited (%s): starting it again", name, code)
+                if not self.restart(name, argv[name]):
+                    log.error("openvswitch: %s exited %d times within %.0f s: giving up", name,
+                              self.budget.limit, self.budget.window)
+                    return 1
 
-def watch_host(layout: Layout) -> int:
+
+def watch_host(layout: Layout, extra: Sequence[tuple[str, Sequence[str]]] = ()) -> int:
     """``ovsDaemons: host``: the host runs Open vSwitch; wait until its database answers, then
     until SIGTERM (the container's probes keep checking the host's daemons).  Nothing is saved
     or restored here.  The host's ``ovs-ctl restart`` (what ``systemctl reload ovs-vswitchd``
     runs, and ``ovs-ctl force-reload-kmod``) saves the flows itself (``ovs-save save-flows``), sets
     flow-restore-wait, starts the new ovs-vswitchd, restores them and clears it; route-sync holds
     its full pass meanwhile.  ``systemctl restart`` (a stop, then a start) and a crash (systemd's
-    ``Restart=on-failure``) start it with no copy: route-sync puts the flows back, as before."""
+    ``Restart=on-failure``) start it with no copy: route-sync puts the flows back, as before.
+
+    ``extra``: the Node's other daemons this container runs as with ``ovsDaemons: ferry`` (the
+    userspace WireGuard device), started once the host's Open vSwitch answers and supervised
+    alike, so that they outlive route-sync's container here too."""
     signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
     env = {**os.environ, **layout.env()}
     log.info("openvswitch: ovsDaemons host: waiting for the host's ovsdb-server at %s", layout.db_sock)
     run_step(["ovs-vsctl", f"--db=unix:{layout.db_sock}", "--retry", "--no-wait", "show"], env)
-    log.info("openvswitch: the host's Open vSwitch answers; nothing to run")
-    while True:
-        info = signal.sigwaitinfo(WAITED)
-        if info.si_signo != signal.SIGCHLD:
-            return 0
+    supervisor = Supervisor(layout, extra=extra, save_interval=None)
+    if not supervisor.extra:
+        log.info("openvswitch: the host's Open vSwitch answers; nothing to run")
+    try:
+        for name, argv in supervisor.extra:
+            supervisor.start(name, argv)
+        if supervisor.extra:
+            log.info("openvswitch: the host's Open vSwitch answers; running %s",
+                     ", ".join(name for name, _ in supervisor.extra))
+        return supervisor.watch(dict(supervisor.extra))
+    finally:
+        supervisor.stop()

@@ -51,6 +51,13 @@ def choose(config: WireGuardConfig, netns: str | None = None) -> str:
     return KERNEL if kernel.kernel_supported(netns) else USERSPACE
 
 
+def make_userspace_dirs(config: WireGuardConfig) -> None:
+    """The directories :func:`userspace_argv`'s command needs: the UAPI sockets' and the fixed one
+    it is bind-mounted on."""
+    os.makedirs(config.run_dir, mode=0o700, exist_ok=True)
+    os.makedirs(DEFAULT_SOCKET_DIR, mode=0o700, exist_ok=True)
+
+
 def userspace_argv(config: WireGuardConfig) -> list[str]:
     """The command that starts the userspace device (pure: tests read it).  It is started in a
     session of its own (route-sync's exit or restart, and signals to its process group, leave it
@@ -139,8 +146,7 @@ class WireGuardDevice:
 
     def _start_userspace(self, uapi: Uapi) -> None:
         cfg = self.config
-        os.makedirs(cfg.run_dir, mode=0o700, exist_ok=True)
-        os.makedirs(DEFAULT_SOCKET_DIR, mode=0o700, exist_ok=True)
+        make_userspace_dirs(cfg)
         sock = socket_path(cfg.run_dir, cfg.interface)
         if os.path.exists(sock) and not uapi.alive(cfg.interface):
             os.unlink(sock)  # a killed implementation's socket file

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from routesync.openvswitch.plan import SCHEMA
+from tests.support import wireguard_go
 from tests.support.names import uniq
 from tests.support.ovs_instance import OvsInstance, netns
 from tests.support.waiting import HANG, until
@@ -33,7 +34,8 @@ pytestmark = pytest.mark.root
 class Supervised:
     """One ``ferry-route-sync ovs`` process and its stderr, line by line."""
 
-    def __init__(self, ns: str, root: Path, daemons: str = "ferry", run_dir: Path | None = None) -> None:
+    def __init__(self, ns: str, root: Path, daemons: str = "ferry", run_dir: Path | None = None,
+                 **keys: object) -> None:
         self.ns, self.root = ns, root
         self.run_dir = run_dir or root / "run"
         self.database = root / "lib" / "conf.db"
@@ -43,7 +45,7 @@ class Supervised:
             "nodeName": "n1", "ovsDaemons": daemons, "ovsRunDir": str(self.run_dir),
             "ovsdb": f"unix:{self.run_dir}/db.sock", "ovsDatabase": str(self.database),
             "ovsLogDir": str(root / "log"), "stateFile": str(self.state_dir / "node-state.json"),
-            "transportInterface": "eth0", "bridge": "br-int"}))
+            "transportInterface": "eth0", "bridge": "br-int", **keys}))
         self.proc = subprocess.Popen(
             ["ip", "netns", "exec", ns, sys.executable, "-c", "from routesync.cli import main; main()",
              "ovs", "--config", str(cfg)],
@@ -200,6 +202,41 @@ def test_ovs_daemons_host_starts_nothing_and_leaves_the_hosts_alone(ns: str, tmp
             assert s.stop() == 0
         assert daemons_in(ns) == ["ovs-vswitchd", "ovsdb-server"]
         host.vsctl("add-br", "br0", "--", "set", "bridge", "br0", "datapath_type=netdev")
+
+
+def test_ovs_daemons_host_still_runs_the_userspace_wireguard_device(ns: str, tmp_path: Path) -> None:
+    """``ovsDaemons: host`` with WireGuard in userspace (``startUserspace: false``): the container
+    runs wireguard-go once the host's Open vSwitch answers, starts it again when it dies, and
+    stops it on SIGTERM, leaving the host's daemons alone: the device outlives route-sync's
+    container with either ovsDaemons."""
+    wg = wireguard_go.binary()
+    assert wg is not None, "wireguard-go is built by .ci/install.sh (tools/build-go-tools.sh wireguard-go)"
+    iface = uniq("wgh")[:15]
+    wg_dir = tmp_path / "wg"
+    with OvsInstance(uniq("ovh"), netns=ns) as host:
+        s = Supervised(ns, tmp_path, daemons="host", run_dir=Path(host.run_dir),
+                       trafficEncryptionMode="wireguard",
+                       wireguard={"startUserspace": False, "implementation": "userspace", "interface": iface,
+                                  "userspaceCommand": wg, "runDir": str(wg_dir), "keyDir": str(tmp_path / "keys")})
+        try:
+            first = int(s.expect(r"wireguard-go started \(pid (\d+)\)").group(1))
+            s.expect(r"the host's Open vSwitch answers; running wireguard-go")
+            until(lambda: (wg_dir / f"{iface}.sock").exists(), "wireguard-go's UAPI socket")
+            assert link_exists(ns, iface)
+            os.kill(first, signal.SIGKILL)
+            s.expect(r"wireguard-go exited .*: starting it again")
+            again = int(s.expect(r"wireguard-go started \(pid (\d+)\)").group(1))
+            assert again != first
+            until(lambda: link_exists(ns, iface), "the device made again")
+            assert daemons_in(ns) == ["ovs-vswitchd", "ovsdb-server"]  # the host's two only
+        finally:
+            assert s.stop() == 0
+        until(lambda: not link_exists(ns, iface), "wireguard-go stopped with the container")
+        assert daemons_in(ns) == ["ovs-vswitchd", "ovsdb-server"]
+
+
+def link_exists(ns: str, name: str) -> bool:
+    return subprocess.run(["ip", "-n", ns, "link", "show", name], capture_output=True, check=False).returncode == 0
 
 
 def test_stopping_puts_a_moved_uplink_back_first(ns: str, tmp_path: Path) -> None:
