@@ -1,10 +1,12 @@
-"""WireGuard on a real Kubernetes cluster (issue 30), encap (VXLAN) on Nodes without Open vSwitch of
-their own: Ferry's DaemonSet gets ``trafficEncryptionMode: wireguard`` through its ConfigMap, the
-openvswitch container runs the userspace device (this kernel has no WireGuard) and route-sync
+"""WireGuard on a real Kubernetes cluster (issue 30), encap (VXLAN), on Nodes without Open vSwitch of
+their own and on Nodes with the host's (``ovsDaemons: host``): Ferry's DaemonSet gets
+``trafficEncryptionMode: wireguard`` through its ConfigMap, the openvswitch container runs the
+userspace device (this kernel has no WireGuard) and route-sync
 configures it from the public keys the Nodes publish in their Node objects.
 
 * every Node object carries a valid ``ferry.io/wireguard-public-key``; each Node runs one
-  wireguard-go, a child of Ferry's openvswitch container, not of route-sync's;
+  wireguard-go, a child of Ferry's openvswitch container, not of route-sync's (with either
+  ovsDaemons: with the host's Open vSwitch the container runs wireguard-go alone);
 * the connectivity matrix passes, and a capture of every segment port while it runs sees no Pod
   address in any frame, and WireGuard transport data between every pair of Nodes;
 * route-sync's container killed (the kubelet restarts it): the device and its sessions stay, a 10 ms
@@ -25,7 +27,7 @@ from lab.api import Lab
 from lab.kube.cluster import wait_for
 from lab.sh import pids_named
 from lab.wirecapture import WireCapture
-from routesync.config import OVS_FERRY
+from routesync.config import OVS_FERRY, OVS_HOST
 from routesync.wireguard import keys
 from routesync.wireguard.model import PUBLIC_KEY_ANNOTATION
 from tests.e2e.kube.helpers import ancestors, parent, topology
@@ -51,8 +53,9 @@ def route_sync_restarts(lab: Lab, node: str) -> int:
                  if s["name"] == "route-sync"), 0)
 
 
-def test_encrypted_cluster(kube_lab_of) -> None:  # type: ignore[no-untyped-def]
-    topo = topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}, ovs_daemons=OVS_FERRY)
+@pytest.mark.parametrize("ovs_daemons", [OVS_FERRY, OVS_HOST])
+def test_encrypted_cluster(kube_lab_of, ovs_daemons: str) -> None:  # type: ignore[no-untyped-def]
+    topo = topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}, ovs_daemons=ovs_daemons)
     topo["encryption"] = ENCRYPTION_WIREGUARD
     lab: Lab = kube_lab_of(topo)
     wait_for("every Node's public key in its Node object",
@@ -92,6 +95,7 @@ def test_encrypted_cluster(kube_lab_of) -> None:  # type: ignore[no-untyped-def]
         assert ping.reply_after(time.time())
         ping.more_replies(20, "after")
         res = ping.stop()
-    print(f"route-sync's container killed: {res.lost} of {res.transmitted} lost, longest gap {res.gap * 1e3:.0f} ms")
+    print(f"route-sync's container killed (ovsDaemons {ovs_daemons}): {res.lost} of {res.transmitted} lost, "
+          f"longest gap {res.gap * 1e3:.0f} ms")
     assert res.lost == 0
     assert pids_named(n1.netns, "wireguard-go") == [wg_before]
