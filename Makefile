@@ -103,13 +103,14 @@ release-image: dist
 
 # Issue 42's events in the three modes (rollout.py's MODES; `make test` runs encap alone): each
 # mode is a Kubernetes cluster per file. upgrade-test: the upgrade and rollback; events-test: those
-# and route-sync, ovs-vswitchd and the openvswitch container killed, a new image rolled out.
+# and route-sync, ovs-vswitchd and the openvswitch container killed, a new image rolled out, and
+# WireGuard's key rotation and route-sync killed with the host's Open vSwitch too.
 upgrade-test: bin image release-image
 	FERRY_EVENT_MODES=all $(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/kube/test_kube_upgrade.py
 
 events-test: bin image release-image
 	FERRY_EVENT_MODES=all $(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/kube/test_kube_ovs_container.py \
-		tests/e2e/kube/test_kube_upgrade.py
+		tests/e2e/kube/test_kube_upgrade.py tests/e2e/kube/test_kube_wireguard.py
 
 lint:
 	$(VENV)/bin/ruff check cni routesync controller lab bench tests
