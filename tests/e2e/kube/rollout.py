@@ -67,6 +67,12 @@ def flows(lab: Lab, node: str) -> list[str]:
     return sorted(line.strip() for line in out.splitlines() if "cookie=" in line)
 
 
+def flow_difference(was: list[str], now: list[str]) -> str:
+    """What a failure message shows: the flows gone and the flows new."""
+    gone, new = sorted(set(was) - set(now)), sorted(set(now) - set(was))
+    return "\n".join([f"{len(gone)} flows gone:", *gone[:20], f"{len(new)} flows new:", *new[:20]])
+
+
 def ports(lab: Lab, node: str) -> dict[str, int]:
     """Interface name -> ofport on the Node's bridge."""
     doc = json.loads(lab.node(node).vsctl("--format=json", "--columns=name,ofport", "list", "Interface"))
@@ -123,7 +129,8 @@ def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
     print(f"\n{what} ({lab_mode(lab)}): 10 ms ping node-1 -> node-3: {result.lost} of {result.transmitted} lost, "
           f"longest gap {result.gap * 1000:.0f} ms; TCP stream's longest stall {stall * 1000:.0f} ms")
     for n, (was_flows, was_ports) in before.items():
-        wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was_flows: flows(lab, n) == was, HANG)
+        wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was_flows: flows(lab, n) == was, HANG,
+                 lambda n=n, was=was_flows: flow_difference(was, flows(lab, n)))
         assert ports(lab, n) == was_ports, f"{n}: the Pods' ports changed"
     return result
 
