@@ -37,6 +37,10 @@ class NodeRecord:
     transport_addresses: tuple[str, ...]  # "192.168.77.11", "fd00:77::11"
     pod_cidrs: tuple[str, ...]  # "10.244.1.0/24", "fd00:10:244:1::/64"
     annotations: tuple[tuple[str, str], ...] = ()
+    # this Node's own record as route-sync publishes it: annotations it took out on purpose (a
+    # finished key rotation's next key; the MAC with macSource neighbor), which a source that
+    # patches the Node (Kubernetes) must delete there. Not part of what the record says.
+    retracted: frozenset[str] = field(default=frozenset(), compare=False)
 
     def annotation(self, key: str) -> str | None:
         return dict(self.annotations).get(key)

@@ -761,12 +761,14 @@ def self_record(config: Config, local: NodeRecord | None, facts: LocalFacts) -> 
     """This Node's record as route-sync publishes it: its transport addresses, Pod CIDRs and the
     ``ferry.io/mac-address`` annotation (the uplink MAC, for peers' fast path)."""
     annotations = dict(local.annotations) if local is not None else {}
+    retracted: frozenset[str] = frozenset()
     if config.mac_source == "neighbor":  # a neighbour-only cluster reads no annotation: publish none
         annotations.pop(MAC_ANNOTATION, None)
+        retracted = frozenset((MAC_ANNOTATION,))
     elif facts.uplink_mac:
         annotations[MAC_ANNOTATION] = facts.uplink_mac
     addrs = (local.transport_addresses if local is not None and local.transport_addresses
              else tuple(_host(a) for a in (config.transport_interface_cidrs or facts.uplink_addresses)))
     cidrs = (local.pod_cidrs if local is not None and local.pod_cidrs else config.pod_cidrs)
     return NodeRecord(name=config.node_name, transport_addresses=tuple(addrs), pod_cidrs=tuple(cidrs),
-                      annotations=tuple(sorted(annotations.items())))
+                      annotations=tuple(sorted(annotations.items())), retracted=retracted)

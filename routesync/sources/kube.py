@@ -116,7 +116,7 @@ class KubeSource(NodeSource):
         self.reflector: Reflector[NodeRecord] = Reflector("Node", self.api.list_node, record_from_node,
                                                           on_change=self._changed.set)
         # ferry.io/* annotations this source patched, with the record the watch had then
-        self._published: dict[str, tuple[NodeRecord | None, dict[str, str]]] = {}
+        self._published: dict[str, tuple[NodeRecord | None, dict[str, str | None]]] = {}
 
     @classmethod
     def from_kubeconfig(cls, node_name: str, kubeconfig: str | None) -> KubeSource:
@@ -162,10 +162,11 @@ class KubeSource(NodeSource):
         self._changed.set()
 
     def publish_self(self, record: NodeRecord) -> None:
-        """Patch this Node's ``ferry.io/*`` annotations (merge patch: other keys untouched)."""
+        """Patch this Node's ``ferry.io/*`` annotations (merge patch: other keys untouched); those
+        the record retracted (``NodeRecord.retracted``) are deleted where the Node has them."""
         if record.name != self.node_name:
             raise ValueError(f"this source publishes {self.node_name!r} only, not {record.name!r}")
-        want = {k: v for k, v in record.annotations if k.startswith(FERRY_ANNOTATION_PREFIX)}
+        want: dict[str, str | None] = {k: v for k, v in record.annotations if k.startswith(FERRY_ANNOTATION_PREFIX)}
         with self.reflector.lock:
             seen = self.reflector.items.get(record.name)
         have = dict(seen.annotations) if seen is not None else None
@@ -173,7 +174,13 @@ class KubeSource(NodeSource):
         if have is not None and published is not None and published[0] is seen:
             # patched since the watch last said anything about this Node: what we sent stands
             # (a later event of the Node is the server's word, and wins)
-            have.update(published[1])
+            for k, v in published[1].items():
+                if v is None:
+                    have.pop(k, None)
+                else:
+                    have[k] = v
+        # null deletes a key in a merge patch; only what the Node has (an unknown Node: nothing)
+        want.update((k, None) for k in sorted(record.retracted) if have is not None and k in have and k not in want)
         if have is not None and all(have.get(k) == v for k, v in want.items()):
             return
         if not want:

@@ -67,7 +67,7 @@ class WireGuardLoop:
 
     def own_record(self, me: NodeRecord, peers: Sequence[NodeRecord]) -> NodeRecord:
         wg = self._pass = self.node.plan_for(me, peers, self.wall())
-        return replace(me, annotations=annotate(dict(me.annotations), wg))
+        return replace(me, annotations=annotate(dict(me.annotations), wg), retracted=me.retracted | set(wg.unpublish))
 
     def desire(self, desired: DesiredState, facts: LocalFacts) -> None:
         if self._pass is not None:

@@ -155,6 +155,29 @@ def test_a_patched_annotation_changed_by_someone_else_is_patched_again(server: K
     assert len(server.state.patches) == 2
 
 
+def test_a_retracted_annotation_is_deleted_and_others_left_alone(server: KubeServer, source: KubeSource) -> None:
+    """An annotation route-sync took out of its record on purpose (a finished key rotation's next
+    key) is deleted from the Node (a merge patch's null), once; another ``ferry.io/`` key it did
+    not retract (the operator's) stays, and a retracted key the Node does not have costs no PATCH."""
+    names(source)
+    next_key, vlan = "ferry.io/wireguard-next-public-key", "ferry.io/transport-vlan"
+    node = server.state.nodes["node-a"]
+    node["metadata"].setdefault("annotations", {}).update({next_key: "bmV4dA==", vlan: "100"})
+    server.state.put(node)
+    until(lambda: next_key in dict(names(source)["node-a"].annotations))
+    mine = NodeRecord("node-a", ("192.168.77.11",), ("10.244.1.0/24",), ((MAC_ANNOTATION, "02:00:00:00:00:0a"),),
+                      retracted=frozenset((next_key,)))
+    source.publish_self(mine)
+    annotations = server.state.nodes["node-a"]["metadata"]["annotations"]
+    assert next_key not in annotations and annotations[vlan] == "100"
+    assert annotations[MAC_ANNOTATION] == mine.annotation(MAC_ANNOTATION)
+    source.publish_self(mine)  # what was sent stands: nothing new
+    assert len(server.state.patches) == 1
+    until(lambda: next_key not in dict(names(source)["node-a"].annotations))
+    source.publish_self(mine)  # the watch agrees: the key is gone, nothing to delete
+    assert len(server.state.patches) == 1
+
+
 def test_an_update_of_fields_ferry_does_not_read_moves_nothing(server: KubeServer, source: KubeSource) -> None:
     """A kubelet's status heartbeat is a MODIFIED event whose Node parses to the record already
     held: no change is signalled (route-sync would plan again for nothing); a change of what Ferry
