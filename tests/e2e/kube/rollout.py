@@ -126,8 +126,9 @@ def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
         result = ping.stop()
         stall = stream.longest_stall(t0, t1)
         stream.stop()
-    print(f"\n{what} ({lab_mode(lab)}): 10 ms ping node-1 -> node-3: {result.lost} of {result.transmitted} lost, "
-          f"longest gap {result.gap * 1000:.0f} ms; TCP stream's longest stall {stall * 1000:.0f} ms")
+    print(f"\n{what} ({lab_mode(lab)}): 10 ms ping node-1 -> node-3: {len(result.lost_seqs)} of "
+          f"{result.transmitted} lost ({result.lost} unanswered with those in flight at the stop), longest gap "
+          f"{result.gap * 1000:.0f} ms; TCP stream's longest stall {stall * 1000:.0f} ms")
     for n, (was_flows, was_ports) in before.items():
         wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was_flows: flows(lab, n) == was, HANG,
                  lambda n=n, was=was_flows: flow_difference(was, flows(lab, n)))
