@@ -67,6 +67,10 @@ def delete(req: Request) -> None:
     step = Step(req.log)
     with reported(step), attachment_lock(conf.lock_dir, req.container_id, req.ifname) as lock, Netlink() as host_nl:
         ovsdb, of = ovs_clients(node)
+        step("connect to OVSDB")
+        # a Node that has just started (a reboot): the kubelet stops the dead sandboxes while the
+        # switch's container starts; waiting here saves the kubelet's retry ~10 s later
+        ovsdb.connect(wait=conf.startup_wait, notice=req.logger().info)
         step("find OVS port")
         ports = ovsdb.find_ports({pl.EXT_CONTAINER_ID: req.container_id, pl.EXT_IFNAME: req.ifname})
         names = sorted({p.name for p in ports} | {pl.host_veth_name(req.container_id, req.ifname)})

@@ -24,11 +24,12 @@ from cni.spec.errors import INVALID_CONFIG, TRY_AGAIN_LATER, CniError
 
 DEFAULT_OVSDB = "unix:/var/run/openvswitch/db.sock"
 DEFAULT_OVS_RUN_DIR = "/var/run/openvswitch"
-# How long an ADD waits for route-sync's first state file before answering code 11: a Node that
-# has just started (a reboot) runs its Pods' ADDs while route-sync's own Pod starts, and the
-# kubelet's retry after code 11 comes ~10 s later; route-sync writes the file within seconds.
-DEFAULT_STATE_WAIT = 10.0
-MAX_STATE_WAIT = 60.0
+# How long a call waits for the Node's parts to start: an ADD for route-sync's first state file
+# (else code 11), a DEL for ovsdb-server (else an error). A Node that has just started (a reboot)
+# runs its Pods' DELs and ADDs while the switch's and route-sync's Pods start, and the kubelet's
+# retry after a failure comes ~10 s later; both are there within seconds.
+DEFAULT_STARTUP_WAIT = 10.0
+MAX_STARTUP_WAIT = 60.0
 
 
 @record(frozen=True)
@@ -42,7 +43,7 @@ class PluginConfig:
     ovs_run_dir: str | None = None
     datapath: Datapath | None = None
     mtu: int = 0
-    state_wait: float = DEFAULT_STATE_WAIT
+    startup_wait: float = DEFAULT_STARTUP_WAIT
     ipam: dict[str, Any] = Factory(dict)
     dns: dict[str, Any] = Factory(dict)
 
@@ -89,11 +90,11 @@ def parse(conf: dict[str, Any]) -> PluginConfig:
     if ipam and ipam.get("type") not in ("ferry-ipam", None):
         raise CniError(INVALID_CONFIG, f"config field 'ipam.type' {ipam.get('type')!r}: only 'ferry-ipam' is supported")
     dns = _field(conf, "dns", dict, {}, falsy_default=True)
-    state_wait = conf.get("stateWaitSeconds", DEFAULT_STATE_WAIT)
-    if not isinstance(state_wait, (int, float)) or isinstance(state_wait, bool) \
-            or not 0 <= state_wait <= MAX_STATE_WAIT:
-        raise CniError(INVALID_CONFIG, f"config field 'stateWaitSeconds' must be a number of seconds "
-                                       f"between 0 and {MAX_STATE_WAIT:g}")
+    startup_wait = conf.get("startupWaitSeconds", DEFAULT_STARTUP_WAIT)
+    if not isinstance(startup_wait, (int, float)) or isinstance(startup_wait, bool) \
+            or not 0 <= startup_wait <= MAX_STARTUP_WAIT:
+        raise CniError(INVALID_CONFIG, f"config field 'startupWaitSeconds' must be a number of seconds "
+                                       f"between 0 and {MAX_STARTUP_WAIT:g}")
     ovsdb = _opt_str(conf, "ovsdb")
     if ovsdb is not None and not ovsdb.startswith("unix:"):
         raise CniError(INVALID_CONFIG, "config field 'ovsdb' must be 'unix:<path to db.sock>'")
@@ -105,7 +106,7 @@ def parse(conf: dict[str, Any]) -> PluginConfig:
         ovs_run_dir=_opt_str(conf, "ovsRunDir"),
         datapath=datapath,
         mtu=mtu,
-        state_wait=float(state_wait),
+        startup_wait=float(startup_wait),
         ipam=ipam,
         dns=dns,
     )
@@ -174,10 +175,10 @@ def read_state(path: str, wait: float, notice: Callable[[str], None] | None = No
 def node_context(conf: PluginConfig, need_state: bool, wait: Callable[[str], None] | None = None) -> NodeContext:
     """Merge the node state (if any) with the conf. ``need_state``: ADD without explicit
     ranges cannot run before route-sync has written the state file (code 11); given ``wait`` (ADD:
-    its logger), it first waits up to the conf's ``stateWaitSeconds`` for the file to appear."""
+    its logger), it first waits up to the conf's ``startupWaitSeconds`` for the file to appear."""
     patient = need_state and wait is not None and not conf.explicit_ranges
     try:
-        state: nodestate.NodeState | None = read_state(conf.state_file, conf.state_wait if patient else 0.0, wait)
+        state: nodestate.NodeState | None = read_state(conf.state_file, conf.startup_wait if patient else 0.0, wait)
     except nodestate.StateError as e:
         if need_state and not conf.explicit_ranges:
             raise CniError(TRY_AGAIN_LATER, str(e)) from None

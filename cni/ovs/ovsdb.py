@@ -17,7 +17,7 @@ from cni.lean.record import Factory, record
 from cni.lean.typecheck import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from types import TracebackType
     from typing import Any
 
@@ -27,6 +27,10 @@ OPENFLOW_PROTOCOLS = ("OpenFlow10", "OpenFlow13", "OpenFlow14", "OpenFlow15")
 
 class OvsdbError(Exception):
     """ovsdb-server unreachable, a transaction failed, or vswitchd rejected an interface."""
+
+
+class OvsdbUnreachable(OvsdbError):
+    """No ovsdb-server answers at the remote (not running yet, or the socket is wrong)."""
 
 
 class PortExistsError(OvsdbError):
@@ -134,10 +138,30 @@ class Ovsdb:
             else:
                 raise OvsdbError(f"unsupported OVSDB remote {self.remote!r} (unix:PATH or tcp:HOST:PORT)")
         except OSError as e:
-            raise OvsdbError(f"cannot connect to OVSDB at {where}: ovsdb-server is not running "
-                             f"or the socket is wrong ({e.strerror or e})") from e
+            raise OvsdbUnreachable(f"cannot connect to OVSDB at {where}: ovsdb-server is not running "
+                                   f"or the socket is wrong ({e.strerror or e})") from e
         self._sock = s
         return s
+
+    def connect(self, wait: float = 0.0, notice: Callable[[str], None] | None = None) -> None:
+        """Connect now, trying again for up to ``wait`` seconds while no ovsdb-server answers (a
+        Node that has just started: the switch's container starts beside the kubelet's first
+        calls); :class:`OvsdbUnreachable` after that. ``notice`` hears when the wait starts."""
+        import time
+
+        start, pause = time.monotonic(), 0.01
+        while True:
+            try:
+                self._connect()
+                return
+            except OvsdbUnreachable:
+                left = start + wait - time.monotonic()
+                if left <= 0:
+                    raise
+                if notice is not None and pause == 0.01:
+                    notice(f"waiting up to {wait:g} s for ovsdb-server at {self.remote}")
+                time.sleep(min(pause, left))  # polling one connect: a short-lived process
+                pause = min(pause * 2, 0.2)
 
     def close(self) -> None:
         if self._sock is not None:

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from cni.kernel.netlink import Netlink
 from cni.kernel.netns import open_netns
-from cni.ovs.ovsdb import Ovsdb, OvsdbError, PortExistsError
+from cni.ovs.ovsdb import Ovsdb, OvsdbError, OvsdbUnreachable, PortExistsError
 from tests.support.names import uniq
 from tests.support.ovs_instance import OvsInstance
+from tests.support.waiting import HANG
 
 pytestmark = pytest.mark.root
 BR = "fs-br"
@@ -119,6 +122,29 @@ def test_missing_socket_names_the_path(tmp_path: object) -> None:
     with pytest.raises(OvsdbError) as e:
         Ovsdb(f"unix:{sock}").bridge("x")
     assert sock in str(e.value) and "ovsdb-server is not running" in str(e.value)
+
+
+def test_connect_waits_for_an_ovsdb_server_that_starts_meanwhile(tmp_path: object) -> None:
+    """A DEL on a Node that has just started: the connection waits (``wait``) for ovsdb-server,
+    which starts once the caller said it waits; without a server it fails after the wait, naming
+    the socket."""
+    heard: list[str] = []
+    with pytest.raises(OvsdbUnreachable) as e:
+        Ovsdb(f"unix:{tmp_path}/db.sock").connect(wait=0.05, notice=heard.append)
+    assert f"{tmp_path}/db.sock" in str(e.value) and heard and "waiting up to 0.05 s" in heard[0]
+    late = OvsInstance(uniq("late"), start=False)
+    waiting = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        db = Ovsdb(late.db)
+        done = pool.submit(db.connect, 60.0, lambda _line: waiting.set())
+        assert waiting.wait(HANG) and not done.done()
+        try:
+            late.start()
+            done.result(timeout=HANG)
+            assert db.bridge("none-such") is None  # connected: a query answers
+        finally:
+            db.close()
+            late.stop()
 
 
 def test_requested_ofport_is_known_before_vswitchd_and_collisions_move_on(ovs: OvsInstance, db: Ovsdb) -> None:

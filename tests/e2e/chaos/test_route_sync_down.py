@@ -57,7 +57,7 @@ def test_del_while_route_sync_is_down_frees_everything(fx_node):
 def test_add_answers_11_until_the_state_file_is_back(fx_node):
     fx_node.add_pod_as("warm", "fxwarm02")
     state_file = fx_node.dir / "state" / "node-state.json"
-    conf = dict(fx_node.plugin_conf(), cniVersion="1.0.0", name="ferrynet", stateWaitSeconds=0)
+    conf = dict(fx_node.plugin_conf(), cniVersion="1.0.0", name="ferrynet", startupWaitSeconds=0)
     conf["ipam"] = {"type": "ferry-ipam", "dataDir": str(fx_node.ipam_dir)}
     ns = f"{fx_node.name}-wait"
     run(["ip", "netns", "add", ns])
@@ -78,12 +78,12 @@ def test_add_answers_11_until_the_state_file_is_back(fx_node):
 
 def test_add_waits_for_the_state_file_route_sync_writes(fx_node):
     """A Node just started: the kubelet's ADDs run while route-sync's Pod starts. An ADD that finds
-    no state file waits (stateWaitSeconds) and succeeds once route-sync writes it, instead of code
+    no state file waits (startupWaitSeconds) and succeeds once route-sync writes it, instead of code
     11 and the kubelet's retry ~10 s later."""
     fx_node.add_pod_as("warm", "fxwarm03")
     state_file = fx_node.dir / "state" / "node-state.json"
     log = fx_node.dir / "cni.log"
-    conf = dict(fx_node.plugin_conf(), cniVersion="1.0.0", name="ferrynet", stateWaitSeconds=60)
+    conf = dict(fx_node.plugin_conf(), cniVersion="1.0.0", name="ferrynet", startupWaitSeconds=60)
     conf["ipam"] = {"type": "ferry-ipam", "dataDir": str(fx_node.ipam_dir)}
     ns = f"{fx_node.name}-late"
     run(["ip", "netns", "add", ns])
