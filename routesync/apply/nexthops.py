@@ -90,9 +90,21 @@ class NextHops:
 
     # -- events
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._watch, name="neigh-watch", daemon=True)
+        """Subscribe to neighbour events here, before the caller's first lookup, and watch them on
+        a thread: a subscription made on the thread could come after the lookup it should follow,
+        and an entry resolved in between (the first probe's answer) would be missed until the
+        entry's next change (the fast path to another subnet's peers held back by a minute)."""
+        if self._thread is not None:
+            return
+        try:
+            sock = self._socket()
+        except Exception:
+            LOG.exception("neighbour watcher not started; MAC changes are seen at the next resync only")
+            self._thread = threading.Thread(target=lambda: None, name="neigh-watch", daemon=True)  # not again
             self._thread.start()
+            return
+        self._thread = threading.Thread(target=self._watch, args=(sock,), name="neigh-watch", daemon=True)
+        self._thread.start()
 
     def _event(self, kind: int, n: Neighbour) -> None:
         if n.ip is None:
@@ -113,12 +125,7 @@ class NextHops:
             return Netlink.in_netns(f"/run/netns/{self.netns}", groups=RTMGRP_NEIGH)
         return Netlink(groups=RTMGRP_NEIGH)
 
-    def _watch(self) -> None:
-        try:
-            sock = self._socket()
-        except Exception:
-            LOG.exception("neighbour watcher not started; MAC changes are seen at the next resync only")
-            return
+    def _watch(self, sock: Netlink) -> None:
         try:
             while not self._stop.is_set():
                 try:
