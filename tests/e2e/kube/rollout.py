@@ -131,7 +131,8 @@ def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
           f"{result.gap * 1000:.0f} ms; TCP stream's longest stall {stall * 1000:.0f} ms")
     for n, (was_flows, was_ports) in before.items():
         wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was_flows: flows(lab, n) == was, HANG,
-                 lambda n=n, was=was_flows: flow_difference(was, flows(lab, n)))
+                 lambda n=n, was=was_flows: flow_difference(was, flows(lab, n)) + "\nits neighbours:\n"
+                 + lab.node(n).exec(["ip", "neigh", "show"]).stdout)
         assert ports(lab, n) == was_ports, f"{n}: the Pods' ports changed"
     return result
 
