@@ -140,7 +140,18 @@ def rotate_under_ping(lab: Lab, ovs_daemons: str) -> None:
           f"longest gap {rot.gap * 1e3:.0f} ms, lost {rot.lost_seqs}")
     seqs = rot.lost_seqs
     assert not seqs or seqs == list(range(seqs[0], seqs[0] + len(seqs))), f"more than one burst lost: {seqs}"
-    assert rot.gap < 1.0, f"a blackout of {rot.gap:.2f} s across the rotation"
+    assert rot.gap < 1.0, f"a blackout of {rot.gap:.2f} s across the rotation; the Nodes' WireGuard log:\n" + "\n".join(
+        wireguard_log(lab, n) for n in ("node-1", "node-3"))
+
+
+def wireguard_log(lab: Lab, node: str) -> str:
+    """The last WireGuard lines of ``node``'s route-sync log (a failure's evidence)."""
+    try:
+        with open(lab.node(node).paths.route_sync_log, encoding="utf-8") as f:
+            lines = [line.rstrip() for line in f if "WireGuard" in line or "wireguard" in line]
+    except OSError as e:
+        return f"{node}: {e}"
+    return "\n".join(f"{node}: {line}" for line in lines[-15:])
 
 
 def node_annotations(lab: Lab, node: str) -> dict[str, str]:
