@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 
+from cni.lean.patience import patiently
 from cni.lean.record import Factory, record
 from cni.lean.typecheck import TYPE_CHECKING
 
@@ -152,24 +153,22 @@ def read_state(path: str, wait: float, notice: Callable[[str], None] | None = No
     after the Node started); :class:`nodestate.StateError` as :func:`nodestate.read` raises it.
     ``notice`` hears one line when the wait starts and one when it ends."""
     start = time.monotonic()
-    pause = 0.01
-    while True:
-        try:
-            state = nodestate.read(path)
-        except nodestate.StateMissing:
-            left = start + wait - time.monotonic()
-            if left <= 0:
-                if notice is not None and wait > 0:
-                    notice(f"no node state at {path} after {wait:g} s: try again later")
-                raise
-            if notice is not None and pause == 0.01:
-                notice(f"waiting up to {wait:g} s for route-sync's node state at {path}")
-            time.sleep(min(pause, left))  # a short-lived process polling one stat: no watch to set up
-            pause = min(pause * 2, 0.2)
-            continue
-        if notice is not None and pause > 0.01:
-            notice(f"node state at {path} after {time.monotonic() - start:.2f} s")
-        return state
+    waited: list[bool] = []
+
+    def waiting() -> None:
+        waited.append(True)
+        if notice is not None:
+            notice(f"waiting up to {wait:g} s for route-sync's node state at {path}")
+
+    try:
+        state = patiently(lambda: nodestate.read(path), nodestate.StateMissing, wait, waiting)
+    except nodestate.StateMissing:
+        if notice is not None and wait > 0:
+            notice(f"no node state at {path} after {wait:g} s: try again later")
+        raise
+    if notice is not None and waited:
+        notice(f"node state at {path} after {time.monotonic() - start:.2f} s")
+    return state
 
 
 def node_context(conf: PluginConfig, need_state: bool, wait: Callable[[str], None] | None = None) -> NodeContext:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import _socket as socket  # the C module: socket.py's enums cost ~10 ms per exec
 
 from cni.lean import fastjson as json
+from cni.lean.patience import patiently
 from cni.lean.record import Factory, record
 from cni.lean.typecheck import TYPE_CHECKING
 
@@ -147,21 +148,8 @@ class Ovsdb:
         """Connect now, trying again for up to ``wait`` seconds while no ovsdb-server answers (a
         Node that has just started: the switch's container starts beside the kubelet's first
         calls); :class:`OvsdbUnreachable` after that. ``notice`` hears when the wait starts."""
-        import time
-
-        start, pause = time.monotonic(), 0.01
-        while True:
-            try:
-                self._connect()
-                return
-            except OvsdbUnreachable:
-                left = start + wait - time.monotonic()
-                if left <= 0:
-                    raise
-                if notice is not None and pause == 0.01:
-                    notice(f"waiting up to {wait:g} s for ovsdb-server at {self.remote}")
-                time.sleep(min(pause, left))  # polling one connect: a short-lived process
-                pause = min(pause * 2, 0.2)
+        said = f"waiting up to {wait:g} s for ovsdb-server at {self.remote}"
+        patiently(self._connect, OvsdbUnreachable, wait, None if notice is None else lambda: notice(said))
 
     def close(self) -> None:
         if self._sock is not None:
