@@ -44,6 +44,7 @@ from .feature import Feature, Need
 from .findings import Findings, MacObserver
 from .model import DesiredState, LocalFacts, NextHop, NodeRecord, TunnelSpec, UplinkSpec
 from .ovswatch import OvsAppliers, OvsWatch
+from .podinputs import PodInputsTracker
 from .policy.node import NullPolicyObserver, PolicyAppliers, PolicyInputs, PolicyNode, PolicyObserver
 from .sources import NodeSource, SourceError
 from .statefile import StateFile
@@ -51,6 +52,7 @@ from .wireguard.loop import WireGuardAppliers, WireGuardLoop
 
 if TYPE_CHECKING:
     from cni.node.nodestate import NodeState
+    from cni.pipeline.podnet import PodInputs
 
     from .apply.pods import PodSyncReport
     from .config import Config
@@ -267,7 +269,8 @@ class Daemon:
         # the last full-or-incremental pass's inputs to prepare and its answer (reused by
         # incremental passes while this Node's own record is the same)
         self._prepared: tuple[NodeRecord | None, LocalFacts] | None = None
-        self._pods_key: tuple | None = None  # cni.pipeline.podnet.state_key the Pods were converged to
+        self._pod_inputs = PodInputsTracker()  # what decides the Pods, kept across passes
+        self._pods_key: PodInputs | None = None  # what the Pods were converged to
         self.pod_syncs: collections.deque[tuple[int, float]] = collections.deque(maxlen=100)  # (updated, s)
 
     @property
@@ -325,7 +328,7 @@ class Daemon:
                 f.applied(me, peers, desired)
             state = self.state.state(me, desired, facts)
             written = self.state.write(state, full)
-            self._sync_pods(state, full)
+            self._sync_pods(state, desired, full)
             if self.bgp is not None:  # advertise this Node's Pod CIDRs (a no-op when they are the same)
                 self.bgp.want(planclaims.advertised(me.pod_cidrs, desired.cidr_conflicts, me.name),
                               facts.uplink_addresses)
@@ -340,13 +343,11 @@ class Daemon:
                     exc_info=level == logging.ERROR)
             return ReconcileResult(False, self.clock() - t0, error=f"{type(e).__name__}: {e}")
 
-    def _sync_pods(self, state: NodeState, full: bool) -> None:
+    def _sync_pods(self, state: NodeState, desired: DesiredState, full: bool) -> None:
         """Running Pods to the state's per-path MTUs (``appliers.sync_pods``), when what decides
         them changed, and on full passes (drift).  The state file is on disk first: an ADD that
         read the older one notices the newer and converges its own Pod (``cni.commands.add.add``)."""
-        from cni.pipeline import podnet
-
-        key = podnet.state_key(state)
+        key = self._pod_inputs.inputs(state, desired.nft.cluster_pod_cidrs, desired.nft.cluster_changes)
         if not full and key == self._pods_key:
             return
         self.state.flush()

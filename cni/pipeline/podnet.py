@@ -113,17 +113,57 @@ def plan(mode: Mode | None, tunnel_mtu: int, full_mtu: int, gateways: dict[int, 
     return PodNet(full_mtu, tuple(routes))
 
 
+@record(frozen=True)
+class PodInputs:
+    """What of the node state decides any Pod's :class:`PodNet`, already reduced the way
+    :func:`plan` reduces it: route-sync re-converges its Pods when this changes, and converges
+    each Pod from it (:func:`plan_for`) without reducing the state's every peer again.  The
+    cluster prefixes are aggregated (5,000 Nodes' Pod CIDRs inside the configured cluster CIDR:
+    that one CIDR), routed CIDRs are kept only where :func:`plan` reads them (hybrid)."""
+
+    mode: Mode | None  # the mode the routes follow (encrypted: encap)
+    mtu: int  # the tunnel (or single) MTU
+    full_mtu: int  # the transport MTU; 0: single MTU
+    cluster: tuple[str, ...]  # aggregate(clusterCIDRs, podCIDRs)
+    local: tuple[str, ...]  # this Node's Pod CIDRs
+    routed: tuple[str, ...]  # hybrid: aggregate(the routed peers' Pod CIDRs, podCIDRs); else ()
+    gateways: tuple[str, ...]  # the Node's gateway addresses (CIDRs)
+
+
+def routes_mode(state: NodeState) -> Mode:
+    """The mode a Pod's routes follow: encrypted, every other Node's Pods are behind WireGuard's
+    MTU, as behind encap's tunnel."""
+    return ENCAP if state.encryption != ENCRYPTION_NONE else state.mode
+
+
+def pod_inputs(state: NodeState, cluster: tuple[str, ...] | None = None) -> PodInputs:
+    """:class:`PodInputs` of ``state``; ``cluster``: ``aggregate(state.clusterCIDRs,
+    state.podCIDRs)`` when the caller kept it (the reduction of every peer's CIDR is the cost)."""
+    mode = routes_mode(state)
+    local = list(state.podCIDRs)
+    if cluster is None:
+        cluster = tuple(aggregate(list(state.clusterCIDRs), local))
+    routed: tuple[str, ...] = ()
+    if mode == HYBRID:
+        routed = tuple(aggregate([addr.canonical_network(c) for p in state.peers if p.path in ROUTED_PATHS
+                                  for c in p.podCIDRs], local))
+    return PodInputs(mode, state.mtu, state.transportMTU, cluster, tuple(local), routed,
+                     tuple(state.gateway.addresses))
+
+
+def plan_for(inputs: PodInputs, gateways: dict[int, str]) -> PodNet:
+    """:func:`plan` from :class:`PodInputs` (what :func:`for_state` gives for the same state)."""
+    return plan(inputs.mode, inputs.mtu, inputs.full_mtu, gateways, list(inputs.cluster), list(inputs.local),
+                list(inputs.routed))
+
+
 def for_state(state: NodeState | None, gateways: dict[int, str], conf_mtu: int = 0,
               fallback_mtu: int = 1500) -> PodNet:
     """:func:`plan` from the node state file (None: a lone Node).  ``conf_mtu`` > 0 (the conf's
     ``mtu``) forces a single MTU."""
     if state is None or conf_mtu:
         return plan(None, conf_mtu or fallback_mtu, 0, gateways, [], [], [])
-    full = state.transportMTU  # 0: a state file of a route-sync before per-path MTUs
-    routed = [c for p in state.peers if p.path in ROUTED_PATHS for c in p.podCIDRs]
-    # encrypted: every other Node's Pods are behind WireGuard's MTU, as behind encap's tunnel
-    mode = ENCAP if state.encryption != ENCRYPTION_NONE else state.mode
-    return plan(mode, state.mtu, full, gateways, list(state.clusterCIDRs), list(state.podCIDRs), routed)
+    return plan_for(pod_inputs(state), gateways)
 
 
 def gateways_of(state: NodeState | None, ips: list[str]) -> dict[int, str]:
@@ -165,11 +205,3 @@ def changes(want: PodNet, have_mtu: int, have: list[tuple[str, str, int]]) -> Po
     put = tuple(r for k, r in sorted(wanted.items()) if present.get(k) != r.mtu)
     delete = tuple(k for k in sorted(present) if k not in wanted)
     return PodChanges(want.mtu if have_mtu != want.mtu else None, put, delete)
-
-
-def state_key(state: NodeState) -> tuple:
-    """What of the node state decides any Pod's :class:`PodNet` (route-sync re-converges its
-    Pods when this changes)."""
-    routed = sorted(c for p in state.peers if p.path in ROUTED_PATHS for c in p.podCIDRs)
-    return (state.mode, state.encryption, state.mtu, state.transportMTU, tuple(state.clusterCIDRs),
-            tuple(state.podCIDRs), tuple(state.gateway.addresses), tuple(routed))

@@ -82,8 +82,10 @@ def pod_ports(rows: list[dict[str, Any]]) -> list[PodPort]:
     return sorted(out, key=lambda p: p.name)
 
 
-def want_for(state: NodeState, pod: PodPort) -> podnet.PodNet:
-    return podnet.for_state(state, podnet.gateways_of(state, list(pod.ips)))
+def want_for(state: NodeState, pod: PodPort, inputs: podnet.PodInputs | None = None) -> podnet.PodNet:
+    """What ``pod`` should hold (``podnet.for_state``); ``inputs``: ``podnet.pod_inputs(state)``,
+    reduced once for every Pod of a sync."""
+    return podnet.plan_for(inputs or podnet.pod_inputs(state), podnet.gateways_of(state, list(pod.ips)))
 
 
 def netlink_in(path: str) -> Netlink:
@@ -128,12 +130,13 @@ class PodMtuApplier:
         if state.mode == NETWORK_POLICY_ONLY:
             return report  # chained: the primary CNI owns the Pods' interface and routes
         pods = pod_ports(self.list_ports())
+        inputs = podnet.pod_inputs(state)  # every peer's CIDRs reduced once, not once a Pod
         keys = {(p.container_id, p.ifname, p.netns) for p in pods}
         for k in [k for k in self._done if k not in keys]:
             del self._done[k]
         for pod in pods:
             key = (pod.container_id, pod.ifname, pod.netns)
-            want = want_for(state, pod)
+            want = want_for(state, pod, inputs)
             if not full and self._done.get(key) == want:
                 continue
             try:

@@ -113,8 +113,47 @@ def test_state_file_round_trips_transport_mtu_and_old_files_read_as_zero() -> No
         nodestate.parse(st.to_json().replace('"transportMTU":1500', '"transportMTU":12'))
 
 
-def test_state_key_moves_with_what_decides_pods_only() -> None:
+def test_pod_inputs_move_with_what_decides_pods_only() -> None:
     a = state("hybrid", 1450, 1500, [peer("node-2", 2, "route")])
-    assert podnet.state_key(a) == podnet.state_key(state("hybrid", 1450, 1500, [peer("node-2", 2, "route")]))
-    assert podnet.state_key(a) != podnet.state_key(state("hybrid", 1450, 1500, [peer("node-2", 2, "tunnel")]))
-    assert podnet.state_key(a) != podnet.state_key(state("hybrid", 8950, 9000, [peer("node-2", 2, "route")]))
+    assert podnet.pod_inputs(a) == podnet.pod_inputs(state("hybrid", 1450, 1500, [peer("node-2", 2, "route")]))
+    assert podnet.pod_inputs(a) != podnet.pod_inputs(state("hybrid", 1450, 1500, [peer("node-2", 2, "tunnel")]))
+    assert podnet.pod_inputs(a) != podnet.pod_inputs(state("hybrid", 8950, 9000, [peer("node-2", 2, "route")]))
+    # a Node's Pod CIDR inside the cluster CIDR: no Pod holds anything else
+    inside = state("encap", 1450, 1500, cluster=CLUSTER + LOCAL + ["10.244.9.0/24"])
+    assert podnet.pod_inputs(inside) == podnet.pod_inputs(state("encap", 1450, 1500))
+    outside = state("encap", 1450, 1500, cluster=CLUSTER + LOCAL + ["10.9.0.0/24"])
+    assert podnet.pod_inputs(outside) != podnet.pod_inputs(state("encap", 1450, 1500))
+    # routed peers decide routes in hybrid only
+    assert podnet.pod_inputs(state("noEncap", 1500, 1500, [peer("node-2", 2, "route")])) == \
+        podnet.pod_inputs(state("noEncap", 1500, 1500))
+
+
+def _raw_plan(st: nodestate.NodeState, gateways: dict[int, str]) -> PodNet:
+    """The reference: :func:`podnet.plan` on the state's lists as they are (what ``for_state``
+    passed before ``PodInputs``)."""
+    routed = [c for p in st.peers if p.path in ("route", "fast") for c in p.podCIDRs]
+    return podnet.plan(podnet.routes_mode(st), st.mtu, st.transportMTU, gateways, list(st.clusterCIDRs),
+                       list(st.podCIDRs), routed)
+
+
+def test_pod_inputs_decide_what_the_raw_lists_decide_on_random_states() -> None:
+    """Over random states: the Pod's routes from the reduced inputs equal plan()'s from the raw
+    lists, and two states with equal inputs give every Pod the same routes (the key is sound)."""
+    import random
+
+    rng = random.Random(40)
+    modes = ["encap", "hybrid", "noEncap"]
+    seen: dict[podnet.PodInputs, dict[int, PodNet]] = {}
+    for _ in range(600):
+        peers = [peer(f"node-{n}", n, rng.choice(["route", "tunnel", "fast"])) for n in
+                 rng.sample(range(2, 60), rng.randrange(0, 12))]
+        extra = [f"10.{rng.choice([244, 245, 9])}.{rng.randrange(256)}.0/{rng.choice([16, 20, 24])}"
+                 for _ in range(rng.randrange(0, 5))]
+        cluster = (CLUSTER if rng.random() < 0.7 else []) + LOCAL + [c for p in peers for c in p.podCIDRs] + extra
+        mtu, transport = rng.choice([(1450, 1500), (1500, 1500), (1450, 0), (8950, 9000)])
+        st = state(rng.choice(modes), mtu, transport, peers, cluster=cluster)
+        key = podnet.pod_inputs(st)
+        for gws in ({4: GW[4]}, {6: GW[6]}, GW):
+            want = _raw_plan(st, gws)
+            assert podnet.for_state(st, gws) == want
+            assert seen.setdefault(key, {}).setdefault(len(gws) * 10 + min(gws), want) == want

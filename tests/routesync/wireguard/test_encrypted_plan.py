@@ -73,7 +73,7 @@ def test_the_state_file_says_encryption_and_pods_route_other_nodes_at_its_mtu() 
     plain = podnet.for_state(node_state(clear, LOCAL, plan(clear, LOCAL, [LOCAL, SAME], FACTS), FACTS),
                              {4: "10.244.1.1"})
     assert {(r.dst, r.mtu) for r in plain.routes} == {("0.0.0.0/0", 1500)}
-    assert podnet.state_key(back) != podnet.state_key(nodestate.parse(node_state(clear, LOCAL, plan(
+    assert podnet.pod_inputs(back) != podnet.pod_inputs(nodestate.parse(node_state(clear, LOCAL, plan(
         clear, LOCAL, [LOCAL, SAME, OTHER], FACTS), FACTS).to_json()))
 
 
