@@ -18,6 +18,7 @@ from typing import Any
 from ..model import TRANSPORT_ANNOTATION, NodeRecord
 from .base import NodeSource, SourceError, validate_record
 from .reflector import Reflector
+from .sortedrecords import SortedRecords
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,8 @@ class KubeSource(NodeSource):
         self.api = client.CoreV1Api(api_client)
         self._changed = threading.Event()
         self.reflector: Reflector[NodeRecord] = Reflector("Node", self.api.list_node, record_from_node,
-                                                          on_change=self._changed.set)
+                                                          on_change=self._changed.set, journal=True)
+        self._sorted: SortedRecords | None = None  # what list() hands out, changed by the journal
         # ferry.io/* annotations this source patched, with the record the watch had then
         self._published: dict[str, tuple[NodeRecord | None, dict[str, str | None]]] = {}
 
@@ -152,8 +154,12 @@ class KubeSource(NodeSource):
         if not self.reflector.synced.wait(timeout=10):
             raise SourceError("Kubernetes Nodes not listed yet")
         self._changed.clear()
-        _gen, nodes = self.reflector.snapshot()
-        return sorted(nodes, key=lambda n: n.name)
+        _gen, changes, nodes = self.reflector.drain(snapshot=self._sorted is None)
+        if self._sorted is None:
+            self._sorted = SortedRecords(nodes or ())
+        else:
+            self._sorted.change(changes)
+        return self._sorted.list()
 
     def wait_for_change(self, timeout: float) -> bool:
         return self._changed.wait(timeout)
