@@ -114,6 +114,13 @@ class ClusterChanges:
 
 
 @dataclass(frozen=True)
+class PeerChanges:
+    since: list[PeerPlan]  # the ``DesiredState.peers`` these changes are from (that very list)
+    added: tuple[PeerPlan, ...]  # plans in the new list that are no objects of ``since``
+    removed: tuple[PeerPlan, ...]  # plans of ``since`` no longer in it
+
+
+@dataclass(frozen=True)
 class TunnelSpec:
     type: TunnelType
     port_name: str
@@ -161,6 +168,9 @@ class DesiredState:
     # (its memo: routesync.statefile writes an unchanged peer's text again); None: made from ``peers``
     peer_rows: list[nodestate.Peer] | None = None
     peer_texts: list[str] | None = None
+    # the plans ``peers`` gained and lost since the list it was made from, when the planner's memo
+    # knows (the appliers then probe only the new tunnel endpoints without comparing every plan)
+    peer_changes: PeerChanges | None = field(default=None, compare=False, repr=False)
     # True: the appliers compare with what the system holds (dumps; repairs drift).  False (a
     # Node change between re-assertions): they may apply only the difference from the desired
     # state they applied last, without reading the system back.

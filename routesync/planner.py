@@ -75,6 +75,7 @@ from .model import (
     NextHop,
     NftPlan,
     NodeRecord,
+    PeerChanges,
     PeerPlan,
     TunnelSpec,
     UplinkSpec,
@@ -476,7 +477,8 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
     return DesiredState(mtu=mtu, gateway_addresses=gw_addrs, tunnel=tunnel, uplink=uplink, peers=part.plans,
                         flows=flows, routes=part.routes, neighbors=part.neighbors, nft=nft,
                         forwarding=True, mac_disagreements=part.disagreements, transport_mtu=full_mtu,
-                        cidr_conflicts=part.conflicts, peer_rows=part.rows, peer_texts=part.texts)
+                        cidr_conflicts=part.conflicts, peer_rows=part.rows, peer_texts=part.texts,
+                        peer_changes=part.peer_changes)
 
 
 @dataclass
@@ -493,6 +495,7 @@ class _Peers:
     rows: list[nodestate.Peer] | None = None  # the state file's rows, when kept
     texts: list[str] | None = None  # and their JSON
     cluster_changes: ClusterChanges | None = None  # what ``cluster`` gained and lost, when known
+    peer_changes: PeerChanges | None = None  # what ``plans`` gained and lost, when known
 
 
 def _hop_key(peer: NodeRecord, fast: bool, next_hops: Mapping[str, NextHop] | None) -> Any:
@@ -599,9 +602,13 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
     reordered = False  # a peer came or went: the lists' places moved
     came: list[str] = []  # CIDRs into the cluster set, and out of it
     left: list[str] = []
+    plans_in: list[PeerPlan] = []  # the moved peers' plans now, and before
+    plans_out: list[PeerPlan] = []
+    plans_since = memo.lists[0] if memo.lists is not None else None
     for n in sorted(moved):
         old = memo.by_name.pop(n, None)
         if old is not None:
+            plans_out += old.plans
             memo.results.pop(memo.keys.pop(n), None)
             memo.disagreeing -= bool(old.disagreements)
             for x in (*old.routes, *old.neighbors):
@@ -643,6 +650,7 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
             reordered = True
         else:
             replaced.append((n, old, res))
+        plans_in += res.plans
     memo.records, memo.aside, memo.routes, memo.neighbors = current, aside, routes, neighbors
     memo.peer_list, memo.local_in = list(peers), local_in
     lists = _spliced(memo, replaced) if moved and not reordered else None
@@ -661,8 +669,12 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
         both = set(came) & set(left)  # a CIDR one peer gave up and another took
         changes = ClusterChanges(since, tuple(c for c in came if c not in both),
                                  tuple(c for c in left if c not in both))
+    peer_changes = None
+    if plans_since is not None:
+        peer_changes = PeerChanges(plans_since, (), ()) if plans is plans_since else \
+            PeerChanges(plans_since, tuple(plans_in), tuple(plans_out))
     return _Peers(plans, memo.flows.step(flows, owned, moved), routes, neighbors, disagreements,
-                  cluster_now, conflicts, rows, texts, changes)
+                  cluster_now, conflicts, rows, texts, changes, peer_changes)
 
 
 _Lists = tuple[list[PeerPlan], list[Flow], list[nodestate.Peer], list[str]]

@@ -273,7 +273,11 @@ class NodeAppliers:
         if after.tunnel is not None and self.config.datapath_type == NETDEV and after.peers is not before.peers:
             # the plans that are not the very objects of before's (the planner's memo keeps an
             # unchanged peer's): their endpoints, less those of the plans they replaced
-            new, gone = _replaced(before.peers, after.peers)
+            known = after.peer_changes
+            if known is not None and known.since is before.peers:
+                new, gone = list(known.added), list(known.removed)
+            else:
+                new, gone = _replaced(before.peers, after.peers)
             fresh = _endpoints(new) - _endpoints(gone)
             if fresh:
                 self.tnl_neigh.sync(tunnel_endpoints(p for p in new if p.transport_address in fresh))

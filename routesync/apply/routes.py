@@ -191,7 +191,9 @@ class RouteApplier:
         error; the first other failure is raised after the whole batch was tried."""
         if not add and not delete:
             return
-        names = {v: k for k, v in self._names().items()} if any(r.dev for r in add) else {}
+        # the few devices the routes name, each asked for by name (a dump of every link, 110 Pods'
+        # veths among them, was most of a Node change's route step)
+        names = {dev: idx for dev in {r.dev for r in add if r.dev} if (idx := self.index(dev)) is not None}
         ordered = ([self._del_request(r) for r in delete]
                    + [self._add_request(r, names) for r in add if r.gw is None]
                    + [self._add_request(r, names) for r in add if r.gw is not None])

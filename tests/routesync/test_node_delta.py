@@ -140,6 +140,7 @@ def replay(seed: int, extra: dict[str, Any], steps: int) -> int:
     events = 0
     clusters: dict[int, Collapsed] | None = None
     last_nft = None
+    last_plans: list[Any] | None = None
     for step in range(steps):
         what = [event(rnd, nodes) for _ in range(rnd.choice((1, 1, 1, 2, 3)))]  # a burst is one pass
         events += len(what)
@@ -170,6 +171,14 @@ def replay(seed: int, extra: dict[str, Any], steps: int) -> int:
             for v in (4, 6):
                 clusters[v].update(said.added, said.removed)
         last_nft = inc.nft
+        # the plans that came and went, as the planner says, against comparing the lists by identity
+        if last_plans is not None:
+            said_plans = inc.peer_changes
+            assert said_plans is not None and said_plans.since is last_plans, where
+            was_ids, now_ids = {id(p) for p in last_plans}, {id(p) for p in inc.peers}
+            got_in, got_out = {id(p) for p in said_plans.added}, {id(p) for p in said_plans.removed}
+            assert (got_in, got_out) == (now_ids - was_ids, was_ids - now_ids), where
+        last_plans = inc.peers
         want = inet_sets(full.nft)
         assert [clusters[v].elements() for v in (4, 6)] == [want["cluster4"][1], want["cluster6"][1]], where
         state = node_state(cfg, LOCAL, inc, FACTS, rows)
