@@ -18,10 +18,13 @@ neighbour cache) in encap/vxlan, fed by an in-memory Node source that holds N sy
 * **peak RSS**: ``VmHWM`` of the worker (route-sync's whole process: imports, ovsdbapp's IDL
   cache, pyroute2, the plan); ovs-vswitchd's RSS is reported beside it.
 * **one change → applied** (on the ``--change-peers`` set): the daemon's own loop runs in a
-  thread; a peer's Pod CIDR is changed in the source, and the time until the appliers finished
-  applying a snapshot that contains it is taken, with the daemon thread's CPU over that time
-  (``pthread_getcpuclockid``) and the flow-mods it sent to OVS; after each change the new route
-  is checked to be installed and the old one gone.
+  thread; one peer changes in the source (``CHANGE_KINDS`` in turn: its Pod CIDR re-assigned
+  inside the cluster CIDR, its transport address changed, the Node gone, the Node back), and the
+  time until the appliers finished applying a snapshot that contains it is taken, with the
+  daemon thread's CPU over that time (``pthread_getcpuclockid``) and the flow-mods it sent to
+  OVS; after each change the routes are checked (the new one installed, the old one gone).  The
+  thread's CPU over the whole series, the state file's coalesced writes included, is reported
+  per change beside it.
 
 Targets (issue 6): 1,000 peers <= 1 s, 5,000 <= 5 s, <= 150 MB, one change p99 <= 100 ms.
 Everything created carries the tag and is removed at the end, also on failure."""
@@ -50,7 +53,7 @@ LOCAL = "bench-node"
 LOCAL_CIDR = "10.0.0.0/24"
 UPLINK_ADDR, ROUTER_ADDR = "192.168.250.1/24", "192.168.250.254/24"
 PEER_TRANSPORT = ipaddress.IPv4Network("172.16.0.0/12")
-CHANGED_CIDRS = ipaddress.IPv4Network("11.0.0.0/8")
+CHANGED_CIDRS = ipaddress.IPv4Network("10.128.0.0/9")  # inside the cluster CIDR, above every peer's
 
 
 def log(msg: str) -> None:
@@ -67,6 +70,11 @@ def peer_cidr(i: int) -> str:
 
 def peer_address(i: int) -> str:
     return str(PEER_TRANSPORT.network_address + i + 1)
+
+
+def changed_address(n: int) -> str:
+    """A transport address no synthetic peer has (the top half of 172.16.0.0/12)."""
+    return str(PEER_TRANSPORT.network_address + (1 << 19) + n + 1)
 
 
 def changed_cidr(n: int) -> str:
@@ -118,6 +126,14 @@ class MemorySource:
     def update(self, record: Any) -> int:
         with self._lock:
             self.records[record.name] = record
+            self.version += 1
+            v = self.version
+        self._changed.set()
+        return v
+
+    def remove(self, name: str) -> int:
+        with self._lock:
+            del self.records[name]
             self.version += 1
             v = self.version
         self._changed.set()
@@ -307,14 +323,21 @@ def worker(peers: int, changes: int, tag: str) -> dict[str, Any]:
     return out
 
 
+# The kinds of Node change timed, in turn: a Pod CIDR re-assigned (inside the cluster CIDR, as
+# Kubernetes' IPAM hands them out), a transport address changed, a Node gone, the same Node back.
+CHANGE_KINDS = ("pod CIDR", "address", "leave", "join")
+
+
 def time_changes(daemon: Any, source: MemorySource, appliers: TimedAppliers, node_ns: str, peers: int,
                  changes: int) -> dict[str, Any]:
-    """Change one peer's Pod CIDR at a time; time source update → applied by the daemon's loop."""
+    """One peer changed at a time (``CHANGE_KINDS`` in turn); time source update → applied by the
+    daemon's loop, and the daemon thread's CPU over it."""
     thread = threading.Thread(target=daemon.run, name="route-sync", daemon=True)
     first = appliers.applies + 1
     thread.start()
     samples: list[float] = []
     cpu_ms: list[float] = []  # the daemon thread's CPU from the update to the apply that carried it
+    by_kind: dict[str, list[float]] = {k: [] for k in CHANGE_KINDS}
     mods: list[int] = []  # flow-mods sent to OVS for it
     ovs = appliers.inner.ovs
     try:
@@ -322,33 +345,72 @@ def time_changes(daemon: Any, source: MemorySource, appliers: TimedAppliers, nod
         # timed while it runs would measure the full pass (a fixed 0.2 s sleep did not always
         # cover it on a busy machine: the first sample was then ~200-300 ms)
         appliers.wait_applies(first, timeout=60)
-        time.sleep(0.05)
+        wait_state_written(daemon)
         clock = time.pthread_getcpuclockid(thread.ident or 0)
+        series0 = time.clock_gettime(clock)
+        left: Any = None  # the record of the Node that left, until it joins again
         for n in range(changes):
+            kind = CHANGE_KINDS[n % len(CHANGE_KINDS)]
             i = (n * 7919) % peers  # spread over the set
-            old = source.records[f"peer-{i:05d}"]
-            new_cidr = changed_cidr(n)
-            rec = type(old)(old.name, old.transport_addresses, (new_cidr,), old.annotations)
+            if kind == "join":
+                old, name = left, left.name
+            else:
+                old = source.records[f"peer-{i:05d}"]
+                name = old.name
             c0, m0, t0 = time.clock_gettime(clock), ovs.flow_mods, time.perf_counter()
-            version = source.update(rec)
+            if kind == "pod CIDR":
+                want: Any = type(old)(name, old.transport_addresses, (changed_cidr(n),), old.annotations)
+                version = source.update(want)
+            elif kind == "address":
+                want = type(old)(name, (changed_address(n),), old.pod_cidrs, old.annotations)
+                version = source.update(want)
+            elif kind == "leave":
+                left, want = old, None
+                version = source.remove(name)
+            else:
+                want = old
+                version = source.update(old)
             done = appliers.wait_applied(version, timeout=30)
             samples.append((done - t0) * 1000)
             cpu_ms.append((time.clock_gettime(clock) - c0) * 1000)
+            by_kind[kind].append(cpu_ms[-1])
             mods.append(ovs.flow_mods - m0)
-            shown = sh("ip", "-n", node_ns, "route", "show", new_cidr, "proto", "102")
-            gone = sh("ip", "-n", node_ns, "route", "show", old.pod_cidrs[0], "proto", "102")
-            if not shown.strip() or gone.strip():
-                raise BenchError(f"change {n}: route for {new_cidr} {'missing' if not shown.strip() else ''} "
-                                 f"{'old route still there' if gone.strip() else ''}")
+            check_route(node_ns, n, kind, old, want)
             time.sleep(0.02)
+        wait_state_written(daemon)  # the last state write (a burst's) counts into the series
+        series_ms = (time.clock_gettime(clock) - series0) * 1000
     finally:
         daemon.stop.set()
         thread.join(timeout=30)
     return {"peers": peers, "n": len(samples), "p50_ms": percentile(samples, 50),
             "p99_ms": percentile(samples, 99), "max_ms": max(samples), "samples_ms": samples,
             "cpu_p50_ms": percentile(cpu_ms, 50), "cpu_p99_ms": percentile(cpu_ms, 99),
+            "cpu_p50_ms_by_kind": {k: percentile(v, 50) for k, v in by_kind.items() if v},
+            "cpu_per_change_with_writes_ms": series_ms / len(samples),
             "flow_mods_max": max(mods), "flow_mods_p50": percentile([float(m) for m in mods], 50),
             "loop_latencies_ms": [x * 1000 for x in daemon.change_latencies]}
+
+
+def wait_state_written(daemon: Any, timeout: float = 30) -> None:
+    """Until the state file a pass left pending was written (the loop writes it once idle)."""
+    deadline = time.monotonic() + timeout
+    while daemon.state.flush_at() is not None:
+        if time.monotonic() > deadline:
+            raise BenchError(f"the state file stayed pending for {timeout} s")
+        time.sleep(0.01)
+
+
+def check_route(node_ns: str, n: int, kind: str, old: Any, new: Any) -> None:
+    """The change reached the routing table: the Pod CIDR's route where the Node is, none where
+    it is not."""
+    there = [] if new is None else list(new.pod_cidrs)
+    gone = [c for c in old.pod_cidrs if c not in there]
+    for cidr in there:
+        if not sh("ip", "-n", node_ns, "route", "show", cidr, "proto", "102").strip():
+            raise BenchError(f"change {n} ({kind}): no route for {cidr}")
+    for cidr in gone:
+        if sh("ip", "-n", node_ns, "route", "show", cidr, "proto", "102").strip():
+            raise BenchError(f"change {n} ({kind}): the route for {cidr} is still there")
 
 
 # ------------------------------------------------------------------------------------------
@@ -436,6 +498,9 @@ def main(argv: list[str] | None = None) -> int:
               f"p99 {change['p99_ms']:.1f} ms (n={change['n']}); route-sync CPU p50 {change['cpu_p50_ms']:.2f} ms, "
               f"p99 {change['cpu_p99_ms']:.2f} ms; flow-mods per change p50 {change['flow_mods_p50']:.0f}, "
               f"max {change['flow_mods_max']} (a full pass on the same peers: see reconcile s above)")
+        kinds = ", ".join(f"{k} {v:.2f}" for k, v in change["cpu_p50_ms_by_kind"].items())
+        print(f"route-sync CPU p50 by kind of change, ms: {kinds}; per change with the state file's "
+              f"(coalesced) writes: {change['cpu_per_change_with_writes_ms']:.2f} ms")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
