@@ -111,6 +111,7 @@ def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
     flow is back on both Nodes and the Pods' ports kept their numbers. The TCP connection must
     survive (one connection throughout); its longest stall is printed beside the ping's gap."""
     before = {n: (flows(lab, n), ports(lab, n)) for n in ("node-1", "node-3")}
+    seen = what_route_sync_saw(lab)  # for a failure's message: what the flows were planned from
     src, dst = lab.pod("node-1", "a"), lab.pod("node-3", "a")
     assert dst.ipv4
     with LiveTcp(dst.netns, dst.ipv4, src.netns, TCP_PORT, chunk=TCP_CHUNK, pause=TCP_PAUSE,
@@ -132,9 +133,22 @@ def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
     for n, (was_flows, was_ports) in before.items():
         wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was_flows: flows(lab, n) == was, HANG,
                  lambda n=n, was=was_flows: flow_difference(was, flows(lab, n)) + "\nits neighbours:\n"
-                 + lab.node(n).exec(["ip", "neigh", "show"]).stdout)
+                 + lab.node(n).exec(["ip", "neigh", "show"]).stdout + f"\nbefore {what}:\n{seen}")
         assert ports(lab, n) == was_ports, f"{n}: the Pods' ports changed"
     return result
+
+
+def what_route_sync_saw(lab: Lab, lines: int = 25) -> str:
+    """The Nodes' Ferry annotations and each route-sync's last log lines, as text."""
+    cluster = lab.kube()
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    out = [f"{n['metadata']['name']}: " + str({k: v for k, v in sorted(n["metadata"].get("annotations", {}).items())
+                                              if k.startswith("ferry.io/")}) for n in nodes]
+    for node, pod in sorted(ferry_pods(cluster).items()):
+        log = cluster.kubectl("-n", "kube-system", "logs", pod["metadata"]["name"], "-c", "route-sync",
+                              f"--tail={lines}", check=False)
+        out += [f"{node}'s route-sync ({pod['metadata']['name']}):", *log.stdout.splitlines()]
+    return "\n".join(out)
 
 
 def daemon_pids(lab: Lab, node: str) -> dict[str, list[int]]:
