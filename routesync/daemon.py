@@ -309,6 +309,10 @@ class Daemon:
                 base = local or NodeRecord(cfg.node_name, (), cfg.pod_cidrs)
                 gw = planner.gateway_addresses(cfg, base)
                 facts = self.appliers.prepare(cfg, planner.tunnel_spec(cfg), planner.uplink_spec(cfg, base), gw)
+                if facts.uplink_moved:  # the API server's watches were opened over the uplink before
+                    self.source.reconnect()
+                    if self.policy is not None:
+                        self.policy.reconnect()
             me = planner.self_record(cfg, local, facts)
             for f in self.features:
                 me = f.own_record(me, peers)

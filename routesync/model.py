@@ -199,6 +199,9 @@ class LocalFacts:
     denied_log_meter: bool = False
     # every global address of the Node's namespace (NetworkPolicy: the Node's own traffic)
     node_addresses: tuple[str, ...] = ()
+    # this prepare moved the uplink onto the bridge: connections the Node opened before (the
+    # API server's watches) may stall, and are opened again (``NodeSource.reconnect``)
+    uplink_moved: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

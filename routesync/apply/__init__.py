@@ -204,8 +204,12 @@ class NodeAppliers:
         self.routes.set_gateway_addresses(GATEWAY_PORT, gateway_addresses)
         uplink_ofport = host_ofport = None
         moved_mtu = None
+        moved = False
         if uplink is not None:
-            st = self._mover_for(uplink).ensure()
+            mover = self._mover_for(uplink)
+            before = mover.moves
+            st = mover.ensure()
+            moved = mover.moves > before
             uplink_ofport = st.ports.get(st.renamed)
             host_ofport = st.ports.get(st.name)
             moved_mtu = st.mtu  # the physical link's, followed by the internal port (ensure)
@@ -223,7 +227,8 @@ class NodeAppliers:
             uplink_addresses=tuple(sorted(self.routes.addresses(name))) if info else (),
             transport_mtu=moved_mtu or (info[1] if info else 1500), uplink_mac=info[0] if info else None,
             uplink_ofport=uplink_ofport, uplink_host_ofport=host_ofport, denied_log_meter=meter,
-            node_addresses=tuple(sorted(self.routes.node_addresses())) if config.network_policy else ())
+            node_addresses=tuple(sorted(self.routes.node_addresses())) if config.network_policy else (),
+            uplink_moved=moved)
 
     def _denied_log_meter(self, config: Config) -> bool:
         """The denied log's meter made (before any flow uses it); a switch that cannot (a kernel

@@ -139,6 +139,7 @@ class UplinkMover:
         self.netns = netns
         self.nft = nft or NftApplier(netns=netns)
         self.nl = Netlink.in_netns(f"/run/netns/{netns}") if netns else Netlink()
+        self.moves = 0  # moves done by this process (the Node's connections opened before one stall)
         # test hook: called with each step's name after it completed (a test raises to "crash")
         self.after_step: Callable[[str], None] = lambda step: None
 
@@ -294,6 +295,7 @@ class UplinkMover:
         st.phase = "moved"
         self._save(st)
         self.after_step("moved")
+        self.moves += 1
         LOG.info("uplink %s moved onto %s (physical now %s)", st.name, st.bridge, st.renamed)
         return st
 

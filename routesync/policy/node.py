@@ -195,6 +195,13 @@ class PolicyNode:
     def own_record(self, me: NodeRecord, peers: Sequence[NodeRecord]) -> NodeRecord:
         return me
 
+    def reconnect(self) -> None:
+        """The cluster's watches opened again where the source holds any (``PolicySource``; see
+        ``routesync.sources.base.NodeSource.reconnect``)."""
+        again = getattr(self.source, "reconnect", None)
+        if again is not None:
+            again()
+
     def desire(self, desired: DesiredState, facts: LocalFacts) -> None:
         step = self.step(desired.gateway_addresses, facts, desired.full)
         desired.flows = join(desired.flows, step.flows)

@@ -105,6 +105,11 @@ class PolicySource:
             if r is not self.nodes:
                 r.start()
 
+    def reconnect(self) -> None:
+        """Each watch opened again (``routesync.sources.base.NodeSource.reconnect``)."""
+        for r in (*self.pod_sources, *self._all[1:]):
+            r.reconnect()
+
     def close(self) -> None:
         for r in self._all:
             r.stop()

@@ -32,6 +32,10 @@ class NodeSource(abc.ABC):
     def start(self) -> None:
         """Begin watching (background threads, if the source needs any)."""
 
+    def reconnect(self) -> None:
+        """Open the watches again (the Node's uplink just moved onto the bridge: connections
+        opened before may stall).  Sources that hold no connection ignore it."""
+
     def wake(self) -> None:
         """Make a :meth:`wait_for_change` return now: another of the daemon's inputs changed
         (the NetworkPolicy watches).  Sources that poll may ignore it."""

@@ -144,6 +144,9 @@ class KubeSource(NodeSource):
     def start(self) -> None:
         self.reflector.start()
 
+    def reconnect(self) -> None:
+        self.reflector.reconnect()
+
     def close(self) -> None:
         self.reflector.stop()
         self.api.api_client.close()

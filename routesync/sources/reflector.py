@@ -64,7 +64,9 @@ class Reflector(Generic[T]):
         self.resource_version: str | None = None
         self._thread: threading.Thread | None = None
         self._watch: Any = None
+        self._reconnecting = False  # reconnect() ended the watch: resume at once, no error
         self.relists = 0
+        self.reconnects = 0  # watches ended by reconnect() and opened again
         self.errors = 0  # failed lists and watches (a 410 is not one)
         self.expired = 0  # watches answered 410 Gone
         self.unchanged = 0  # events that left the cache as it was (nothing Ferry reads moved)
@@ -76,6 +78,20 @@ class Reflector(Generic[T]):
 
     def stop(self) -> None:
         self._stop.set()
+        self._break_watch()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+    def reconnect(self) -> None:
+        """End the watch now and watch again from the version it reached (no re-list): its
+        connection may have been opened before the Node's uplink moved onto the bridge, after
+        which the server's events stalled in it until the server gave up (~15 s)."""
+        if self._watch is None:
+            return
+        self._reconnecting = True
+        self._break_watch()
+
+    def _break_watch(self) -> None:
         w = self._watch
         if w is not None:
             w.stop()
@@ -85,8 +101,6 @@ class Reflector(Generic[T]):
                     resp.shutdown()
                 except Exception:  # noqa: BLE001, S110
                     pass
-        if self._thread is not None:
-            self._thread.join(timeout=2)
 
     def snapshot(self) -> tuple[int, list[T]]:
         with self.lock:
@@ -189,7 +203,10 @@ class Reflector(Generic[T]):
                     self._relist()
                     need_list = False
                 started = time.monotonic()
-                if self._watch_once() == 0 and time.monotonic() - started < 1.0:
+                events = self._watch_once()
+                if self._reconnect_done():
+                    continue
+                if events == 0 and time.monotonic() - started < 1.0:
                     # closed at once with nothing in it (a proxy, a server shutting down): not a
                     # loop that hammers the server, the same backoff as a failure
                     self._stop.wait(backoff)
@@ -219,9 +236,20 @@ class Reflector(Generic[T]):
             except Exception as e:  # noqa: BLE001
                 if self._stop.is_set():
                     break
+                if self._reconnect_done():
+                    continue
                 self._fail(e, "re-listing" if need_list else f"watching again from version {self.resource_version}")
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
+
+    def _reconnect_done(self) -> bool:
+        """Whether the watch that just ended was ended by :meth:`reconnect` (then counted)."""
+        if not self._reconnecting:
+            return False
+        self._reconnecting = False
+        self.reconnects += 1
+        log.info("kube: %s watch opened again from version %s", self.kind, self.resource_version)
+        return True
 
     def _fail(self, e: BaseException, then: str) -> None:
         self.errors += 1

@@ -310,3 +310,32 @@ def test_a_restore_that_hangs_holds_the_pass_for_a_bounded_time(tmp_path) -> Non
     now[0] += 1.0
     assert d.ovs.restoring(2) is False  # given up: route-sync puts its flows back itself
     assert d.ovs.restoring(3) is True  # another instance: held again
+
+
+class ReconnectCounting(RegistrySource):
+    reconnects = 0
+
+    def reconnect(self) -> None:
+        self.reconnects += 1
+
+
+def test_the_watches_are_opened_again_when_the_uplink_moved(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A pass whose prepare moved the uplink onto the bridge has the source open its watches
+    again (they were opened over the uplink before: their events stalled ~15 s on a Kubernetes
+    lab); passes that found it moved do not."""
+    from dataclasses import replace
+
+    from tests.routesync.standins import FastPathAppliers
+
+    (tmp_path / "reg").mkdir()
+    cfg = from_dict({"nodeName": "node-a", "podCIDRs": ["10.244.1.0/24"], "stateFile": str(tmp_path / "s.json"),
+                     "trafficEncapMode": "noEncap", "fastPath": True,
+                     "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg")}})
+    apl = FastPathAppliers({})
+    first = apl.prepare
+    moves = iter([True, False, False])
+    apl.prepare = lambda *a: replace(first(*a), uplink_moved=next(moves))  # type: ignore[method-assign]
+    source = ReconnectCounting(str(tmp_path / "reg"), "node-a")
+    d = Daemon(cfg, source, apl)
+    assert d.reconcile().ok and source.reconnects == 1
+    assert d.reconcile().ok and d.reconcile().ok and source.reconnects == 1

@@ -210,3 +210,19 @@ def test_service_cidrs_fall_back_to_the_config_where_the_api_serves_none(server:
         assert policy.service_cidr_objects.errors == 0  # not retried as a failure
     finally:
         policy.close()
+
+
+def test_reconnect_opens_the_watch_again_from_its_version(server: KubeServer, source: KubeSource) -> None:
+    """What route-sync does once the uplink moved onto the bridge: the watch it holds is ended
+    and opened again from the version it reached, without a re-list, and carries what follows."""
+    names(source)
+    until(lambda: any("watch=true" in p for _, _, p in server.state.requests))
+    server.state.put(make_node("node-c", "192.168.77.13", ["10.244.3.0/24"]))
+    until(lambda: "node-c" in names(source))
+    version = source.resource_version
+    source.reconnect()
+    until(lambda: sum("watch=true" in p for _, _, p in server.state.requests) >= 2)
+    assert f"resourceVersion={version}" in [p for _, _, p in server.state.requests if "watch=true" in p][1]
+    server.state.delete("node-c")
+    until(lambda: "node-c" not in names(source))
+    assert source.reflector.reconnects == 1 and source.relists == 1 and source.errors == 0
