@@ -11,11 +11,13 @@ from collections.abc import Callable
 from typing import Any, Self
 
 from cni.pipeline.modes import ENCRYPTION_WIREGUARD
+from cni.pipeline.tables import Owner
 from lab.api import Lab
 from lab.kube import lab_cluster, manifests
 from lab.kube import pods as kube_pods
 from lab.kube.cluster import Cluster, wait_for
 from lab.sh import pids_named
+from routesync.apply.ovs import owner_of
 from routesync.config import OVS_FERRY
 from tests.e2e.kube.helpers import topology
 from tests.support.liveping import LivePing, LiveTcp, PingResult
@@ -106,10 +108,33 @@ def ready(pod: dict) -> bool:
 TCP_PORT, TCP_CHUNK, TCP_PAUSE = 5201, 1024, 0.01
 
 
-def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
+def peer_groups_added(was: list[str], now: list[str]) -> list[str] | None:
+    """The flows of ``now`` beyond ``was`` when they are whole peer cookie groups ``was`` lacked
+    and nothing of ``was`` is gone or changed; None otherwise."""
+    if not set(was) <= set(now):
+        return None
+    had = {cookie_of(f) for f in was}
+    added = sorted(set(now) - set(was))
+    if any(cookie_of(f) in had or owner_of(cookie_of(f)) != Owner.PEER for f in added):
+        return None
+    return added
+
+
+def cookie_of(flow: str) -> int:
+    return int(flow.split("cookie=", 1)[1].split(",", 1)[0], 16)
+
+
+def across(lab: Lab, what: str, event: Callable[[], None], release_before: bool = False) -> PingResult:
     """A 10 ms ping and a paced TCP stream node-1 -> node-3 across ``event``; afterwards every
     flow is back on both Nodes and the Pods' ports kept their numbers. The TCP connection must
-    survive (one connection throughout); its longest stall is printed beside the ping's gap."""
+    survive (one connection throughout); its longest stall is printed beside the ping's gap.
+
+    ``release_before``: the flows before are v0.1.0's, which has a bug fixed since: the API
+    server's watches it opened before its first pass moved the uplink onto the bridge stalled
+    until the server ended them (~15 s), so a peer's MAC annotation published meanwhile reached it
+    late and that peer's fast-path groups were absent for those seconds (1 of 4 upgrades here
+    snapshotted that moment; route-sync now opens its watches again after the move). Then the new
+    tree may add whole peer groups the release lacked (printed); nothing it had may go or change."""
     before = {n: (flows(lab, n), ports(lab, n)) for n in ("node-1", "node-3")}
     seen = what_route_sync_saw(lab)  # for a failure's message: what the flows were planned from
     src, dst = lab.pod("node-1", "a"), lab.pod("node-3", "a")
@@ -131,7 +156,17 @@ def across(lab: Lab, what: str, event: Callable[[], None]) -> PingResult:
           f"{result.transmitted} lost ({result.lost} unanswered with those in flight at the stop), longest gap "
           f"{result.gap * 1000:.0f} ms; TCP stream's longest stall {stall * 1000:.0f} ms")
     for n, (was_flows, was_ports) in before.items():
-        wait_for(f"{n}'s flows back to what they were", lambda n=n, was=was_flows: flows(lab, n) == was, HANG,
+        def back(n: str = n, was: list[str] = was_flows) -> bool:
+            now = flows(lab, n)
+            if now == was:
+                return True
+            added = peer_groups_added(was, now) if release_before else None
+            if added is not None:
+                print(f"{n}: peer groups the release lacked, added by this tree: {len(added)} flows, cookies "
+                      f"{sorted({hex(cookie_of(f)) for f in added})}")
+            return added is not None
+
+        wait_for(f"{n}'s flows back to what they were", back, HANG,
                  lambda n=n, was=was_flows: flow_difference(was, flows(lab, n)) + "\nits neighbours:\n"
                  + lab.node(n).exec(["ip", "neigh", "show"]).stdout + f"\nbefore {what}:\n{seen}")
         assert ports(lab, n) == was_ports, f"{n}: the Pods' ports changed"

@@ -93,7 +93,7 @@ def across_helm(lab: Lab, what: str, helm: Callable[[], None], image: str) -> No
         if churn.error is not None:
             raise AssertionError(f"a Pod's ADD or DEL during {what} did not complete: {churn.error}")
 
-    result = across(lab, what, event)
+    result = across(lab, what, event, release_before=what.startswith("helm upgrade"))
     # what happened around a lost ping, for the failure's message: the churn's steps, route-sync's starts
     started = sorted((f"{n}: route-sync started {s['state']['running']['startedAt']}") for n, p in
                      ferry_pods(cluster).items() for s in p["status"].get("containerStatuses", [])
