@@ -85,7 +85,9 @@ def pod_ports(rows: list[dict[str, Any]]) -> list[PodPort]:
 def want_for(state: NodeState, pod: PodPort, inputs: podnet.PodInputs | None = None) -> podnet.PodNet:
     """What ``pod`` should hold (``podnet.for_state``); ``inputs``: ``podnet.pod_inputs(state)``,
     reduced once for every Pod of a sync."""
-    return podnet.plan_for(inputs or podnet.pod_inputs(state), podnet.gateways_of(state, list(pod.ips)))
+    if inputs is None:
+        inputs = podnet.pod_inputs(state)
+    return podnet.plan_for(inputs, podnet.gateways_of(state, list(pod.ips)))
 
 
 def netlink_in(path: str) -> Netlink:
