@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.util import percentile
+from routesync.sources.base import NodeSource
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PREFIX = "fbk"
@@ -98,7 +99,7 @@ def vm_kb(key: str, pid: int | str = "self") -> int:
 # ------------------------------------------------------------------------------------------
 # The worker: one size, one process.
 
-class MemorySource:
+class MemorySource(NodeSource):
     """An in-memory Node source with a version counter (what the daemon listed last is known,
     so the bench knows when a change has been applied)."""
 
