@@ -45,6 +45,10 @@ def screen(sock: _socket.socket, msg: bytes, bridge: str) -> tuple[int, int] | N
     return mtype, xid
 
 
+# what a lost connection means to the caller: the switch stopped or restarted under it (an ADD
+# right after a SIGKILL may connect before the kernel closed the listener, then read a reset)
+LOST = " (is ovs-vswitchd running?)"
+
 class ConnectionLost(OpenFlowError):
     """The switch closed the connection (or it could not be written)."""
 
@@ -122,7 +126,7 @@ class Session:
         except OSError as e:
             sock.close()
             raise OpenFlowError(f"bridge {self.bridge}: cannot connect to {self.path}: {e.strerror}"
-                                " (is ovs-vswitchd running?)") from None
+                                f"{LOST}") from None
         self._sock, self._buf = sock, b""
         self.connects += 1
         return sock, codec.hello()
@@ -133,7 +137,7 @@ class Session:
             sock.sendall(hello + data)
         except OSError as e:
             self.close()
-            raise ConnectionLost(f"bridge {self.bridge}: {e}") from None
+            raise ConnectionLost(f"bridge {self.bridge}: {e}{LOST}") from None
 
     def _wait(self, done: Callable[[bytes, int], bool]) -> None:
         """Read until a message ``done`` accepts; answer echoes; raise on OFPT_ERROR (and close:
@@ -150,11 +154,11 @@ class Session:
                         return
                 data = sock.recv(65536)
                 if not data:
-                    raise ConnectionLost(f"bridge {self.bridge}: the switch closed the connection")
+                    raise ConnectionLost(f"bridge {self.bridge}: the switch closed the connection{LOST}")
                 self._buf += data
         except OpenFlowError:
             self.close()
             raise
         except OSError as e:
             self.close()
-            raise ConnectionLost(f"bridge {self.bridge}: {e}") from None
+            raise ConnectionLost(f"bridge {self.bridge}: {e}{LOST}") from None
