@@ -26,8 +26,10 @@ Figures, CPU seconds of this process (``process_time``):
   or ``version``), moved to another Node; policy created, deleted, edited (another shape under
   the same name), its port edited (no span moves);
 * per event, the PeerSlice writes ferry-controller makes of it (:class:`controller.slices.SliceBook`,
-  slices per group a policy names), p50, mean and max, beside the Pods whose span changed (what a
-  slice per audience moved: the first version's grouping, each such Pod rewritten in two slices);
+  slices per group a policy names), mean and max, and the KB of JSON they send, for each way the
+  slices reach the Nodes (:data:`DELIVERIES`: labelled with their audience, or asked for by group
+  name), beside the Pods whose span changed (what a slice per audience moved: the first version's
+  grouping, each such Pod rewritten in two slices);
 * ``pairs``: the (Pod, Node) pairs the spans hold, a remote Pod counted on each Node that reads
   it, beside every Pod on every other Node (what each Node receives today), and how many Pods
   are read everywhere or wherever there is a Pod.
@@ -211,6 +213,14 @@ def pairs(spans: dict[str, Any], pods: dict[str, Any], all_nodes: set[str]) -> d
 # route-sync's policyPeers and the planners' flag it sets (routesync.config.Config.remote_egress):
 # a remote client's egress judged at the destination too (cluster), or at its source only (peerSlices)
 PEER_MODES = (("cluster", True), ("peerSlices", False))
+# how the controller's slices reach the Nodes (controller/slices.py): labelled with their audience,
+# or asked for by group name (routesync/policy/subscription.py); both books take the same changes
+DELIVERIES = ("labels", "subscription")
+
+
+def writes_objects(w: Any) -> list[dict[str, Any]]:
+    """The object bodies a book's writes send (a delete sends none)."""
+    return [*w.create, *w.update]
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -267,8 +277,11 @@ def run(args: argparse.Namespace, inputs: Any, cnps: list[Any], pool: list[Any],
         idx.take_changes()
 
     load_s, _ = cpu(load)
-    book = SliceBook()
-    book.apply(dict(state.pods), {group_name(g): v for g, v in idx.take_group_changes().items()})
+    books = {delivery: SliceBook(by_subscription=delivery == "subscription") for delivery in DELIVERIES}
+    first = {group_name(g): v for g, v in idx.take_group_changes().items()}
+    for delivery, book in books.items():
+        objects = [json.dumps(o) for o in writes_objects(book.apply(dict(state.pods), first))]
+        log(f"slices by {delivery}: {len(objects):,} objects, {sum(map(len, objects)) / 1e6:.1f} MB")
     loaded_equal = idx.spans() == want
     log(f"full relevance.spans {full_s:.2f} s CPU; index load {load_s:.2f} s CPU; equal {loaded_equal}")
     res: dict[str, Any] = {"remote_egress": remote_egress, "full_spans_cpu_s": full_s, "index_load_cpu_s": load_s,
@@ -285,7 +298,8 @@ def run(args: argparse.Namespace, inputs: Any, cnps: list[Any], pool: list[Any],
         events = stream if stream is not None else policy_events(state, pool, args.policy_events, rng)
         times: dict[str, list[float]] = {}
         changed: dict[str, list[int]] = {}
-        writes: dict[str, list[int]] = {}
+        writes: dict[str, dict[str, list[int]]] = {d: {} for d in DELIVERIES}
+        written: dict[str, dict[str, list[float]]] = {d: {} for d in DELIVERIES}
         for kind, ev in events:
             c = time.process_time()
             state.apply(idx, ev)
@@ -294,16 +308,21 @@ def run(args: argparse.Namespace, inputs: Any, cnps: list[Any], pool: list[Any],
             changed.setdefault(kind, []).append(n)
             key = ev[1].key if ev[0] == "pod" else ev[1] if ev[0] == "pod-" else None
             record = {key: state.pods.get(key)} if key is not None else {}
-            w = book.apply(record, {group_name(g): v for g, v in idx.take_group_changes().items()})
-            writes.setdefault(kind, []).append(w.count)
+            gc = {group_name(g): v for g, v in idx.take_group_changes().items()}
+            for delivery, book in books.items():
+                w = book.apply(record, gc)
+                writes[delivery].setdefault(kind, []).append(w.count)
+                written[delivery].setdefault(kind, []).append(
+                    sum(len(json.dumps(o)) for o in writes_objects(w)) / 1000)
         for kind, ts in times.items():
             res["events"][kind] = {"n": len(ts), "cpu_p50_ms": pct(ts, 0.5) * 1e3, "cpu_p99_ms": pct(ts, 0.99) * 1e3,
                                    "cpu_max_ms": max(ts) * 1e3, "cpu_mean_ms": statistics.mean(ts) * 1e3,
                                    "changed_p50": pct([float(x) for x in changed[kind]], 0.5),
                                    "changed_mean": statistics.mean(changed[kind]), "changed_max": max(changed[kind]),
-                                   "slice_writes_p50": pct([float(x) for x in writes[kind]], 0.5),
-                                   "slice_writes_mean": statistics.mean(writes[kind]),
-                                   "slice_writes_max": max(writes[kind])}
+                                   **{f"slice_{k}_{delivery}_{stat}": f(d[delivery][kind])
+                                      for delivery in DELIVERIES
+                                      for k, d in (("writes", writes), ("kb", written))
+                                      for stat, f in (("mean", statistics.mean), ("max", max))}}
     ref = [cpu(lambda: relevance.spans(state.inputs(), state.tiers(), remote_egress))[0]
            for _ in range(args.full_events)]
     res["full_spans_per_event_ms"] = statistics.median(ref) * 1e3 if ref else full_s * 1e3
@@ -311,8 +330,9 @@ def run(args: argparse.Namespace, inputs: Any, cnps: list[Any], pool: list[Any],
         r["full_over_index_p50"] = res["full_spans_per_event_ms"] / r["cpu_p50_ms"] if r["cpu_p50_ms"] else None
         log(f"{kind}: p50 {r['cpu_p50_ms']:.3f} ms, p99 {r['cpu_p99_ms']:.3f} ms, max {r['cpu_max_ms']:.1f} ms CPU; "
             f"spans changed p50 {r['changed_p50']:.0f}, mean {r['changed_mean']:.1f}, max {r['changed_max']}; "
-            f"slice writes p50 {r['slice_writes_p50']:.0f}, mean {r['slice_writes_mean']:.1f}, "
-            f"max {r['slice_writes_max']}")
+            + "; ".join(f"by {d}: slice writes mean {r[f'slice_writes_{d}_mean']:.1f}, max "
+                        f"{r[f'slice_writes_{d}_max']}, KB mean {r[f'slice_kb_{d}_mean']:.1f}, max "
+                        f"{r[f'slice_kb_{d}_max']:.0f}" for d in DELIVERIES))
     after = relevance.spans(state.inputs(), state.tiers(), remote_egress)
     res["equal_after_replay"] = loaded_equal and idx.spans() == after
     res["pairs_after"] = pairs(after, state.pods, all_nodes)
@@ -361,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {kind:13s} p50 {e['cpu_p50_ms']:.3f} ms, p99 {e['cpu_p99_ms']:.3f} ms CPU "
                   f"(full recompute {r['full_spans_per_event_ms']:.0f} ms, x{e['full_over_index_p50']:.0f}); "
                   f"spans changed p50 {e['changed_p50']:.0f}, max {e['changed_max']}")
+            print(f"    {'':13s} slice writes, mean/max per event and KB sent: " + "; ".join(
+                  f"by {d} {e[f'slice_writes_{d}_mean']:.1f}/{e[f'slice_writes_{d}_max']}, "
+                  f"{e[f'slice_kb_{d}_mean']:.1f}/{e[f'slice_kb_{d}_max']:.0f} KB" for d in DELIVERIES))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -11,7 +11,10 @@ slice, every slice of it labelled with its audience.  So:
 - a Pod joining or leaving a group writes one slice of that group;
 - a group's reach changing (a Node getting its first Pod a policy selects, or losing its last)
   relabels the group's slices and moves no Pod: the Nodes that start or stop matching see the
-  slices come or go, as the API server's watch cache delivers a label change.
+  slices come or go, as the API server's watch cache delivers a label change;
+- or, delivered by subscription (``by_subscription``: the Nodes ask for the groups they read by
+  name, :mod:`routesync.policy.subscription`), a reach change writes nothing unless the group
+  starts or stops reaching any Node at all.
 
 - :func:`plan_slices`: the full reference, every slice from every Pod and group.
 - :class:`SliceBook`: the same incrementally, as the fewest object writes (:class:`Writes`);
@@ -40,14 +43,15 @@ from routesync.policy.spanindex import GroupView
 
 
 def plan_slices(pods: Mapping[str, Pod], groups: Mapping[str, GroupView],
-                max_pods: int = MAX_PODS) -> dict[str, SliceSpec]:
+                max_pods: int = MAX_PODS, by_subscription: bool = False) -> dict[str, SliceSpec]:
     """The reference: for every group (by name) whose reach reaches some Node, its members that
-    have a record, sorted by key, ``max_pods`` to a slice, named ``<group>-<n>``."""
+    have a record, sorted by key, ``max_pods`` to a slice, named ``<group>-<n>``; each slice
+    labelled with the group's audience, or (``by_subscription``) for its subscribers."""
     _check_max(max_pods)
     out: dict[str, SliceSpec] = {}
     for name in sorted(groups):
         view = groups[name]
-        aud = audience(view.reach)
+        aud = audience(view.reach, by_subscription)
         if aud is None:
             continue
         members = [pods[k] for k in sorted(view.members) if k in pods]
@@ -103,9 +107,10 @@ class SliceBook:
     slice nothing changed in is not written.  Slices are not repacked: which Pods share a slice
     depends on history, not on :func:`plan_slices`."""
 
-    def __init__(self, max_pods: int = MAX_PODS) -> None:
+    def __init__(self, max_pods: int = MAX_PODS, by_subscription: bool = False) -> None:
         _check_max(max_pods)
         self.max_pods = max_pods
+        self.by_subscription = by_subscription
         self._slices: dict[str, _Slice] = {}
         self._groups: dict[str, _Group] = {}
         self._where: dict[tuple[str, str], str] = {}  # (group, Pod key) -> slice name
@@ -117,15 +122,17 @@ class SliceBook:
         self.errors: tuple[str, ...] = ()
 
     @classmethod
-    def from_objects(cls, objects: Iterable[Any], max_pods: int = MAX_PODS) -> SliceBook:
+    def from_objects(cls, objects: Iterable[Any], max_pods: int = MAX_PODS,
+                     by_subscription: bool = False) -> SliceBook:
         """The book a new leader starts from: the PeerSlice objects as listed.  What they got
         wrong is repaired by the next :meth:`apply` (run it with every Pod and group, as the new
         leader knows them, and it writes only what differs): an object that cannot be read is
         deleted (its error kept in ``errors``), a Pod twice in one group stays in the first slice
         by name, labels or an audience that are not the group's are rewritten, a slice over
         ``max_pods`` gives its last Pods to others, a slice without a group (the version that grouped
-        by audience) is deleted once the groups' slices are written."""
-        book = cls(max_pods)
+        by audience) is deleted once the groups' slices are written; slices of the other delivery
+        (``by_subscription``) are relabelled."""
+        book = cls(max_pods, by_subscription)
         errors, read = [], []
         for obj in objects:
             try:
@@ -197,7 +204,7 @@ class SliceBook:
                     continue
                 g = self._groups[gname] = _Group()
             new_members = set(view.members) if view is not None else set()
-            aud = audience(view.reach) if view is not None else None
+            aud = audience(view.reach, self.by_subscription) if view is not None else None
             for key in g.members - new_members:
                 self._unmember(gname, key)
                 touched.add((gname, key))

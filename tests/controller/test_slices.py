@@ -102,11 +102,14 @@ class Store:
             assert name in self.objects, f"{where}: delete of missing {name}"
             del self.objects[name]
 
-    def received(self, node: str) -> dict[str, dict[str, Any]]:
+    def received(self, node: str, subscribed: frozenset[str] | None = None) -> dict[str, dict[str, Any]]:
         """What ``node``'s watches hold: Pod key -> entry, over the slices its selectors match (a
-        Pod in several groups the Node receives in several slices, the same record in each)."""
+        Pod in several groups the Node receives in several slices, the same record in each); its
+        selectors are its labels', or, delivered by subscription, those of the groups ``subscribed``."""
         out: dict[str, dict[str, Any]] = {}
-        selectors = [peerslice.parse_selector(s) for s in peerslice.node_selectors(node)]  # matches(), parsed once
+        texts = peerslice.node_selectors(node) if subscribed is None else \
+            peerslice.group_selectors(subscribed, per_selector=2)  # several selectors, as many groups make
+        selectors = [peerslice.parse_selector(s) for s in texts]  # matches(), parsed once
         for name, obj in self.objects.items():
             labels = obj["metadata"].get("labels") or {}
             if any(s.matches(labels) for s in selectors):
@@ -126,6 +129,12 @@ def by_group(specs: Mapping[str, peerslice.SliceSpec]) -> dict[str, tuple[Audien
     return out
 
 
+def subscribed(node: str, groups: Mapping[str, GroupView]) -> frozenset[str]:
+    """The groups ``node`` asks for when slices are delivered by subscription: those whose reach
+    holds it (route-sync tells them from its own Pods: routesync/policy/subscription.py)."""
+    return frozenset(g for g, v in groups.items() if (aud := peerslice.audience(v.reach)) and aud.receives(node))
+
+
 def check(store: Store, book: SliceBook, pods: Mapping[str, Pod], groups: Mapping[str, GroupView],
           where: str) -> int:
     """Every property of the module docstring; returns how many (Node, Pod) deliveries there are."""
@@ -138,16 +147,16 @@ def check(store: Store, book: SliceBook, pods: Mapping[str, Pod], groups: Mappin
         assert 1 <= len(rs.spec.pods) <= MAX, f"{where}: {name} holds {len(rs.spec.pods)} Pods"
         assert rs.labels == peerslice.slice_labels(rs.spec.group, rs.spec.audience), f"{where}: {name}'s labels"
         view = groups.get(rs.spec.group)
-        assert view is not None and rs.spec.audience == peerslice.audience(view.reach), \
+        assert view is not None and rs.spec.audience == peerslice.audience(view.reach, book.by_subscription), \
             f"{where}: {name} is not its group's audience"
         for p in rs.spec.pods:
             assert (rs.spec.group, p.key) not in placed, f"{where}: {p.key} twice in {rs.spec.group}"
             placed.add((rs.spec.group, p.key))
-    assert by_group(read) == by_group(slices.plan_slices(pods, groups, MAX)), \
+    assert by_group(read) == by_group(slices.plan_slices(pods, groups, MAX, book.by_subscription)), \
         f"{where}: groups hold other Pods than plan_slices'"
     deliveries = 0
     for node in NODES:
-        got = store.received(node)
+        got = store.received(node, subscribed(node, groups) if book.by_subscription else None)
         want = {k for v in groups.values() for k in v.members
                 if k in pods and (aud := peerslice.audience(v.reach)) is not None and aud.receives(node)}
         assert set(got) == want, f"{where}: {node} receives {sorted(set(got) ^ want)} wrongly"
@@ -169,17 +178,18 @@ def bound(book: SliceBook, pc: Mapping[str, Pod | None], gc: Mapping[str, GroupV
     old_members = old.members if old else frozenset()
     new_members = new.members if new else frozenset()
     n = len(old_members ^ new_members)
-    old_aud = peerslice.audience(old.reach) if old else None
-    new_aud = peerslice.audience(new.reach) if new else None
+    old_aud = peerslice.audience(old.reach, book.by_subscription) if old else None
+    new_aud = peerslice.audience(new.reach, book.by_subscription) if new else None
     if old_aud != new_aud:
         n += sum(spec.group == gname for spec in slices_before.values()) + math.ceil(len(new_members) / MAX)
     return n
 
 
+@pytest.mark.parametrize("by_subscription", [False, True], ids=["labels", "subscription"])
 @pytest.mark.parametrize("seed", range(4))
-def test_slices_deliver_to_each_node_exactly_the_groups_it_is_in(seed: int) -> None:
+def test_slices_deliver_to_each_node_exactly_the_groups_it_is_in(seed: int, by_subscription: bool) -> None:
     rng = random.Random(seed)
-    book, store = SliceBook(MAX), Store()
+    book, store = SliceBook(MAX, by_subscription), Store()
     pods: dict[str, Pod] = {}
     groups: dict[str, GroupView] = {}
     events = deliveries = rebuilds = relabels = most = 0
@@ -236,7 +246,7 @@ def test_slices_deliver_to_each_node_exactly_the_groups_it_is_in(seed: int) -> N
             most = max(most, len(store.objects))
         last = (pod_changes, group_changes)
         if step % 97 == 96:  # failover: a new leader rebuilds from the objects, then hears everything
-            rebuilt = SliceBook.from_objects(list(store.objects.values()), MAX)
+            rebuilt = SliceBook.from_objects(list(store.objects.values()), MAX, by_subscription)
             assert rebuilt.errors == ()
             everything: dict[str, GroupView | None] = {g: None for g in rebuilt.group_names()}
             everything.update(groups)
@@ -245,8 +255,10 @@ def test_slices_deliver_to_each_node_exactly_the_groups_it_is_in(seed: int) -> N
             assert rebuilt.specs() == book.specs()
             book, rebuilds = rebuilt, rebuilds + 1
             check(store, book, pods, groups, f"{where}, rebuilt")
-    # not vacuous: events enough, Pods delivered, slices relabelled, books rebuilt and carried on
-    assert events >= 2500 and deliveries > 0 and relabels > 100 and rebuilds >= 20, (events, deliveries, relabels)
+    # not vacuous: events enough, Pods delivered, slices relabelled (delivered by subscription: never,
+    # a slice's labels name its group alone), books rebuilt and carried on
+    assert events >= 2500 and deliveries > 0 and rebuilds >= 20, (events, deliveries)
+    assert relabels == 0 if by_subscription else relabels > 100, relabels
     print(f"seed {seed}: {events} events, {deliveries} deliveries, {relabels} relabels, {rebuilds} rebuilds, "
           f"{most} slices at most")
     assert most > len(GROUPS)  # groups took several slices
@@ -429,6 +441,23 @@ def test_an_object_round_trips() -> None:
     assert (obj["apiVersion"], obj["kind"]) == ("ferry.io/v1alpha1", "PeerSlice")
 
 
+def test_a_slice_for_its_subscribers_names_its_group_alone() -> None:
+    """Delivered by subscription, a slice carries no Node: the label the Nodes' group selectors
+    match, and an audience that reads back as itself."""
+    spec = peerslice.SliceSpec("gabc", peerslice.SUBSCRIBERS, (pod("a/web", "n1", app="web"),))
+    obj = json.loads(json.dumps(peerslice.to_object("gabc-0", spec)))
+    assert obj["metadata"]["labels"] == {peerslice.GROUP_LABEL: "gabc"}
+    assert obj["audience"] == {"everyone": False, "nodes": [], "subscribers": True}
+    assert peerslice.from_object(obj).spec == spec
+    sels = peerslice.group_selectors(["gx", "gabc", "gy", "gabc"], per_selector=2)
+    assert sels == ["ferry.io/group in (gabc,gx)", "ferry.io/group in (gy)"]
+    assert [peerslice.matches(s, obj["metadata"]["labels"]) for s in sels] == [True, False]
+    assert peerslice.group_selectors([]) == []
+    groupless = dict(obj, group="")
+    with pytest.raises(SliceError, match="audience.subscribers: a slice without a group"):
+        peerslice.from_object(groupless)
+
+
 @pytest.mark.parametrize(("path", "value", "message"), [
     (("metadata",), None, "PeerSlice: metadata: not an object"),
     (("metadata", "name"), "", "PeerSlice: metadata.name: missing"),
@@ -437,8 +466,10 @@ def test_an_object_round_trips() -> None:
     (("group",), 7, "PeerSlice abc-0: group: not a string"),
     (("audience",), None, "PeerSlice abc-0: audience: not an object"),
     (("audience", "everyone"), "yes", "PeerSlice abc-0: audience.everyone: not a boolean"),
-    (("audience", "everyone"), True, "PeerSlice abc-0: audience: either everyone or nodes"),
+    (("audience", "everyone"), True, "PeerSlice abc-0: audience: one of everyone, subscribers or nodes"),
     (("audience", "nodes"), [3], "PeerSlice abc-0: audience.nodes[0]: not a Node name"),
+    (("audience", "subscribers"), "yes", "PeerSlice abc-0: audience.subscribers: not a boolean"),
+    (("audience", "subscribers"), True, "PeerSlice abc-0: audience: one of everyone, subscribers or nodes"),
     (("pods",), {}, "PeerSlice abc-0: pods: not a list"),
     (("pods", 0), "x", "PeerSlice abc-0: pods[0]: not an object"),
     (("pods", 0, "name"), 5, "PeerSlice abc-0: pods[0].name: not a string"),

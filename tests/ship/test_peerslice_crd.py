@@ -51,7 +51,8 @@ def objects() -> list[dict[str, Any]]:
               "g1": GroupView(frozenset({"a/p1", "a/p0"}), GroupReach(frozenset({"n2", "n3"}))),
               "g2": GroupView(frozenset({"a/p2"}), GroupReach(populated=True)),
               "g3": GroupView(frozenset({"a/p3"}), GroupReach(frozenset({"x" * 80})))}
-    return [peerslice.to_object(name, spec) for name, spec in slices.plan_slices(pods, groups).items()]
+    return [peerslice.to_object(name, spec) for by_subscription in (False, True)
+            for name, spec in slices.plan_slices(pods, groups, by_subscription=by_subscription).items()]
 
 
 def test_the_crd_names_what_the_controller_writes() -> None:
@@ -76,18 +77,20 @@ def test_the_schema_is_structural_and_keeps_nothing_unknown() -> None:
 def test_the_schema_names_every_field_of_an_object() -> None:
     s = schema()
     pods_items = s["properties"]["pods"]["items"]
+    audience_fields: set[str] = set()
     for obj in objects():
         assert set(obj) <= set(s["properties"])
-        assert set(obj["audience"]) == set(s["properties"]["audience"]["properties"])
+        audience_fields.update(obj["audience"])
         for entry in obj["pods"]:
             assert set(entry) == set(pods_items["properties"])
             for port in entry["ports"]:
                 assert set(port) == set(pods_items["properties"]["ports"]["items"]["properties"])
+    assert audience_fields == set(s["properties"]["audience"]["properties"])
 
 
 def test_the_schema_admits_the_controllers_objects() -> None:
     objs = objects()
-    assert len(objs) == 4  # one per group: everyone twice, {n2, n3}, the long Node's
+    assert len(objs) == 8  # one per group: everyone twice, {n2, n3}, the long Node's; then each for its subscribers
     for obj in objs:
         jsonschema.validate(obj, schema())
 
