@@ -11,7 +11,10 @@ import sys
 
 import click
 
-from routesync.policy.peerslice import MAX_PODS, MAX_PODS_LIMIT
+from routesync.policy.peerslice import DELIVERY_SUBSCRIPTION, MAX_PODS, MAX_PODS_LIMIT
+
+DELIVERY_LABELS = "labels"
+DELIVERIES = (DELIVERY_LABELS, DELIVERY_SUBSCRIPTION)
 
 from .leader import elect
 
@@ -36,10 +39,14 @@ def _logging(log_file: str | None, verbose: bool) -> None:
               help="this candidate's name in the Lease (default: $POD_NAME, else the host name and pid)")
 @click.option("--max-pods", type=click.IntRange(1, MAX_PODS_LIMIT), default=MAX_PODS, show_default=True,
               help="Pods a PeerSlice holds at most: smaller, a Pod change rewrites less; larger, fewer objects")
+@click.option("--delivery", type=click.Choice(DELIVERIES), default=DELIVERY_LABELS, show_default=True,
+              help="how a slice reaches its Nodes: labelled with each Node of its audience, or by its group's "
+                   "name, which each Node asks for (no write when the Nodes reading a group change; needs "
+                   "route-sync of this version or later on every Node)")
 @click.option("--log-file", default=None, help="log here too (stderr always)")
 @click.option("-v", "--verbose", is_flag=True)
 def main(kubeconfig: str | None, lease_namespace: str, lease_name: str, identity: str | None, max_pods: int,
-         log_file: str | None, verbose: bool) -> None:
+         delivery: str, log_file: str | None, verbose: bool) -> None:
     """ferry-controller: publish to each Node the remote Pods its policy reads (PeerSlices)."""
     _logging(log_file, verbose)
     from routesync.sources.kube import api_client
@@ -48,4 +55,6 @@ def main(kubeconfig: str | None, lease_namespace: str, lease_name: str, identity
 
     client = api_client(kubeconfig)
     me = identity or f"{socket.gethostname()}-{os.getpid()}"
-    sys.exit(elect(client, lease_namespace, lease_name, me, lambda leading: lead(client, leading, max_pods=max_pods)))
+    by_subscription = delivery == DELIVERY_SUBSCRIPTION
+    sys.exit(elect(client, lease_namespace, lease_name, me,
+                   lambda leading: lead(client, leading, max_pods=max_pods, by_subscription=by_subscription)))

@@ -18,7 +18,7 @@ LIST_WAIT = 10.0  # seconds between log lines while a resource has not listed
 
 
 def lead(api_client: Any, leading: Callable[[], bool], stop: threading.Event | None = None,
-         wake: threading.Event | None = None, max_pods: int | None = None) -> None:
+         wake: threading.Event | None = None, max_pods: int | None = None, by_subscription: bool = False) -> None:
     """Lead until ``stop`` is set (with ``wake``, to end a wait) or :class:`NotLeading`."""
     stop = stop or threading.Event()
     wake = wake or threading.Event()
@@ -42,7 +42,7 @@ def lead(api_client: Any, leading: Callable[[], bool], stop: threading.Event | N
                 log.info("waiting for the %ss to list: nothing written until then", r.kind)
         if stop.is_set() or not leading():
             return
-        sync = Sync(feeds, objects, writer.write, max_pods)
+        sync = Sync(feeds, objects, writer.write, max_pods, by_subscription)
         log.info("every resource listed: writing what differs")
         run(sync, wake, stop)
     except NotLeading as e:

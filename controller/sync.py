@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from routesync.policy.model import Pod
-from routesync.policy.peerslice import SliceError, from_object, group_name
+from routesync.policy.peerslice import MAX_PODS, SliceError, from_object, group_name
 from routesync.policy.spanindex import GroupView, SpanIndex
 
 from .slices import SliceBook, Writes
@@ -46,14 +46,14 @@ class Sync:
     """The loop's state: the spans, the book, and whether the first (whole) step has run."""
 
     def __init__(self, feeds: Feeds, objects: Iterable[Any], write: Callable[[Writes], None],
-                 max_pods: int | None = None) -> None:
+                 max_pods: int | None = None, by_subscription: bool = False) -> None:
         objects = list(objects)
         self.feeds = feeds
         self.write = write
         # the slices' readers run policyPeers: peerSlices, which judges egress at its source only
         # (routesync.config.Config.remote_egress): no Pod is read for a remote client's egress
         self.index = SpanIndex(remote_egress=False)
-        self.book = SliceBook.from_objects(objects) if max_pods is None else SliceBook.from_objects(objects, max_pods)
+        self.book = SliceBook.from_objects(objects, MAX_PODS if max_pods is None else max_pods, by_subscription)
         for e in self.book.errors:
             log.warning("PeerSlice not readable, deleting it: %s", e)
         self._listed_keys = pod_keys(objects)

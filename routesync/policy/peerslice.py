@@ -41,6 +41,10 @@ NODE_LABEL_PREFIX = "span.ferry.io/"  # + node_label_name(node), value "": the s
 SPAN_ALL_LABEL = "ferry.io/span-all"  # value "true": the slice is for every Node
 SPAN_ALL_VALUE = "true"
 GROUP_LABEL = "ferry.io/group"  # value: group_name, to find one group's slices
+# value "subscription": the slice is for the Nodes that ask for its group (group_selectors); a Node
+# watches these and its own label at once, so it reads either delivery, and none twice
+DELIVERY_LABEL = "ferry.io/delivery"
+DELIVERY_SUBSCRIPTION = "subscription"
 # a Node subscribed to ~53 groups at 1,000 Nodes / 29,000 Pods / 3,000 policies (bench_spans): one
 # selector of 100 names is ~1.8 KB of query string
 GROUPS_PER_SELECTOR = 100
@@ -127,6 +131,8 @@ def slice_labels(group: str, aud: Audience) -> dict[str, str]:
     """A slice's labels: its group's name, and who receives it (nothing more for its subscribers:
     they select it by its group's name, :func:`group_selectors`)."""
     labels = {GROUP_LABEL: group}
+    if aud.subscribers:
+        labels[DELIVERY_LABEL] = DELIVERY_SUBSCRIPTION
     if aud.everyone:
         labels[SPAN_ALL_LABEL] = SPAN_ALL_VALUE
     for node in aud.nodes:
@@ -136,12 +142,13 @@ def slice_labels(group: str, aud: Audience) -> dict[str, str]:
 
 def group_selectors(groups: Iterable[str], per_selector: int = GROUPS_PER_SELECTOR) -> list[str]:
     """The label selectors a Node watches the slices of ``groups`` with (delivery by subscription):
-    ``ferry.io/group in (...)``, ``per_selector`` names to one, sorted so that a set of groups
-    always asks alike."""
+    ``ferry.io/delivery=subscription,ferry.io/group in (...)``, ``per_selector`` names to one,
+    sorted so that a set of groups always asks alike."""
     if per_selector < 1:
         raise ValueError(f"per_selector {per_selector}: not at least 1")
     names = sorted(set(groups))
-    return [f"{GROUP_LABEL} in ({','.join(names[i:i + per_selector])})" for i in range(0, len(names), per_selector)]
+    return [f"{DELIVERY_LABEL}={DELIVERY_SUBSCRIPTION},{GROUP_LABEL} in ({','.join(names[i:i + per_selector])})"
+            for i in range(0, len(names), per_selector)]
 
 
 # -- label selectors as strings (what a watch's labelSelector parameter holds) --

@@ -109,42 +109,85 @@ class _AllSynced:
 
 class MergedPods:
     """A Reflector-like view (``drain``, ``snapshot``, ``generation``, ``synced``) of this
-    Node's own Pods and the PeerSlices' Pods.  The slice sources must journal by slice name."""
+    Node's own Pods and the PeerSlices' Pods.  The slice sources must journal by slice name.
+    ``slices`` are the sources there from the start (``synced`` waits for them); others come and
+    go with :meth:`set_extra` (the watches of the groups a Node subscribes to): a source that goes
+    takes its slices with it, unless another holds them too (each source's slices are kept apart,
+    so one slice in two watches, for a moment or for good, is neither lost nor counted twice)."""
 
     kind = "Pod"
 
     def __init__(self, own: OwnSource, slices: Sequence[SliceSource]) -> None:
         self.own = own
         self.slice_sources = tuple(slices)
+        self.extra: tuple[SliceSource, ...] = ()
         self.merge = PodMerge()
         self.lock = threading.Lock()
         self.synced = _AllSynced((own, *slices))
         self._pending: dict[str, Pod | None] = {}
+        self._ids: dict[int, int] = {}  # id(source) -> its number in the slices' keys
+        self._names: dict[int, set[str]] = {}  # a source's number -> the slice names it holds
+        self._next = 0
+        self._gone_generations = 0  # so that generation never goes back when a source goes
 
     @property
     def generation(self) -> int:
-        return self.own.generation + sum(s.generation for s in self.slice_sources)
+        return self._gone_generations + self.own.generation + \
+            sum(s.generation for s in (*self.slice_sources, *self.extra))
 
     def start(self) -> None:
-        for s in (self.own, *self.slice_sources):
+        for s in (self.own, *self.slice_sources, *self.extra):
             s.start()
 
     def stop(self) -> None:
-        for s in (self.own, *self.slice_sources):
+        for s in (self.own, *self.slice_sources, *self.extra):
             s.stop()
+
+    def set_extra(self, sources: Sequence[SliceSource]) -> None:
+        """The sources beside the first ones from now on: new ones are started, gone ones
+        stopped and their slices dropped."""
+        with self.lock:
+            self._pull()
+            keep = {id(s) for s in sources}
+            gone = [s for s in self.extra if id(s) not in keep]
+            self.extra = tuple(sources)
+            slices: dict[str, tuple[Pod, ...] | None] = {}
+            for s in gone:
+                n = self._ids.pop(id(s), None)
+                for name in self._names.pop(n, set()) if n is not None else ():
+                    slices[f"{name}#{n}"] = None
+                self._gone_generations += s.generation + 1
+            for key, pod in self.merge.apply({}, slices).items():
+                self._pending[key] = pod
+        for s in gone:
+            s.stop()
+        for s in sources:
+            s.start()
+
+    def _number(self, source: SliceSource) -> int:
+        n = self._ids.get(id(source))
+        if n is None:
+            n = self._ids[id(source)] = self._next
+            self._next += 1
+        return n
 
     def _pull(self) -> int:
         gen, own, _ = self.own.drain()
         slices: dict[str, tuple[Pod, ...] | None] = {}
-        for s in self.slice_sources:
+        for s in (*self.slice_sources, *self.extra):
             g, changed, _ = s.drain()
             gen += g
-            for name, pods in changed.items():  # one name is in one source (its labels pick it)
-                if pods is not None or name not in slices:
-                    slices[name] = pods
+            n = self._number(s)
+            names = self._names.setdefault(n, set())
+            for name, pods in changed.items():
+                slices[f"{name}#{n}"] = pods  # "#": in no object name, sorts the slice's name first
+                if pods is None:
+                    names.discard(name)
+                else:
+                    names.add(name)
         for key, pod in self.merge.apply(own, slices).items():
             self._pending[key] = pod
-        return gen
+        return gen + self._gone_generations
 
     def drain(self, snapshot: bool = False) -> tuple[int, dict[str, Pod | None], list[Pod] | None]:
         with self.lock:

@@ -17,7 +17,12 @@ With ``peer_slices_for`` (route-sync's ``policyPeers: peerSlices``, ``docs/desig
 labelled for it (one watch per selector of :func:`.peerslice.node_selectors`); the planners
 take it as they take the watch of every Pod.  Until the own watch and every slice watch have
 listed, and while the API server serves no PeerSlices (the CRD not installed: looked for again
-every 30 s), :meth:`inputs` raises :class:`SourceError` too: the remote Pods are not known."""
+every 30 s), :meth:`inputs` raises :class:`SourceError` too: the remote Pods are not known.
+Beside its own label, the Node asks for the slices of the groups it reads by their names
+(delivery by subscription, ``ferry-controller --delivery subscription``): the groups told from
+its own Pods, the Namespaces and the policies (:class:`SubscriptionTaps`), the watches kept by
+:func:`.groupwatches.plan`, each pass; a slice is in one delivery's watches only (its labels), so
+either controller delivery is read, and none twice."""
 
 from __future__ import annotations
 
@@ -28,13 +33,14 @@ from typing import Any
 
 from ..sources.base import SourceError
 from ..sources.reflector import Reflector
-from . import peerslice
+from . import groupwatches, peerslice
 from .cnp import model as cnp
 from .cnp.model import ClusterPolicy, NodeInfo
 from .incremental import Changes, Labels
 from .model import Pod, Policy, namespace_from, pod_from, policy_from, service_cidrs_from
 from .plan import Inputs
 from .podview import MergedPods
+from .subscription import Subscriptions
 
 SYNC_TIMEOUT = 10.0  # seconds a pass waits for the first lists
 CRD_RETRY = 30.0  # seconds between looks for a CRD the API server does not serve yet
@@ -44,6 +50,48 @@ def slice_pods(obj: dict[str, Any]) -> tuple[Pod, ...]:
     """A PeerSlice object → the Pods it holds; :class:`.peerslice.SliceError` (a ``ValueError``:
     the Reflector skips the object with a warning naming it) when it cannot be read."""
     return peerslice.from_object(obj).spec.pods
+
+
+class SubscriptionTaps:
+    """A Node's :class:`.subscription.Subscriptions`, told each change of its own Pods, the
+    Namespaces, NetworkPolicies and ClusterNetworkPolicies by their Reflectors' taps (on the watch
+    threads: hence the lock), read by the pass (:meth:`groups`)."""
+
+    def __init__(self, node: str) -> None:
+        self._subs = Subscriptions(node)
+        self._lock = threading.Lock()
+
+    def own_pod(self, key: str, pod: Pod | None) -> None:
+        with self._lock:
+            if pod is None:
+                self._subs.delete_pod(key)
+            else:
+                self._subs.upsert_pod(pod)
+
+    def namespace(self, key: str, value: tuple[str, Labels] | None) -> None:
+        with self._lock:
+            if value is None:
+                self._subs.delete_namespace(key)
+            else:
+                self._subs.upsert_namespace(*value)
+
+    def policy(self, key: str, policy: Policy | None) -> None:
+        with self._lock:
+            if policy is None:
+                self._subs.delete_policy(key)
+            else:
+                self._subs.upsert_policy(policy)
+
+    def cluster_policy(self, key: str, cp: ClusterPolicy | None) -> None:
+        with self._lock:
+            if cp is None:
+                self._subs.delete_cluster_policy(key)
+            else:
+                self._subs.upsert_cluster_policy(cp)
+
+    def groups(self) -> frozenset[str]:
+        with self._lock:
+            return self._subs.groups()
 
 
 class PolicySource:
@@ -62,26 +110,33 @@ class PolicySource:
         # what must have listed before a plan (the Pods' sources: the one watch, or own + slices)
         self.pod_sources: tuple[Reflector[Any], ...]
         self.peer_slices: tuple[Reflector[tuple[Pod, ...]], ...] = ()
+        # delivery by subscription: the groups this Node reads, and one watch per group set asked for
+        self.subscriptions: SubscriptionTaps | None = None
+        self.group_watches: dict[int, tuple[frozenset[str], Reflector[tuple[Pod, ...]]]] = {}
+        self._next_watch = 0
+        self._planned = False  # the first plan waits for the group watches of its start
+        self._list_slices = functools.partial(custom.list_cluster_custom_object, peerslice.GROUP, peerslice.VERSION,
+                                              peerslice.PLURAL)
+        taps = self.subscriptions = SubscriptionTaps(peer_slices_for) if peer_slices_for is not None else None
         if peer_slices_for is None:
             self.pods = Reflector("Pod", core.list_pod_for_all_namespaces, pod_from, self._changed, journal=True)
             self.pod_sources = (self.pods,)
         else:
             own: Reflector[Pod] = Reflector(
                 "Pod", functools.partial(core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName="
-                                         f"{peer_slices_for}"), pod_from, self._changed, journal=True)
-            self.peer_slices = tuple(
-                Reflector("PeerSlice", functools.partial(custom.list_cluster_custom_object, peerslice.GROUP,
-                                                         peerslice.VERSION, peerslice.PLURAL, label_selector=s),
-                          slice_pods, self._changed, journal=True, unserved_retry=CRD_RETRY)
-                for s in peerslice.node_selectors(peer_slices_for))
+                                         f"{peer_slices_for}"), pod_from, self._changed, journal=True,
+                tap=taps.own_pod if taps else None)
+            self.peer_slices = tuple(self._slice_watch(s) for s in peerslice.node_selectors(peer_slices_for))
             self.pods = MergedPods(own, self.peer_slices)
             sources: list[Reflector[Any]] = [own]
             sources.extend(self.peer_slices)
             self.pod_sources = tuple(sources)
         self.namespaces: Reflector[tuple[str, Labels]] = Reflector(
-            "Namespace", core.list_namespace, namespace_from, self._changed, journal=True)
+            "Namespace", core.list_namespace, namespace_from, self._changed, journal=True,
+            tap=taps.namespace if taps else None)
         self.policies: Reflector[Policy] = Reflector(
-            "NetworkPolicy", net.list_network_policy_for_all_namespaces, policy_from, self._changed, journal=True)
+            "NetworkPolicy", net.list_network_policy_for_all_namespaces, policy_from, self._changed, journal=True,
+            tap=taps.policy if taps else None)
         # the Service CIDRs, from the cluster (an IPv6 one is not in any manifest's default)
         self.service_cidr_objects: Reflector[tuple[str, ...]] = Reflector(
             "ServiceCIDR", net.list_service_cidr, service_cidrs_from, self._changed)
@@ -90,10 +145,38 @@ class PolicySource:
         self.cluster_policies: Reflector[ClusterPolicy] = Reflector(
             "ClusterNetworkPolicy", functools.partial(custom.list_cluster_custom_object, cnp.GROUP, cnp.VERSION,
                                                       cnp.PLURAL), cnp.cluster_policy_from, self._changed,
-            unserved_retry=CRD_RETRY)
+            unserved_retry=CRD_RETRY, tap=taps.cluster_policy if taps else None)
         self.nodes: Reflector[NodeInfo] = Reflector("Node", core.list_node, cnp.node_info_from, self._changed)
         self._all = (self.pods, self.namespaces, self.policies, self.service_cidr_objects, self.cluster_policies,
                      self.nodes)
+
+    def _slice_watch(self, selector: str) -> Reflector[tuple[Pod, ...]]:
+        return Reflector("PeerSlice", functools.partial(self._list_slices, label_selector=selector), slice_pods,
+                         self._changed, journal=True, unserved_retry=CRD_RETRY)
+
+    def _follow_subscriptions(self) -> None:
+        """The group watches brought to the groups this Node subscribes to
+        (:func:`.groupwatches.plan`); the first plan waits for the watches of its start, a later
+        one plans without a group whose watch has not listed yet (its peers not known: denied)."""
+        if self.subscriptions is None or not isinstance(self.pods, MergedPods):
+            return
+        if not self.cluster_policies.synced.wait(timeout=SYNC_TIMEOUT):
+            raise SourceError("Kubernetes ClusterNetworkPolicies not listed yet: policy not planned")
+        watches = [groupwatches.Watch(i, groups, r.synced.is_set() and not r.unserved.is_set())
+                   for i, (groups, r) in self.group_watches.items()]
+        p = groupwatches.plan(watches, self.subscriptions.groups())
+        for i in p.close:
+            del self.group_watches[i]
+        for groups in p.open:
+            (selector,) = peerslice.group_selectors(groups, per_selector=len(groups))
+            self.group_watches[self._next_watch] = (groups, self._slice_watch(selector))
+            self._next_watch += 1
+        if p.open or p.close:
+            self.pods.set_extra([r for _g, r in self.group_watches.values()])
+        if not self._planned:
+            for _groups, gw in self.group_watches.values():
+                if not gw.synced.wait(timeout=SYNC_TIMEOUT):
+                    raise SourceError("PeerSlices of this Node's groups not listed yet: policy not planned")
 
     def _changed(self) -> None:
         self.changed.set()
@@ -107,7 +190,7 @@ class PolicySource:
 
     def reconnect(self) -> None:
         """Each watch opened again (``routesync.sources.base.NodeSource.reconnect``)."""
-        for r in (*self.pod_sources, *self._all[1:]):
+        for r in (*self.pod_sources, *(r for _g, r in self.group_watches.values()), *self._all[1:]):
             r.reconnect()
 
     def close(self) -> None:
@@ -128,6 +211,8 @@ class PolicySource:
                 raise SourceError(f"the API server serves no {peerslice.KIND}s (policyPeers: peerSlices needs "
                                   f"the CRD {peerslice.PLURAL}.{peerslice.GROUP} and ferry-controller): policy "
                                   "not planned")
+        self._follow_subscriptions()
+        self._planned = True
         self.changed.clear()
 
     def inputs(self) -> tuple[tuple[int, int, int], Inputs]:

@@ -19,7 +19,9 @@ does not plan again for fields it does not read (``unchanged`` counts them).
 
 With ``journal`` on, every change is also noted by key (its value now; None: gone), a re-list
 by the keys whose value it changed: :meth:`drain` hands them over, so a consumer that keeps its
-own state (the incremental policy planner) applies what moved, not the whole cache."""
+own state (the incremental policy planner) applies what moved, not the whole cache.  A ``tap``
+is told the same notes as they happen (on the watch thread, under the cache's lock): a second
+consumer that keeps its own state (a Node's group subscriptions) without draining the journal."""
 
 from __future__ import annotations
 
@@ -46,8 +48,9 @@ def object_key(obj: dict[str, Any]) -> str:
 class Reflector(Generic[T]):
     def __init__(self, kind: str, list_fn: Callable[..., Any], parse: Callable[[dict[str, Any]], T | None],
                  on_change: Callable[[], None] | None = None, journal: bool = False,
-                 unserved_retry: float | None = None) -> None:
+                 unserved_retry: float | None = None, tap: Callable[[str, T | None], None] | None = None) -> None:
         self.kind = kind
+        self.tap = tap  # told each change by key, under the lock, as the journal notes it
         # a resource a CRD brings (ClusterNetworkPolicies): unserved, listed again every that many
         # seconds, so that the CRD installed later is followed (None: an unserved resource ends it)
         self.unserved_retry = unserved_retry
@@ -118,6 +121,8 @@ class Reflector(Generic[T]):
     def _note(self, key: str) -> None:
         if self._journal is not None:
             self._journal[key] = self.items.get(key)
+        if self.tap is not None:
+            self.tap(key, self.items.get(key))
 
     def _store(self, obj: dict[str, Any], into: dict[str, T]) -> bool:
         """``obj`` parsed into ``into``; whether that changed ``into``."""
@@ -147,7 +152,7 @@ class Reflector(Generic[T]):
             self._store(item, items)
         with self.lock:
             before, self.items = self.items, items
-            if self._journal is not None:
+            if self._journal is not None or self.tap is not None:
                 for key in before.keys() | items.keys():
                     if before.get(key) != items.get(key):
                         self._note(key)

@@ -446,12 +446,16 @@ def test_a_slice_for_its_subscribers_names_its_group_alone() -> None:
     match, and an audience that reads back as itself."""
     spec = peerslice.SliceSpec("gabc", peerslice.SUBSCRIBERS, (pod("a/web", "n1", app="web"),))
     obj = json.loads(json.dumps(peerslice.to_object("gabc-0", spec)))
-    assert obj["metadata"]["labels"] == {peerslice.GROUP_LABEL: "gabc"}
+    assert obj["metadata"]["labels"] == {peerslice.GROUP_LABEL: "gabc", "ferry.io/delivery": "subscription"}
     assert obj["audience"] == {"everyone": False, "nodes": [], "subscribers": True}
     assert peerslice.from_object(obj).spec == spec
     sels = peerslice.group_selectors(["gx", "gabc", "gy", "gabc"], per_selector=2)
-    assert sels == ["ferry.io/group in (gabc,gx)", "ferry.io/group in (gy)"]
+    assert sels == ["ferry.io/delivery=subscription,ferry.io/group in (gabc,gx)",
+                    "ferry.io/delivery=subscription,ferry.io/group in (gy)"]
     assert [peerslice.matches(s, obj["metadata"]["labels"]) for s in sels] == [True, False]
+    labelled = peerslice.to_object("gabc-0", peerslice.SliceSpec("gabc", Audience(frozenset({"n1"})), spec.pods))
+    assert not peerslice.matches(sels[0], labelled["metadata"]["labels"])  # the other delivery's: not twice
+    assert not any(peerslice.matches(s, obj["metadata"]["labels"]) for s in peerslice.node_selectors("n1"))
     assert peerslice.group_selectors([]) == []
     groupless = dict(obj, group="")
     with pytest.raises(SliceError, match="audience.subscribers: a slice without a group"):

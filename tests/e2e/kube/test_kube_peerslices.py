@@ -13,6 +13,9 @@ isolates srv, allowed from Pods labelled ``role=client``.  Checks, each an obser
 * enforcement from the slices: the client reaches srv, ``other`` does not; ``other`` labelled
   ``role=client`` reaches it once the controller has moved it into node-3's slices, and not after
   the label is gone;
+* delivery by subscription (``ferry-controller --delivery subscription``, rolled out on the
+  running cluster): every slice rewritten with its group's label alone, enforcement from the groups
+  node-3 asks for by name, then back to labels;
 * a failover: the Lease holder's Pod deleted while ``other`` (denied) and the client (allowed) probe
   srv without pause: not one of other's connections gets through, the client's longest blocked
   stretch is printed (the goal: at most 1 s) and no allowed connection fails; the probes run until
@@ -134,6 +137,73 @@ def test_a_controller_failover_opens_no_window(lab: Lab) -> None:
     assert denied.tried > 0 and denied.through == 0, f"{denied.through} of {denied.tried} denied got through"
     assert allowed.tried > 0 and allowed.failed == 0, f"{allowed.failed} of {allowed.tried} allowed connections failed"
     assert settles(lab, witness, sip, True), "the witness, labelled after the failover, does not reach srv"
+
+
+def delivery(lab: Lab, how: str) -> None:
+    """ferry-controller rolled out again with ``--delivery how`` (what an operator changing it does)."""
+    cluster = lab.kube()
+    cp = cluster.kubectl("-n", "kube-system", "get", "deployment", LEASE, "-o", "json")
+    command = json.loads(cp.stdout)["spec"]["template"]["spec"]["containers"][0]["command"]
+    if "--delivery" in command:
+        i = command.index("--delivery")
+        command = command[:i] + command[i + 2:]
+    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/command",
+              "value": [*command, "--delivery", how]}]
+    cluster.kubectl("-n", "kube-system", "patch", "deployment", LEASE, "--type=json", "-p", json.dumps(patch))
+    cluster.kubectl("-n", "kube-system", "rollout", "status", "deployment", LEASE, "--timeout=180s", timeout=200)
+
+
+def subscribed_slices(lab: Lab) -> list[dict]:  # type: ignore[type-arg]
+    selector = f"{peerslice.DELIVERY_LABEL}={peerslice.DELIVERY_SUBSCRIPTION}"
+    cp = lab.kube().kubectl("get", f"{peerslice.PLURAL}.{peerslice.GROUP}", "-l", selector, "-o", "json")
+    return list(json.loads(cp.stdout)["items"])
+
+
+def test_delivered_by_subscription_each_node_asks_for_the_groups_it_reads(lab: Lab) -> None:
+    """``ferry-controller --delivery subscription``: every slice is rewritten with its group's label
+    alone (no Node named on it), node-3's route-sync asks for its groups by name, and enforces from
+    them as before; then back to labels, the same."""
+    cluster = lab.kube()
+    client, other, srv = (lab.add_pod("node-1", "sclient"), lab.add_pod("node-2", "sother"),
+                          lab.add_pod("node-3", "ssrv"))
+    lab.ensure_echo(srv.netns)
+    key = {p.name: f"{NS}/{api_name(p.node, p.name)}" for p in (client, other, srv)}
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-3", "ssrv"), "sub=srv", "--overwrite")
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-1", "sclient"), "sub=client", "--overwrite")
+    Policies(lab).apply(policy("ssrv-from-sclient", {"sub": "srv"},
+                               ingress=[{"from": [{"podSelector": {"matchLabels": {"sub": "client"}}}]}]))
+    sip = pod_ip(srv)
+    delivery(lab, peerslice.DELIVERY_SUBSCRIPTION)
+
+    def subscribed_pods() -> set[str]:
+        return {p.key for obj in subscribed_slices(lab) for p in peerslice.from_object(obj).spec.pods}
+
+    until(lambda: key[client.name] in subscribed_pods() and not received(lab, "node-3"),
+          "every slice rewritten for its subscribers", 120, step=0.5)
+    failures = []
+    for obj in subscribed_slices(lab):
+        spans = [k for k in obj["metadata"].get("labels", {}) if k.startswith(peerslice.NODE_LABEL_PREFIX)]
+        if spans:
+            failures.append(f"{obj['metadata']['name']} still names Nodes: {spans}")
+    if not settles(lab, client, sip, True):
+        failures.append("by subscription: sclient -> ssrv not reached")
+    if not settles(lab, other, sip, False):
+        failures.append("by subscription: sother -> ssrv reached")
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-2", "sother"), "sub=client", "--overwrite")
+    if not settles(lab, other, sip, True):
+        failures.append("by subscription: sother labelled sub=client -> ssrv not reached")
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-2", "sother"), "sub-", "--overwrite")
+    if not settles(lab, other, sip, False):
+        failures.append("by subscription: sother unlabelled -> ssrv still reached")
+
+    delivery(lab, "labels")
+    until(lambda: key[client.name] in received(lab, "node-3") and not subscribed_slices(lab),
+          "every slice labelled for its Nodes again", 120, step=0.5)
+    if not settles(lab, client, sip, True):
+        failures.append("back to labels: sclient -> ssrv not reached")
+    if not settles(lab, other, sip, False):
+        failures.append("back to labels: sother -> ssrv reached")
+    assert not failures, "\n".join(failures)
 
 
 def _pct(values: list[float], p: float) -> float:

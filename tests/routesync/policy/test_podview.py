@@ -5,11 +5,12 @@ the view is the own Pods plus, for every other key, the record of the smallest s
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 
 from routesync.policy.model import Pod
-from routesync.policy.podview import PodMerge
+from routesync.policy.podview import MergedPods, PodMerge
 
 KEYS = [f"a/p{i}" for i in range(6)]
 SLICES = ("s1", "s2", "s3")
@@ -94,3 +95,83 @@ def test_the_own_watch_wins_over_a_stale_slice() -> None:
     assert merge.apply({"a/web": local}, {}) == {"a/web": local}
     assert merge.apply({}, {"s": (remote,)}) == {}  # the slice again: the own record stays
     assert merge.apply({"a/web": None}, {}) == {"a/web": remote}
+
+
+class FakeSlices:
+    """A slice watch as MergedPods reads it: a journal by slice name, a generation, start/stop
+    (stands in for a Reflector: the watch itself is tested against the API server elsewhere)."""
+
+    kind = "PeerSlice"
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.synced = threading.Event()
+        self.slices: dict[str, tuple[Pod, ...]] = {}
+        self.journal: dict[str, tuple[Pod, ...] | None] = {}
+        self.running = False
+
+    def start(self) -> None:
+        self.running = True
+
+    def stop(self) -> None:
+        self.running = False
+
+    def put(self, name: str, pods: tuple[Pod, ...] | None) -> None:
+        if pods is None:
+            self.slices.pop(name, None)
+        else:
+            self.slices[name] = pods
+        self.journal[name] = pods
+        self.generation += 1
+
+    def drain(self, snapshot: bool = False) -> tuple[int, dict[str, tuple[Pod, ...] | None], None]:
+        out, self.journal = self.journal, {}
+        return self.generation, out, None
+
+
+class FakeOwn(FakeSlices):
+    kind = "Pod"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_slice_sources_that_come_and_go_take_their_slices_with_them(seed: int) -> None:
+    rng = random.Random(seed)
+    own = FakeOwn()
+    first = FakeSlices()
+    merged = MergedPods(own, [first])  # type: ignore[arg-type]
+    numbers = {id(first): 0}
+    extra: list[FakeSlices] = []
+    seen: dict[str, Pod] = {}
+    generation, removed = -1, 0
+    for step in range(300):
+        r = rng.random()
+        if r < 0.1:  # a watch opened for new groups
+            s = FakeSlices()
+            extra.append(s)
+            merged.set_extra(extra)  # type: ignore[arg-type]
+            numbers[id(s)] = max(numbers.values()) + 1
+            assert s.running
+        elif r < 0.17 and extra:  # a watch closed
+            s = extra.pop(rng.randrange(len(extra)))
+            merged.set_extra(extra)  # type: ignore[arg-type]
+            assert not s.running
+            removed += 1
+        else:
+            source = rng.choice([first, *extra])
+            name = rng.choice(SLICES)
+            pods = None if rng.random() < 0.2 else \
+                tuple({k: record(rng, k) for k in rng.sample(KEYS, rng.randrange(1, 4))}.values())
+            source.put(name, pods)
+        gen, changes, view = merged.drain(snapshot=True)
+        assert gen >= generation and (gen > generation or not changes), f"step {step}: generation went back"
+        generation = gen
+        for key, pod in changes.items():
+            if pod is None:
+                seen.pop(key, None)
+            else:
+                seen[key] = pod
+        want = reference({}, {f"{name}#{numbers[id(s)]}": {p.key: p for p in pods}
+                              for s in [first, *extra] for name, pods in s.slices.items()})
+        assert {p.key: p for p in view or ()} == want, f"step {step}"
+        assert seen == want, f"step {step}: the reported changes do not rebuild the view"
+    assert removed > 5

@@ -110,7 +110,7 @@ def test_nothing_is_planned_until_the_own_pods_and_every_slice_watch_have_listed
     monkeypatch.setattr(watch, "SYNC_TIMEOUT", 0)
     monkeypatch.setattr(sliced, "start", lambda: None)  # the reflectors stay unstarted
     own, first, second = sliced.pod_sources
-    listed(sliced.namespaces, sliced.policies)
+    listed(sliced.namespaces, sliced.policies, sliced.cluster_policies)
     with pytest.raises(SourceError, match="Pods not listed"):
         sliced.inputs()
     listed(own, first)
@@ -189,3 +189,41 @@ def test_the_merged_view_drains_as_the_pod_watch_did() -> None:
     assert not merged.synced.wait(0)
     listed(own, by_label, everyone)  # type: ignore[arg-type]
     assert merged.synced.wait(0)
+
+
+def test_the_node_asks_for_the_slices_of_the_groups_its_own_pods_read(
+        sliced: PolicySource, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Delivery by subscription: the groups told from the Node's own Pods and the policies (as the
+    watches' taps tell them) become a watch with those groups' selector; the first plan waits for
+    it, a later one does not (a new group's peers are simply not known yet: denied); a group no
+    longer read closes its watch."""
+    from routesync.policy.model import policy_from
+    from routesync.policy.subscription import subscribed
+
+    monkeypatch.setattr(watch, "SYNC_TIMEOUT", 0)
+    monkeypatch.setattr(sliced, "start", lambda: None)
+    monkeypatch.setattr(Reflector, "start", lambda self: None)  # nothing connects: no API server here
+    listed(sliced.namespaces, sliced.policies, sliced.cluster_policies, *sliced.pod_sources)
+    taps = sliced.subscriptions
+    assert taps is not None and isinstance(sliced.pods, MergedPods)
+    pol = policy_from({"metadata": {"namespace": "a", "name": "db"},
+                       "spec": {"podSelector": {"matchLabels": {"app": "db"}},
+                                "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "web"}}}]}]}})
+    db = Pod("a", "db", NODE, (("app", "db"),), ("10.244.1.5",))
+    taps.policy(pol.key, pol)  # as their first lists tell them, at a start
+    taps.own_pod(db.key, db)
+    (group,) = subscribed(NODE, Inputs((db,), {}, (pol,)))
+    with pytest.raises(SourceError, match="PeerSlices of this Node's groups not listed"):
+        sliced.inputs()
+    ((groups, gw),) = sliced.group_watches.values()
+    assert groups == {group} and sliced.pods.extra == (gw,)
+    assert partial_of(gw).keywords == {"label_selector": peerslice.group_selectors([group])[0]}
+    listed(gw)
+    sliced.inputs()
+    taps.own_pod(db.key, None)  # the Pod gone: nothing reads the group any more
+    sliced.inputs()
+    assert sliced.group_watches == {} and sliced.pods.extra == ()
+    taps.own_pod(db.key, db)  # back: a new watch, and the plan does not wait for it
+    sliced.inputs()
+    ((groups, gw2),) = sliced.group_watches.values()
+    assert groups == {group} and gw2 is not gw and not gw2.synced.is_set()
