@@ -7,6 +7,10 @@ same cluster and churn for each, in one run.
                                 [--churn-seconds 60] [--burst 100] [--samples 20]
                                 [--designs peerSlices,cluster] [--quick] [--json OUT] [--cni-bin DIR]
 
+``--designs`` also takes ``peerSlicesSubscription``: peerSlices with ``ferry-controller --delivery
+subscription`` (slices labelled with their group alone; each Node asks for the groups it reads, and
+its watches here are the ones for the groups it reads at the churn's start).
+
 For each design, one ferry-lab Kubernetes cluster (three real Nodes, encap/VXLAN, Ferry from its
 DaemonSet; with peerSlices also ferry-controller's Deployment), then in its real API server
 (:mod:`lab.kube.simulate`: objects whose status the bench sets, no kubelet behind them):
@@ -66,8 +70,12 @@ from routesync.model import TRANSPORT_ANNOTATION
 from routesync.policy import relevance
 from routesync.policy.model import namespace_from, pod_from, policy_from
 from routesync.policy.plan import Inputs
+from routesync.policy.subscription import subscribed
 
 DESIGNS = ("peerSlices", "cluster")
+# beside them with --designs: peerSlices with ferry-controller --delivery subscription (slices name no
+# Node; each Node asks for its groups by name: docs/design/peerslices.md)
+SUBSCRIPTION = "peerSlicesSubscription"
 REAL = ("node-1", "node-2", "node-3")
 TARGET = "node-3"  # the Node whose flows the latency figures watch
 PODS_PER_NS = 300
@@ -143,8 +151,8 @@ def real_policies() -> list[dict[str, Any]]:
 
 # -- what a Node reads, from the API's objects --
 
-def reads_of(api: Any, nodes: Iterable[str]) -> dict[str, frozenset[str]]:
-    """``relevance.reads`` of each Node, from every Pod, Namespace and NetworkPolicy the API has."""
+def inputs_of(api: Any) -> Inputs:
+    """Every Pod, Namespace and NetworkPolicy the API has, as the planners read them."""
     from kubernetes import client
 
     core, net = client.CoreV1Api(api), client.NetworkingV1Api(api)
@@ -152,8 +160,26 @@ def reads_of(api: Any, nodes: Iterable[str]) -> dict[str, frozenset[str]]:
     pods = tuple(p for o in core.list_pod_for_all_namespaces().items if (p := pod_from(raw(o))) is not None)
     nss = dict(namespace_from(raw(o)) for o in core.list_namespace().items)
     pols = tuple(policy_from(raw(o)) for o in net.list_network_policy_for_all_namespaces().items)
-    inputs = Inputs(pods, nss, pols)
+    return Inputs(pods, nss, pols)
+
+
+def reads_of(api: Any, nodes: Iterable[str]) -> dict[str, frozenset[str]]:
+    """``relevance.reads`` of each Node, from every Pod, Namespace and NetworkPolicy the API has."""
+    inputs = inputs_of(api)
     return {n: relevance.reads(n, inputs) for n in nodes}
+
+
+def controller_delivery(cluster: Any, how: str) -> None:
+    """ferry-controller rolled out again with ``--delivery how``, before anything is written."""
+    cp = cluster.kubectl("-n", "kube-system", "get", "deployment", "ferry-controller", "-o", "json")
+    command = list(json.loads(cp.stdout)["spec"]["template"]["spec"]["containers"][0]["command"])
+    i = command.index("--delivery")
+    command[i + 1] = how
+    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/command", "value": command}]
+    cluster.kubectl("-n", "kube-system", "patch", "deployment", "ferry-controller", "--type=json", "-p",
+                    json.dumps(patch))
+    cluster.kubectl("-n", "kube-system", "rollout", "status", "deployment", "ferry-controller", "--timeout=300s",
+                    timeout=320)
 
 
 # -- the processes --
@@ -362,13 +388,15 @@ def run_design(design: str, args: argparse.Namespace, cni_bin: str) -> dict[str,
     from kubernetes import config as kconfig
 
     topo = kube_topology("ferry")
-    topo["routeSync"] = {**topo["routeSync"], "policyPeers": design}
+    topo["routeSync"] = {**topo["routeSync"], "policyPeers": "peerSlices" if design == SUBSCRIPTION else design}
     rng = random.Random(args.seed)
     t0 = time.monotonic()
-    lab = Lab.up(topo, name=f"bsc{os.getpid() % 1000}{design[0]}", cni_bin=cni_bin)
+    lab = Lab.up(topo, name=f"bsc{os.getpid() % 1000}{design[0]}{len(design)}", cni_bin=cni_bin)
     result: dict[str, Any] = {"design": design, "cluster_up_s": round(time.monotonic() - t0, 1)}
     try:
         cluster = lab.kube()
+        if design == SUBSCRIPTION:
+            controller_delivery(cluster, "subscription")
         for n in REAL:
             lab.add_pod(n, "scalesrv")
             cluster.kubectl("label", "pod", "-n", NS, api_name(n, "scalesrv"), f"scale=srv-{n}", "--overwrite")
@@ -405,6 +433,10 @@ def run_design(design: str, args: argparse.Namespace, cni_bin: str) -> dict[str,
             watches = Watches(api)
             if design == "cluster":
                 watches.every_pod()
+            elif design == SUBSCRIPTION:  # the groups each Node asks for now (its own Pods do not churn)
+                inputs = inputs_of(api)
+                for n in REAL:
+                    watches.groups_of(n, subscribed(n, inputs))
             else:
                 for n in REAL:
                     watches.slices_of(n)

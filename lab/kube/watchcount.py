@@ -54,11 +54,14 @@ class Watches:
 
     def slices_of(self, node: str) -> None:
         """Record, under ``node``, the events of the PeerSlices labelled for it."""
+        self._selected(node, peerslice.node_selectors(node))
+
+    def _selected(self, node: str, selectors: list[str]) -> None:
         from kubernetes import client
 
         api: Any = client.CustomObjectsApi(self.api_client)
         self.events.setdefault(node, [])
-        for selector in peerslice.node_selectors(node):
+        for selector in selectors:
             lst = api.list_cluster_custom_object(peerslice.GROUP, peerslice.VERSION, peerslice.PLURAL,
                                                  label_selector=selector)
             seen = {o["metadata"]["name"]: _entries(o) for o in lst["items"]}
@@ -66,6 +69,11 @@ class Watches:
             self._start(node, seen, lambda w, sel=selector, rv=rv: w.stream(
                 api.list_cluster_custom_object, peerslice.GROUP, peerslice.VERSION, peerslice.PLURAL,
                 label_selector=sel, resource_version=rv, timeout_seconds=3600))
+
+    def groups_of(self, node: str, groups: frozenset[str]) -> None:
+        """Record, under ``node``, the events of the PeerSlices of ``groups`` (delivery by
+        subscription: the selectors a Node's route-sync asks for them with)."""
+        self._selected(node, peerslice.group_selectors(groups))
 
     def every_pod(self, key: str = "every-pod") -> None:
         """Record, under ``key``, every Pod event of the cluster (today's design: each Node's)."""

@@ -86,9 +86,11 @@ def test_controller_enabled_renders_deploy_ferry_controller_yaml_too(helm_home: 
     for d in docs:
         assert kv.validate(d, kv.latest_version(), strict=True), d["kind"]
     extra = [{"name": "KUBERNETES_SERVICE_HOST", "value": "192.0.2.10"}]  # the API server's own address
-    docs = render(helm_home, values={"controller": {"enabled": True, "replicas": 3}, "extraEnv": extra})
+    docs = render(helm_home, values={"controller": {"enabled": True, "replicas": 3, "delivery": "subscription"},
+                                     "extraEnv": extra})
     d = by_object(docs)[("Deployment", "ferry-controller")]
     assert d["spec"]["replicas"] == 3
+    assert d["spec"]["template"]["spec"]["containers"][0]["command"][-2:] == ["--delivery", "subscription"]
     assert [e["name"] for e in d["spec"]["template"]["spec"]["containers"][0]["env"]] == ["POD_NAME",
                                                                                         "KUBERNETES_SERVICE_HOST"]
     for d in docs:
