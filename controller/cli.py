@@ -11,10 +11,7 @@ import sys
 
 import click
 
-from routesync.policy.peerslice import DELIVERY_SUBSCRIPTION, MAX_PODS, MAX_PODS_LIMIT
-
-DELIVERY_LABELS = "labels"
-DELIVERIES = (DELIVERY_LABELS, DELIVERY_SUBSCRIPTION)
+from routesync.policy.peerslice import DELIVERIES, DELIVERY_LABELS, DELIVERY_SUBSCRIPTION, MAX_PODS, MAX_PODS_LIMIT
 
 from .leader import elect
 

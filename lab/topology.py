@@ -67,6 +67,8 @@ from cni.pipeline.modes import (
 )
 from lab.kube import spec as kube_spec
 from lab.kube.spec import KubeSpec
+from routesync.config import PEERS_SLICES
+from routesync.policy.peerslice import DELIVERY_LABELS
 
 DEFAULT_TOPOLOGY = os.path.join(os.path.dirname(__file__), "topologies", "default.yaml")
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -489,6 +491,10 @@ def _kubernetes(value: Any, route_sync: RouteSyncSpec | None, node_names: tuple[
         raise TopologyError(f"kubernetes.joinLater: no Node named {', '.join(unknown)}")
     if spec is not None and len(spec.join_later) >= len(node_names):
         raise TopologyError("kubernetes.joinLater: at least one Node must start with the cluster")
+    if (spec is not None and route_sync is not None and spec.controller_delivery != DELIVERY_LABELS
+            and route_sync.policyPeers != PEERS_SLICES):
+        raise TopologyError(f"kubernetes.controllerDelivery {spec.controller_delivery}: only with "
+                            f"routeSync.policyPeers {PEERS_SLICES} (ferry-controller runs only then)")
     return spec
 
 

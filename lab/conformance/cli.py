@@ -51,11 +51,14 @@ def _log(s: str) -> None:
               help="address families of Pods and underlay (default: the topology's, dual-stack)")
 @click.option("--policy-peers", default="cluster", show_default=True, type=click.Choice(plan.POLICY_PEERS),
               help="route-sync's policyPeers: peerSlices runs ferry-controller and has each Node read its PeerSlices")
+@click.option("--delivery", default=plan.DELIVERIES[0], show_default=True, type=click.Choice(plan.DELIVERIES),
+              help="with --policy-peers peerSlices, ferry-controller's --delivery: slices labelled with each "
+                   "Node that reads them, or by subscription (each Node asks for its groups)")
 @click.option("--keep", is_flag=True, default=False, help="leave the lab up after its run (one mode only)")
 @click.option("--list", "list_only", is_flag=True, default=False,
               help="print the modes, the skip rules and the specs they select; build nothing")
 def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str, ...], focus: str | None,
-                procs: int, out: str | None, family: str | None, policy_peers: str, keep: bool,
+                procs: int, out: str | None, family: str | None, policy_peers: str, delivery: str, keep: bool,
                 list_only: bool) -> None:
     suite = plan.suite(suite_name)
     focus = focus or suite.focus
@@ -65,7 +68,7 @@ def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str
     if keep and len(chosen) * len(proxies) > 1:
         raise click.UsageError("--keep: with one --mode and one --kube-proxy")
     if suite.runner == "cnp":
-        _cnp(chosen, proxies, out, focus, family, keep, list_only, time.monotonic(), policy_peers)
+        _cnp(chosen, proxies, out, focus, family, keep, list_only, time.monotonic(), policy_peers, delivery)
         return
     rules = plan.skip_rules(sctp=plan.kernel_has_sctp())
     try:
@@ -75,7 +78,7 @@ def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str
     click.echo(plan.describe(selection, rules, focus))
     if not selection.run and not selection.alone:
         _fail(f"focus {focus!r} selects no spec to run")
-    refused = _modes(chosen, proxies, family, policy_peers)
+    refused = _modes(chosen, proxies, family, policy_peers, delivery)
     if list_only:
         return
     run = run_mod()
@@ -88,7 +91,7 @@ def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str
     except LabError as e:
         _fail(str(e))
     opts = run.Options(focus=focus, rules=rules, out=os.path.abspath(out), procs=procs, family=family, keep=keep,
-                       alone=selection.alone, policy_peers=policy_peers)
+                       alone=selection.alone, policy_peers=policy_peers, delivery=delivery)
     t0 = time.monotonic()
     runs = _each_mode(chosen, proxies, refused, lambda m, kp: run.run_mode(m, kp, opts, archive, _log))
     summary = _summary(runs, rules, selection, suite, focus, time.monotonic() - t0)
@@ -100,10 +103,10 @@ def conformance(suite_name: str, modes: tuple[str, ...], kube_proxies: tuple[str
 
 
 def _modes(chosen: list[plan.Mode], proxies: list[str], family: str | None,
-           policy_peers: str = "cluster") -> dict[tuple[str, str], str]:
+           policy_peers: str = "cluster", delivery: str = plan.DELIVERIES[0]) -> dict[tuple[str, str], str]:
     """Prints the modes; returns those the lab refuses, with why."""
     refused = {(m.name, kp): why for m in chosen for kp in proxies
-               if (why := run_mod().refusal(m, kp, family, policy_peers)) is not None}
+               if (why := run_mod().refusal(m, kp, family, policy_peers, delivery)) is not None}
     click.echo("modes:")
     for m in chosen:
         for kp in proxies:
@@ -129,13 +132,13 @@ def _each_mode(chosen: list[plan.Mode], proxies: list[str], refused: dict[tuple[
 
 
 def _cnp(chosen: list[plan.Mode], proxies: list[str], out: str, focus: str, family: str | None, keep: bool,
-         list_only: bool, t0: float, policy_peers: str = "cluster") -> None:
+         list_only: bool, t0: float, policy_peers: str = "cluster", delivery: str = plan.DELIVERIES[0]) -> None:
     """The cnp suite (lab.conformance.cnp): per mode, the conformance binary on a lab."""
     from lab.conformance import cnp
 
     rules = cnp.probe_rules(sctp=plan.kernel_has_sctp())
     click.echo(cnp.describe(rules, focus))
-    refused = _modes(chosen, proxies, family, policy_peers)
+    refused = _modes(chosen, proxies, family, policy_peers, delivery)
     if list_only:
         return
     run = run_mod()
@@ -148,7 +151,7 @@ def _cnp(chosen: list[plan.Mode], proxies: list[str], out: str, focus: str, fami
     except LabError as e:
         _fail(str(e))
     opts = run.Options(focus=focus, rules=(), out=os.path.abspath(out), family=family, keep=keep, probes=rules,
-                       policy_peers=policy_peers)
+                       policy_peers=policy_peers, delivery=delivery)
     runs = _each_mode(chosen, proxies, refused, lambda m, kp: run.run_cnp_mode(m, kp, opts, archive, _log))
     parts = [f"# ClusterNetworkPolicy conformance on ferry-lab ({(time.monotonic() - t0) / 60:.0f} min)", "",
              junit.table(runs), "", cnp.test_table(runs), "", "```", cnp.describe(rules, focus), "```", ""]

@@ -19,6 +19,7 @@ from cni.pipeline import modes as m_
 from lab import overrides
 from lab.kube.spec import KUBE_PROXY_MODES as _ALL_PROXY_MODES
 from lab.topology import DEFAULT_TOPOLOGY
+from routesync.policy import peerslice
 
 DEFAULT_FOCUS = r"\[sig-network\].*\[Conformance\]"
 # Every SIG's Conformance specs (424 at v1.34.4): what a certified cluster passes.
@@ -170,16 +171,21 @@ def mode(name: str) -> Mode:
 
 
 POLICY_PEERS = ("cluster", "peerSlices")  # route-sync's policyPeers (issue 46: the e2e judges both)
+DELIVERIES = peerslice.DELIVERIES  # ferry-controller's --delivery, with policyPeers peerSlices
 
 
-def topology_doc(m: Mode, kube_proxy: str, family: str | None = None, policy_peers: str = "cluster") -> dict[str, Any]:
+def topology_doc(m: Mode, kube_proxy: str, family: str | None = None, policy_peers: str = "cluster",
+                 delivery: str = peerslice.DELIVERY_LABELS) -> dict[str, Any]:
     """The topology document of ``ferry-lab up --kubernetes --kube-proxy K <m's flags>``; with
-    ``policy_peers`` peerSlices, route-sync reads PeerSlices and the lab runs ferry-controller."""
+    ``policy_peers`` peerSlices, route-sync reads PeerSlices and the lab runs ferry-controller,
+    which delivers them as ``delivery`` says (``kubernetes.controllerDelivery``)."""
     path = os.path.join(TOPOLOGIES, m.topology) if m.topology else DEFAULT_TOPOLOGY
     doc = overrides.load(path, overrides.Overrides(m.mode, m.tunnel, m.fast_path, family))
     doc["kubernetes"] = {**(doc.get("kubernetes") or {}), "kubeProxy": kube_proxy}
     if policy_peers != "cluster":
         doc["routeSync"] = {**(doc.get("routeSync") or {}), "policyPeers": policy_peers}
+    if delivery != peerslice.DELIVERY_LABELS:
+        doc["kubernetes"]["controllerDelivery"] = delivery
     return doc
 
 

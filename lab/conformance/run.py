@@ -30,6 +30,7 @@ from lab.conformance.plan import Mode, SkipRule, alone_focus, ginkgo_args, topol
 from lab.kube import e2eimages
 from lab.sh import LabError
 from lab.topology import TopologyError
+from routesync.policy.peerslice import DELIVERY_LABELS
 
 Log = Callable[[str], None]
 IMPORT_TIMEOUT = 900.0  # seconds for one Node to import the e2e images (a few hundred MB, on busy cores)
@@ -48,21 +49,23 @@ class Options:
     probes: Sequence[cnp.ProbeRule] = ()  # the cnp suite's probe rules
     alone: Sequence[str] = ()  # specs run alone after the parallel pass (plan.Selection.alone)
     policy_peers: str = "cluster"  # route-sync's policyPeers (plan.POLICY_PEERS)
+    delivery: str = DELIVERY_LABELS  # ferry-controller's --delivery (plan.DELIVERIES)
 
 
-def lab_name(m: Mode, kube_proxy: str, policy_peers: str = "cluster") -> str:
-    """``cf<i|n>[s]-<mode>``, at most 12 characters: the part of the mode's name after the traffic
+def lab_name(m: Mode, kube_proxy: str, policy_peers: str = "cluster", delivery: str = DELIVERY_LABELS) -> str:
+    """``cf<i|n>[s|b]-<mode>``, at most 12 characters: the part of the mode's name after the traffic
     mode when there is one (``encap-vxlan`` -> ``vxlan``), else the mode's initials; ``s`` with
-    PeerSlices (so a run of each can go side by side)."""
+    PeerSlices, ``b`` with PeerSlices by subscription (so a run of each can go side by side)."""
     rest = m.name.partition("-")[2] or "".join(c for c in m.name if c.isupper() or c == m.name[0])
-    slices = "s" if policy_peers != "cluster" else ""
+    slices = "" if policy_peers == "cluster" else "s" if delivery == DELIVERY_LABELS else "b"
     return f"cf{kube_proxy[0]}{slices}-{rest.lower()}"[:12]
 
 
-def refusal(m: Mode, kube_proxy: str, family: str | None, policy_peers: str = "cluster") -> str | None:
+def refusal(m: Mode, kube_proxy: str, family: str | None, policy_peers: str = "cluster",
+            delivery: str = DELIVERY_LABELS) -> str | None:
     """Why the lab cannot build this mode (the topology parser's words), or None."""
     try:
-        topology_mod.parse(topology_doc(m, kube_proxy, family, policy_peers))
+        topology_mod.parse(topology_doc(m, kube_proxy, family, policy_peers, delivery))
     except (TopologyError, OSError) as e:
         return str(e)
     return None
@@ -129,7 +132,7 @@ Body = Callable[[Lab, str], junit.ModeRun]  # the lab, the mode's results direct
 def in_lab(m: Mode, kube_proxy: str, opts: Options, log: Log, body: Body) -> junit.ModeRun:
     """``body`` on a lab of mode ``m`` (up before, down after unless ``opts.keep``); its
     seconds are the whole mode's, lab up and down included."""
-    name = lab_name(m, kube_proxy, opts.policy_peers)
+    name = lab_name(m, kube_proxy, opts.policy_peers, opts.delivery)
     out = os.path.join(opts.out, f"{m.name}-{kube_proxy}")
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
@@ -139,7 +142,8 @@ def in_lab(m: Mode, kube_proxy: str, opts: Options, log: Log, body: Body) -> jun
     log(f"[{m.name}, kube-proxy {kube_proxy}] lab {name} up (ferry-lab up --kubernetes --kube-proxy {kube_proxy}"
         f" {m.flags()})")
     try:
-        lab = Lab.up(topology_doc(m, kube_proxy, opts.family, opts.policy_peers), name=name, cni_bin=default_cni_bin(),
+        doc = topology_doc(m, kube_proxy, opts.family, opts.policy_peers, opts.delivery)
+        lab = Lab.up(doc, name=name, cni_bin=default_cni_bin(),
                      log=lambda s: log(f"  {s}"))
     except (LabError, TopologyError, OSError) as e:
         return junit.ModeRun(m.name, kube_proxy, error=f"lab up failed: {e}", seconds=time.monotonic() - t0)

@@ -39,6 +39,7 @@ from lab.kube.plan import (
 )
 from lab.manifest import Manifest
 from lab.sh import LabError, ip_batch, running
+from routesync.policy.peerslice import DELIVERY_LABELS
 
 REPO = tools.REPO
 CGROUP_FS = "/sys/fs/cgroup"
@@ -654,9 +655,11 @@ def ferry_image(tag: str | None, log: Log) -> str:
 def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, image_tag: str | None,
        join_later: tuple[str, ...], route_pod_cidrs: bool, router_netns: str, manifest: Manifest,
        log: Log, cni: str = "ferry", bgp: bool = False, chained: bool = False,
-       installer: str = "kubectl", release_tag: str | None = None) -> Cluster:
+       installer: str = "kubectl", release_tag: str | None = None,
+       controller_delivery: str = DELIVERY_LABELS) -> Cluster:
     """The cluster, Ferry on it (this tree's image and manifest or chart; ``release_tag``'s chart
-    and image with it, lab.kube.release), its Nodes Ready."""
+    and image with it, lab.kube.release; ferry-controller, if route-sync reads PeerSlices, with
+    ``--delivery controller_delivery``), its Nodes Ready."""
     t0 = time.monotonic()
     for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kubectl"):
         if not os.access(tools.tool(name), os.X_OK):
@@ -701,7 +704,8 @@ def up(plan: ClusterPlan, topo_server_names: tuple[str, ...], route_sync: dict, 
     if release_tag:
         image, chart = release.image_ref(release_tag), release.chart(release_tag)
     cluster.deploy_ferry(manifests.Overlay(plan.api_host, plan.api_port, plan.cluster_cidrs, route_sync, image,
-                                           api_override=not services), installer, chart)
+                                           api_override=not services, controller_delivery=controller_delivery),
+                         installer, chart)
     cluster.wait_converged()
     cluster.route_pod_cidrs(router_netns)
     log(f"Ferry deployed, Nodes Ready: {time.monotonic() - t0:.1f}s")

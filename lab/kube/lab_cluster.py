@@ -65,4 +65,5 @@ def up(topo: Topology, name: str, directory: str, manifest: Manifest, log: Calla
     cluster.up(p, plan.server_names(topo, topo.kubernetes), route_sync_keys(topo), topo.kubernetes.image_tag,
                topo.kubernetes.join_later, topo.route_pod_cidrs, router_netns(name), manifest, log,
                topo.kubernetes.cni, bgp=topo.router_bgp is not None, chained=topo.chained,
-               installer=topo.kubernetes.installer, release_tag=topo.kubernetes.release)
+               installer=topo.kubernetes.installer, release_tag=topo.kubernetes.release,
+               controller_delivery=topo.kubernetes.controller_delivery)

@@ -15,7 +15,8 @@ What the overlay changes, and why:
 
 With route-sync's ``policyPeers: peerSlices`` the lab also applies ``deploy/ferry-controller.yaml``
 (ferry-controller, which writes the PeerSlices route-sync then reads: ``docs/design/scale.md``),
-with the same image and API server override (:func:`controller_docs`).
+with the same image and API server override, and the topology's ``--delivery``
+(``kubernetes.controllerDelivery``) (:func:`controller_docs`).
 
 Everything else (RBAC, ServiceAccount, volumes, probes, install-cni) is applied as shipped.
 
@@ -35,6 +36,7 @@ import yaml
 
 from cni.pipeline.modes import NETDEV
 from routesync.config import PEERS_SLICES
+from routesync.policy.peerslice import DELIVERY_LABELS
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = os.path.join(REPO, "deploy", "ferry.yaml")
@@ -55,6 +57,7 @@ class Overlay:
     route_sync: Mapping[str, Any]  # trafficEncapMode, tunnelType, ... as route-sync's config keys
     image: str | None = None
     api_override: bool = True  # the API server by its address (no kube-proxy), not by its Service
+    controller_delivery: str = DELIVERY_LABELS  # ferry-controller's --delivery (peerslice.DELIVERIES)
 
 
 def load(path: str = MANIFEST) -> list[dict[str, Any]]:
@@ -111,7 +114,8 @@ def wants_controller(overlay: Overlay) -> bool:
 
 def controller_docs(overlay: Overlay, path: str = CONTROLLER_MANIFEST) -> list[dict[str, Any]]:
     """``deploy/ferry-controller.yaml`` with the overlay's image and API server override on the
-    Deployment's containers (as :func:`apply_overlay` does for the DaemonSet)."""
+    Deployment's containers (as :func:`apply_overlay` does for the DaemonSet), and its
+    ``--delivery``."""
     out = load(path)
     for d in out:
         if d.get("kind") != "Deployment":
@@ -120,7 +124,16 @@ def controller_docs(overlay: Overlay, path: str = CONTROLLER_MANIFEST) -> list[d
             c["env"] = [e for e in c.get("env", []) if e["name"] not in API_ENV] + _api_env(overlay)
             if overlay.image:
                 c["image"] = overlay.image
+            c["command"] = with_flag(c["command"], "--delivery", overlay.controller_delivery)
     return out
+
+
+def with_flag(command: list[str], flag: str, value: str) -> list[str]:
+    """``command`` with ``flag value`` in place of the flag's shipped value (appended if it has none)."""
+    if flag not in command:
+        return [*command, flag, value]
+    i = command.index(flag)
+    return [*command[:i + 1], value, *command[i + 2:]]
 
 
 def _api_env(overlay: Overlay) -> list[dict[str, str]]:
@@ -140,7 +153,7 @@ def helm_values(overlay: Overlay) -> dict[str, Any]:
         repository, tag = overlay.image.rsplit(":", 1)
         values["image"] = {"repository": repository, "tag": tag}
     if wants_controller(overlay):
-        values["controller"] = {"enabled": True}
+        values["controller"] = {"enabled": True, "delivery": overlay.controller_delivery}
     return values
 
 

@@ -21,6 +21,8 @@ kubernetes:
   release: null               # a release's tag (v0.1.0): the lab installs that release's chart and
                               # image (`make release-image` builds them from the tag) instead of this
                               # tree's; with installer helm, the path an upgrade then takes (helm upgrade)
+  controllerDelivery: labels  # ferry-controller's --delivery (with routeSync.policyPeers peerSlices):
+                              # labels (the shipped default) | subscription (each Node asks for its groups)
 ```
 ``kubernetes: {}`` (or ``ferry-lab up --kubernetes``) takes every default."""
 
@@ -32,8 +34,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from routesync.config import OVS_DAEMONS, OVS_FERRY, OVS_HOST
+from routesync.policy.peerslice import DELIVERIES, DELIVERY_LABELS
 
-KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni", "kubeProxy", "ovsDaemons", "installer", "release")
+KEYS = ("serviceCIDR", "apiPort", "imageTag", "joinLater", "cni", "kubeProxy", "ovsDaemons", "installer", "release",
+        "controllerDelivery")
 CNIS = ("ferry", "bridge")
 KUBE_PROXY_MODES = ("iptables", "nftables", "none")  # "none" last: lab.conformance takes the others
 INSTALLERS = ("kubectl", "helm")
@@ -55,6 +59,7 @@ class KubeSpec:
     ovs_daemons: str = OVS_HOST
     installer: str = "kubectl"
     release: str | None = None  # a release's tag: its chart and image, not this tree's
+    controller_delivery: str = DELIVERY_LABELS  # ferry-controller's --delivery (peerslice.DELIVERIES)
 
     @property
     def ferry_runs_ovs(self) -> bool:
@@ -70,7 +75,7 @@ class KubeSpec:
         return {"serviceCIDR": self.service_cidr or None, "apiPort": self.api_port, "imageTag": self.image_tag,
                 "joinLater": list(self.join_later), "cni": self.cni, "kubeProxy": self.kube_proxy,
                 "ovsDaemons": self.ovs_daemons, "installer": self.installer,
-                "release": self.release}
+                "release": self.release, "controllerDelivery": self.controller_delivery}
 
 
 def parse(value: Any) -> KubeSpec | None:
@@ -118,7 +123,13 @@ def parse(value: Any) -> KubeSpec | None:
             raise KubeSpecError(f"kubernetes.release {release}: only with installer helm (installer is {installer})")
         if tag is not None:
             raise KubeSpecError(f"kubernetes.release {release}: the release's image, not imageTag {tag}")
-    return KubeSpec(cidrs, port, tag, tuple(later), cni, proxy, ovs_daemons, installer, release)
+    delivery = value.get("controllerDelivery", DELIVERY_LABELS)
+    if delivery not in DELIVERIES:
+        raise KubeSpecError(f"kubernetes.controllerDelivery {delivery!r}: one of {', '.join(DELIVERIES)}")
+    if delivery != DELIVERY_LABELS and release is not None:
+        raise KubeSpecError(f"kubernetes.controllerDelivery {delivery}: this tree's controller, "
+                            f"not release {release}'s")
+    return KubeSpec(cidrs, port, tag, tuple(later), cni, proxy, ovs_daemons, installer, release, delivery)
 
 
 SERVICE_PREFIXES = {4: (12, 24), 6: (108, 120)}  # what the API server's allocator takes

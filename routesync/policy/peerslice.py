@@ -45,6 +45,8 @@ GROUP_LABEL = "ferry.io/group"  # value: group_name, to find one group's slices
 # watches these and its own label at once, so it reads either delivery, and none twice
 DELIVERY_LABEL = "ferry.io/delivery"
 DELIVERY_SUBSCRIPTION = "subscription"
+DELIVERY_LABELS = "labels"  # the slice labelled with each Node of its audience (NODE_LABEL_PREFIX)
+DELIVERIES = (DELIVERY_LABELS, DELIVERY_SUBSCRIPTION)  # ferry-controller's --delivery
 # a Node subscribed to ~53 groups at 1,000 Nodes / 29,000 Pods / 3,000 policies (bench_spans): one
 # selector of 100 names is ~1.8 KB of query string
 GROUPS_PER_SELECTOR = 100

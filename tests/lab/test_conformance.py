@@ -68,6 +68,20 @@ def test_topology_doc_is_what_ferry_lab_up_builds(m: plan.Mode, kube_proxy: str)
     assert rs.fastPath is m.fast_path
 
 
+def test_peer_slices_and_their_delivery_pass_through() -> None:
+    """``--policy-peers peerSlices --delivery subscription``: route-sync reads PeerSlices and
+    ferry-controller delivers them by subscription, on a lab of its own name; the delivery alone
+    (without PeerSlices) is a run the lab refuses, naming the key."""
+    vxlan = plan.mode("encap-vxlan")
+    names = {lab_name(vxlan, "iptables", peers, how) for peers in plan.POLICY_PEERS[1:] for how in plan.DELIVERIES}
+    assert len(names | {lab_name(vxlan, "iptables")}) == 1 + len(plan.DELIVERIES)
+    t = topo_mod.parse(plan.topology_doc(vxlan, "iptables", None, "peerSlices", "subscription"))
+    assert t.route_sync is not None and t.route_sync.policyPeers == "peerSlices"
+    assert t.kubernetes is not None and t.kubernetes.controller_delivery == "subscription"
+    why = refusal(vxlan, "iptables", None, "cluster", "subscription")
+    assert why is not None and "controllerDelivery" in why
+
+
 def test_family_passes_through() -> None:
     t = topo_mod.parse(plan.topology_doc(plan.mode("encap-vxlan"), "iptables", "4"))
     assert t.cluster_cidrs == ("10.244.0.0/16",)
@@ -598,7 +612,8 @@ class _FakeRun:
                        for i, s in enumerate(ALL_SPECS))
 
     @staticmethod
-    def refusal(m: plan.Mode, kube_proxy: str, family: str | None, policy_peers: str = "cluster") -> str | None:
+    def refusal(m: plan.Mode, kube_proxy: str, family: str | None, policy_peers: str = "cluster",
+                delivery: str = "labels") -> str | None:
         return None
 
 

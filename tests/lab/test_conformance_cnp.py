@@ -223,7 +223,8 @@ def test_list_prints_the_cnp_suite_and_its_modes(monkeypatch: pytest.MonkeyPatch
 
     class FakeRun:
         @staticmethod
-        def refusal(m: plan.Mode, kube_proxy: str, family: str | None, policy_peers: str = "cluster") -> str | None:
+        def refusal(m: plan.Mode, kube_proxy: str, family: str | None, policy_peers: str = "cluster",
+                    delivery: str = "labels") -> str | None:
             return None
 
     monkeypatch.setattr(cli, "run_mod", lambda: FakeRun)

@@ -34,7 +34,10 @@ def test_spec_defaults_and_errors() -> None:
                      ({"installer": "helm", "cni": "bridge"}, "installer"),
                      ({"release": "v0.1.0"}, "release v0.1.0: only with installer helm"),
                      ({"installer": "helm", "release": "0.1.0"}, "release '0.1.0': a release tag"),
-                     ({"installer": "helm", "release": "v0.1.0", "imageTag": "x"}, "not imageTag")):
+                     ({"installer": "helm", "release": "v0.1.0", "imageTag": "x"}, "not imageTag"),
+                     ({"controllerDelivery": "gossip"}, "controllerDelivery 'gossip': one of labels, subscription"),
+                     ({"installer": "helm", "release": "v0.1.0", "controllerDelivery": "subscription"},
+                      "controllerDelivery subscription: this tree's controller")):
         with pytest.raises(spec.KubeSpecError, match=key):
             spec.parse(bad)
 
@@ -50,6 +53,29 @@ def test_topology_checks_the_kubernetes_block() -> None:
     t = parsed(nodes=4, join_later=("node-4",))
     assert t.kubernetes is not None and t.kubernetes.join_later == ("node-4",)
     assert topo_mod.parse(topo_mod.to_doc(t)) == t
+    doc = topology({"trafficEncapMode": "encap"})
+    doc["kubernetes"]["controllerDelivery"] = "subscription"
+    with pytest.raises(topo_mod.TopologyError, match="controllerDelivery subscription: only with routeSync"):
+        topo_mod.parse(doc)
+    doc["routeSync"]["policyPeers"] = "peerSlices"
+    t = topo_mod.parse(doc)
+    assert t.kubernetes is not None and t.kubernetes.controller_delivery == "subscription"
+    assert topo_mod.parse(topo_mod.to_doc(t)) == t
+
+
+def test_controller_runs_with_the_topologys_delivery() -> None:
+    """ferry-controller's ``--delivery`` replaced, not appended twice; the rest of its command as shipped."""
+    shipped = next(d for d in manifests.load(manifests.CONTROLLER_MANIFEST) if d["kind"] == "Deployment")
+    shipped_cmd = shipped["spec"]["template"]["spec"]["containers"][0]["command"]
+    for how in ("labels", "subscription"):
+        overlay = manifests.Overlay("192.168.99.2", 6443, ("10.244.0.0/16",), {"policyPeers": "peerSlices"},
+                                    controller_delivery=how)
+        d = next(d for d in manifests.controller_docs(overlay) if d["kind"] == "Deployment")
+        cmd = d["spec"]["template"]["spec"]["containers"][0]["command"]
+        assert cmd.count("--delivery") == 1 and cmd[cmd.index("--delivery") + 1] == how
+        assert [a for a in cmd if a not in ("labels", "subscription")] == \
+            [a for a in shipped_cmd if a not in ("labels", "subscription")]
+    assert manifests.with_flag(["c", "--x", "1"], "--y", "2") == ["c", "--x", "1", "--y", "2"]
 
 
 def test_plan_wires_components_to_each_other(tmp_path: Path) -> None:

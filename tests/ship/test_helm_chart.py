@@ -212,7 +212,10 @@ def test_the_labs_overlay_as_values_renders_the_overlay_applied(helm_home: Path)
                                       api_override=False),
                     manifests.Overlay("192.168.99.2", 6443, ("10.244.0.0/16",),
                                       {"trafficEncapMode": "encap", "policyPeers": "peerSlices"},
-                                      "ferry-cni/ferry:rolled")):
+                                      "ferry-cni/ferry:rolled"),
+                    manifests.Overlay("192.168.99.2", 6443, ("10.244.0.0/16",),
+                                      {"trafficEncapMode": "encap", "policyPeers": "peerSlices"},
+                                      controller_delivery="subscription")):
         rendered = by_object(render(helm_home, values=manifests.helm_values(overlay)))
         applied = manifests.apply_overlay(manifests.load(str(MANIFEST)), overlay)
         if manifests.wants_controller(overlay):  # and ferry-controller, with the same image and API override
