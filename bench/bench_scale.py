@@ -65,11 +65,9 @@ from lab.kube import simulate as sim
 from lab.kube.cluster import Cluster, cgroup_pids
 from lab.kube.pods import api_name
 from lab.kube.services import NAMESPACE as NS
-from lab.kube.watchcount import Received, Watches
+from lab.kube.watchcount import Received, Watches, inputs_of
 from routesync.model import TRANSPORT_ANNOTATION
 from routesync.policy import relevance
-from routesync.policy.model import namespace_from, pod_from, policy_from
-from routesync.policy.plan import Inputs
 from routesync.policy.subscription import subscribed
 
 DESIGNS = ("peerSlices", "cluster")
@@ -151,35 +149,10 @@ def real_policies() -> list[dict[str, Any]]:
 
 # -- what a Node reads, from the API's objects --
 
-def inputs_of(api: Any) -> Inputs:
-    """Every Pod, Namespace and NetworkPolicy the API has, as the planners read them."""
-    from kubernetes import client
-
-    core, net = client.CoreV1Api(api), client.NetworkingV1Api(api)
-    raw = api.sanitize_for_serialization
-    pods = tuple(p for o in core.list_pod_for_all_namespaces().items if (p := pod_from(raw(o))) is not None)
-    nss = dict(namespace_from(raw(o)) for o in core.list_namespace().items)
-    pols = tuple(policy_from(raw(o)) for o in net.list_network_policy_for_all_namespaces().items)
-    return Inputs(pods, nss, pols)
-
-
 def reads_of(api: Any, nodes: Iterable[str]) -> dict[str, frozenset[str]]:
     """``relevance.reads`` of each Node, from every Pod, Namespace and NetworkPolicy the API has."""
     inputs = inputs_of(api)
     return {n: relevance.reads(n, inputs) for n in nodes}
-
-
-def controller_delivery(cluster: Any, how: str) -> None:
-    """ferry-controller rolled out again with ``--delivery how``, before anything is written."""
-    cp = cluster.kubectl("-n", "kube-system", "get", "deployment", "ferry-controller", "-o", "json")
-    command = list(json.loads(cp.stdout)["spec"]["template"]["spec"]["containers"][0]["command"])
-    i = command.index("--delivery")
-    command[i + 1] = how
-    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/command", "value": command}]
-    cluster.kubectl("-n", "kube-system", "patch", "deployment", "ferry-controller", "--type=json", "-p",
-                    json.dumps(patch))
-    cluster.kubectl("-n", "kube-system", "rollout", "status", "deployment", "ferry-controller", "--timeout=300s",
-                    timeout=320)
 
 
 # -- the processes --
@@ -396,7 +369,7 @@ def run_design(design: str, args: argparse.Namespace, cni_bin: str) -> dict[str,
     try:
         cluster = lab.kube()
         if design == SUBSCRIPTION:
-            controller_delivery(cluster, "subscription")
+            cluster.roll_controller_delivery("subscription")
         for n in REAL:
             lab.add_pod(n, "scalesrv")
             cluster.kubectl("label", "pod", "-n", NS, api_name(n, "scalesrv"), f"scale=srv-{n}", "--overwrite")

@@ -149,6 +149,8 @@ def in_lab(m: Mode, kube_proxy: str, opts: Options, log: Log, body: Body) -> jun
         return junit.ModeRun(m.name, kube_proxy, error=f"lab up failed: {e}", seconds=time.monotonic() - t0)
     try:
         r = body(lab, out)
+        if opts.policy_peers != "cluster":
+            keep_ferry_logs(lab, os.path.join(out, "ferry-logs"))
         return replace(r, mode=m.name, kube_proxy=kube_proxy, seconds=time.monotonic() - t0)
     except (LabError, OSError, subprocess.SubprocessError) as e:
         return junit.ModeRun(m.name, kube_proxy, error=str(e), seconds=time.monotonic() - t0)
@@ -158,6 +160,21 @@ def in_lab(m: Mode, kube_proxy: str, opts: Options, log: Log, body: Body) -> jun
                 f"ferry-lab down --name {name}")
         else:
             lab.down()
+
+
+def keep_ferry_logs(lab: Lab, out: str) -> None:
+    """The logs of ferry-controller's and route-sync's containers (each Pod's, ``kube-system``),
+    one file each in ``out``: with PeerSlices, what the controller wrote and what each Node asked
+    for (route-sync's "PeerSlices by subscription" lines) during the specs."""
+    os.makedirs(out, exist_ok=True)
+    cluster = lab.kube()
+    for app, container in (("ferry-controller", "controller"), ("ferry", "route-sync")):
+        cp = cluster.kubectl("get", "pods", "-n", "kube-system", "-l", f"app.kubernetes.io/name={app}", "-o",
+                             "jsonpath={.items[*].metadata.name}", check=False)
+        for pod in cp.stdout.split():
+            logs = cluster.kubectl("logs", "-n", "kube-system", pod, "-c", container, check=False, timeout=120)
+            with open(os.path.join(out, f"{pod}.log"), "w", encoding="utf-8") as f:
+                f.write(logs.stdout + logs.stderr)
 
 
 def run_mode(m: Mode, kube_proxy: str, opts: Options, archive: str, log: Log,

@@ -42,6 +42,7 @@ from lab.sh import LabError, ip_batch, running
 from routesync.policy.peerslice import DELIVERY_LABELS
 
 REPO = tools.REPO
+CONTROLLER = "ferry-controller"  # deploy/ferry-controller.yaml's Deployment
 CGROUP_FS = "/sys/fs/cgroup"
 DEBIAN_CNI_DIR = "/usr/lib/cni"
 Log = Callable[[str], None]
@@ -390,6 +391,18 @@ class Cluster:
         for p in proxy:  # kube-proxy: hostNetwork, needs no CNI; Ferry's route-sync reaches the API through it
             start(p, self.manifest)
         return started
+
+    def roll_controller_delivery(self, how: str, timeout: float = 300.0) -> None:
+        """ferry-controller rolled out again with ``--delivery how`` (peerslice.DELIVERIES), as an
+        operator changing it does; returns once the rollout is complete."""
+        cp = self.kubectl("-n", manifests.NAMESPACE, "get", "deployment", CONTROLLER, "-o", "json")
+        command = json.loads(cp.stdout)["spec"]["template"]["spec"]["containers"][0]["command"]
+        patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/command",
+                  "value": manifests.with_flag(command, "--delivery", how)}]
+        self.kubectl("-n", manifests.NAMESPACE, "patch", "deployment", CONTROLLER, "--type=json", "-p",
+                     json.dumps(patch))
+        self.kubectl("-n", manifests.NAMESPACE, "rollout", "status", "deployment", CONTROLLER,
+                     f"--timeout={int(timeout)}s", timeout=timeout + 20)
 
     def switch_kube_proxy(self, mode: str) -> None:
         """Every Node's kube-proxy in ``mode`` (iptables or nftables) from now on, as an operator

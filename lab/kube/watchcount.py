@@ -17,6 +17,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from routesync.policy import peerslice
+from routesync.policy.model import namespace_from, pod_from, policy_from
+from routesync.policy.plan import Inputs
+
+
+def inputs_of(api: Any) -> Inputs:
+    """Every Pod, Namespace and NetworkPolicy the API has, as the planners read them (what
+    :func:`routesync.policy.subscription.subscribed` and :func:`routesync.policy.relevance.reads`
+    take, to name the groups a Node asks for and the Pods it reads)."""
+    from kubernetes import client
+
+    core, net = client.CoreV1Api(api), client.NetworkingV1Api(api)
+    raw = api.sanitize_for_serialization
+    pods = tuple(p for o in core.list_pod_for_all_namespaces().items if (p := pod_from(raw(o))) is not None)
+    nss = dict(namespace_from(raw(o)) for o in core.list_namespace().items)
+    pols = tuple(policy_from(raw(o)) for o in net.list_network_policy_for_all_namespaces().items)
+    return Inputs(pods, nss, pols)
 
 
 @dataclass(frozen=True)
@@ -54,9 +70,11 @@ class Watches:
 
     def slices_of(self, node: str) -> None:
         """Record, under ``node``, the events of the PeerSlices labelled for it."""
-        self._selected(node, peerslice.node_selectors(node))
+        self.selected(node, peerslice.node_selectors(node))
 
-    def _selected(self, node: str, selectors: list[str]) -> None:
+    def selected(self, node: str, selectors: list[str]) -> None:
+        """Record, under ``node``, the events of the PeerSlices each of ``selectors`` selects (one
+        list and watch per selector, as route-sync's Reflectors)."""
         from kubernetes import client
 
         api: Any = client.CustomObjectsApi(self.api_client)
@@ -73,7 +91,7 @@ class Watches:
     def groups_of(self, node: str, groups: frozenset[str]) -> None:
         """Record, under ``node``, the events of the PeerSlices of ``groups`` (delivery by
         subscription: the selectors a Node's route-sync asks for them with)."""
-        self._selected(node, peerslice.group_selectors(groups))
+        self.selected(node, peerslice.group_selectors(groups))
 
     def every_pod(self, key: str = "every-pod") -> None:
         """Record, under ``key``, every Pod event of the cluster (today's design: each Node's)."""

@@ -27,6 +27,7 @@ either controller delivery is read, and none twice."""
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -173,6 +174,10 @@ class PolicySource:
             self._next_watch += 1
         if p.open or p.close:
             self.pods.set_extra([r for _g, r in self.group_watches.values()])
+            logging.getLogger(__name__).info(
+                "PeerSlices by subscription: %d groups asked for in %d watches (%d opened, %d closed)",
+                len(frozenset().union(*(g for g, _r in self.group_watches.values()))), len(self.group_watches),
+                len(p.open), len(p.close))
         if not self._planned:
             for _groups, gw in self.group_watches.values():
                 if not gw.synced.wait(timeout=SYNC_TIMEOUT):

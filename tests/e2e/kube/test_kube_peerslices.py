@@ -49,11 +49,12 @@ def lab(kube_module_lab_of) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
                                        "policyPeers": "peerSlices"}))
 
 
-def received(lab: Lab, node: str) -> set[str]:
+def received(lab: Lab, node: str, selectors: list[str] | None = None) -> set[str]:
     """The Pods (namespace/name) of the PeerSlices the API server hands ``node``'s watches: one list
-    per selector of :func:`peerslice.node_selectors`, as route-sync's Reflectors list them."""
+    per selector (default: :func:`peerslice.node_selectors`, delivery by labels), as route-sync's
+    Reflectors list them."""
     out: set[str] = set()
-    for selector in peerslice.node_selectors(node):
+    for selector in peerslice.node_selectors(node) if selectors is None else selectors:
         cp = lab.kube().kubectl("get", f"{peerslice.PLURAL}.{peerslice.GROUP}", "-l", selector, "-o", "json")
         for obj in json.loads(cp.stdout)["items"]:
             out.update(p.key for p in peerslice.from_object(obj).spec.pods)
@@ -141,16 +142,7 @@ def test_a_controller_failover_opens_no_window(lab: Lab) -> None:
 
 def delivery(lab: Lab, how: str) -> None:
     """ferry-controller rolled out again with ``--delivery how`` (what an operator changing it does)."""
-    cluster = lab.kube()
-    cp = cluster.kubectl("-n", "kube-system", "get", "deployment", LEASE, "-o", "json")
-    command = json.loads(cp.stdout)["spec"]["template"]["spec"]["containers"][0]["command"]
-    if "--delivery" in command:
-        i = command.index("--delivery")
-        command = command[:i] + command[i + 2:]
-    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/command",
-              "value": [*command, "--delivery", how]}]
-    cluster.kubectl("-n", "kube-system", "patch", "deployment", LEASE, "--type=json", "-p", json.dumps(patch))
-    cluster.kubectl("-n", "kube-system", "rollout", "status", "deployment", LEASE, "--timeout=180s", timeout=200)
+    lab.kube().roll_controller_delivery(how, timeout=180)
 
 
 def subscribed_slices(lab: Lab) -> list[dict]:  # type: ignore[type-arg]
@@ -211,8 +203,12 @@ def _pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p / 100 * len(s)))] if s else float("nan")
 
 
-def test_a_node_receives_no_event_for_pods_nothing_on_it_references(lab: Lab) -> None:
-    """The small scale case CI runs (issue 46): ``FERRY_SCALE_NODES`` simulated Nodes (default 100)
+@pytest.mark.parametrize("how", peerslice.DELIVERIES)
+def test_a_node_receives_no_event_for_pods_nothing_on_it_references(lab: Lab, how: str) -> None:
+    """The small scale case CI runs (issue 46), in each delivery of the slices (``how``: labelled
+    with their Nodes, or by subscription, each Node asking for the groups it reads, here the groups
+    :func:`routesync.policy.subscription.subscribed` names, as route-sync's own tells them:
+    ``test_subscription.py``, ``test_watch_peers.py``): ``FERRY_SCALE_NODES`` simulated Nodes (default 100)
     with ``FERRY_SCALE_PODS_PER_NODE`` Pods each (29, the most a simulated Node holds: 2,900 Pods)
     in the real API server (:mod:`lab.kube.simulate`); one policy isolates a real Pod on node-3 and admits the simulated
     Pods labelled ``ref=yes``, half of them.  Then churn: Pods created, deleted and relabelled,
@@ -230,7 +226,8 @@ def test_a_node_receives_no_event_for_pods_nothing_on_it_references(lab: Lab) ->
     from kubernetes import config as kconfig
 
     from lab.kube import simulate as sim
-    from lab.kube.watchcount import Watches
+    from lab.kube.watchcount import Watches, inputs_of
+    from routesync.policy.subscription import subscribed
 
     nodes = int(os.environ.get("FERRY_SCALE_NODES", "100"))
     per_node = int(os.environ.get("FERRY_SCALE_PODS_PER_NODE", "29"))
@@ -247,6 +244,15 @@ def test_a_node_receives_no_event_for_pods_nothing_on_it_references(lab: Lab) ->
     with sim.api_netns(cluster.plan.process("kube-apiserver").netns):
         api = kconfig.new_client_from_config(cluster.plan.admin_kubeconfig)
         s = sim.Simulator(api)
+
+        def selectors(node: str) -> list[str]:
+            """The PeerSlice selectors ``node``'s route-sync watches in this delivery."""
+            if how == peerslice.DELIVERY_LABELS:
+                return peerslice.node_selectors(node)
+            return peerslice.group_selectors(subscribed(node, inputs_of(api)))
+
+        if how != peerslice.DELIVERY_LABELS:
+            delivery(lab, how)
         try:
             t0 = time.monotonic()
             s.create_namespaces(namespaces)
@@ -254,10 +260,12 @@ def test_a_node_receives_no_event_for_pods_nothing_on_it_references(lab: Lab) ->
             s.create_pods(pods)
             print(f"{nodes} simulated Nodes, {len(pods)} Pods written in {time.monotonic() - t0:.1f} s")
             referenced = {f"{p.namespace}/{p.name}" for p in pods if p.labels["ref"] == "yes"}
-            until(lambda: referenced <= received(lab, "node-3"), "every ref=yes Pod in node-3's slices", 300, step=1)
+            watched = {n: selectors(n) for n in ("node-1", "node-2", "node-3")}  # its own Pods do not churn
+            until(lambda: referenced <= received(lab, "node-3", watched["node-3"]),
+                  "every ref=yes Pod in node-3's slices", 300, step=1)
             watches = Watches(api)
-            for n in ("node-1", "node-2", "node-3"):
-                watches.slices_of(n)
+            for n, sels in watched.items():
+                watches.selected(n, sels)
             watches.every_pod()
             rng = random.Random(46)
             ops: list[tuple[str, float, bool]] = []  # (the Pod's key, API write time, referenced)
@@ -300,7 +308,8 @@ def test_a_node_receives_no_event_for_pods_nothing_on_it_references(lab: Lab) ->
             unref_keys = {k for k, _t, r in ops if not r}
             lat = [min((e.at for e in got["node-3"] if k in e.changed), default=float("nan")) - t
                    for k, t, r in ops if r]
-            print(f"churn: {len(ops)} operations ({len(ref_keys) - 1} referenced by node-3's policy); events: "
+            print(f"delivery {how}: churn: {len(ops)} operations ({len(ref_keys) - 1} referenced by node-3's "
+                  "policy); events: "
                   f"node-1 {len(got['node-1'])}, node-2 {len(got['node-2'])}, node-3 {len(got['node-3'])} "
                   f"({sum(e.size for e in got['node-3'])} B); a watch of every Pod: {len(got['every-pod'])} "
                   f"events ({sum(e.size for e in got['every-pod'])} B) to each Node; API write -> node-3's slice "
@@ -320,3 +329,5 @@ def test_a_node_receives_no_event_for_pods_nothing_on_it_references(lab: Lab) ->
             assert not failures, "\n".join(failures)
         finally:
             s.delete_all()
+            if how != peerslice.DELIVERY_LABELS:
+                delivery(lab, peerslice.DELIVERY_LABELS)
