@@ -20,6 +20,7 @@ Pure planning (:func:`node_objects`, :func:`pod_objects`, :func:`pod_status`) an
 from __future__ import annotations
 
 import ipaddress
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -154,9 +155,19 @@ class Simulator:
         """Merge ``labels`` into the Pod's (None: remove the key)."""
         self.core.patch_namespaced_pod(pod.name, pod.namespace, {"metadata": {"labels": dict(labels)}})
 
-    def delete_all(self) -> None:
-        """Every simulated Pod, Node and Namespace (by :data:`SIM_LABEL`)."""
+    def delete_all(self, timeout: float = 300.0) -> None:
+        """Every simulated Pod, Node and Namespace (by :data:`SIM_LABEL`); returns once the
+        Namespaces are gone, so that the same names can be written again.  The Pods go first, at
+        once (no kubelet would confirm a graceful deletion: the namespace controller would wait
+        for the Pod garbage collector)."""
         sel = f"{SIM_LABEL}=yes"
         for ns in self.core.list_namespace(label_selector=sel).items:
-            self.core.delete_namespace(ns.metadata.name)
+            if ns.metadata.deletion_timestamp is None:
+                self.core.delete_collection_namespaced_pod(ns.metadata.name, grace_period_seconds=0)
+                self.core.delete_namespace(ns.metadata.name)
         self.core.delete_collection_node(label_selector=sel)
+        deadline = time.monotonic() + timeout
+        while left := [ns.metadata.name for ns in self.core.list_namespace(label_selector=sel).items]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"simulated Namespaces not gone after {timeout:.0f} s: {', '.join(left)}")
+            time.sleep(0.5)  # polling the API server for a condition; nothing is timed

@@ -232,8 +232,8 @@ def test_a_node_receives_no_event_for_pods_nothing_on_it_references(lab: Lab, ho
     nodes = int(os.environ.get("FERRY_SCALE_NODES", "100"))
     per_node = int(os.environ.get("FERRY_SCALE_PODS_PER_NODE", "29"))
     cluster = lab.kube()
-    srv = lab.add_pod("node-3", "scalesrv")
-    cluster.kubectl("label", "pod", "-n", NS, api_name("node-3", "scalesrv"), "scale=srv", "--overwrite")
+    srv = lab.add_pod("node-3", f"scale-{how[:3]}")  # one per delivery: the module's lab keeps its Pods
+    cluster.kubectl("label", "pod", "-n", NS, api_name("node-3", srv.name), "scale=srv", "--overwrite")
     namespaces = [f"sim-{i}" for i in range(10)]
     pods = sim.pod_objects(nodes, per_node, namespaces,
                            lambda i: {"ref": "yes" if i % 2 else "no", "app": f"a{i % 7}", "v": "0"})
