@@ -53,5 +53,6 @@ def main(kubeconfig: str | None, lease_namespace: str, lease_name: str, identity
     client = api_client(kubeconfig)
     me = identity or f"{socket.gethostname()}-{os.getpid()}"
     by_subscription = delivery == DELIVERY_SUBSCRIPTION
+    logging.getLogger("controller").info("%s: delivery %s, at most %d Pods a slice", me, delivery, max_pods)
     sys.exit(elect(client, lease_namespace, lease_name, me,
                    lambda leading: lead(client, leading, max_pods=max_pods, by_subscription=by_subscription)))
