@@ -362,14 +362,14 @@ def run_design(design: str, args: argparse.Namespace, cni_bin: str) -> dict[str,
 
     topo = kube_topology("ferry")
     topo["routeSync"] = {**topo["routeSync"], "policyPeers": "peerSlices" if design == SUBSCRIPTION else design}
+    if design == SUBSCRIPTION:  # the controller starts with --delivery subscription (no rollout after)
+        topo["kubernetes"] = {**topo["kubernetes"], "controllerDelivery": "subscription"}
     rng = random.Random(args.seed)
     t0 = time.monotonic()
     lab = Lab.up(topo, name=f"bsc{os.getpid() % 1000}{design[0]}{len(design)}", cni_bin=cni_bin)
     result: dict[str, Any] = {"design": design, "cluster_up_s": round(time.monotonic() - t0, 1)}
     try:
         cluster = lab.kube()
-        if design == SUBSCRIPTION:
-            cluster.roll_controller_delivery("subscription")
         for n in REAL:
             lab.add_pod(n, "scalesrv")
             cluster.kubectl("label", "pod", "-n", NS, api_name(n, "scalesrv"), f"scale=srv-{n}", "--overwrite")
