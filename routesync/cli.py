@@ -85,7 +85,7 @@ def run(config_path: str, verbose: bool, metrics_port: int, metrics_host: str) -
         if cfg.denied_log.enabled:
             listener = _denied_listener(cfg, observer)
     daemon = Daemon(cfg, source, appliers, observer=observer, bgp=speaker, policy=policy,
-                    remote_sources=None if listener is None else listener.denied.set_remote)
+                    remote_sources=None if listener is None else listener.denied.set_remote, settle_heap=True)
 
     def _stop(signum: int, _frame: Any) -> None:
         logging.getLogger(__name__).info("signal %d: stopping", signum)

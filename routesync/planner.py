@@ -32,7 +32,7 @@ import bisect
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain, compress
+from itertools import chain, compress
 from operator import attrgetter, is_not
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +81,7 @@ from .model import (
     UplinkSpec,
 )
 from .peerflows import FastPort, node_flows, peer_flows
+from .recordlist import changed_places, common_ends
 
 if TYPE_CHECKING:
     from cni.pipeline.modes import Mode, Path
@@ -332,10 +333,10 @@ class PeerMemo:
     fixed: frozenset[str] = frozenset()  # the cluster set's part that is no peer's (this context's)
     peer_list: list[NodeRecord] | None = None  # the last call's peers, as given
     disagreeing: int = 0  # results with MAC disagreements
-    # the last plan's plans, flows, state-file rows and their texts, and where each peer's part
-    # starts in them (plans/rows/texts, flows; None: not known since they were joined)
+    # the last plan's plans, flows, state-file rows and their texts, and how long each peer's
+    # part is in them (plans/rows/texts, flows), in ``order``
     lists: tuple[list[PeerPlan], list[Flow], list[nodestate.Peer], list[str]] | None = None
-    offsets: tuple[list[int], list[int]] | None = None
+    lengths: tuple[list[int], list[int]] | None = None
     cluster_tuple: tuple[str, ...] | None = None  # the cluster set the last plan handed out
     head: tuple[Any, list[Flow]] | None = None  # the base and Node flows, and what they were made of
     local_in: NodeRecord | None = None  # this Node's record among them, if it was
@@ -346,7 +347,7 @@ class PeerMemo:
             self.records, self.keys, self.by_name, self.order = {}, {}, {}, []
             self.routes, self.neighbors, self.counts, self.cluster = set(), set(), {}, {}
             self.cluster_sorted, self.fixed, self.peer_list, self.disagreeing = [], frozenset(), None, 0
-            self.lists, self.offsets, self.cluster_tuple = None, None, None
+            self.lists, self.lengths, self.cluster_tuple = None, None, None
         return self.results
 
 
@@ -542,20 +543,48 @@ _PLANS, _FLOWS, _DISAGREEMENTS = attrgetter("plans"), attrgetter("flows"), attrg
 _ROWS, _TEXTS, _NAME = attrgetter("rows"), attrgetter("texts"), attrgetter("name")
 
 
+# the most records in the two middles that :func:`_records` compares by name (past that, the whole
+# list is)
+MIDDLE_MOST = 64
+
+
+def _same(a: NodeRecord, b: NodeRecord) -> bool:
+    return a is b or a == b
+
+
 def _records(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord]
              ) -> tuple[dict[str, NodeRecord], NodeRecord | None, list[str], set[str]]:
     """The peers' records by name (this Node's own, when among them, apart), the peers whose
-    record is another object than the memo's and those gone.  The source's list in the last
+    record differs from the memo's and those gone.  The source's list in the last
     call's order (the usual case: the same records, one or two replaced in place) is compared
-    object by object with that one; anything else by name."""
+    with that one by halves (``recordlist.changed_places``), a list with Nodes added or gone by
+    the middle the two do not share (``recordlist.common_ends``); anything else by name."""
     prev = memo.peer_list
     if prev is not None and memo.records and len(prev) == len(peers):
-        at = list(compress(range(len(peers)), map(is_not, peers, prev)))
+        at = changed_places(peers, prev)
         if all(peers[i].name == prev[i].name != local.name for i in at):
             current = memo.records  # the memo's own: updated in place
             for i in at:
                 current[peers[i].name] = peers[i]
             return current, memo.local_in, [peers[i].name for i in at], set()
+    elif prev is not None and memo.records and len(memo.records) + (memo.local_in is not None) == len(prev):
+        # Nodes came or went, and the last list had no name twice: what differs is the middle
+        # between the ends the lists share (a Node added or gone: itself)
+        front, back = common_ends(peers, prev)
+        now, was = peers[front:len(peers) - back], prev[front:len(prev) - back]
+        if len(now) + len(was) <= MIDDLE_MOST:
+            now_names = {r.name: r for r in now}
+            was_names = {r.name for r in was}
+            current = memo.records
+            if (len(now_names) == len(now) and local.name not in now_names and local.name not in was_names
+                    and all(n in was_names or n not in current for n in now_names)):
+                gone = was_names - now_names.keys()
+                changed = [n for n, r in now_names.items() if n not in current or not _same(r, current[n])]
+                for n in gone:
+                    del current[n]
+                for n in changed:
+                    current[n] = now_names[n]
+                return current, memo.local_in, changed, gone
     current = dict(zip(map(_NAME, peers), peers))
     local_in = current.pop(local.name, None)
     last = memo.records
@@ -578,7 +607,7 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
         fixed |= {str(ipaddress.ip_network(c, strict=False)) for c in local_in.pod_cidrs}
     memo.use((config, tuple(networks), tunnel_ofport, facts.gateway_mac, fast, fast_port, route_mtu, local.name,
               pod_cidrs, frozenset(fixed)))
-    if not memo.records:  # a fresh context: every peer is planned
+    if not memo.order:  # a fresh context (or none planned before): every peer is planned
         memo.fixed, memo.cluster_sorted = frozenset(fixed), sorted(fixed)
         changed, gone = list(current), set()
     last = memo.records
@@ -598,13 +627,14 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
     routes, neighbors = set(memo.routes), set(memo.neighbors)  # the last plan's stay as they were (copies of
     # sets keep their elements' hashes: C work, no HostRoute.__hash__)
     counts, cluster, in_order, order = memo.counts, memo.cluster, memo.cluster_sorted, memo.order
-    replaced: list[tuple[str, PeerResult, PeerResult]] = []  # (peer, was, is): still there, re-planned
-    reordered = False  # a peer came or went: the lists' places moved
     came: list[str] = []  # CIDRs into the cluster set, and out of it
     left: list[str] = []
     plans_in: list[PeerPlan] = []  # the moved peers' plans now, and before
     plans_out: list[PeerPlan] = []
     plans_since = memo.lists[0] if memo.lists is not None else None
+    # a few peers moved: their parts are spliced into copies of the last lists where they are
+    # (C copies and slices); many, or a fresh context: the lists are joined again from every result
+    splice = _Splice(memo) if moved and len(moved) <= SPLICE_MOST and memo.lists is not None else None
     for n in sorted(moved):
         old = memo.by_name.pop(n, None)
         if old is not None:
@@ -626,8 +656,10 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
         peer = current.get(n)
         if peer is None:
             if old is not None:
-                del order[bisect.bisect_left(order, n)]
-                reordered = True
+                at = bisect.bisect_left(order, n)
+                del order[at]
+                if splice is not None:
+                    splice.put(at, old, None)
             continue
         if n in aside:
             peer = replace(peer, pod_cidrs=tuple(c for c in peer.pod_cidrs
@@ -645,16 +677,17 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
             if cluster[c] == 1 and c not in memo.fixed:
                 bisect.insort(in_order, c)
                 came.append(c)
+        at = bisect.bisect_left(order, n)
         if old is None:
-            bisect.insort(order, n)
-            reordered = True
-        else:
-            replaced.append((n, old, res))
+            order.insert(at, n)
+        if splice is not None:
+            splice.put(at, old, res)
         plans_in += res.plans
     memo.records, memo.aside, memo.routes, memo.neighbors = current, aside, routes, neighbors
     memo.peer_list, memo.local_in = list(peers), local_in
-    lists = _spliced(memo, replaced) if moved and not reordered else None
-    if lists is None:
+    if splice is not None:
+        lists = splice.lists
+    else:
         lists = _joined(memo) if moved or memo.lists is None else memo.lists
     memo.lists = lists
     plans, flows, rows, texts = lists
@@ -682,37 +715,47 @@ _Lists = tuple[list[PeerPlan], list[Flow], list[nodestate.Peer], list[str]]
 
 def _joined(memo: PeerMemo) -> _Lists:
     """The peers' plans, flows, state-file rows and their texts, in peer order, joined from the
-    results (C work over every peer)."""
+    results (C work over every peer), and each peer's part's lengths."""
     results = list(map(memo.by_name.__getitem__, memo.order))
-    memo.offsets = None
+    memo.lengths = (list(map(len, map(_PLANS, results))), list(map(len, map(_FLOWS, results))))
     return (list(chain.from_iterable(map(_PLANS, results))), list(chain.from_iterable(map(_FLOWS, results))),
             list(chain.from_iterable(map(_ROWS, results))), list(chain.from_iterable(map(_TEXTS, results))))
 
 
-def _spliced(memo: PeerMemo, replaced: list[tuple[str, PeerResult, PeerResult]]) -> _Lists | None:
-    """The last plan's lists with the re-planned peers' parts put in their places, when each is
-    as long as the part it replaces (a peer's address, Pod CIDR or MAC changed); None: join them
-    again.  The lists handed out before are copies of what is spliced here (a copy of a list is
-    a memory copy, not a pass over its items)."""
-    if memo.lists is None or any(len(a.plans) != len(b.plans) or len(a.flows) != len(b.flows)
-                                 for _, a, b in replaced):
-        return None
-    order, by_name = memo.order, memo.by_name
-    if memo.offsets is None:  # where each peer's part starts (prefix sums: C work, once after a join)
-        results = list(map(by_name.__getitem__, order))
-        memo.offsets = ([0, *accumulate(map(len, map(_PLANS, results)))],
-                        [0, *accumulate(map(len, map(_FLOWS, results)))])
-    at_plan, at_flow = memo.offsets
-    plans, flows, rows, texts = (list(memo.lists[0]), list(memo.lists[1]), list(memo.lists[2]),
-                                 list(memo.lists[3]))
-    for name, _, res in replaced:
-        i = bisect.bisect_left(order, name)
-        p, f = at_plan[i], at_flow[i]
-        plans[p:p + len(res.plans)] = res.plans
-        rows[p:p + len(res.rows)] = res.rows
-        texts[p:p + len(res.texts)] = res.texts
-        flows[f:f + len(res.flows)] = res.flows
-    return plans, flows, rows, texts
+# most peers moved in one call whose parts are spliced (each splice sums the lengths before it:
+# past this many, joining the lists again from every result costs less)
+SPLICE_MOST = 64
+
+
+class _Splice:
+    """Copies of the last plan's lists (a list copy is a memory copy, not a pass over its items)
+    into which the moved peers' parts are put, in ``memo.order``'s places, as the caller edits
+    that order: a peer's part replaced (its address, Pod CIDR or MAC changed), taken out (gone)
+    or put in (came).  The memo's lengths follow."""
+
+    def __init__(self, memo: PeerMemo) -> None:
+        assert memo.lists is not None and memo.lengths is not None
+        self.lists: _Lists = (list(memo.lists[0]), list(memo.lists[1]), list(memo.lists[2]), list(memo.lists[3]))
+        self.plan_lengths, self.flow_lengths = memo.lengths
+
+    def put(self, at: int, was: PeerResult | None, now: PeerResult | None) -> None:
+        """The part of the peer at ``at`` in the order (as the caller has it now: with a peer that
+        came already in it, with one gone already out of it) from ``was`` to ``now``."""
+        p, f = sum(self.plan_lengths[:at]), sum(self.flow_lengths[:at])
+        plans, flows, rows, texts = self.lists
+        np_, nf = (len(was.plans), len(was.flows)) if was is not None else (0, 0)
+        plans[p:p + np_] = now.plans if now is not None else ()
+        rows[p:p + np_] = now.rows if now is not None else ()
+        texts[p:p + np_] = now.texts if now is not None else ()
+        flows[f:f + nf] = now.flows if now is not None else ()
+        if was is None:
+            assert now is not None
+            self.plan_lengths.insert(at, len(now.plans))
+            self.flow_lengths.insert(at, len(now.flows))
+        elif now is None:
+            del self.plan_lengths[at], self.flow_lengths[at]
+        else:
+            self.plan_lengths[at], self.flow_lengths[at] = len(now.plans), len(now.flows)
 
 
 def node_state(config: Config, local: NodeRecord, desired: DesiredState, facts: LocalFacts,

@@ -16,8 +16,11 @@ class SourceError(Exception):
 class NodeSource(abc.ABC):
     @abc.abstractmethod
     def list(self) -> list[NodeRecord]:
-        """Every Node the source currently knows, this Node included; raises SourceError when
-        it has not synced yet."""
+        """Every Node the source currently knows, this Node included, each name once (a
+        Kubernetes object's name; a registry file's, which its record must carry); raises
+        SourceError when it has not synced yet.  A list whose records are mostly the very
+        objects of the last one (an unchanged Node's record handed over again) lets route-sync
+        find what changed without a pass over every Node (``routesync.recordlist``)."""
 
     @abc.abstractmethod
     def wait_for_change(self, timeout: float) -> bool:

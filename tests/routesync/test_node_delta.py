@@ -19,10 +19,10 @@ from cni.pipeline.tables import Flow
 from routesync.apply.nft import Collapsed, _collapse, cluster_sets, inet_sets
 from routesync.apply.ovs import _group
 from routesync.config import Config, from_dict
-from routesync.daemon import own_and_peers
 from routesync.flowdelta import tail_changes
 from routesync.model import MAC_ANNOTATION, DesiredState, LocalFacts, NextHop, NodeRecord
 from routesync.planner import PeerMemo, node_state, plan
+from routesync.recordlist import own_and_peers
 from routesync.statefile import Encoder
 
 FACTS = LocalFacts(gateway_ofport=2, gateway_mac="02:00:00:00:01:01", tunnel_ofport=3, uplink_name="eth0",
@@ -147,6 +147,9 @@ def replay(seed: int, extra: dict[str, Any], steps: int) -> int:
         peers: Sequence[NodeRecord] = list(nodes.values())  # a record replaced in place, a new one last
         if rnd.random() < 0.3:
             peers = rnd.sample(peers, len(peers))  # the source's order is no order
+        if rnd.random() < 0.1:  # this Node's own record among them
+            peers = list(peers)
+            peers.insert(rnd.randrange(len(peers) + 1), LOCAL)
         where = f"seed {seed}, step {step}: {what}"
         full = plan(cfg, LOCAL, peers, FACTS, HOPS)
         inc = plan(cfg, LOCAL, peers, FACTS, HOPS, memo=memo)
