@@ -426,13 +426,18 @@ def run_design(design: str, args: argparse.Namespace, cni_bin: str) -> dict[str,
             t_churn = time.monotonic()
             churn.start()
             result["latency"] = measure_latencies(lab, s, mon, args, t1, spare_ips[:args.samples], args.samples)
+            log(f"{design}: API write -> node-3's flow: {json.dumps(result['latency'])}")  # kept if a later step fails
             while time.monotonic() < t_churn + args.churn_seconds:
                 time.sleep(0.5)  # the churn runs its course; nothing is measured by this wait
             churn.stop()
             window = time.monotonic() - t_churn
             after = {k: cpu_rss(pid) for k, pid in procs.items()}
-            result["burst_pod_added"] = burst_latency(s, churn, mon, args, t1, spare_ips[args.samples:], args.samples,
-                                                      args.burst)
+            # the bursts' Pods: the spare addresses the latency Pods did not take, then theirs (each
+            # of those Pods was deleted, and its flows seen gone, before)
+            result["burst_pod_added"] = burst_latency(s, churn, mon, args, t1,
+                                                      spare_ips[args.samples:] + spare_ips[:args.samples],
+                                                      args.samples, args.burst)
+            log(f"{design}: bursts of {args.burst}: {json.dumps(result['burst_pod_added'])}")
             watches.stop()
             if watches.errors:
                 raise RuntimeError(f"a watch broke, its counts are short: {watches.errors}")
@@ -481,15 +486,17 @@ def main(argv: list[str] | None = None) -> int:
         args.nodes, args.pods, args.policies, args.churn_seconds, args.samples = 100, 2900, 300, 20.0, 5
     if -(-args.pods // args.nodes) > sim.PODS_PER_NODE:
         ap.error(f"--pods {args.pods} over --nodes {args.nodes}: at most {sim.PODS_PER_NODE} Pods a simulated Node")
+    if args.samples > sim.PODS_PER_NODE - 1:  # the latency and burst Pods: one Node's block, one taken to catch up
+        ap.error(f"--samples {args.samples}: at most {sim.PODS_PER_NODE - 1} (the addresses of one simulated Node)")
     cni_bin = ensure_cni_bin(os.path.abspath(args.cni_bin or os.path.join("build", "cni-bin")))
     results = {"nodes": args.nodes, "pods": args.pods, "policies": args.policies, "rate": args.rate,
                "burst": args.burst, "designs": {}}
     for design in args.designs.split(","):
         results["designs"][design] = run_design(design, args, cni_bin)
         print(json.dumps(results["designs"][design], indent=1))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        if args.json:  # after each design: a later one's failure keeps what was measured
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
     return 0
 
 
