@@ -193,7 +193,10 @@ def change(have: WgDeviceState | None, want: WgDevice, kick: Sequence[str] = ())
     (public keys) that must send a keepalive now, changed or not.  A new private key, or a new
     device (a killed userspace implementation made again), kicks every peer: its sessions ended,
     and a peer that still sends on them would only notice after WireGuard's 15 s without an
-    answer; a handshake made at once tells it."""
+    answer; a handshake made at once tells it.  A peer that gets its Pods' allowed IPs now (new
+    on the device, or staged without them) is kicked too: when this Node read a peer's key
+    switch late, the peer's own handshake at its instant found no entry here and is retried only
+    after WireGuard's 5 s (REKEY_TIMEOUT), a blackout that this Node's handshake ends at once."""
     peers: list[PeerChange] = []
     kicked = set(kick)
     if have is None or have.private_key != want.private_key:
@@ -204,6 +207,7 @@ def change(have: WgDeviceState | None, want: WgDevice, kick: Sequence[str] = ())
                                                p.public_key in kicked) for p in want.peers))
     present = {p.public_key: p for p in have.peers}
     wanted = {p.public_key: p for p in want.peers}
+    kicked |= {k for k, p in wanted.items() if p.allowed_ips and (k not in present or not present[k].allowed_ips)}
     for k in sorted(set(present) - set(wanted)):
         peers.append(PeerChange(k, remove=True))
     for k, p in sorted(wanted.items()):

@@ -3,6 +3,8 @@ two Nodes across each event, and what the devices hold after it.
 
 * ``rotate-key`` on the responder's Node, then on the pinger's: at most one packet lost each, a TCP
   stream that never stalls 1 s, and every peer's device holding the new key;
+* a Node that reads a peer's key switch late (its route-sync stopped across the instant) starts
+  the handshake with the new key itself (an initiation from it on the wire);
 * route-sync SIGKILLed and started again: the device and its sessions stay (0 lost, the same
   wireguard-go);
 * wireguard-go SIGKILLed: route-sync makes the device again and configures it (the gap measured);
@@ -22,6 +24,8 @@ import yaml
 
 from lab import layout, sh
 from lab.api import Lab
+from lab.topology import node_addresses
+from lab.wirecapture import WireCapture
 from routesync.wireguard import keys
 from routesync.wireguard.model import NEXT_KEY_ANNOTATION, PUBLIC_KEY_ANNOTATION, PeerChange, WgChange
 from routesync.wireguard.uapi import Uapi
@@ -142,6 +146,47 @@ def test_key_rotation_loses_only_what_was_in_flight_and_every_device_follows(lab
         stream.stop()
     print(f"\nrotation: 10 ms ping (lost, gap s) {figures}; TCP stream's longest stall {stall:.3f} s")
     assert stall < 1.0
+
+
+def test_a_node_that_reads_a_switch_late_makes_the_handshake_itself(lab: Lab) -> None:
+    """node-1's route-sync is stopped (SIGSTOP) while node-2 rotates its key: node-2's handshake at
+    its instant, to a key node-1's device does not know yet, is dropped there, and WireGuard
+    would try it again only 5 s later.  Once node-1 reads the switch (SIGCONT), its device takes
+    node-2's new key with its Pods' addresses and kicks it: node-1 sends the handshake
+    initiation itself, seen on the wire, and the two have a session."""
+    old = published_keys(lab)["node-2"]
+    pid = lab.route_sync_pid("node-1")
+    assert pid is not None
+    me, them = (node_addresses(lab.topology, lab.node(n).spec)[0] for n in ("node-1", "node-2"))
+    with WireCapture(lab) as cap:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            cp = subprocess.run(["ip", "netns", "exec", lab.node("node-2").netns, *_route_sync(), "rotate-key",
+                                 "--config", lab.node("node-2").paths.route_sync_config], capture_output=True,
+                                text=True, check=False)
+            assert cp.returncode == 0, cp.stderr
+            until(lambda: published_keys(lab)["node-2"] != old and NEXT_KEY_ANNOTATION not in
+                  (record(lab, "node-2").get("annotations") or {}), "node-2's switched key published")
+            new = published_keys(lab)["node-2"]
+            assert new not in {p.public_key for p in device(lab, "node-1").read(WG).peers}  # not read yet
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        t_read = time.monotonic()
+
+        def session() -> bool:
+            return any(p.public_key == new and p.allowed_ips and p.last_handshake
+                       for p in device(lab, "node-1").read(WG).peers)
+
+        until(session, "node-1's device: node-2's new key, with a session")
+        took = time.monotonic() - t_read
+        cap.settle()
+        captured = cap.stop()
+    initiations = [pk for pkts in captured.values() for pk in pkts for layer in pk.layers
+                   if layer.depth == 0 and layer.wireguard == "handshake-initiation"
+                   and (layer.src, layer.dst) == (me, them)]
+    print(f"\nnode-1 read node-2's switch late: a session with its new key {took:.3f} s after; "
+          f"{len(initiations)} initiations from node-1 on the wire")
+    assert initiations, "node-1 did not start the handshake with node-2's new key itself"
 
 
 def test_route_sync_killed_leaves_the_device_and_its_sessions(lab: Lab) -> None:

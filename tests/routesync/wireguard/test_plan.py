@@ -80,6 +80,26 @@ def test_a_peers_rotation_is_staged_then_switched_at_its_instant() -> None:
     ch = wgplan.change(state_of(before.device), after.device)
     assert [(c.public_key, c.remove, c.allowed_ips) for c in ch.peers] == [
         (PUB["node-2"], True, ()), (PUB["next-2"], False, ("10.244.2.0/24", "fd00:10:244:2::/64"))]
+    # the new key's entry, given the Pods now, makes a handshake at once (its own at the instant
+    # may have come before this Node knew the key)
+    assert [c.kick for c in ch.peers] == [False, True]
+
+
+def test_a_switch_read_late_kicks_the_new_key_and_an_unchanged_peer_is_not_kicked() -> None:
+    announced = node2(**{NEXT_KEY_ANNOTATION: PUB["next-2"], SWITCH_AT_ANNOTATION: "102.500"})
+    before = run([node2()], now=101.0)  # the announcement not read before the instant
+    late = run([announced], now=103.0)
+    ch = wgplan.change(state_of(before.device), late.device)
+    assert [(c.public_key, c.remove, c.kick) for c in ch.peers] == [(PUB["node-2"], True, False),
+                                                                   (PUB["next-2"], False, True)]
+    # staged without allowed IPs: no handshake to a key its Node does not hold yet
+    staged = run([announced], now=101.0)
+    ch = wgplan.change(state_of(before.device), staged.device)
+    assert [(c.public_key, c.kick) for c in ch.peers] == [(PUB["next-2"], False)]
+    # an endpoint that moved: set again, not kicked
+    moved = run([peer("node-2", ("192.168.77.99",), ("10.244.2.0/24",), **{PUBLIC_KEY_ANNOTATION: PUB["node-2"]})])
+    ch = wgplan.change(state_of(before.device), moved.device)
+    assert [(c.public_key, c.kick) for c in ch.peers] == [(PUB["node-2"], False)]
 
 
 def test_this_nodes_rotation_is_published_then_switched_and_kicks_every_peer() -> None:
