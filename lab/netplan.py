@@ -29,6 +29,13 @@ NO_IPV6 = ("net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ip
 # No duplicate address detection anywhere in the lab: a tentative link-local address would
 # drop the first IPv6 neighbour exchanges right after `up` (addresses are unique by plan).
 NO_DAD = ("net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
+# sigs.k8s.io/network-policy-api v0.3.0's conformance suite runs hostNetwork servers on the fixed
+# ports 34345-34352 (its HostNetworkPortRangeStart default and 8 ports; the test binary has no flag
+# for them), inside the ephemeral range: a kubelet's, route-sync's or containerd's outgoing
+# connection that happened to take one of them first kept the server from binding (EADDRINUSE), and
+# the suite saw REFUSED where a policy allowed (CI, CNPBaselineTierEgressNodePeers).  A Node's
+# kernel hands none of them out; ip_local_reserved_ports is per network namespace.
+SUITE_HOST_PORTS = ("net.ipv4.ip_local_reserved_ports=34345-34352",)
 FORWARDING = ("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1",
               "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
 
@@ -97,8 +104,9 @@ def plan(lab: str, topo: Topology) -> NetPlan:
     if tagged:
         for ns in segs.values():
             sysctls[ns] = NO_DAD + NO_IPV6
-    for ns in (router, *nodes.values()):
-        sysctls[ns] = NO_DAD + FORWARDING
+    sysctls[router] = NO_DAD + FORWARDING
+    for ns in nodes.values():
+        sysctls[ns] = NO_DAD + FORWARDING + SUITE_HOST_PORTS
     # The segment's switch ports towards Nodes and the router compute checksums, like real NICs:
     # a veth otherwise hands on CHECKSUM_PARTIAL packets (the external host's or router's TCP),
     # and a netdev OVS that reads a moved uplink with AF_PACKET never fills them in, so the

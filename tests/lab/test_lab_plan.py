@@ -77,6 +77,9 @@ def test_underlay_plan_never_touches_the_root_namespace() -> None:
     assert any("peer name eth0 mtu 1500 netns tlp-node-3" in c for c in creates)
     assert "route add ::/0 via fd00:88::1" in plan.stages[1]["tlp-node-3"]
     assert "net.ipv6.conf.all.forwarding=1" in plan.sysctls["tlp-router"]
+    # the Nodes' kernels hand out none of the policy conformance suite's fixed hostNetwork ports
+    assert "net.ipv4.ip_local_reserved_ports=34345-34352" in plan.sysctls["tlp-node-3"]
+    assert not any("reserved_ports" in s for s in plan.sysctls["tlp-router"])
     assert not any(line.startswith("route add 10.244") for line in plan.stages[1]["tlp-router"])
 
 
