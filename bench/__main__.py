@@ -13,7 +13,9 @@ planner on a simulated 10,000-Pod cluster, and 1,000 policies' flows on a real b
 incremental policy planner beside the full one, at 10,000 Pods / 1,000 policies and 150,000 /
 10,000 over 5,000 Nodes, RSS at 30,000 / 3,000, the differential test's replay of 1,000,000
 events, and the ClusterNetworkPolicy tiers' incremental planner beside their full one at 10,000
-Pods / 40 policies), ``spans`` (bench_spans: the index a controller would publish each Node's
+Pods / 40 policies), ``policy-pass`` (bench_policy_pass: route-sync's NetworkPolicy pass per Pod
+event at 30,000 Pods / 3,000 policies, the host judge applied by element beside written whole),
+``spans`` (bench_spans: the index a controller would publish each Node's
 remote Pods by, issue 46, event by event beside the full ``relevance.spans``, at 30,000 Pods /
 3,000 policies over 1,000 Nodes, and the (Pod, Node) pairs the spans hold against every Pod on
 every Node; for both ``policyPeers``: egress judged at the destination too, or at its source
@@ -48,11 +50,11 @@ from collections.abc import Sequence
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "policy-replay", "spans",
-         "realize", "scale", "system")
+ORDER = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "policy-replay", "policy-pass",
+         "spans", "realize", "scale", "system")
 TIMEOUT_S = {"startup": 600, "cni": 1800, "ipam": 1800, "routesync": 3600, "dataplane": 1800, "services": 1800,
-             "policy": 3600, "policy-replay": 14400, "spans": 3600, "realize": 3600, "scale": 10800,
-             "system": 600}
+             "policy": 3600, "policy-replay": 14400, "policy-pass": 3600, "spans": 3600, "realize": 3600,
+             "scale": 10800, "system": 600}
 
 
 def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
@@ -72,6 +74,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
             "policy-replay": ["bench.bench_policy_replay", "--scale", "2000:200:20:18", "--pod-events", "300",
                               "--policy-events", "30", "--rss", "3000:300:30:27", "--diff-events", "2000",
                               "--tiers", "2000:20:20:18"],
+            "policy-pass": ["bench.bench_policy_pass", "--scale", "3000:300:30:100", "--events", "40"],
             "spans": ["bench.bench_spans", "--quick"],
             "system": ["bench.bench_system", "--n", "5"],
         }
@@ -85,6 +88,7 @@ def commands(quick: bool, cni_bin: str | None) -> dict[str, list[str]]:
         "services": ["bench.bench_services", "--seconds", "10", "--reps", "3", *cb],
         "policy": ["bench.bench_policy", "--runs", "3", "--seconds", "10", "--reps", "3", *cb],
         "policy-replay": ["bench.bench_policy_replay", "--diff-events", "1000000"],
+        "policy-pass": ["bench.bench_policy_pass", "--events", "200"],
         "spans": ["bench.bench_spans"],
         "realize": ["bench.bench_policy_realize", *cb],
         "scale": ["bench.bench_scale", *cb],

@@ -31,6 +31,7 @@ from typing import Any
 
 from bench.util import ab_by_side, ab_order, table
 from routesync.apply.nft import NftApplier
+from routesync.nftbody import NftBody
 from routesync.policy import hostjudge as hj
 from routesync.policy import plan as pp
 from routesync.policy.model import Pod, policy_from
@@ -117,7 +118,7 @@ def listening(ns: str, port: int, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def judge_body(rules: int) -> str:
+def judge_body(rules: int) -> NftBody:
     """The judge for the client allowed to both backends, among ``rules`` policies and 100 other
     isolated Pods of the Node."""
     pods = [Pod("a", "cli", "n1", (("app", "cli"),), ("10.244.1.5",))]
@@ -133,7 +134,7 @@ def judge_body(rules: int) -> str:
                                              {"ipBlock": {"cidr": "192.168.77.2/32"}}],
                                       "ports": [{"port": 5201}]}]}})
     plan = pp.plan(pp.Inputs(tuple(pods), {"a": ()}, tuple(policy_from(d) for d in pols)), pp.NodeFacts("n1"))
-    return hj.render(hj.judge(plan, "ferry-gw0", ["10.244.1.1/24", "192.168.77.1/24"], ["10.96.0.0/16"]))
+    return hj.render_body(hj.judge(plan, "ferry-gw0", ["10.244.1.1/24", "192.168.77.1/24"], ["10.96.0.0/16"]))
 
 
 def iperf(target: str, seconds: float) -> float:

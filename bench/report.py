@@ -684,6 +684,16 @@ def _section_spans(d: dict[str, Any]) -> str:
     return "\n\n".join(out)
 
 
+def _section_policy_pass(d: dict[str, Any]) -> str:
+    rows = [[side, _f((d.get(side) or {}).get("cpu_p50_ms"), 1), _f((d.get(side) or {}).get("cpu_p99_ms"), 1),
+             _f((d.get(side) or {}).get("judge_write_p50_ms"), 1), _f((d.get(side) or {}).get("judge_write_p99_ms"), 1)]
+            for side in ("element", "whole")]
+    return (f"{d.get('pods', 0):,} Pods, {d.get('policies', 0):,} policies, {d.get('local_pods', 0)} local; "
+            f"{d.get('events', 0)} Pod events; the judge {d.get('judge_bytes', 0):,} bytes; whole / element at p50: "
+            f"{_f(d.get('whole_over_element_p50'), 1)}x; tables equal after the run: {d.get('tables_equal')}.\n\n"
+            + _md_table(["judge applied", "CPU p50 ms", "CPU p99 ms", "its write p50 ms", "its write p99 ms"], rows))
+
+
 SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
     "startup": ("Start-up: VERSION and error path vs Go bridge", _section_startup),
     "cni": ("CNI ADD/DEL: Ferry (launcher, frozen) vs ovs-cni and bridge + host-local", _section_cni),
@@ -695,6 +705,8 @@ SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
                  _section_services),
     "policy": ("NetworkPolicy: the planner at 10,000 Pods / 1,000 policies, and the data plane under them",
                _section_policy),
+    "policy-pass": ("route-sync's NetworkPolicy pass per Pod event: the host judge by element vs written whole",
+                    _section_policy_pass),
     "spans": ("A Node receives what concerns it: the spans index per event vs relevance.spans", _section_spans),
     "system": ("The plugin's system layer: netlink, OVSDB, OpenFlow vs pyroute2, ovsdbapp, ovs-vsctl", _section_system),
 }

@@ -15,6 +15,7 @@ from cni.pipeline.tables import Flow
 if TYPE_CHECKING:
     from cni.node import nodestate
     from cni.pipeline.modes import Path, TunnelType
+    from routesync.nftbody import NftBody
     from routesync.wireguard.model import WgSpec
 
 MAC_ANNOTATION = "ferry.io/mac-address"
@@ -149,8 +150,8 @@ class DesiredState:
     neighbors: set[Neighbor] = field(default_factory=set)
     nft: NftPlan = field(default_factory=NftPlan)
     # NetworkPolicy on: the body of the host's judge table (routesync.policy.hostjudge), what
-    # kube-proxy's NAT takes past OVS; None: policy off (no such table)
-    policy_nft: str | None = None
+    # kube-proxy's NAT takes past OVS, as sets and chains; None: policy off (no such table)
+    policy_nft: NftBody | None = None
     forwarding: bool = True
     # macSource both: peers whose annotation and neighbour entry disagree (the annotation wins)
     mac_disagreements: list[MacDisagreement] = field(default_factory=list)

@@ -37,9 +37,14 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import chain
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from cni.kernel.netlink import NetlinkError
 from routesync.model import NftPlan
+from routesync.nftbody import NftBody, element_changes
+
+if TYPE_CHECKING:
+    from .nftelements import SetElements
 
 LOG = logging.getLogger(__name__)
 
@@ -314,10 +319,11 @@ def _fingerprint(body: str) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def _wrap(family: str, table: str, body: str) -> str:
-    """Atomic replace of one table, with its fingerprint comment."""
+def _wrap(family: str, table: str, body: str, fingerprint: str | None = None) -> str:
+    """Atomic replace of one table, with its fingerprint comment (``fingerprint``: the body's
+    own, when it has one: ``routesync.nftbody.NftBody.fingerprint``)."""
     return (f"table {family} {table} {{}}\ndelete table {family} {table}\n"
-            f"table {family} {table} {{\n\tcomment \"ferry:{_fingerprint(body)}\"\n{body}}}\n")
+            f"table {family} {table} {{\n\tcomment \"ferry:{fingerprint or _fingerprint(body)}\"\n{body}}}\n")
 
 
 def cluster_sets(plan: NftPlan) -> dict[int, Collapsed]:
@@ -425,9 +431,13 @@ class NftDiff:
 class NftApplier:
     """nft in the current namespace, or in ``netns`` (via ``ip netns exec``)."""
 
-    def __init__(self, netns: str | None = None, table: str = "ferry", native: bool = True) -> None:
+    def __init__(self, netns: str | None = None, table: str = "ferry", native: bool = True,
+                 policy_by_element: bool = True) -> None:
         self.netns = netns
         self.table = table
+        # False: the policy judge is written whole whenever it changed (what bench_policy_pass
+        # compares the element updates with)
+        self.policy_by_element = policy_by_element
         self._lib: LibNft | None = None
         if native:
             try:
@@ -443,6 +453,8 @@ class NftApplier:
         self._inet_plan: tuple[NftPlan, str, dict[str, tuple[int, list[str]]]] | None = None
         self._pending: tuple[tuple[str, str], Future[tuple[int, str, str]]] | None = None  # deferred removals
         self._clusters: dict[int, Collapsed] | None = None  # the cluster sets of _inet_plan's plan
+        self._policy: NftBody | None = None  # the judge's body this applier last wrote or changed to
+        self._elements_socket: SetElements | None = None  # its element updates' (opened on first use)
 
     def _argv(self, *args: str) -> list[str]:
         prefix = ["ip", "netns", "exec", self.netns] if self.netns else []
@@ -454,6 +466,9 @@ class NftApplier:
 
     def close(self) -> None:
         self._settle()
+        if self._elements_socket is not None:
+            self._elements_socket.close()
+            self._elements_socket = None
         lib, self._lib = self._lib, None
         if lib is not None:
             lib.close()
@@ -483,13 +498,13 @@ class NftApplier:
                 return line.split(":", 1)[1].rstrip('"')
         return None
 
-    def _write(self, family: str, table: str, body: str, verify: bool = True) -> bool:
+    def _write(self, family: str, table: str, body: str, verify: bool = True, want: str | None = None) -> bool:
         """Write unless the table already holds this rendering: its fingerprint read back from
         nft when ``verify`` (the comment; or, when it is still the comment of a table whose
         elements this applier changed since, what it changed them to), else as this applier
-        last wrote it (no ``nft list``)."""
+        last wrote it (no ``nft list``).  ``want``: the body's fingerprint when it has its own."""
         key = (family, table)
-        want = _fingerprint(body)
+        want = want or _fingerprint(body)
         if verify:
             have = self.fingerprint(family, table)
             if key in self._deltas and self._deltas[key] == have:
@@ -503,7 +518,7 @@ class NftApplier:
             return False
         self._known.pop(key, None)  # unknown until nft succeeded
         self._deltas.pop(key, None)
-        self._nft("-f", "-", stdin=_wrap(family, table, body))
+        self._nft("-f", "-", stdin=_wrap(family, table, body, want))
         self._known[key] = want
         return True
 
@@ -624,16 +639,54 @@ class NftApplier:
             return self._write("netdev", UPLINK_TABLE, render_uplink(device), verify), False
         return False, self._delete("netdev", UPLINK_TABLE, verify)
 
-    def sync_policy(self, body: str | None, verify: bool = True) -> bool:
+    def sync_policy(self, body: NftBody | None, verify: bool = True) -> bool:
         """The host's NetworkPolicy judge (``table inet ferry_policy``, its body from
-        :func:`routesync.policy.hostjudge.render`), or none (policy off).  Written whole and
-        atomically, and only when its fingerprint differs; True when written or deleted."""
+        :func:`routesync.policy.hostjudge.render_body`), or none (policy off); True when written,
+        changed or deleted.  Written whole and atomically when its fingerprint differs, except
+        without ``verify`` (a pass between full ones) when the table holds the body this
+        applier last gave it and that one has the same chains and sets: then the sets' elements
+        that moved are deleted and added, in one transaction (a Pod event at 30,000 Pods: a few
+        elements, where the table is megabytes of them)."""
+        key = ("inet", POLICY_TABLE)
+        last, self._policy = self._policy, None
         if body is None:
             return self._delete("inet", POLICY_TABLE, verify)
-        written = self._write("inet", POLICY_TABLE, body, verify)
+        if (self.policy_by_element and not verify and last is not None and last.fingerprint != body.fingerprint
+                and self._known.get(key) == last.fingerprint and last.shape == body.shape):
+            self._settle()
+            if self._policy_elements(key, last, body):
+                self._policy = body
+                return True
+        written = self._write("inet", POLICY_TABLE, body.text, verify, want=body.fingerprint)
+        self._policy = body
         if written:
             LOG.info("nftables: the host's policy judge written")
         return written
+
+    def _policy_elements(self, key: tuple[str, str], last: NftBody, body: NftBody) -> bool:
+        """The judge's sets from ``last`` to ``body`` by element, in one transaction over
+        netlink (:mod:`.nftelements`: libnftables would first read every element of the table);
+        False when the kernel refused (the caller writes the table whole: a failed transaction
+        left it as it was)."""
+        changes = element_changes(last, body)
+        comment = self._deltas.get(key, self._known.get(key))
+        self._known.pop(key, None)
+        self._deltas.pop(key, None)
+        try:
+            if self._elements_socket is None:
+                from .nftelements import SetElements
+
+                self._elements_socket = SetElements(self.netns)
+            self._elements_socket.apply(*key, changes)
+        except (OSError, ValueError) as e:
+            LOG.info("nftables: the policy judge's element update refused (%s); it is written whole", e)
+            if self._elements_socket is not None and not isinstance(e, NetlinkError):
+                self._elements_socket.close()  # a broken socket (a timeout): a new one next time
+                self._elements_socket = None
+            return False
+        self._deltas[key] = comment
+        self._known[key] = body.fingerprint
+        return True
 
     def delete(self) -> None:
         self._delete("inet", self.table)

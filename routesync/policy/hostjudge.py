@@ -34,9 +34,12 @@ same chain, where only an ``ipBlock`` covering that address lets it on: OVS pass
 connection to the Service CIDRs to the host unjudged, so the host must not route it onwards
 unjudged either.
 
-Rendered as the body of ``table inet ferry_policy`` (``routesync.apply.nft.POLICY_TABLE``),
-written whole and atomically by :class:`routesync.apply.nft.NftApplier` (its fingerprint makes
-an unchanged judge cost no write)."""
+Rendered as the body of ``table inet ferry_policy`` (``routesync.apply.nft.POLICY_TABLE``), as
+sets and chains (``routesync.nftbody.NftBody``), which :class:`routesync.apply.nft.NftApplier`
+writes whole and atomically when its chains or sets' declarations moved, and changes by set
+element when only elements did (a Pod event: an address into or out of a few rules' sets, where
+the whole body is megabytes at 30,000 Pods); its fingerprint makes an unchanged judge cost no
+write."""
 
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from ..nftbody import NftBody, NftSet
 from .cnp.model import ACCEPT, ADMIN, BASELINE, DENY, PASS
 from .cnp.plan import TierHostRule, TierPlan
 from .deniedlog import EGRESS, INGRESS
@@ -87,35 +91,37 @@ def _order(addr: str) -> tuple[int, int]:
     return a.version, int(a)
 
 
-def _version(text: str) -> int:
-    return 6 if ":" in text else 4
-
-
 def _sort_key(t: str) -> tuple[int, str]:
     return int(ipaddress.ip_network(t, strict=False).network_address), t
 
 
+# a rule's Pods and peers as rendered (held: the memo's keys are their identities) and its sets and lines
+_Kept = tuple[Sequence[str], Sequence[str] | None, tuple[tuple[NftSet, ...], list[str]]]
+
+
 class RenderMemo:
     """What a :func:`render` keeps for the next one (route-sync renders again whenever the plan
-    moved): each rule's sets and lines by its inputs, so a rule whose Pods, peers and ports did
-    not move is not sorted and written again; each address's sort key (parsing an address is
-    most of sorting thousands).  Only the rules of the last render are kept."""
+    moved): each rule's sets and lines by its inputs (its Pods' and peers' tuples by identity),
+    so a rule whose Pods, peers and ports did not move is not sorted and written again; each
+    address's sort key (parsing an address is most of sorting thousands).  Only the rules of the
+    last render are kept."""
 
     def __init__(self) -> None:
-        self.rules: dict[tuple[object, ...], tuple[str, list[str]]] = {}
+        self.rules: dict[tuple[object, ...], _Kept] = {}
         self.keys: dict[str, tuple[int, str]] = {}
 
 
 def _elements(items: Iterable[str], version: int, memo: RenderMemo | None = None) -> list[str]:
-    chosen = {i for i in items if _version(i) == version}
+    # the family test inline (a call per address was a third of a changed rule's render)
+    chosen = {i for i in items if ":" in i} if version == 6 else {i for i in items if ":" not in i}
     if memo is None:
         return sorted(chosen, key=_sort_key)
     keys = memo.keys
     if len(keys) > 1_000_000:
         keys.clear()
-    for t in chosen:
-        if t not in keys:
-            keys[t] = _sort_key(t)
+    missing = chosen.difference(keys)
+    for t in missing:
+        keys[t] = _sort_key(t)
     return sorted(chosen, key=keys.__getitem__)
 
 
@@ -125,7 +131,7 @@ def _disjoint(elements: list[str]) -> list[str]:
     block inside it -- a ClusterNetworkPolicy rule's ``networks: [0.0.0.0/0]`` beside its
     ``nodes`` peer, an ipBlock beside a selector's Pods -- collapse into the block, which matches
     the same.  Addresses alone never overlap (they are a set), so they pass untouched."""
-    if not any("/" in e for e in elements):
+    if "/" not in "".join(elements):
         return elements
     nets = [ipaddress.ip_network(e, strict=False) for e in elements]  # one family: _elements' choice
     v4 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv4Network))
@@ -133,10 +139,8 @@ def _disjoint(elements: list[str]) -> list[str]:
     return [block_text(n) for n in v4] + [block_text(n) for n in v6]
 
 
-def _set(name: str, kind: str, elements: Sequence[str], interval: bool = True) -> str:
-    flags = " flags interval;" if interval else ""
-    elems = f" elements = {{ {', '.join(elements)} }}" if elements else ""
-    return f"\tset {name} {{ type {kind};{flags}{elems} }}\n"
+def _set(name: str, kind: str, elements: Sequence[str], interval: bool = True) -> NftSet:
+    return NftSet(name, kind, interval, tuple(elements))
 
 
 def _ports(ports: tuple[tuple[str, int | None, int | None], ...] | None) -> list[str]:
@@ -163,48 +167,62 @@ def _ports(ports: tuple[tuple[str, int | None, int | None], ...] | None) -> list
 
 
 def render(j: HostJudge, memo: RenderMemo | None = None) -> str:
-    """The body of ``table inet ferry_policy`` (inside its braces); ``memo``: what the last
-    render with it kept (the same text, sooner)."""
+    """The body of ``table inet ferry_policy`` (inside its braces) as text; ``memo``: what the
+    last render with it kept (the same text, sooner)."""
+    return render_body(j, memo).text
+
+
+def render_body(j: HostJudge, memo: RenderMemo | None = None) -> NftBody:
+    """The body of ``table inet ferry_policy`` as sets and chains (``routesync.nftbody``: a body
+    whose sets alone moved is applied by element); ``memo``: what the last render with it kept,
+    whose unchanged rules' sets come back as the very objects of the last body."""
     if memo is None:
         return _body(j, _rule)
-    used: dict[tuple[object, ...], tuple[str, list[str]]] = {}
+    used: dict[tuple[object, ...], _Kept] = {}
 
     def rule(name: str, direction: str, applied: Sequence[str], peers: Sequence[str] | None,
              ports: tuple[tuple[str, int | None, int | None], ...] | None, verdict: str, comment: str
-             ) -> tuple[str, list[str]]:
-        args = (name, direction, applied, peers, ports, verdict, comment)
-        hit = used.get(args) or memo.rules.get(args)
-        if hit is None:
-            hit = _rule(name, direction, applied, peers, ports, verdict, comment, memo)
-        used[args] = hit
-        return hit
+             ) -> tuple[tuple[NftSet, ...], list[str]]:
+        # by the identity of its Pods' and peers' tuples (the planners hand an unchanged rule's
+        # over as the same objects, kept alive by the memo): hashing them would cost every
+        # rule's every address on each render
+        ident = (name, direction, id(applied), id(peers), ports, verdict, comment)
+        hit = used.get(ident) or memo.rules.get(ident)
+        if hit is None or hit[0] is not applied or hit[1] is not peers:
+            hit = (applied, peers, _rule(name, direction, applied, peers, ports, verdict, comment, memo))
+        used[ident] = hit
+        return hit[2]
 
     body = _body(j, rule)
     memo.rules = used
     return body
 
 
-def _body(j: HostJudge, rule: Callable[..., tuple[str, list[str]]]) -> str:
-    body = ""
-
+def _body(j: HostJudge, rule: Callable[..., tuple[tuple[NftSet, ...], list[str]]]) -> NftBody:
+    sets: list[NftSet] = []
     for v, _ip, kind in FAMILIES:
-        body += _set(f"egress{v}", kind, _elements(j.egress_isolated, v), interval=False)
-        body += _set(f"ingress{v}", kind, _elements(j.ingress_isolated, v), interval=False)
-        body += _set(f"node{v}", kind, _elements(j.node_addresses, v), interval=False)
+        sets.append(_set(f"egress{v}", kind, _elements(j.egress_isolated, v), interval=False))
+        sets.append(_set(f"ingress{v}", kind, _elements(j.ingress_isolated, v), interval=False))
+        sets.append(_set(f"node{v}", kind, _elements(j.node_addresses, v), interval=False))
         selfs = [f"{a} . {a}" for a in _elements(j.ingress_isolated, v)]
-        body += _set(f"self{v}", f"{kind} . {kind}", selfs, interval=False)
-        body += _set(f"services{v}", kind, _elements(j.service_cidrs, v))
+        sets.append(_set(f"self{v}", f"{kind} . {kind}", selfs, interval=False))
+        sets.append(_set(f"services{v}", kind, _elements(j.service_cidrs, v)))
     chains: dict[str, list[str]] = defaultdict(list)
     for r in j.rules:
-        sets, lines = rule(f"r{r.conj_id}", r.direction, r.applied, r.peers, r.ports, "accept", f"rule {r.conj_id}")
-        body += sets
+        mine, lines = rule(f"r{r.conj_id}", r.direction, r.applied, r.peers, r.ports, "accept", f"rule {r.conj_id}")
+        sets += mine
         chains[r.direction] += lines
     for t in j.tier_rules:
         verdict = _TIER_VERDICTS[(t.tier == ADMIN, t.action)].format(direction=t.direction)
-        sets, lines = rule(f"t{t.conj_id}", t.direction, t.applied, t.peers, t.ports, verdict,
-                            f"{t.tier} rule {t.conj_id}")
-        body += sets
+        mine, lines = rule(f"t{t.conj_id}", t.direction, t.applied, t.peers, t.ports, verdict,
+                           f"{t.tier} rule {t.conj_id}")
+        sets += mine
         chains[f"{t.tier}-{t.direction}"] += lines
+    return NftBody(tuple(sets), _chains(j, chains))
+
+
+def _chains(j: HostJudge, chains: dict[str, list[str]]) -> str:
+    body = ""
     gw = _quoted(j.gateway)
     undnated = "".join(f"\t\tct state new {ip} daddr @services{v} jump egress\n" for v, ip, _k in FAMILIES)
     body += ("\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n"
@@ -258,18 +276,19 @@ _TIER_VERDICTS = {(True, ACCEPT): "accept", (True, DENY): "counter drop", (True,
 
 def _rule(name: str, direction: str, applied: Sequence[str], peers: Sequence[str] | None,
           ports: tuple[tuple[str, int | None, int | None], ...] | None, verdict: str, comment: str,
-          memo: RenderMemo | None = None) -> tuple[str, list[str]]:
+          memo: RenderMemo | None = None) -> tuple[tuple[NftSet, ...], list[str]]:
     """A conjunction as nft: its sets (the Pods it applies to, its peers; per family) and one
     line per family and protocol that ends in ``verdict``."""
-    sets, lines = "", []
+    sets: list[NftSet] = []
+    lines: list[str] = []
     for v, ip, kind in FAMILIES:
         mine = _elements(applied, v, memo)
         theirs = None if peers is None else _disjoint(_elements(peers, v, memo))
         if not mine or theirs is not None and not theirs:
             continue  # nothing of this family
-        sets += _set(f"{name}a{v}", kind, mine)
+        sets.append(_set(f"{name}a{v}", kind, mine))
         if theirs is not None:
-            sets += _set(f"{name}p{v}", kind, theirs)
+            sets.append(_set(f"{name}p{v}", kind, theirs))
         if direction == EGRESS:
             head = f"{ip} saddr @{name}a{v} "
             peer = "" if theirs is None else f"{ip} daddr @{name}p{v} "
@@ -278,7 +297,7 @@ def _rule(name: str, direction: str, applied: Sequence[str], peers: Sequence[str
             peer = "" if theirs is None else f"ct original {ip} saddr @{name}p{v} "
         for port in _ports(ports):
             lines.append(f"\t\t{head}{peer}{port}{verdict} comment \"{comment}\"\n")
-    return sets, lines
+    return tuple(sets), lines
 
 
 def _quoted(name: str) -> str:

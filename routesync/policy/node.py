@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from ..config import Config
     from ..model import DesiredState, LocalFacts, NodeRecord
+    from ..nftbody import NftBody
     from .cnp.model import ClusterPolicy, NodeInfo
     from .hostjudge import RenderMemo
     from .model import Pod
@@ -117,7 +118,7 @@ class PolicyStep:
     step's: the OVS applier writes those without grouping the rest)."""
 
     plan: policy_plan.Plan
-    nft: str
+    nft: NftBody
     changed_flows: int
     tiers: TierPlan = field(default_factory=TierPlan)
     tracked: TrackedFlows | None = None
@@ -174,7 +175,7 @@ class PolicyNode:
         self._gen: tuple[int, int, int] | None = None
         self._version = -1
         # (plan, tiers, addresses, body) of the host's judge last rendered
-        self._judged: tuple[policy_plan.Plan, TierPlan, tuple[object, ...], str] | None = None
+        self._judged: tuple[policy_plan.Plan, TierPlan, tuple[object, ...], NftBody] | None = None
         self._judge_memo: RenderMemo | None = None  # what the last render keeps for the next
         self.denied_log = DeniedLog()
         self._next_denied_log = 0.0
@@ -406,7 +407,7 @@ class PolicyNode:
             log.warning("policy report not written: %s", e)
 
     def _host_judge(self, plan: policy_plan.Plan, tiers: TierPlan, local: LocalFacts,
-                    services: tuple[str, ...]) -> str:
+                    services: tuple[str, ...]) -> NftBody:
         """The host's judge of what kube-proxy's NAT takes past OVS (:mod:`.hostjudge`), rendered
         again only when a plan, the Node's addresses or the Service CIDRs moved."""
         key = (local.node_addresses, services)
@@ -417,7 +418,7 @@ class PolicyNode:
             judge = hostjudge.judge(plan, GATEWAY_PORT, local.node_addresses, services, tiers)
             if self._judge_memo is None:
                 self._judge_memo = hostjudge.RenderMemo()
-            j = self._judged = (plan, tiers, key, hostjudge.render(judge, self._judge_memo))
+            j = self._judged = (plan, tiers, key, hostjudge.render_body(judge, self._judge_memo))
         return j[3]
 
     def tick(self) -> Need:

@@ -19,8 +19,8 @@ import pytest
 from bench import report
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "policy-replay", "spans",
-            "system")
+SECTIONS = ("startup", "cni", "ipam", "routesync", "dataplane", "services", "policy", "policy-replay",
+            "policy-pass", "spans", "system")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -77,6 +77,8 @@ def test_quick_bench_writes_every_section_goal_and_plot(tmp_path: Path) -> None:
     replay = data["policy-replay"]  # the incremental planner's replay, held to the full one
     assert [s["equal_to_full_plan_after_replay"] for s in replay["scales"]] == [True]
     assert replay["differential"]["ok"] and replay["differential"]["events"] >= 2000
+    judged = data["policy-pass"]  # both sides fed the same events: their judges list the same
+    assert judged["tables_equal"] and judged["events"] == 40 and judged["element"]["cpu_p50_ms"] > 0
     spans = data["spans"]  # the spans index's replay, held to relevance.spans; every event kind measured
     assert spans["equal_after_replay"] and spans["pods"] == 2000
     assert set(spans["runs"]) == {"cluster", "peerSlices"}  # both policyPeers, on the same cluster

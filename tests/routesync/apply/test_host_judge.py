@@ -8,6 +8,7 @@ judge; here each verdict is read off the judge's own drop counter and the server
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from contextlib import ExitStack, contextmanager
 import pytest
 
 from routesync.apply.nft import POLICY_TABLE, NftApplier
+from routesync.nftbody import NftBody
 from routesync.policy import hostjudge as hj
 from routesync.policy import plan as pp
 from routesync.policy.model import Pod, policy_from
@@ -175,7 +177,7 @@ def nft(lab: Names) -> Iterator[NftApplier]:
 def judge_with(nft: NftApplier, *policies: dict) -> None:
     j = hj.judge(plan(*policies), "ferry-gw0", ["10.244.1.1/24", "192.168.77.1/24", "fd00:77::1/64"],
                  ["10.96.0.0/16", "fd00:96::/112"])
-    nft.sync_policy(hj.render(j))
+    nft.sync_policy(hj.render_body(j))
 
 
 def test_egress_is_judged_on_the_destination_kube_proxy_chose(lab: Names, nft: NftApplier) -> None:
@@ -224,7 +226,7 @@ def test_nodeport_ingress_is_judged_by_the_original_client(lab: Names, nft: NftA
 
 def test_the_table_is_written_once_and_removed_with_policy_off(lab: Names, nft: NftApplier) -> None:
     node = lab[0]
-    j = hj.render(hj.judge(plan(DENY_EGRESS), "ferry-gw0", ["192.168.77.1/24"]))
+    j = hj.render_body(hj.judge(plan(DENY_EGRESS), "ferry-gw0", ["192.168.77.1/24"]))
     assert nft.sync_policy(j) and not nft.sync_policy(j)
     ns_sh(node, "nft", "delete", "table", "inet", POLICY_TABLE)
     assert nft.sync_policy(j)  # deleted by hand: back
@@ -242,7 +244,7 @@ def judge_tiers(nft: NftApplier, policies: tuple[dict, ...], tiers: tuple[dict, 
                 tp.Facts("n1"))
     j = hj.judge(plan(*policies), "ferry-gw0", ["10.244.1.1/24", "192.168.77.1/24", "fd00:77::1/64"],
                  ["10.96.0.0/16", "fd00:96::/112"], t)
-    nft.sync_policy(hj.render(j))
+    nft.sync_policy(hj.render_body(j))
 
 
 NAMESPACES = {"a": (("kubernetes.io/metadata.name", "a"),), "b": (("kubernetes.io/metadata.name", "b"),)}
@@ -295,3 +297,49 @@ def test_the_tiers_judge_what_kube_proxy_takes_past_ovs(lab: Names, nft: NftAppl
         assert denied(node, "ingress_baseline", free, "192.168.77.1", 30080)
         judge_tiers(nft, (), ())
         assert connects(free, "192.168.77.1", 30080) and connects(cli, "10.96.0.1", 443)
+
+
+def api_to(cidr: str) -> dict:
+    return pol("api", "cli", ["Egress"], egress=[{"to": [{"ipBlock": {"cidr": cidr}}], "ports": [{"port": 6443}]}])
+
+
+def listing(node: str) -> str:
+    """The judge as nft lists it, without its counters' values and its fingerprint comment."""
+    text = ns_sh(node, "nft", "list", "table", "inet", POLICY_TABLE)
+    text = re.sub(r"counter packets \d+ bytes \d+", "counter", text)
+    return "\n".join(ln for ln in text.splitlines() if 'comment "ferry:' not in ln)
+
+
+def test_a_peer_that_comes_and_goes_changes_the_judge_by_element(lab: Names, nft: NftApplier) -> None:
+    """Between full passes a judge whose sets alone moved is changed by element: the drop
+    counter keeps counting (a table written again starts at 0), each verdict follows the new
+    elements (an address, then a block over it, then another address: intervals that overlap
+    are swapped in one transaction), the table lists as the same body written whole would, and
+    the next full pass finds nothing to write."""
+    node, cli, _srv, _free, ext = lab
+
+    def body(cidr: str) -> NftBody:
+        return hj.render_body(hj.judge(plan(DENY_EGRESS, api_to(cidr)), "ferry-gw0",
+                                       ["10.244.1.1/24", "192.168.77.1/24", "fd00:77::1/64"],
+                                       ["10.96.0.0/16", "fd00:96::/112"]))
+
+    with servers(ext, ("::", 6443)):
+        assert nft.sync_policy(body("192.168.77.3/32"))  # a full pass: written whole
+        assert denied(node, "egress", cli, "10.96.0.1", 443)
+        counted = drops(node, "egress")
+        for cidr in ("192.168.77.2/32", "192.168.77.0/24"):
+            assert nft.sync_policy(body(cidr), verify=False)
+            assert connects(cli, "10.96.0.1", 443)  # the API server's address is a peer now
+            assert drops(node, "egress") == counted  # the same table: its counter kept
+        assert nft.sync_policy(body("192.168.77.4/32"), verify=False)
+        assert denied(node, "egress", cli, "10.96.0.1", 443)
+        assert drops(node, "egress") > counted
+        changed = listing(node)
+        assert not nft.sync_policy(body("192.168.77.4/32"))  # a full pass: what the elements made
+        fresh = NftApplier(netns=node)  # knows nothing of the element changes: writes it whole
+        try:
+            assert fresh.sync_policy(body("192.168.77.4/32"))
+        finally:
+            fresh.close()
+        assert listing(node) == changed
+        assert drops(node, "egress") == 0
