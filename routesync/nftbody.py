@@ -6,7 +6,8 @@ The host's NetworkPolicy judge (``routesync.policy.hostjudge``) renders one; its
 peer address of every rule, megabytes at 30,000 Pods, while a Pod event moves one address in a few
 of them.  ``routesync.apply.nft.NftApplier.sync_policy`` writes :attr:`NftBody.text` whole when
 the table is not known to hold an earlier body of the same :attr:`NftBody.shape`, and the
-:func:`element_changes` between the two when it is.  Each set keeps its text and digest once
+:func:`kept_set_changes` between the two when it is (with :func:`structure_commands` after them
+when rules or sets came or went).  Each set keeps its text and digest once
 made (a set the renderer reuses costs neither again), so the body's fingerprint costs one digest
 per set, not the whole text."""
 
@@ -42,17 +43,37 @@ class NftSet:
 
 
 @dataclass(frozen=True)
+class NftChain:
+    """``chain <name> { [<head>] <rules> }``: ``head`` the base chain's hook
+    (``type filter hook input priority filter; policy accept;``), "" for a regular chain."""
+
+    name: str
+    head: str
+    rules: tuple[str, ...]
+
+    @cached_property
+    def text(self) -> str:
+        head = f"\t\t{self.head}\n" if self.head else ""
+        return f"\tchain {self.name} {{\n{head}" + "".join(f"\t\t{r}\n" for r in self.rules) + "\t}\n"
+
+
+@dataclass(frozen=True)
 class NftBody:
-    """A table's body: ``sets`` first, in order, then ``rest`` (chains that refer to them)."""
+    """A table's body: ``sets`` first, in order, then ``chains`` (that refer to them)."""
 
     sets: tuple[NftSet, ...]
-    rest: str
+    chains: tuple[NftChain, ...]
     by_name: dict[str, NftSet] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {s.name: s for s in self.sets})
         if len(self.by_name) != len(self.sets):
             raise ValueError("a set name twice in one body")
+
+    @cached_property
+    def rest(self) -> str:
+        """The chains' text."""
+        return "".join(c.text for c in self.chains)
 
     @cached_property
     def text(self) -> str:
@@ -85,21 +106,38 @@ class SetChange:
     fresh: tuple[str, ...]
 
 
-def element_changes(old: NftBody, new: NftBody) -> list[SetChange]:
-    """What turns the sets of ``old`` into those of ``new`` (same :attr:`NftBody.shape`), set by
-    set, in ``new``'s order.  A set that is the very object of ``old`` (the renderer's memo kept
-    it) is not compared; [] when none differs."""
-    if old.shape != new.shape:
-        raise ValueError("element changes need bodies of one shape")
+def kept_set_changes(old: NftBody, new: NftBody) -> list[SetChange]:
+    """What turns the elements of the sets both bodies declare alike (whatever else differs)
+    into ``new``'s, set by set, in ``new``'s order.  A set that is the very object of ``old``'s
+    (the renderer's memo kept it) is not compared; [] when none differs."""
     out: list[SetChange] = []
     for s in new.sets:
-        was = old.by_name[s.name]
-        if was is s or was.elements == s.elements:
+        was = old.by_name.get(s.name)
+        if was is None or was is s or was.declaration != s.declaration or was.elements == s.elements:
             continue
         before, after = set(was.elements), set(s.elements)
         out.append(SetChange(s.name, s.kind, s.interval, tuple(e for e in was.elements if e not in after),
                              tuple(e for e in s.elements if e not in before)))
     return out
+
+
+def structure_commands(family: str, table: str, old: NftBody, new: NftBody) -> str | None:
+    """Commands for one transaction that turn the table from ``old`` into ``new`` where the sets
+    both declare alike already hold ``new``'s elements (:func:`kept_set_changes`, applied
+    first): every chain whose rules moved flushed, the sets that went deleted, the sets that came
+    added with their elements, the moved chains' rules added.  None when the chains themselves
+    (names, hooks, order) or a kept set's declaration differ: the table is written whole."""
+    if [(c.name, c.head) for c in old.chains] != [(c.name, c.head) for c in new.chains]:
+        return None
+    if any(s.name in old.by_name and old.by_name[s.name].declaration != s.declaration for s in new.sets):
+        return None
+    moved = [c for c, was in zip(new.chains, old.chains, strict=True) if c.rules != was.rules]
+    out = [f"flush chain {family} {table} {c.name}\n" for c in moved]
+    out += [f"delete set {family} {table} {s.name}\n" for s in old.sets if s.name not in new.by_name]
+    out += [f"add set {family} {table} {s.name} {{{s.text.split('{', 1)[1].rstrip()}\n"
+            for s in new.sets if s.name not in old.by_name]
+    out += [f"add rule {family} {table} {c.name} {r}\n" for c in moved for r in c.rules]
+    return "".join(out)
 
 
 def element_commands(family: str, table: str, changes: list[SetChange]) -> str:

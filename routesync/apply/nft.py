@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cni.kernel.netlink import NetlinkError
 from routesync.model import NftPlan
-from routesync.nftbody import NftBody, element_changes
+from routesync.nftbody import NftBody, kept_set_changes, structure_commands
 
 if TYPE_CHECKING:
     from .nftelements import SetElements
@@ -644,43 +644,52 @@ class NftApplier:
         :func:`routesync.policy.hostjudge.render_body`), or none (policy off); True when written,
         changed or deleted.  Written whole and atomically when its fingerprint differs, except
         without ``verify`` (a pass between full ones) when the table holds the body this
-        applier last gave it and that one has the same chains and sets: then the sets' elements
-        that moved are deleted and added, in one transaction (a Pod event at 30,000 Pods: a few
-        elements, where the table is megabytes of them)."""
+        applier last gave it: then what moved is changed in place (a Pod event at 30,000 Pods
+        moves a few elements of a table that holds megabytes of them) -- the sets' elements that
+        came and went, in one transaction, and when rules or sets came or went too, those
+        chains' rules and those sets after it, in a second one (an address a kept set gains or
+        loses is in force before any rule that reads it; a new isolation before its allowing
+        rules: never open in between)."""
         key = ("inet", POLICY_TABLE)
         last, self._policy = self._policy, None
         if body is None:
             return self._delete("inet", POLICY_TABLE, verify)
         if (self.policy_by_element and not verify and last is not None and last.fingerprint != body.fingerprint
-                and self._known.get(key) == last.fingerprint and last.shape == body.shape):
-            self._settle()
-            if self._policy_elements(key, last, body):
-                self._policy = body
-                return True
+                and self._known.get(key) == last.fingerprint):
+            structure = "" if last.shape == body.shape else structure_commands(*key, last, body)
+            if structure is not None:
+                self._settle()
+                if self._policy_changed(key, last, body, structure):
+                    self._policy = body
+                    return True
         written = self._write("inet", POLICY_TABLE, body.text, verify, want=body.fingerprint)
         self._policy = body
         if written:
             LOG.info("nftables: the host's policy judge written")
         return written
 
-    def _policy_elements(self, key: tuple[str, str], last: NftBody, body: NftBody) -> bool:
-        """The judge's sets from ``last`` to ``body`` by element, in one transaction over
-        netlink (:mod:`.nftelements`: libnftables would first read every element of the table);
-        False when the kernel refused (the caller writes the table whole: a failed transaction
-        left it as it was)."""
-        changes = element_changes(last, body)
+    def _policy_changed(self, key: tuple[str, str], last: NftBody, body: NftBody, structure: str) -> bool:
+        """The judge from ``last`` to ``body`` in place: the kept sets' elements over netlink
+        (:mod:`.nftelements`: libnftables would first read every element of the table), then
+        ``structure`` (:func:`routesync.nftbody.structure_commands`: no element of a kept set
+        in it) through nft.  False when either was refused (the caller writes the table whole,
+        which replaces whatever the first left)."""
+        changes = kept_set_changes(last, body)
         comment = self._deltas.get(key, self._known.get(key))
         self._known.pop(key, None)
         self._deltas.pop(key, None)
         try:
-            if self._elements_socket is None:
-                from .nftelements import SetElements
+            if changes:
+                if self._elements_socket is None:
+                    from .nftelements import SetElements
 
-                self._elements_socket = SetElements(self.netns)
-            self._elements_socket.apply(*key, changes)
-        except (OSError, ValueError) as e:
-            LOG.info("nftables: the policy judge's element update refused (%s); it is written whole", e)
-            if self._elements_socket is not None and not isinstance(e, NetlinkError):
+                    self._elements_socket = SetElements(self.netns)
+                self._elements_socket.apply(*key, changes)
+            if structure:
+                self._nft("-f", "-", stdin=structure)
+        except (OSError, ValueError, NftError) as e:
+            LOG.info("nftables: the policy judge's change in place refused (%s); it is written whole", e)
+            if self._elements_socket is not None and not isinstance(e, (NetlinkError, NftError, ValueError)):
                 self._elements_socket.close()  # a broken socket (a timeout): a new one next time
                 self._elements_socket = None
             return False

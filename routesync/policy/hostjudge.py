@@ -48,7 +48,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..nftbody import NftBody, NftSet
+from ..nftbody import NftBody, NftChain, NftSet
 from .cnp.model import ACCEPT, ADMIN, BASELINE, DENY, PASS
 from .cnp.plan import TierHostRule, TierPlan
 from .deniedlog import EGRESS, INGRESS
@@ -221,51 +221,38 @@ def _body(j: HostJudge, rule: Callable[..., tuple[tuple[NftSet, ...], list[str]]
     return NftBody(tuple(sets), _chains(j, chains))
 
 
-def _chains(j: HostJudge, chains: dict[str, list[str]]) -> str:
-    body = ""
+def _chains(j: HostJudge, chains: dict[str, list[str]]) -> tuple[NftChain, ...]:
+    def lines(key: str) -> list[str]:
+        return [ln.strip("\t\n") for ln in chains[key]]
+
     gw = _quoted(j.gateway)
-    undnated = "".join(f"\t\tct state new {ip} daddr @services{v} jump egress\n" for v, ip, _k in FAMILIES)
-    body += ("\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n"
-             f"\t\tct state new ct status dnat jump egress\n{undnated}\t}}\n")
-    body += ("\tchain forward {\n\t\ttype filter hook forward priority filter; policy accept;\n"
-             f"\t\tct state new ct status dnat oifname != {gw} jump egress\n{undnated}\t}}\n")
-    body += ("\tchain postrouting {\n\t\ttype filter hook postrouting priority srcnat + 10; policy accept;\n"
-             f"\t\tct state new ct status snat oifname {gw} jump ingress\n\t}}\n")
+    undnated = [f"ct state new {ip} daddr @services{v} jump egress" for v, ip, _k in FAMILIES]
+    out = [NftChain("input", "type filter hook input priority filter; policy accept;",
+                    ("ct state new ct status dnat jump egress", *undnated)),
+           NftChain("forward", "type filter hook forward priority filter; policy accept;",
+                    (f"ct state new ct status dnat oifname != {gw} jump egress", *undnated)),
+           NftChain("postrouting", "type filter hook postrouting priority srcnat + 10; policy accept;",
+                    (f"ct state new ct status snat oifname {gw} jump ingress",))]
+    own = [r for v, ip, _kind in FAMILIES
+           for r in (f"ct original {ip} saddr @node{v} return", f"ct original {ip} saddr . {ip} daddr @self{v} return")]
+    egress_drop = 'counter drop comment "egress denied after DNAT"'
+    ingress_drop = 'counter drop comment "ingress denied after SNAT"'
     if not j.tier_rules:
-        body += "\tchain egress {\n"
-        for v, ip, _kind in FAMILIES:
-            body += f"\t\t{ip} saddr != @egress{v} return\n"
-        body += "".join(chains[EGRESS])
-        body += "\t\tcounter drop comment \"egress denied after DNAT\"\n\t}\n"
-        body += "\tchain ingress {\n"
-        for v, ip, _kind in FAMILIES:
-            body += f"\t\t{ip} daddr != @ingress{v} return\n"
-        for v, ip, _kind in FAMILIES:
-            body += f"\t\tct original {ip} saddr @node{v} return\n"
-            body += f"\t\tct original {ip} saddr . {ip} daddr @self{v} return\n"
-        body += "".join(chains[INGRESS])
-        body += "\t\tcounter drop comment \"ingress denied after SNAT\"\n\t}\n"
-        return body
+        out.append(NftChain("egress", "", (*(f"{ip} saddr != @egress{v} return" for v, ip, _k in FAMILIES),
+                                           *lines(EGRESS), egress_drop)))
+        out.append(NftChain("ingress", "", (*(f"{ip} daddr != @ingress{v} return" for v, ip, _k in FAMILIES),
+                                            *own, *lines(INGRESS), ingress_drop)))
+        return tuple(out)
     # the tiers: Admin, then NetworkPolicy (a Pod it does not isolate goes on to Baseline), then Baseline
-    body += "\tchain egress {\n" + "".join(chains[f"{ADMIN}-{EGRESS}"]) + "\t\tgoto egress_np\n\t}\n"
-    body += "\tchain egress_np {\n"
-    for v, ip, _kind in FAMILIES:
-        body += f"\t\t{ip} saddr != @egress{v} goto egress_baseline\n"
-    body += "".join(chains[EGRESS])
-    body += "\t\tcounter drop comment \"egress denied after DNAT\"\n\t}\n"
-    body += "\tchain egress_baseline {\n" + "".join(chains[f"{BASELINE}-{EGRESS}"]) + "\t\taccept\n\t}\n"
-    body += "\tchain ingress {\n"
-    for v, ip, _kind in FAMILIES:
-        body += f"\t\tct original {ip} saddr @node{v} return\n"
-        body += f"\t\tct original {ip} saddr . {ip} daddr @self{v} return\n"
-    body += "".join(chains[f"{ADMIN}-{INGRESS}"]) + "\t\tgoto ingress_np\n\t}\n"
-    body += "\tchain ingress_np {\n"
-    for v, ip, _kind in FAMILIES:
-        body += f"\t\t{ip} daddr != @ingress{v} goto ingress_baseline\n"
-    body += "".join(chains[INGRESS])
-    body += "\t\tcounter drop comment \"ingress denied after SNAT\"\n\t}\n"
-    body += "\tchain ingress_baseline {\n" + "".join(chains[f"{BASELINE}-{INGRESS}"]) + "\t\taccept\n\t}\n"
-    return body
+    out.append(NftChain("egress", "", (*lines(f"{ADMIN}-{EGRESS}"), "goto egress_np")))
+    out.append(NftChain("egress_np", "", (*(f"{ip} saddr != @egress{v} goto egress_baseline"
+                                            for v, ip, _k in FAMILIES), *lines(EGRESS), egress_drop)))
+    out.append(NftChain("egress_baseline", "", (*lines(f"{BASELINE}-{EGRESS}"), "accept")))
+    out.append(NftChain("ingress", "", (*own, *lines(f"{ADMIN}-{INGRESS}"), "goto ingress_np")))
+    out.append(NftChain("ingress_np", "", (*(f"{ip} daddr != @ingress{v} goto ingress_baseline"
+                                             for v, ip, _k in FAMILIES), *lines(INGRESS), ingress_drop)))
+    out.append(NftChain("ingress_baseline", "", (*lines(f"{BASELINE}-{INGRESS}"), "accept")))
+    return tuple(out)
 
 
 # (Admin tier, action) -> the nft verdict of a ClusterNetworkPolicy rule: a Pass goes on to the

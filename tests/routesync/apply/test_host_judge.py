@@ -8,7 +8,6 @@ judge; here each verdict is read off the judge's own drop counter and the server
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from routesync.policy import hostjudge as hj
 from routesync.policy import plan as pp
 from routesync.policy.model import Pod, policy_from
 from tests.routesync.apply.helpers import ns_sh, veth
+from tests.support import nftlisting
 from tests.support.ovs_instance import netns
 from tests.support.waiting import HANG
 
@@ -303,11 +303,11 @@ def api_to(cidr: str) -> dict:
     return pol("api", "cli", ["Egress"], egress=[{"to": [{"ipBlock": {"cidr": cidr}}], "ports": [{"port": 6443}]}])
 
 
-def listing(node: str) -> str:
-    """The judge as nft lists it, without its counters' values and its fingerprint comment."""
-    text = ns_sh(node, "nft", "list", "table", "inet", POLICY_TABLE)
-    text = re.sub(r"counter packets \d+ bytes \d+", "counter", text)
-    return "\n".join(ln for ln in text.splitlines() if 'comment "ferry:' not in ln)
+def listing(node: str) -> nftlisting.Listing:
+    """The judge as nft lists it: its sets by name and its chains (``tests.support.nftlisting``)."""
+    got = nftlisting.table(node, "inet", POLICY_TABLE)
+    assert got.sets and got.chains
+    return got
 
 
 def test_a_peer_that_comes_and_goes_changes_the_judge_by_element(lab: Names, nft: NftApplier) -> None:
@@ -343,3 +343,39 @@ def test_a_peer_that_comes_and_goes_changes_the_judge_by_element(lab: Names, nft
             fresh.close()
         assert listing(node) == changed
         assert drops(node, "egress") == 0
+
+
+def table_handle(node: str) -> int:
+    """The judge table's handle: a table written whole is a new one (delete and create)."""
+    head = ns_sh(node, "nft", "-a", "list", "table", "inet", POLICY_TABLE).splitlines()[0]
+    return int(head.split("# handle ")[1])
+
+
+def test_a_rule_that_comes_and_goes_changes_the_judge_in_place(lab: Names, nft: NftApplier) -> None:
+    """Between full passes a policy that adds a rule (its sets, its lines) and then goes again is
+    applied in place: the table stays the same one, each verdict follows, and it lists as the
+    same body written whole would."""
+    node, cli, _srv, _free, ext = lab
+
+    def body(*policies: dict) -> NftBody:
+        return hj.render_body(hj.judge(plan(*policies), "ferry-gw0",
+                                       ["10.244.1.1/24", "192.168.77.1/24", "fd00:77::1/64"],
+                                       ["10.96.0.0/16", "fd00:96::/112"]))
+
+    with servers(ext, ("::", 6443)):
+        assert nft.sync_policy(body(DENY_EGRESS))  # a full pass: written whole
+        table = table_handle(node)
+        assert denied(node, "egress", cli, "10.96.0.1", 443)
+        assert nft.sync_policy(body(DENY_EGRESS, API_ALLOWED), verify=False)  # a rule came
+        assert table_handle(node) == table
+        assert connects(cli, "10.96.0.1", 443)
+        came = listing(node)
+        assert nft.sync_policy(body(DENY_EGRESS), verify=False)  # and went
+        assert table_handle(node) == table
+        assert denied(node, "egress", cli, "10.96.0.1", 443)
+        fresh = NftApplier(netns=node)
+        try:
+            assert fresh.sync_policy(body(DENY_EGRESS, API_ALLOWED))  # written whole: a new table
+        finally:
+            fresh.close()
+        assert table_handle(node) != table and listing(node) == came

@@ -16,7 +16,7 @@ import pytest
 
 from cni.kernel.netlink import NetlinkError
 from routesync.apply.nftelements import SetElements, keys
-from routesync.nftbody import NftBody, NftSet, SetChange, element_changes
+from routesync.nftbody import NftBody, NftChain, NftSet, SetChange, kept_set_changes
 from tests.support.ovs_instance import netns
 
 pytestmark = pytest.mark.root
@@ -41,7 +41,7 @@ def body(rng: random.Random) -> NftBody:
         NftSet("h4", "ipv4_addr", False, tuple(rng.sample(V4, rng.randrange(0, 5)))),
         NftSet("h6", "ipv6_addr", False, tuple(rng.sample(V6, rng.randrange(0, 5)))),
         NftSet("self4", "ipv4_addr . ipv4_addr", False, pairs),
-    ), "\tchain c {\n\t\tip saddr @p4 ip daddr @h4 accept\n\t\tip6 saddr @p6 ip6 daddr @h6 accept\n\t}\n")
+    ), (NftChain("c", "", ("ip saddr @p4 ip daddr @h4 accept", "ip6 saddr @p6 ip6 daddr @h6 accept")),))
 
 
 def write(ns: str, b: NftBody) -> None:
@@ -61,7 +61,7 @@ def two() -> Iterator[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_element_changes_list_as_nft_writes_the_same_sets(two: tuple[str, str], seed: int) -> None:
+def test_kept_set_changes_list_as_nft_writes_the_same_sets(two: tuple[str, str], seed: int) -> None:
     by_elements, whole = two
     rng = random.Random(seed)
     last = body(rng)
@@ -70,7 +70,7 @@ def test_element_changes_list_as_nft_writes_the_same_sets(two: tuple[str, str], 
     try:
         for _ in range(25):
             now = body(rng)
-            sock.apply("inet", "t", element_changes(last, now))
+            sock.apply("inet", "t", kept_set_changes(last, now))
             write(whole, now)
             assert listing(by_elements) == listing(whole), now.text
             last = now
@@ -81,7 +81,7 @@ def test_element_changes_list_as_nft_writes_the_same_sets(two: tuple[str, str], 
 def test_a_refused_change_applies_nothing_of_its_transaction(two: tuple[str, str]) -> None:
     ns = two[0]
     write(ns, NftBody((NftSet("p4", "ipv4_addr", True, ("10.0.0.0/30",)),
-                       NftSet("h4", "ipv4_addr", False, ("10.0.0.9",))), ""))
+                       NftSet("h4", "ipv4_addr", False, ("10.0.0.9",))), ()))
     before = listing(ns)
     sock = SetElements(ns)
     try:
