@@ -91,10 +91,6 @@ def _order(addr: str) -> tuple[int, int]:
     return a.version, int(a)
 
 
-def _sort_key(t: str) -> tuple[int, str]:
-    return int(ipaddress.ip_network(t, strict=False).network_address), t
-
-
 # a rule's Pods and peers as rendered (held: the memo's keys are their identities) and its sets and lines
 _Kept = tuple[Sequence[str], Sequence[str] | None, tuple[tuple[NftSet, ...], list[str]]]
 
@@ -102,27 +98,21 @@ _Kept = tuple[Sequence[str], Sequence[str] | None, tuple[tuple[NftSet, ...], lis
 class RenderMemo:
     """What a :func:`render` keeps for the next one (route-sync renders again whenever the plan
     moved): each rule's sets and lines by its inputs (its Pods' and peers' tuples by identity),
-    so a rule whose Pods, peers and ports did not move is not sorted and written again; each
-    address's sort key (parsing an address is most of sorting thousands).  Only the rules of the
+    so a rule whose Pods, peers and ports did not move is not made again.  Only the rules of the
     last render are kept."""
 
     def __init__(self) -> None:
         self.rules: dict[tuple[object, ...], _Kept] = {}
-        self.keys: dict[str, tuple[int, str]] = {}
 
 
-def _elements(items: Iterable[str], version: int, memo: RenderMemo | None = None) -> list[str]:
-    # the family test inline (a call per address was a third of a changed rule's render)
-    chosen = {i for i in items if ":" in i} if version == 6 else {i for i in items if ":" not in i}
-    if memo is None:
-        return sorted(chosen, key=_sort_key)
-    keys = memo.keys
-    if len(keys) > 1_000_000:
-        keys.clear()
-    missing = chosen.difference(keys)
-    for t in missing:
-        keys[t] = _sort_key(t)
-    return sorted(chosen, key=keys.__getitem__)
+def _elements(items: Iterable[str], version: int) -> list[str]:
+    """The addresses and blocks of one family, each once, in the order given: the planners'
+    (each peer's addresses in peer order, a function of the state: the full and the incremental
+    planner give the same, which the full passes check).  Not sorted again: a changed rule with
+    thousands of peers was most of a Pod event's render."""
+    if version == 6:
+        return list(dict.fromkeys(i for i in items if ":" in i))
+    return list(dict.fromkeys(i for i in items if ":" not in i))
 
 
 def _disjoint(elements: list[str]) -> list[str]:
@@ -189,7 +179,7 @@ def render_body(j: HostJudge, memo: RenderMemo | None = None) -> NftBody:
         ident = (name, direction, id(applied), id(peers), ports, verdict, comment)
         hit = used.get(ident) or memo.rules.get(ident)
         if hit is None or hit[0] is not applied or hit[1] is not peers:
-            hit = (applied, peers, _rule(name, direction, applied, peers, ports, verdict, comment, memo))
+            hit = (applied, peers, _rule(name, direction, applied, peers, ports, verdict, comment))
         used[ident] = hit
         return hit[2]
 
@@ -262,15 +252,15 @@ _TIER_VERDICTS = {(True, ACCEPT): "accept", (True, DENY): "counter drop", (True,
 
 
 def _rule(name: str, direction: str, applied: Sequence[str], peers: Sequence[str] | None,
-          ports: tuple[tuple[str, int | None, int | None], ...] | None, verdict: str, comment: str,
-          memo: RenderMemo | None = None) -> tuple[tuple[NftSet, ...], list[str]]:
+          ports: tuple[tuple[str, int | None, int | None], ...] | None, verdict: str, comment: str
+          ) -> tuple[tuple[NftSet, ...], list[str]]:
     """A conjunction as nft: its sets (the Pods it applies to, its peers; per family) and one
     line per family and protocol that ends in ``verdict``."""
     sets: list[NftSet] = []
     lines: list[str] = []
     for v, ip, kind in FAMILIES:
-        mine = _elements(applied, v, memo)
-        theirs = None if peers is None else _disjoint(_elements(peers, v, memo))
+        mine = _elements(applied, v)
+        theirs = None if peers is None else _disjoint(_elements(peers, v))
         if not mine or theirs is not None and not theirs:
             continue  # nothing of this family
         sets.append(_set(f"{name}a{v}", kind, mine))
