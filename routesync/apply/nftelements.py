@@ -36,7 +36,7 @@ NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_FLAGS = 1, 3
 NFTA_DATA_VALUE = 1
 NFT_SET_ELEM_INTERVAL_END = 0x1
 NLA_F_NESTED = 0x8000
-FAMILIES = {"inet": 1, "ip": 2, "ip6": 10, "netdev": 5, "bridge": 7, "arp": 3}
+FAMILIES = {"inet": 1, "ip": 2, "ip6": 10}  # NFPROTO_*: the families of the tables whose sets route-sync changes
 FIELD_BYTES = {"ipv4_addr": 4, "ipv6_addr": 16}
 
 _NLMSGHDR = struct.Struct("=IHHII")
