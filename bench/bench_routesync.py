@@ -224,6 +224,9 @@ class TimedAppliers:
     def switch_wireguard(self, spec: Any) -> None:
         self.inner.switch_wireguard(spec)
 
+    def rehandshake_wireguard(self, since: float, among: Any = None) -> tuple[str, ...]:
+        return self.inner.rehandshake_wireguard(since, among)
+
     def teardown(self, config: Any) -> None:
         self.inner.teardown(config)
 

@@ -45,7 +45,7 @@ from routesync.apply.uplink import UplinkMover, recorded_spec
 from routesync.model import DesiredState, HostRoute, LocalFacts, PeerPlan, TunnelSpec, UplinkSpec
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
 
     from cni.node.nodestate import NodeState
     from cni.ovs.openflow.ofctl import DumpedFlow
@@ -364,6 +364,9 @@ class NodeAppliers:
 
     def wireguard_generation(self) -> int:
         return self.wireguard.generation() if self.wireguard is not None else 0
+
+    def rehandshake_wireguard(self, since: float, among: Collection[str] | None = None) -> tuple[str, ...]:
+        return self.wireguard.rehandshake(since, among) if self.wireguard is not None else ()
 
     def wireguard_implementation(self) -> str | None:
         return self.wireguard.implementation if self.wireguard is not None else None

@@ -18,17 +18,19 @@ The applier reads the device back and applies only the difference (:func:`.plan.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shlex
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from routesync.config import WG_KERNEL, WG_USERSPACE, WireGuardConfig
 
 from . import kernel, keys
 from .model import KERNEL, USERSPACE, WgBackend, WgChange, WgDeviceState, WgPeerState, WgSpec
 from .plan import change as plan_change
+from .plan import rehandshake as plan_rehandshake
 from .uapi import Uapi, socket_path
 
 log = logging.getLogger(__name__)
@@ -155,7 +157,7 @@ class WireGuardDevice:
         argv = userspace_argv(cfg)
         if self.netns is not None:  # the appliers' namespace (tests; route-sync runs inside its own)
             argv = ["ip", "netns", "exec", self.netns, *argv]
-        env = dict(os.environ, LOG_LEVEL="error")
+        env = dict(os.environ, LOG_LEVEL=os.environ.get("FERRY_WG_LOG_LEVEL", "error"))
         t0 = time.monotonic()
         self.reap()
         with open(logfile, "ab") as out:
@@ -192,6 +194,22 @@ class WireGuardDevice:
             self.backend.configure(self.name, change)
         self._applied, self._applied_for = spec, gen
         return change
+
+    def rehandshake(self, since: float, among: Collection[str] | None = None) -> tuple[str, ...]:
+        """Peers (of ``among``; None: all) with allowed IPs and no handshake since ``since`` (Unix
+        time) made again on the device, so that each sends its handshake at once
+        (:func:`.plan.rehandshake` says why); their public keys.  The desired device is unchanged:
+        what the last :meth:`sync` applied stays its "before"."""
+        have = self.read()
+        if have is None:
+            return ()
+        if self.implementation == KERNEL:  # `wg show dump` gives whole seconds: never a session redone
+            since = math.floor(since)
+        change = plan_rehandshake(have, since, among)
+        if change.empty:
+            return ()
+        self.backend.configure(self.name, change)
+        return tuple(p.public_key for p in change.peers if p.remove)
 
     def delete(self) -> None:
         """Remove the device (a userspace implementation exits when its TUN link goes)."""

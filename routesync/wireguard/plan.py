@@ -17,11 +17,18 @@ rotation is announced first and switched everywhere at one instant:
 1. the rotating Node makes ``next.key`` and publishes its public key as
    ``ferry.io/wireguard-next-public-key`` with ``ferry.io/wireguard-key-switch-at`` = now +
    ``rotationLead`` (Unix time; Nodes' clocks are NTP-synchronised);
-2. every peer adds the next key as a second device peer *without* allowed IPs: a handshake made
-   with it is answered, no packet is routed to it yet;
+2. every peer adds the next key as a second device peer *without* allowed IPs (at most
+   :data:`STAGE_AHEAD` before the switch time): a handshake made with it is answered, no packet
+   is routed to it yet.  Its creation sends a handshake initiation that the rotating Node cannot
+   read yet (it is made for the next key): after it, WireGuard starts no other handshake with that
+   peer for REKEY_TIMEOUT (5 s), past the switch time;
 3. at the switch time, the rotating Node sets its next private key (its sessions end, it makes new
    handshakes at once) and every peer moves the allowed IPs to the next key's peer and removes
    the old one, in one transaction; the rotating Node then publishes the next key as its key.
+   Only the rotating Node's handshakes go at that instant, so no two cross: two initiations
+   that cross leave both sides without a session until WireGuard tries again 5 s later, or
+   (wireguard-go, when the answer to one and the other initiation are handled at once) one
+   direction dead for 15 s (tests/routesync/wireguard/test_crossed_handshakes.py).
 
 A peer that reads the announcement only after the switch time moves at once (its loss is its
 lateness).  Everything is a function of ``now``: :attr:`WgPlan.wake_at` is the next instant the
@@ -30,7 +37,7 @@ plan changes by itself."""
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from routesync.model import NodeRecord
@@ -47,8 +54,12 @@ from .model import (
     WgDevice,
     WgDeviceState,
     WgPeer,
+    WgPeerState,
 )
 
+# s before a peer's switch time that its next key is staged on the device (step 2): under
+# REKEY_TIMEOUT (5 s), so that the staged peer's own first handshake still holds it back then
+STAGE_AHEAD = 4.0
 OVERHEAD_IPV4 = 60  # outer IPv4 20 + UDP 8 + WireGuard data header 16 + its tag 16
 OVERHEAD_IPV6 = 80  # outer IPv6 40 instead of 20
 
@@ -107,7 +118,8 @@ def _switch_at(record: NodeRecord) -> float | None:
 
 def peer_entries(record: NodeRecord, default_port: int, now: float, keepalive: int, prefer: int = 4
                  ) -> tuple[list[WgPeer], Refused | None, bool, float | None]:
-    """One peer's device entries, (refusal), (waiting: no key yet), (its switch time if ahead)."""
+    """One peer's device entries, (refusal), (waiting: no key yet), (the next instant its entries
+    change by themselves: the staging of its next key, or its switch time)."""
     key = record.annotation(PUBLIC_KEY_ANNOTATION)
     if key is None:
         return [], None, True, None
@@ -126,6 +138,8 @@ def peer_entries(record: NodeRecord, default_port: int, now: float, keepalive: i
         return [WgPeer(key, ep, cidrs, keepalive)], None, False, None
     if now >= at:  # switched: the next key carries its Pods
         return [WgPeer(nxt, ep, cidrs, keepalive)], None, False, None
+    if now < at - STAGE_AHEAD:  # announced, staged later
+        return [WgPeer(key, ep, cidrs, keepalive)], None, False, at - STAGE_AHEAD
     # announced: its next key is known to the device, without allowed IPs until the switch
     return [WgPeer(key, ep, cidrs, keepalive), WgPeer(nxt, ep, (), keepalive)], None, False, at
 
@@ -196,7 +210,10 @@ def change(have: WgDeviceState | None, want: WgDevice, kick: Sequence[str] = ())
     answer; a handshake made at once tells it.  A peer that gets its Pods' allowed IPs now (new
     on the device, or staged without them) is kicked too: when this Node read a peer's key
     switch late, the peer's own handshake at its instant found no entry here and is retried only
-    after WireGuard's 5 s (REKEY_TIMEOUT), a blackout that this Node's handshake ends at once."""
+    after WireGuard's 5 s (REKEY_TIMEOUT), a blackout that this Node's handshake ends at once.
+    A peer staged without allowed IPs (a key announced) is kicked when it is added: its handshake,
+    which the rotating Node cannot read yet, keeps this device from starting another one at the
+    switch time (this module's doc, step 2)."""
     peers: list[PeerChange] = []
     kicked = set(kick)
     if have is None or have.private_key != want.private_key:
@@ -208,6 +225,7 @@ def change(have: WgDeviceState | None, want: WgDevice, kick: Sequence[str] = ())
     present = {p.public_key: p for p in have.peers}
     wanted = {p.public_key: p for p in want.peers}
     kicked |= {k for k, p in wanted.items() if p.allowed_ips and (k not in present or not present[k].allowed_ips)}
+    kicked |= {k for k, p in wanted.items() if not p.allowed_ips and k not in present}  # staged: its handshake now
     for k in sorted(set(present) - set(wanted)):
         peers.append(PeerChange(k, remove=True))
     for k, p in sorted(wanted.items()):
@@ -220,3 +238,29 @@ def change(have: WgDeviceState | None, want: WgDevice, kick: Sequence[str] = ())
         listen_port=want.listen_port if have.listen_port != want.listen_port else None,
         peers=tuple(peers),
     )
+
+
+def rehandshake(have: WgDeviceState, since: float, among: Collection[str] | None = None) -> WgChange:
+    """Each peer with allowed IPs (of ``among``, None: all) whose last handshake is before
+    ``since``: removed and made again in the one transaction, kicked, with what the device holds
+    for it (its endpoint as learnt, its allowed IPs, its keepalive).
+
+    Why remove it: a handshake that crossed another is lost for 5 s.  When two devices send
+    their initiations at the same instant (a key switch: the rotating Node kicks its peers while
+    each peer moves its allowed IPs to the new key and kicks it, every Node on the same clock),
+    each consumes the other's initiation and answers it; the consumed initiation replaces the
+    device's own handshake state, so each drops the answer to its own, and both wait as
+    responders for a first data packet the other never sends.  Neither may start another
+    handshake before REKEY_TIMEOUT (5 s) after its last one (wireguard-go's
+    ``SendHandshakeInitiation``, the kernel's ``wg_packet_send_handshake_initiation``), so a kick
+    does nothing; a peer made again has no such past and sends its initiation at once.  Only one
+    side must do it (:class:`.loop.WireGuardLoop` does it on the Node whose key switched), or the
+    two new initiations could cross again."""
+    peers: list[PeerChange] = []
+    stale: list[WgPeerState] = [p for p in have.peers if p.allowed_ips and p.last_handshake < since
+                                and (among is None or p.public_key in among)]
+    for p in stale:
+        peers.append(PeerChange(p.public_key, remove=True))
+    for p in stale:
+        peers.append(PeerChange(p.public_key, False, p.endpoint, p.allowed_ips, p.keepalive, kick=True))
+    return WgChange(peers=tuple(peers))

@@ -130,12 +130,12 @@ def set_argv(name: str, change: WgChange, wg: Sequence[str] = ("wg",)) -> tuple[
         argv += ["private-key", "/dev/stdin"]
     if change.listen_port is not None:
         argv += ["listen-port", str(check_port("listen_port", change.listen_port))]
-    seen: set[str] = set()
+    seen: set[tuple[str, bool]] = set()  # a peer removed and made again (``plan.rehandshake``): twice
     ordered = [p for p in change.peers if p.remove] + [p for p in change.peers if not p.remove]
     for i, p in enumerate(ordered):
-        if p.public_key in seen:
+        if (p.public_key, p.remove) in seen:
             raise ValueError(f"peers[{i}].public_key: {p.public_key!r} is in the change twice")
-        seen.add(p.public_key)
+        seen.add((p.public_key, p.remove))
         argv += _peer_args(i, p)
     return argv, stdin
 

@@ -6,7 +6,7 @@ The real appliers are tested with root (tests/routesync/apply, tests/e2e)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from cni.node import nodestate
@@ -83,6 +83,9 @@ class RecordingAppliers(Appliers):
 
     def switch_wireguard(self, spec: WgSpec) -> None:
         pass
+
+    def rehandshake_wireguard(self, since: float, among: Collection[str] | None = None) -> tuple[str, ...]:
+        return ()
 
     def teardown(self, config: Config) -> None:
         pass

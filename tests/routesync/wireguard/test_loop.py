@@ -5,14 +5,15 @@ for it) and asks for the pass of the new instant, a device made again asks for a
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 
 from routesync import planner
 from routesync.config import from_dict
 from routesync.feature import Need
 from routesync.model import NodeRecord
 from routesync.wireguard import keys
-from routesync.wireguard.loop import WireGuardLoop
-from routesync.wireguard.model import NEXT_KEY_ANNOTATION, PUBLIC_KEY_ANNOTATION, WgSpec
+from routesync.wireguard.loop import CONFIRM_AFTER, CONFIRM_EVERY, REKEY_TIMEOUT, WireGuardLoop
+from routesync.wireguard.model import NEXT_KEY_ANNOTATION, PUBLIC_KEY_ANNOTATION, SWITCH_AT_ANNOTATION, WgSpec
 from tests.routesync.standins import RecordingAppliers
 
 ME = NodeRecord("node-1", ("192.168.77.11",), ("10.244.1.0/24",))
@@ -25,6 +26,8 @@ class DeviceAppliers(RecordingAppliers):
         super().__init__()
         self.device = 0  # the device's generation (ifindex)
         self.switched: list[WgSpec] = []
+        self.looked: list[tuple[float, tuple[str, ...]]] = []  # rehandshake_wireguard's calls
+        self.stale: list[tuple[str, ...]] = []  # what its next calls answer
 
     def wireguard_generation(self) -> int:
         return self.device
@@ -34,6 +37,10 @@ class DeviceAppliers(RecordingAppliers):
 
     def switch_wireguard(self, spec: WgSpec) -> None:
         self.switched.append(spec)
+
+    def rehandshake_wireguard(self, since: float, among: Collection[str] | None = None) -> tuple[str, ...]:
+        self.looked.append((since, tuple(among or ())))
+        return self.stale.pop(0) if self.stale else ()
 
 
 def test_a_rotation_switches_at_its_instant_and_a_new_device_asks_for_a_full_pass(tmp_path: str) -> None:
@@ -67,9 +74,79 @@ def test_a_rotation_switches_at_its_instant_and_a_new_device_asks_for_a_full_pas
     now[0] += 1.0
     assert wg.tick() == Need.PASS  # the pass of the new instant follows the switch
     assert [keys.public_of(s.device.private_key) for s in apl.switched] == [announced]
-    assert wg.wake_in() is None
+    assert wg.wake_in() == CONFIRM_AFTER  # a look at the new key's sessions
     one_pass()
     assert wg.tick() == Need.NOTHING and len(apl.switched) == 1
     apl.device = 7  # the device made (again)
     assert wg.tick() == Need.FULL
     assert wg.tick() == Need.NOTHING
+
+
+def test_after_its_own_switch_a_node_makes_again_each_peer_without_a_handshake_until_wireguards_retry(
+        tmp_path: str) -> None:
+    """Initiations that crossed at the switch leave both sides without a session for 5 s
+    (tests/routesync/wireguard/test_crossed_handshakes.py): the rotating Node looks
+    CONFIRM_AFTER after its switch and makes again each peer still without a handshake, every
+    CONFIRM_EVERY while one is missing, not past WireGuard's own retry.  A peer's switch, or the
+    first key a process applies, is not looked at."""
+    cfg = from_dict({"nodeName": "node-1", "podCIDRs": ["10.244.1.0/24"], "trafficEncryptionMode": "wireguard",
+                     "stateFile": os.path.join(tmp_path, "state", "node-state.json"),
+                     "wireguard": {"keyDir": os.path.join(tmp_path, "keys"), "rotationLead": 2}})
+    now = [1_000_000.0]
+    apl = DeviceAppliers()
+    wg = WireGuardLoop(cfg, apl, wall=lambda: now[0])
+    wg.start()
+    facts = apl.prepare(cfg, planner.tunnel_spec(cfg), None, ())
+    peer_key = dict(PEER.annotations)[PUBLIC_KEY_ANNOTATION]
+
+    def one_pass(peers: list[NodeRecord]) -> None:
+        me = wg.own_record(planner.self_record(cfg, ME, facts), peers)
+        desired = planner.plan(cfg, me, peers, facts)
+        wg.desire(desired, facts)
+        wg.applied(me, peers, desired)
+
+    one_pass([PEER])
+    assert wg.wake_in() is None  # the first key this process applies: nothing to confirm
+    # a peer's own rotation, switched at its instant here: not this Node's key, not looked at
+    nxt = keys.public_of(keys.generate())
+    rotating = NodeRecord(PEER.name, PEER.transport_addresses, PEER.pod_cidrs, tuple(sorted(
+        ((PUBLIC_KEY_ANNOTATION, peer_key), (NEXT_KEY_ANNOTATION, nxt),
+         (SWITCH_AT_ANNOTATION, f"{now[0] + 1:.3f}")))))
+    one_pass([rotating])
+    now[0] += 1.0
+    assert wg.tick() == Need.PASS and len(apl.switched) == 1 and wg.wake_in() is None
+    one_pass([rotating])
+    now[0] += 10.0
+    assert wg.tick() == Need.NOTHING and not apl.looked
+    # this Node's rotation
+    keys.start_rotation(wg.node.wg.key_dir)
+    assert wg.tick() == Need.PASS
+    one_pass([rotating])
+    now[0] += 2.0
+    switched_at = now[0]
+    assert wg.tick() == Need.PASS and len(apl.switched) == 2
+    assert wg.wake_in() == CONFIRM_AFTER
+    apl.stale = [(nxt,), (nxt,)]  # no handshake at the first two looks, one at the third
+    now[0] += CONFIRM_AFTER - 0.01
+    wg.tick()
+    assert not apl.looked
+    looks = []
+    while wg.wake_in() is not None:
+        now[0] += wg.wake_in() or 0.0
+        wg.tick()
+        looks.append(round(now[0] - switched_at, 3))
+    assert looks == [CONFIRM_AFTER, CONFIRM_AFTER + CONFIRM_EVERY, CONFIRM_AFTER + 2 * CONFIRM_EVERY]
+    assert apl.looked == [(switched_at, (nxt,))] * 3
+    one_pass([rotating])  # the rotation finished
+    # a peer that never answers: looked at until WireGuard's own retry, no longer
+    assert keys.start_rotation(wg.node.wg.key_dir)
+    wg.tick()
+    one_pass([rotating])
+    now[0] += 2.0
+    assert wg.tick() == Need.PASS and len(apl.switched) == 3
+    apl.looked.clear()
+    apl.stale = [(nxt,)] * 100
+    while wg.wake_in() is not None:
+        now[0] += wg.wake_in() or 0.0
+        wg.tick()
+    assert 1 < len(apl.looked) <= REKEY_TIMEOUT / CONFIRM_EVERY

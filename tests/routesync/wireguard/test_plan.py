@@ -92,10 +92,12 @@ def test_a_switch_read_late_kicks_the_new_key_and_an_unchanged_peer_is_not_kicke
     ch = wgplan.change(state_of(before.device), late.device)
     assert [(c.public_key, c.remove, c.kick) for c in ch.peers] == [(PUB["node-2"], True, False),
                                                                    (PUB["next-2"], False, True)]
-    # staged without allowed IPs: no handshake to a key its Node does not hold yet
+    # staged without allowed IPs: kicked as it is added, a handshake its Node cannot read yet, so
+    # that this device starts none at the instant, when the rotating Node's own goes (no crossing)
     staged = run([announced], now=101.0)
     ch = wgplan.change(state_of(before.device), staged.device)
-    assert [(c.public_key, c.kick) for c in ch.peers] == [(PUB["next-2"], False)]
+    assert [(c.public_key, c.kick) for c in ch.peers] == [(PUB["next-2"], True)]
+    assert wgplan.change(state_of(staged.device), staged.device).empty  # once only
     # an endpoint that moved: set again, not kicked
     moved = run([peer("node-2", ("192.168.77.99",), ("10.244.2.0/24",), **{PUBLIC_KEY_ANNOTATION: PUB["node-2"]})])
     ch = wgplan.change(state_of(before.device), moved.device)
@@ -141,3 +143,35 @@ def state_of(d: WgDevice) -> WgDeviceState:
 
 def test_the_overheads() -> None:
     assert (wgplan.overhead(False), wgplan.overhead(True)) == (60, 80)
+
+
+def test_a_peer_without_a_handshake_since_the_switch_is_removed_and_made_again_kicked() -> None:
+    since = 1000.0
+    have = WgDeviceState(PUB["node-1"], 51820, (
+        WgPeerState(PUB["node-2"], "192.168.77.12:51820", ("10.244.2.0/24",), 25, last_handshake=999.0),
+        WgPeerState(PUB["node-3"], "192.168.88.13:51821", ("10.244.3.0/24",), 0, last_handshake=1000.5),
+        WgPeerState(PUB["next-2"], "192.168.77.12:51820", (), 0, last_handshake=0.0),  # staged: no traffic
+    ), PRIV["node-1"])
+    ch = wgplan.rehandshake(have, since)
+    assert [(p.public_key, p.remove) for p in ch.peers] == [(PUB["node-2"], True), (PUB["node-2"], False)]
+    again = ch.peers[1]
+    assert (again.endpoint, again.allowed_ips, again.keepalive, again.kick) == \
+        ("192.168.77.12:51820", ("10.244.2.0/24",), 25, True)
+    assert ch.private_key is None and ch.listen_port is None
+    assert wgplan.rehandshake(have, since, among=[PUB["node-3"]]).empty  # node-3 has had its handshake
+    assert wgplan.rehandshake(have, 998.0).empty
+
+
+def test_a_peers_next_key_is_staged_only_within_stage_ahead_of_its_instant() -> None:
+    """WireGuard holds a peer back from a handshake for REKEY_TIMEOUT after its last: a staged
+    key's first handshake (its kick) covers the switch time only when it is made less than that
+    before it, so a long lead stages later, at a wake of its own."""
+    at = 200.0
+    announced = node2(**{NEXT_KEY_ANNOTATION: PUB["next-2"], SWITCH_AT_ANNOTATION: f"{at:.3f}"})
+    early = run([announced], now=at - 30)
+    assert [e.public_key for e in early.device.peers] == [PUB["node-2"]]
+    assert early.wake_at == at - wgplan.STAGE_AHEAD < at
+    staged = run([announced], now=at - wgplan.STAGE_AHEAD)
+    assert {e.public_key for e in staged.device.peers} == {PUB["node-2"], PUB["next-2"]}
+    assert staged.wake_at == at
+    assert wgplan.STAGE_AHEAD < 5.0  # WireGuard's REKEY_TIMEOUT

@@ -48,3 +48,13 @@ def test_a_get_answer_parses_into_the_devices_state() -> None:
 def test_an_empty_device_has_no_key() -> None:
     st = uapi.parse_get("listen_port=0\nerrno=0\n\n")
     assert st.public_key is None and st.peers == ()
+
+
+def test_a_peer_removed_and_made_again_is_removed_first_then_kicked() -> None:
+    """``plan.rehandshake``'s change: one transaction, the removal first, so the peer that follows
+    is a new one (no handshake in its past)."""
+    req = uapi.set_request(WgChange(peers=(PeerChange(K2, False, "192.0.2.1:51820", ("10.244.2.0/24",), 0, kick=True),
+                                           PeerChange(K2, remove=True)))).splitlines()
+    k = f"public_key={keys.hex_of(K2)}"
+    assert req[1:3] == [k, "remove=true"] and req[3] == k and req.index("endpoint=192.0.2.1:51820") > 3
+    assert f"persistent_keepalive_interval={uapi.KICK}" in req

@@ -68,7 +68,8 @@ def test_an_empty_change_is_a_bare_set() -> None:
     (WgChange(peers=(PeerChange(A, allowed_ips=("fd00:0::/64",)),)), "peers[0].allowed_ips[0]"),
     (WgChange(peers=(PeerChange(A, allowed_ips=("10.0.0.0/24,10.1.0.0/24",)),)), "peers[0].allowed_ips[0]"),
     (WgChange(peers=(PeerChange(A, keepalive=-1),)), "peers[0].keepalive"),
-    (WgChange(peers=(PeerChange(A), PeerChange(A, remove=True))), "peers[1].public_key"),
+    (WgChange(peers=(PeerChange(A), PeerChange(A))), "peers[1].public_key"),
+    (WgChange(peers=(PeerChange(A, remove=True), PeerChange(A, remove=True))), "peers[1].public_key"),
 ])
 def test_bad_input_names_the_field(change: WgChange, field: str) -> None:
     with pytest.raises(ValueError) as e:
@@ -138,3 +139,10 @@ def test_an_ipv4_endpoint_and_a_fwmark() -> None:
 def test_a_malformed_dump_says_where(text: str, what: str) -> None:
     with pytest.raises(ValueError, match=what):
         parse_dump(text)
+
+
+def test_a_peer_removed_and_made_again_is_two_entries_in_the_one_command() -> None:
+    """``plan.rehandshake``: the kernel applies a set's peers in order, so the second is a new peer."""
+    argv, _ = set_argv("wg0", WgChange(peers=(PeerChange(A, False, "192.0.2.1:51820", ("10.0.0.0/24",), 0, kick=True),
+                                              PeerChange(A, remove=True))))
+    assert argv[3:6] == ["peer", A, "remove"] and argv[6:8] == ["peer", A] and "10.0.0.0/24" in argv
