@@ -243,6 +243,8 @@ def test_cluster_policies_are_planned_in_the_pass_and_their_subjects_namespaces_
     admin = [f for f in apl.applied[-1].flows if f.table == Table.INGRESS_ADMIN and f.priority]
     assert any("nw_dst=10.244.1.5" in f.text() for f in admin) and any(f.text().endswith("drop") for f in admin)
     assert apl.applied[-1].policy_namespaces == ("ns",)  # a new Pod there starts pending; "quiet" is no subject
+    assert d.policy is not None
+    d.policy.flush_report()  # written off the pass (at most every REPORT_DELAY)
     report = json.loads((tmp_path / "policy.json").read_text())
     assert report["tiersOf"] == {"ns/srv": ["Admin/3/deny-all"]}
     src.cnps.clear()
@@ -321,3 +323,39 @@ def test_the_state_file_names_the_namespaces_where_a_new_pod_starts_pending(tmp_
     assert d.reconcile(full=True).ok
     assert apl.applied[-1].policy_namespaces == ("ns",)
     assert nodestate.read(str(tmp_path / "s.json")).policyNamespaces == ["ns"]
+
+
+def test_the_policy_report_is_written_off_the_pass_once_per_burst(tmp_path: Any) -> None:
+    """``show policy``'s report waits REPORT_DELAY after the pass that moved it: the pass's flows do
+    not wait for its JSON, and the passes of a burst are one write, of the last plan."""
+    from routesync.policy.node import REPORT_DELAY
+    from routesync.policy.stats import read_report
+
+    src = JournalSource()
+    src.pod(pod("srv", "10.244.1.5", app="srv"))
+    src.policy(WEB)
+    d, _ = daemon(tmp_path, src)
+    assert d.policy is not None
+    now = [100.0]
+    d.policy.clock = lambda: now[0]
+    writes = []
+    real = d.policy.flush_report
+
+    def counted() -> None:
+        writes.append(now[0])
+        real()
+    d.policy.flush_report = counted  # type: ignore[method-assign]
+    assert d.reconcile(full=True).ok
+    assert not (tmp_path / "policy.json").exists() and d.policy.wake_in() == REPORT_DELAY
+    for i in range(3):  # a burst: three passes that move the plan
+        now[0] += 0.1
+        src.pod(pod(f"srv{i}", f"10.244.1.{10 + i}", app="srv"))
+        assert d.reconcile(full=False).ok
+        d.policy.tick()
+    assert not writes and d.policy.wake_in() == pytest.approx(REPORT_DELAY - 0.3)
+    now[0] += REPORT_DELAY
+    d.policy.tick()
+    assert writes == [now[0]] and d.policy.wake_in() is None
+    assert sorted(read_report(str(tmp_path / "s.json"))["pods"]) == ["ns/srv", "ns/srv0", "ns/srv1", "ns/srv2"]
+    d.policy.tick()
+    assert len(writes) == 1
