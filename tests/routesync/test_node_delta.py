@@ -171,6 +171,10 @@ def replay(seed: int, extra: dict[str, Any], steps: int) -> int:
             said = inc.nft.cluster_changes  # the planner's word on what came and went
             assert said is not None and said.since is last_nft.cluster_pod_cidrs, where
             assert (sorted(said.added), sorted(said.removed)) == (sorted(new - old), sorted(old - new)), where
+            # the same content is the very tuple: the nft applier (which skips an equal plan) and the
+            # Pod inputs trust the planner's word only against the tuple they last had
+            if inc.nft.cluster_pod_cidrs == last_nft.cluster_pod_cidrs:
+                assert inc.nft.cluster_pod_cidrs is last_nft.cluster_pod_cidrs, where
             for v in (4, 6):
                 clusters[v].update(said.added, said.removed)
         last_nft = inc.nft
