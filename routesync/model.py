@@ -6,8 +6,9 @@ difference.  Nothing here touches the system."""
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cni.pipeline.modes import via
 from cni.pipeline.tables import Flow
@@ -122,6 +123,17 @@ class PeerChanges:
 
 
 @dataclass(frozen=True)
+class SetChanges:
+    """What a set of the desired state (``routes``, ``neighbors``) gained and lost since the set
+    it was made from (that very object: the planner's memo knows, and an applier that applied
+    ``since`` takes the difference from here instead of comparing two sets of every peer)."""
+
+    since: AbstractSet[Any]
+    added: frozenset[Any]
+    removed: frozenset[Any]
+
+
+@dataclass(frozen=True)
 class TunnelSpec:
     type: TunnelType
     port_name: str
@@ -172,6 +184,10 @@ class DesiredState:
     # the plans ``peers`` gained and lost since the list it was made from, when the planner's memo
     # knows (the appliers then probe only the new tunnel endpoints without comparing every plan)
     peer_changes: PeerChanges | None = field(default=None, compare=False, repr=False)
+    # what ``routes`` and ``neighbors`` gained and lost since the sets they were made from, when
+    # the planner's memo knows (the route applier then sends those without two set differences)
+    route_changes: SetChanges | None = field(default=None, compare=False, repr=False)
+    neighbor_changes: SetChanges | None = field(default=None, compare=False, repr=False)
     # True: the appliers compare with what the system holds (dumps; repairs drift).  False (a
     # Node change between re-assertions): they may apply only the difference from the desired
     # state they applied last, without reading the system back.

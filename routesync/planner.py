@@ -77,6 +77,7 @@ from .model import (
     NodeRecord,
     PeerChanges,
     PeerPlan,
+    SetChanges,
     TunnelSpec,
     UplinkSpec,
 )
@@ -479,7 +480,8 @@ def plan(config: Config, local: NodeRecord, peers: Sequence[NodeRecord], facts: 
                         flows=flows, routes=part.routes, neighbors=part.neighbors, nft=nft,
                         forwarding=True, mac_disagreements=part.disagreements, transport_mtu=full_mtu,
                         cidr_conflicts=part.conflicts, peer_rows=part.rows, peer_texts=part.texts,
-                        peer_changes=part.peer_changes)
+                        peer_changes=part.peer_changes, route_changes=part.route_changes,
+                        neighbor_changes=part.neighbor_changes)
 
 
 @dataclass
@@ -497,6 +499,8 @@ class _Peers:
     texts: list[str] | None = None  # and their JSON
     cluster_changes: ClusterChanges | None = None  # what ``cluster`` gained and lost, when known
     peer_changes: PeerChanges | None = None  # what ``plans`` gained and lost, when known
+    route_changes: SetChanges | None = None  # what ``routes`` gained and lost, when known
+    neighbor_changes: SetChanges | None = None  # and ``neighbors``
 
 
 def _hop_key(peer: NodeRecord, fast: bool, next_hops: Mapping[str, NextHop] | None) -> Any:
@@ -624,8 +628,10 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
     if fast:  # the kernel's next hops are part of a peer's input
         moved.update(n for n in list(current) if n not in moved
                      and memo.keys.get(n) != _hop_key(last[n], True, next_hops))
-    routes, neighbors = set(memo.routes), set(memo.neighbors)  # the last plan's stay as they were (copies of
-    # sets keep their elements' hashes: C work, no HostRoute.__hash__)
+    routes_since, neighbors_since = memo.routes, memo.neighbors
+    routes, neighbors = set(routes_since), set(neighbors_since)  # the last plan's stay as they were (copies
+    # of sets keep their elements' hashes: C work, no HostRoute.__hash__)
+    touched: set[Any] = set()  # the routes and neighbours of the peers moved, before and now
     counts, cluster, in_order, order = memo.counts, memo.cluster, memo.cluster_sorted, memo.order
     came: list[str] = []  # CIDRs into the cluster set, and out of it
     left: list[str] = []
@@ -641,6 +647,7 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
             plans_out += old.plans
             memo.results.pop(memo.keys.pop(n), None)
             memo.disagreeing -= bool(old.disagreements)
+            touched.update(old.routes, old.neighbors)
             for x in (*old.routes, *old.neighbors):
                 counts[x] -= 1
                 if not counts[x]:
@@ -668,6 +675,7 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
         res = peer_result(config, networks, peer, facts, tunnel_ofport, next_hops, fast, fast_port, route_mtu)
         memo.results[key], memo.keys[n], memo.by_name[n] = res, key, res
         memo.disagreeing += bool(res.disagreements)
+        touched.update(res.routes, res.neighbors)
         for x in (*res.routes, *res.neighbors):
             counts[x] = counts.get(x, 0) + 1
         routes |= res.routes
@@ -708,8 +716,24 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
     if plans_since is not None:
         peer_changes = PeerChanges(plans_since, (), ()) if plans is plans_since else \
             PeerChanges(plans_since, tuple(plans_in), tuple(plans_out))
+    # what the routes and neighbours gained and lost: among those the moved peers had or have
+    route_changes = _set_changes(routes_since, routes, (x for x in touched if isinstance(x, HostRoute)))
+    neighbor_changes = _set_changes(neighbors_since, neighbors, (x for x in touched if isinstance(x, Neighbor)))
     return _Peers(plans, memo.flows.step(flows, owned, moved), routes, neighbors, disagreements,
-                  cluster_now, conflicts, rows, texts, changes, peer_changes)
+                  cluster_now, conflicts, rows, texts, changes, peer_changes, route_changes, neighbor_changes)
+
+
+def _set_changes(since: set[Any], now: set[Any], candidates: Iterable[Any]) -> SetChanges:
+    """``now``'s difference from ``since``, when it can only be among ``candidates``."""
+    added: set[Any] = set()
+    removed: set[Any] = set()
+    for x in candidates:
+        if x in now:
+            if x not in since:
+                added.add(x)
+        elif x in since:
+            removed.add(x)
+    return SetChanges(since, frozenset(added), frozenset(removed))
 
 
 _Lists = tuple[list[PeerPlan], list[Flow], list[nodestate.Peer], list[str]]

@@ -15,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Set as AbstractSet
 from itertools import compress
 from operator import is_not
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cni.pipeline.modes import NETDEV, PATH_TUNNEL
 from cni.pipeline.tables import (
@@ -42,7 +43,7 @@ from routesync.apply.pods import NetnsGone, PodMtuApplier, PodSyncReport
 from routesync.apply.routes import RouteApplier
 from routesync.apply.tnlneigh import TunnelNeighbors, tunnel_endpoints
 from routesync.apply.uplink import UplinkMover, recorded_spec
-from routesync.model import DesiredState, HostRoute, LocalFacts, PeerPlan, TunnelSpec, UplinkSpec
+from routesync.model import DesiredState, HostRoute, LocalFacts, PeerPlan, SetChanges, TunnelSpec, UplinkSpec
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
@@ -293,8 +294,8 @@ class NodeAppliers:
         if after.policy_nft != before.policy_nft:  # before the flows: OVS may stop judging what it hands over
             self.nft.sync_policy(after.policy_nft, verify=False)
         self.ovs.sync_flow_delta(before.flows, after.flows)
-        self._apply_route_delta(before.routes, after.routes)
-        if after.neighbors != before.neighbors:
+        self._apply_route_delta(before.routes, after.routes, after.route_changes)
+        if _differ(before.neighbors, after.neighbors, after.neighbor_changes):
             self.routes.sync_neighbors(after.neighbors)
         if after.nft != before.nft and self.nft.native:
             # one after the other: each is a round trip of ~1 ms (OpenFlow socket, netlink,
@@ -302,10 +303,12 @@ class NodeAppliers:
             # GIL (a 5 ms switch interval) and a change took longer
             self.nft.sync(after.nft, verify=False, defer_removals=True)
 
-    def _apply_route_delta(self, before: set[HostRoute], after: set[HostRoute]) -> None:
-        """The routes that came and went (set differences: the planner's memo hands an unchanged
-        peer's routes over as the same objects), normalized; a normalized route goes when no
-        desired route normalizes to it any more (counted, the counts kept from the last delta)."""
+    def _apply_route_delta(self, before: set[HostRoute], after: set[HostRoute],
+                           changes: SetChanges | None = None) -> None:
+        """The routes that came and went (the planner's word when it made ``after`` from
+        ``before``, else set differences: its memo hands an unchanged peer's routes over as the
+        same objects), normalized; a normalized route goes when no desired route normalizes to it
+        any more (counted, the counts kept from the last delta)."""
         cached = self._normalized
         self._normalized = None
         counts = cached[1] if cached is not None and cached[0] is before else None
@@ -313,14 +316,20 @@ class NodeAppliers:
             counts = {}
             for n in self.routes.normalized_each(before):
                 counts[n] = counts.get(n, 0) + 1
+        came: AbstractSet[HostRoute]
+        went: AbstractSet[HostRoute]
+        if changes is not None and changes.since is before:
+            came, went = changes.added, changes.removed
+        else:
+            came, went = after - before, before - after
         gone: set[HostRoute] = set()
-        for n in self.routes.normalized_each(before - after):
+        for n in self.routes.normalized_each(went):
             counts[n] -= 1
             if not counts[n]:
                 del counts[n]
                 gone.add(n)
         fresh: set[HostRoute] = set()
-        for n in self.routes.normalized_each(after - before):
+        for n in self.routes.normalized_each(came):
             counts[n] = counts.get(n, 0) + 1
             if counts[n] == 1:
                 fresh.add(n)
@@ -446,6 +455,14 @@ def delta_applicable(before: DesiredState, after: DesiredState) -> bool:
             and before.transport_mtu == after.transport_mtu
             and before.tunnel == after.tunnel and before.uplink == after.uplink
             and before.forwarding == after.forwarding)
+
+
+def _differ(before: set[Any], after: set[Any], changes: SetChanges | None) -> bool:
+    """Whether ``after`` differs from ``before``: the planner's word when it made one from the
+    other, else a comparison of the two."""
+    if changes is not None and changes.since is before:
+        return bool(changes.added or changes.removed)
+    return after != before
 
 
 def gateway_mtu(desired: DesiredState) -> int:

@@ -141,6 +141,8 @@ def replay(seed: int, extra: dict[str, Any], steps: int) -> int:
     clusters: dict[int, Collapsed] | None = None
     last_nft = None
     last_plans: list[Any] | None = None
+    last_routes: set[Any] | None = None
+    last_neighbors: set[Any] | None = None
     for step in range(steps):
         what = [event(rnd, nodes) for _ in range(rnd.choice((1, 1, 1, 2, 3)))]  # a burst is one pass
         events += len(what)
@@ -186,6 +188,14 @@ def replay(seed: int, extra: dict[str, Any], steps: int) -> int:
             got_in, got_out = {id(p) for p in said_plans.added}, {id(p) for p in said_plans.removed}
             assert (got_in, got_out) == (now_ids - was_ids, was_ids - now_ids), where
         last_plans = inc.peers
+        # the routes and neighbours that came and went, as the planner says, against the set
+        # differences the route applier would take without its word
+        if last_routes is not None:
+            for said_set, was_set, now_set in ((inc.route_changes, last_routes, inc.routes),
+                                              (inc.neighbor_changes, last_neighbors, inc.neighbors)):
+                assert said_set is not None and said_set.since is was_set, where
+                assert (said_set.added, said_set.removed) == (now_set - was_set, was_set - now_set), where
+        last_routes, last_neighbors = inc.routes, inc.neighbors
         want = inet_sets(full.nft)
         assert [clusters[v].elements() for v in (4, 6)] == [want["cluster4"][1], want["cluster6"][1]], where
         state = node_state(cfg, LOCAL, inc, FACTS, rows)
