@@ -54,7 +54,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from bench.bench_kube import topology as kube_topology
@@ -238,6 +238,9 @@ class Churn:
         self.lock = threading.Lock()
         self.done = 0
         self.missed = 0
+        # what it did to each Pod, in order: key -> [(kind, the app label after)] (the report names
+        # what was done to the Pods behind events counted as referenced by no Node)
+        self.did: dict[str, list[tuple[str, str | None]]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -261,7 +264,11 @@ class Churn:
             elif kind == "delete":
                 self.s.delete_pod(p)
             else:
-                self.s.label_pod(p, {"app": f"a{self.rng.randrange(20)}"})
+                app = f"a{self.rng.randrange(20)}"
+                self.s.label_pod(p, {"app": app})
+            with self.lock:
+                self.did.setdefault(f"{p.namespace}/{p.name}", []).append(
+                    (kind, app if kind == "relabel" else p.labels.get("app") if kind == "create" else None))
         except ApiException as e:  # a relabel of a Pod a burst's other thread deleted meanwhile
             if e.status != 404:
                 raise
@@ -349,12 +356,18 @@ def burst_latency(s: sim.Simulator, churn: Churn, mon: FirstSeen, shape: argpars
     return summary(lat)
 
 
-def split(events: list[Received], reads: frozenset[str], every_pod: bool) -> dict[str, Any]:
+def split(events: list[Received], reads: frozenset[str], every_pod: bool,
+          did: Mapping[str, list[tuple[str, str | None]]] | None = None) -> dict[str, Any]:
+    """The events that changed a Pod the Node reads (before or after the churn) and the rest;
+    the rest's Pods (at most 20) with what the churn did to each (``did``), so that a Pod read
+    only in between (labelled into a peer set and out again) is told from one read never."""
     ref = [e for e in events if e.changed & reads]
     other = [e for e in events if not e.changed & reads]
+    keys = sorted({k for e in other for k in e.changed})
     return {"events": len(events), "bytes": sum(e.size for e in events), "referenced": len(ref),
             "referenced_bytes": sum(e.size for e in ref), "not_referenced": len(other),
-            "not_referenced_bytes": sum(e.size for e in other), "source": "every Pod" if every_pod else "PeerSlices"}
+            "not_referenced_bytes": sum(e.size for e in other), "source": "every Pod" if every_pod else "PeerSlices",
+            "not_referenced_pods": {k: [list(x) for x in (did or {}).get(k, [])] for k in keys[:20]}}
 
 
 def run_design(design: str, args: argparse.Namespace, cni_bin: str) -> dict[str, Any]:
@@ -452,7 +465,7 @@ def run_design(design: str, args: argparse.Namespace, cni_bin: str) -> dict[str,
                 events = watches.since("every-pod" if design == "cluster" else n, t_churn)
                 events = [e for e in events if e.at <= t_churn + window]
                 r = split(events, reads_before[n] | reads_after[n] | (sampled if n == TARGET else frozenset()),
-                          design == "cluster")
+                          design == "cluster", churn.did)
                 cpu = after[n][0] - before[n][0]
                 r.update(per_second=round(r["events"] / window, 1), route_sync_cpu_s=round(cpu, 2),
                          route_sync_cpu_ms_per_event=round(1000 * cpu / r["events"], 2) if r["events"] else None,
