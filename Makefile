@@ -105,6 +105,7 @@ release-image: dist
 # mode is a Kubernetes cluster per file. upgrade-test: the upgrade and rollback; events-test: those
 # and route-sync, ovs-vswitchd and the openvswitch container killed, a new image rolled out, and
 # WireGuard's key rotation and route-sync killed with the host's Open vSwitch too.
+# FERRY_EVENT_DATAPATH=system runs them on the kernel datapath (a kernel with the openvswitch module).
 upgrade-test: bin image release-image
 	FERRY_EVENT_MODES=all $(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/kube/test_kube_upgrade.py
 

@@ -404,6 +404,9 @@ def parse(data: Any) -> Topology:
     if vlan is not None and route_sync is None:
         raise TopologyError("vlan: needs a routeSync block (route-sync tags the Nodes' traffic; a Node "
                             "without it cannot reach a tagged segment)")
+    if "kubernetes" in d and len({n.datapath for n in nodes}) > 1:
+        raise TopologyError("nodes[].datapath: one on a Kubernetes lab (every Node's route-sync reads one "
+                            f"ConfigMap): {', '.join(f'{n.name} {n.datapath}' for n in nodes)}")
     return Topology(
         segments=tuple(segments), nodes=tuple(nodes), cluster_cidrs=cluster,
         route_pod_cidrs=rpc is True, router_bgp=router_bgp,

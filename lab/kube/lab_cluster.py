@@ -21,6 +21,9 @@ def route_sync_keys(topo: Topology) -> dict[str, Any]:
                             "resyncSeconds": rs.resyncSeconds, "bridge": topo.bridge}
     if topo.kubernetes is not None:  # always said: the shipped manifest's default is ferry
         keys["ovsDaemons"] = topo.kubernetes.ovs_daemons
+        # the Nodes' one datapath (lab.topology holds them to one here): netdev where the kernel
+        # has no openvswitch module, as on the machine the lab was written on
+        keys["datapathType"] = topo.nodes[0].datapath
     if rs.tunnelPort is not None:
         keys["tunnelPort"] = rs.tunnelPort
     if rs.policyPeers != "cluster":  # the shipped default otherwise; peerSlices brings ferry-controller

@@ -279,3 +279,27 @@ def test_the_previous_release_is_a_tag_and_its_build_lives_under_build_release()
     assert spec.RELEASE_TAG.match(tag)
     assert release.chart(tag).endswith(f"build/release/{tag}/src/deploy/helm/ferry")
     assert release.image_archive(tag).endswith(f"build/release/{tag}/image.tar")
+
+
+def test_the_nodes_datapath_reaches_the_configmap_and_must_be_one_on_kubernetes() -> None:
+    from lab.kube import lab_cluster
+    from tests.e2e.kube import rollout
+
+    for dp in ("netdev", "system"):
+        topo = topo_mod.parse({**topology({"trafficEncapMode": "encap"}), "datapath": dp})
+        keys = lab_cluster.route_sync_keys(topo)
+        assert keys["datapathType"] == dp
+        overlay = manifests.Overlay("192.168.99.2", 6443, ("10.244.0.0/16",), keys)
+        out = manifests.apply_overlay(manifests.load(), overlay)
+        conf = yaml.safe_load(next(d for d in out if d["kind"] == "ConfigMap")["data"][manifests.CONFIG_KEY])
+        assert conf["datapathType"] == dp
+        assert manifests.helm_values(overlay)["config"]["datapathType"] == dp
+    mixed = topology({"trafficEncapMode": "encap"})
+    mixed["nodes"][0]["datapath"] = "system"  # type: ignore[index]
+    with pytest.raises(topo_mod.TopologyError, match=r"nodes\[\]\.datapath: one on a Kubernetes lab.*node-1 system"):
+        topo_mod.parse(mixed)
+    # the event tests take theirs from FERRY_EVENT_DATAPATH, netdev when unset; a bad value names the variable
+    assert rollout.mode_topology("encap-vxlan", "")["datapath"] == "netdev"
+    assert rollout.mode_topology("noEncap-fastPath", "system")["datapath"] == "system"
+    with pytest.raises(ValueError, match="FERRY_EVENT_DATAPATH: 'kernel': one of netdev, system"):
+        rollout.datapath("kernel")

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Self
 
-from cni.pipeline.modes import ENCRYPTION_WIREGUARD
+from cni.pipeline.modes import DATAPATHS, ENCRYPTION_WIREGUARD, NETDEV
 from cni.pipeline.tables import Owner
 from lab.api import Lab
 from lab.kube import lab_cluster, manifests
@@ -30,6 +30,9 @@ OVS_DAEMONS = ("ovsdb-server", "ovs-vswitchd")
 # switch's container). Each is a Kubernetes cluster of its own.
 MODES = ("encap-vxlan", "noEncap-fastPath", "encap-wireguard")
 MODES_ENV = "FERRY_EVENT_MODES"
+# the Nodes' Open vSwitch datapath in the event tests: netdev (the default; the only one a kernel
+# without the openvswitch module has) or system, where the switch's restarts can lose nothing
+DATAPATH_ENV = "FERRY_EVENT_DATAPATH"
 
 
 def modes(env: str | None = None) -> list[str]:
@@ -45,14 +48,24 @@ def modes(env: str | None = None) -> list[str]:
     return chosen
 
 
-def mode_topology(mode: str) -> dict[str, Any]:
+def datapath(env: str | None = None) -> str:
+    """The event tests' datapath: ``FERRY_EVENT_DATAPATH`` (netdev when unset)."""
+    value = (os.environ.get(DATAPATH_ENV) if env is None else env) or NETDEV
+    if value not in DATAPATHS:
+        raise ValueError(f"{DATAPATH_ENV}: {value!r}: one of {', '.join(DATAPATHS)}")
+    return value
+
+
+def mode_topology(mode: str, env: str | None = None) -> dict[str, Any]:
     """A three-Node lab in ``mode`` whose Nodes have no Open vSwitch of their own (Ferry's
-    openvswitch container, the default users run)."""
+    openvswitch container, the default users run), on :func:`datapath`."""
     if mode == "noEncap-fastPath":
-        return topology({"trafficEncapMode": "noEncap", "fastPath": True}, route_pod_cidrs=True, ovs_daemons=OVS_FERRY)
-    topo = topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}, ovs_daemons=OVS_FERRY)
+        topo = topology({"trafficEncapMode": "noEncap", "fastPath": True}, route_pod_cidrs=True, ovs_daemons=OVS_FERRY)
+    else:
+        topo = topology({"trafficEncapMode": "encap", "tunnelType": "vxlan"}, ovs_daemons=OVS_FERRY)
     if mode == "encap-wireguard":
         topo["encryption"] = ENCRYPTION_WIREGUARD
+    topo["datapath"] = datapath(env)
     return topo
 
 
