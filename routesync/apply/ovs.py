@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from cni.ovs.openflow.codec import OpenFlowError
 from cni.ovs.openflow.ofctl import DEFAULT_PRIORITY, DumpedFlow, parse_dump
-from cni.pipeline.modes import GRE, NETDEV, TUNNEL_TYPES
+from cni.pipeline.modes import GRE, NETDEV, SYSTEM, TUNNEL_TYPES
 from cni.pipeline.tables import (
     EXT_CHAINED_GATEWAYS,
     EXT_GATEWAY_MAC,
@@ -314,15 +314,32 @@ class OvsApplier:
             txn.add(api.db_set("Bridge", self.bridge, ("fail_mode", "secure"),
                                ("protocols", BRIDGE_PROTOCOLS),
                                ("datapath_type", datapath_type)))
-        self._wait_mgmt()
+        self._wait_mgmt(datapath_type)
 
-    def _wait_mgmt(self) -> None:
+    def _wait_mgmt(self, datapath_type: Datapath) -> None:
         path = os.path.join(self.run_dir, f"{self.bridge}.mgmt")
         deadline = time.monotonic() + self.timeout
         while not os.path.exists(path):
             if time.monotonic() > deadline:
-                raise OvsError(f"{path} did not appear")
+                raise OvsError(self._not_opened(datapath_type, path))
             time.sleep(0.01)
+
+    def _not_opened(self, datapath_type: Datapath, path: str) -> str:
+        """Why the bridge has no OpenFlow socket: ovs-vswitchd fills the bridge's
+        ``datapath_version`` once it has opened its datapath, and a ``system`` datapath cannot be
+        opened without the kernel's openvswitch module (ovs-vswitchd logs "failed to open datapath
+        of type system"); the operator's key is route-sync's ``datapathType``."""
+        try:
+            opened = bool(self._get("Bridge", self.bridge, "datapath_version"))
+        except Exception as e:  # noqa: BLE001 - the database gone too (any ovsdbapp error): say what is known
+            LOG.info("bridge %s: datapath_version unreadable: %s", self.bridge, e)
+            opened = True
+        if opened:
+            return f"{path} did not appear within {self.timeout:.0f} s"
+        hint = (": the kernel's openvswitch module is not loaded? (netdev runs without it)"
+                if datapath_type == SYSTEM else "")
+        return (f"bridge {self.bridge}: ovs-vswitchd did not open its datapath of type {datapath_type} "
+                f"(datapathType) within {self.timeout:.0f} s{hint}; see ovs-vswitchd's log")
 
     def ofport(self, iface: str) -> int:
         """The ofport OVS assigned to ``iface`` (waits until it is assigned)."""

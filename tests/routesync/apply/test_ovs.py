@@ -22,11 +22,13 @@ from cni.pipeline.tables import (
 )
 from routesync.apply.ovs import (
     OvsApplier,
+    OvsError,
     group_installed,
     plan_flow_sync,
 )
 from routesync.model import TunnelSpec
 from tests.routesync.apply.helpers import node, ns_sh
+from tests.support.ovs_instance import OvsInstance, netns
 from tests.support.waiting import until
 
 DUMP = """OFPST_FLOW reply (OF1.3) (xid=0x2):
@@ -404,3 +406,21 @@ def test_a_new_vswitchd_with_the_old_pid_is_a_new_instance(tmp_path) -> None:
     pidfile.write_text("43\n")  # another pid, same second
     os.utime(pidfile, ns=(2_000_000_000, 2_000_000_000))
     assert app.vswitchd_instance() not in (None, second)
+
+
+def test_a_datapath_the_kernel_cannot_open_is_named_in_the_error() -> None:
+    """``datapathType: system`` needs the kernel's openvswitch module: where it is there the bridge
+    comes up; where it is not (this lab's kernel) the error names the key and the module, not a
+    socket path."""
+    if os.path.exists("/sys/module/openvswitch"):
+        with node("fb-sysdp", datapath="system") as n:
+            assert n.applier.ofport("br-int") > 0
+        return
+    with netns("fb-sysdp") as ns, OvsInstance("fb-sysdp", netns=ns) as ovs:
+        app = OvsApplier(ovs.db, "br-int", ovs.run_dir, timeout=2.0)
+        try:
+            with pytest.raises(OvsError, match=r"bridge br-int: ovs-vswitchd did not open its datapath of type "
+                                               r"system \(datapathType\) within 2 s: the kernel's openvswitch module"):
+                app.ensure_bridge("system")
+        finally:
+            app.close()
