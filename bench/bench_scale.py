@@ -398,7 +398,10 @@ def run_design(design: str, args: argparse.Namespace, cni_bin: str) -> dict[str,
             mon = flow_monitor(lab.node(TARGET), lab.topology.bridge)
             t = time.monotonic()
             s.create_namespaces(namespaces, ns_labels)
-            s.create_nodes(sim.node_objects(args.nodes + 1))  # the last: the latency Pods' Node
+            # and two more: the latency Pods' Node, the churn's (a Pod bound to a Node that does not
+            # exist is an orphan the Pod garbage collector deletes ~40 s later: extra churn, and
+            # events no snapshot of what the Nodes read explains)
+            s.create_nodes(sim.node_objects(args.nodes + 2))
             for pol in real_policies():
                 net.create_namespaced_network_policy(NS, pol)
             s.each(lambda pol: net.create_namespaced_network_policy(pol["metadata"]["namespace"], pol),
