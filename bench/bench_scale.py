@@ -256,9 +256,11 @@ class Churn:
                 p = self.pods.pop(key) if kind == "delete" else self.pods[key]
         from kubernetes.client.exceptions import ApiException
 
+        app: str | None = None  # the Pod's app label after the operation (None: deleted)
         try:
             if kind == "create":
                 self.s.create_pod(p)
+                app = p.labels.get("app")
                 with self.lock:
                     self.pods[f"{p.namespace}/{p.name}"] = p  # others pick it once it exists
             elif kind == "delete":
@@ -267,8 +269,7 @@ class Churn:
                 app = f"a{self.rng.randrange(20)}"
                 self.s.label_pod(p, {"app": app})
             with self.lock:
-                self.did.setdefault(f"{p.namespace}/{p.name}", []).append(
-                    (kind, app if kind == "relabel" else p.labels.get("app") if kind == "create" else None))
+                self.did.setdefault(f"{p.namespace}/{p.name}", []).append((kind, app))
         except ApiException as e:  # a relabel of a Pod a burst's other thread deleted meanwhile
             if e.status != 404:
                 raise

@@ -631,7 +631,8 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
     routes_since, neighbors_since = memo.routes, memo.neighbors
     routes, neighbors = set(routes_since), set(neighbors_since)  # the last plan's stay as they were (copies
     # of sets keep their elements' hashes: C work, no HostRoute.__hash__)
-    touched: set[Any] = set()  # the routes and neighbours of the peers moved, before and now
+    touched_routes: set[HostRoute] = set()  # the routes and neighbours of the peers moved, before and now
+    touched_neighbors: set[Neighbor] = set()
     counts, cluster, in_order, order = memo.counts, memo.cluster, memo.cluster_sorted, memo.order
     came: list[str] = []  # CIDRs into the cluster set, and out of it
     left: list[str] = []
@@ -647,7 +648,8 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
             plans_out += old.plans
             memo.results.pop(memo.keys.pop(n), None)
             memo.disagreeing -= bool(old.disagreements)
-            touched.update(old.routes, old.neighbors)
+            touched_routes |= old.routes
+            touched_neighbors |= old.neighbors
             for x in (*old.routes, *old.neighbors):
                 counts[x] -= 1
                 if not counts[x]:
@@ -675,7 +677,8 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
         res = peer_result(config, networks, peer, facts, tunnel_ofport, next_hops, fast, fast_port, route_mtu)
         memo.results[key], memo.keys[n], memo.by_name[n] = res, key, res
         memo.disagreeing += bool(res.disagreements)
-        touched.update(res.routes, res.neighbors)
+        touched_routes |= res.routes
+        touched_neighbors |= res.neighbors
         for x in (*res.routes, *res.neighbors):
             counts[x] = counts.get(x, 0) + 1
         routes |= res.routes
@@ -717,8 +720,8 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
         peer_changes = PeerChanges(plans_since, (), ()) if plans is plans_since else \
             PeerChanges(plans_since, tuple(plans_in), tuple(plans_out))
     # what the routes and neighbours gained and lost: among those the moved peers had or have
-    route_changes = _set_changes(routes_since, routes, (x for x in touched if isinstance(x, HostRoute)))
-    neighbor_changes = _set_changes(neighbors_since, neighbors, (x for x in touched if isinstance(x, Neighbor)))
+    route_changes = _set_changes(routes_since, routes, touched_routes)
+    neighbor_changes = _set_changes(neighbors_since, neighbors, touched_neighbors)
     return _Peers(plans, memo.flows.step(flows, owned, moved), routes, neighbors, disagreements,
                   cluster_now, conflicts, rows, texts, changes, peer_changes, route_changes, neighbor_changes)
 
