@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from routesync.model import NodeRecord
-from routesync.recordlist import SMALL, OwnSplit, changed_places, own_and_peers
+from routesync.recordlist import SMALL, SPAN, OwnSplit, changed_places, own_and_peers
 
 
 def record(i: int, addr: int = 1) -> NodeRecord:
@@ -31,6 +31,22 @@ def test_changed_places_equals_a_pass_over_every_place(kinds: list[str]) -> None
     got = changed_places(now, was)
     assert got == reference(now, was)
     assert got == [i for i, k in enumerate(kinds) if k == "other"]
+
+
+# lists longer than a span (several spans and a short last one): a few places changed or
+# copied equal anywhere, across the spans' edges too
+LONG = 2 * SPAN + 7
+
+
+@given(st.dictionaries(st.integers(0, LONG - 1), st.sampled_from(("equal", "other")), max_size=12))
+def test_changed_places_across_spans_equals_a_pass_over_every_place(places: dict[int, str]) -> None:
+    was = [record(i) for i in range(LONG)]
+    now = list(was)
+    for i, k in places.items():
+        now[i] = replace(was[i]) if k == "equal" else replace(was[i], transport_addresses=("192.168.0.9",))
+    got = changed_places(now, was)
+    assert got == reference(now, was)
+    assert got == sorted(i for i, k in places.items() if k == "other")
 
 
 def test_changed_places_refuses_lists_of_two_lengths() -> None:
