@@ -112,13 +112,14 @@ class MemorySource(NodeSource):
 
     def list(self) -> list[Any]:
         with self._lock:
+            self._changed.clear()  # what changes from here on wakes the next wait (as the Kubernetes source)
             self.listed_version = self.version
             return list(self.records.values())
 
     def wait_for_change(self, timeout: float) -> bool:
-        hit = self._changed.wait(timeout)
-        self._changed.clear()
-        return hit
+        # not cleared here: an update between a timed-out wait and a clear was lost, and the
+        # change never applied (the bench failed "change N not applied within 30 s" now and then)
+        return self._changed.wait(timeout)
 
     def publish_self(self, record: Any) -> None:
         with self._lock:
