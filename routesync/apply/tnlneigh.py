@@ -116,22 +116,15 @@ class TunnelNeighbors:
         self.run_dir = run_dir
         self.bridge = bridge
         self.unresolved: set[str] = set()  # next hops that did not answer last time
-        # what OVS's cache held (read, or written by us) at the last sync that read it, and the
-        # ovs-vswitchd (its pid) it was read from: a delta's new endpoints whose next hops are all
-        # in it, with the same MAC, need no read of the cache (``sync(..., trust_known=True)``)
-        self.known: dict[str, str] = {}
-        self.known_in: int | None = None
 
     # -- ovs-appctl
-    def _pid(self) -> int:
+    def _target(self) -> str:
         try:
             with open(os.path.join(self.run_dir, "ovs-vswitchd.pid")) as f:
-                return int(f.read().strip())
+                pid = int(f.read().strip())
         except (OSError, ValueError) as e:
             raise TunnelNeighborError(f"no ovs-vswitchd pid in {self.run_dir}: {e}") from None
-
-    def _target(self, pid: int | None = None) -> str:
-        return os.path.join(self.run_dir, f"ovs-vswitchd.{self._pid() if pid is None else pid}.ctl")
+        return os.path.join(self.run_dir, f"ovs-vswitchd.{pid}.ctl")
 
     def _appctl(self, *args: str) -> str:
         target = self._target()
@@ -212,28 +205,14 @@ class TunnelNeighbors:
         self.unresolved = {ip for ip, _ in hops} - set(found)
         return found
 
-    def sync(self, endpoints: Iterable[str], trust_known: bool = False) -> list[tuple[str, str]]:
-        """Write missing/changed cache entries; returns what was written.  ``trust_known`` (a
-        delta's new endpoints): when every next hop they resolve to is one the last read of the
-        cache showed (or this object wrote since), with the same MAC, in the same ovs-vswitchd,
-        the cache is not read again (a round trip to ovs-vswitchd: ~0.3 ms of route-sync CPU and
-        ~15 ms of wall time at 5,000 peers behind one router).  Entries OVS dropped meanwhile are
-        the next full pass's (which reads the cache), and OVS resolves them itself until then."""
+    def sync(self, endpoints: Iterable[str]) -> list[tuple[str, str]]:
+        """Write missing/changed cache entries; returns what was written."""
         endpoints = tuple(endpoints)
         if not endpoints:
             return []
-        want = self.resolve(endpoints)
-        pid = self._pid()
-        if trust_known and self.known_in == pid and all(self.known.get(ip) == mac.lower()
-                                                          for ip, mac in want.items()):
-            return []
-        installed = self.installed()
-        todo = plan_set(want, installed)
-        self.known, self.known_in = installed, None  # until every write is through
+        todo = plan_set(self.resolve(endpoints), self.installed())
         for ip, mac in todo:
             self._appctl("tnl/neigh/set", self.bridge, ip, mac)
-            self.known[ip] = mac
-        self.known_in = pid
         if todo:
             LOG.info("tunnel neighbours set: %s", ", ".join(f"{ip}={mac}" for ip, mac in todo))
         return todo
