@@ -189,6 +189,16 @@ def start_route_sync(cmd: str, topo: Topology, node: NodeSpec, name: str, direct
                                 start_new_session=True)
     manifest.record("pid", pid=proc.pid, netns=netns, what=f"route-sync {node.name}")
     deadline = time.monotonic() + topo.route_sync.startTimeout
+    # until ``ip netns exec`` has exec'd route-sync: the state file of an earlier run may exist
+    # already, and while a process is inside execve its /proc cmdline reads empty, so a caller
+    # that asks "is route-sync running?" (``route_sync_pid``) right after a restart was told no
+    while not _is_route_sync(proc.pid):
+        if proc.poll() is not None:
+            raise LabError(f"ferry-route-sync on {node.name} exited (rc={proc.returncode}) at its start; see "
+                           f"{paths.log}/route-sync.out:\n{_tail(paths.log)}")
+        if time.monotonic() > deadline:
+            raise LabError(f"ferry-route-sync on {node.name} did not start within {topo.route_sync.startTimeout}s")
+        time.sleep(0.01)
     while not os.path.exists(paths.state_file):
         if proc.poll() is not None:
             raise LabError(f"ferry-route-sync on {node.name} exited (rc={proc.returncode}) before writing "
@@ -214,6 +224,12 @@ def check_encrypts(paths: layout.NodePaths, node: str) -> None:
         raise LabError(f"ferry-route-sync on {node} does not encrypt: its state file says encryption {said!r}, "
                        f"{paths.route_sync_config} asks for trafficEncryptionMode {ENCRYPTION_WIREGUARD}; "
                        "refusing to carry Pod traffic in clear (this route-sync has no WireGuard yet?)")
+
+
+def _is_route_sync(pid: int) -> bool:
+    """``pid`` runs route-sync itself (not ``ip netns exec`` on its way to it, nor mid-exec)."""
+    argv = cmdline(pid).split()
+    return bool(argv) and os.path.basename(argv[0]) != "ip" and "route-sync" in " ".join(argv)
 
 
 def route_sync_pid(manifest: Manifest, node: str) -> int | None:
