@@ -194,8 +194,8 @@ def start_route_sync(cmd: str, topo: Topology, node: NodeSpec, name: str, direct
     # that asks "is route-sync running?" (``route_sync_pid``) right after a restart was told no
     while not _is_route_sync(proc.pid):
         if proc.poll() is not None:
-            raise LabError(f"ferry-route-sync on {node.name} exited (rc={proc.returncode}) at its start; see "
-                           f"{paths.log}/route-sync.out:\n{_tail(paths.log)}")
+            raise LabError(f"ferry-route-sync on {node.name} exited (rc={proc.returncode}) before writing "
+                           f"{paths.state_file}; see {paths.log}/route-sync.out:\n{_tail(paths.log)}")
         if time.monotonic() > deadline:
             raise LabError(f"ferry-route-sync on {node.name} did not start within {topo.route_sync.startTimeout}s")
         time.sleep(0.01)
