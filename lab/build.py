@@ -189,24 +189,18 @@ def start_route_sync(cmd: str, topo: Topology, node: NodeSpec, name: str, direct
                                 start_new_session=True)
     manifest.record("pid", pid=proc.pid, netns=netns, what=f"route-sync {node.name}")
     deadline = time.monotonic() + topo.route_sync.startTimeout
-    # until ``ip netns exec`` has exec'd route-sync: the state file of an earlier run may exist
-    # already, and while a process is inside execve its /proc cmdline reads empty, so a caller
-    # that asks "is route-sync running?" (``route_sync_pid``) right after a restart was told no
-    while not _is_route_sync(proc.pid):
-        if proc.poll() is not None:
-            raise LabError(f"ferry-route-sync on {node.name} exited (rc={proc.returncode}) before writing "
-                           f"{paths.state_file}; see {paths.log}/route-sync.out:\n{_tail(paths.log)}")
-        if time.monotonic() > deadline:
-            raise LabError(f"ferry-route-sync on {node.name} did not start within {topo.route_sync.startTimeout}s")
-        time.sleep(0.01)
-    while not os.path.exists(paths.state_file):
+    # until route-sync itself runs (not ``ip netns exec`` on its way to it: while a process is
+    # inside execve its /proc cmdline reads empty, and the state file of an earlier run may exist
+    # already, so a caller asking ``route_sync_pid`` right after a restart was told no) and the
+    # state file exists
+    while not (_is_route_sync(proc.pid) and os.path.exists(paths.state_file)):
         if proc.poll() is not None:
             raise LabError(f"ferry-route-sync on {node.name} exited (rc={proc.returncode}) before writing "
                            f"{paths.state_file}; see {paths.log}/route-sync.out:\n{_tail(paths.log)}")
         if time.monotonic() > deadline:
             raise LabError(f"ferry-route-sync on {node.name} wrote no state file {paths.state_file} within "
                            f"{topo.route_sync.startTimeout}s; see {paths.log}/route-sync.out:\n{_tail(paths.log)}")
-        time.sleep(0.05)
+        time.sleep(0.01)
     if topo.encrypted:
         check_encrypts(paths, node.name)
     return proc.pid
