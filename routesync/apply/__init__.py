@@ -286,7 +286,8 @@ class NodeAppliers:
                 new, gone = _replaced(before.peers, after.peers)
             fresh = _endpoints(new) - _endpoints(gone)
             if fresh:
-                self.tnl_neigh.sync(tunnel_endpoints(p for p in new if p.transport_address in fresh))
+                self.tnl_neigh.sync(tunnel_endpoints(p for p in new if p.transport_address in fresh),
+                                    trust_written=True)
 
     def _apply_delta(self, before: DesiredState, after: DesiredState) -> None:
         if after.wireguard is not None:  # first: a key rotation's switch is on time
