@@ -104,9 +104,12 @@ class MemorySource(NodeSource):
     so the bench knows when a change has been applied)."""
 
     def __init__(self, records: list[Any]) -> None:
+        from routesync.sources.sortedrecords import SortedRecords
+
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self.records = {r.name: r for r in records}
+        self._sorted = SortedRecords(records)  # handed out as the Kubernetes source hands its records
         self.version = 0
         self.listed_version = 0
 
@@ -114,7 +117,7 @@ class MemorySource(NodeSource):
         with self._lock:
             self._changed.clear()  # what changes from here on wakes the next wait (as the Kubernetes source)
             self.listed_version = self.version
-            return list(self.records.values())
+            return self._sorted.list()
 
     def wait_for_change(self, timeout: float) -> bool:
         # not cleared here: an update between a timed-out wait and a clear was lost, and the
@@ -124,10 +127,12 @@ class MemorySource(NodeSource):
     def publish_self(self, record: Any) -> None:
         with self._lock:
             self.records[record.name] = record
+            self._sorted.change({record.name: record})
 
     def update(self, record: Any) -> int:
         with self._lock:
             self.records[record.name] = record
+            self._sorted.change({record.name: record})
             self.version += 1
             v = self.version
         self._changed.set()
@@ -136,6 +141,7 @@ class MemorySource(NodeSource):
     def remove(self, name: str) -> int:
         with self._lock:
             del self.records[name]
+            self._sorted.change({name: None})
             self.version += 1
             v = self.version
         self._changed.set()

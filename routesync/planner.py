@@ -82,7 +82,7 @@ from .model import (
     UplinkSpec,
 )
 from .peerflows import FastPort, node_flows, peer_flows
-from .recordlist import changed_places, common_ends
+from .recordlist import NodeList, changed_places, common_ends
 
 if TYPE_CHECKING:
     from cni.pipeline.modes import Mode, Path
@@ -559,11 +559,27 @@ def _same(a: NodeRecord, b: NodeRecord) -> bool:
 def _records(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord]
              ) -> tuple[dict[str, NodeRecord], NodeRecord | None, list[str], set[str]]:
     """The peers' records by name (this Node's own, when among them, apart), the peers whose
-    record differs from the memo's and those gone.  The source's list in the last
-    call's order (the usual case: the same records, one or two replaced in place) is compared
-    with that one by halves (``recordlist.changed_places``), a list with Nodes added or gone by
-    the middle the two do not share (``recordlist.common_ends``); anything else by name."""
+    record differs from the memo's and those gone.  A ``recordlist.NodeList`` that follows the
+    last call's list says what changed (the Kubernetes source's, through the daemon's
+    ``OwnSplit``).  Else the source's list in the last call's order (the same records, one or two
+    replaced in place) is compared with that one by halves (``recordlist.changed_places``), a list
+    with Nodes added or gone by the middle the two do not share (``recordlist.common_ends``);
+    anything else by name."""
     prev = memo.peer_list
+    changes = (peers.changes_since(getattr(prev, "key", None))
+               if isinstance(peers, NodeList) and memo.records else None)
+    if changes is not None and local.name not in changes:  # the list says what changed since the last
+        current = memo.records  # the memo's own: updated in place
+        changed: list[str] = []
+        gone: set[str] = set()
+        for n, (_was, record) in changes.items():
+            if record is None:
+                if current.pop(n, None) is not None:
+                    gone.add(n)
+            else:
+                current[n] = record
+                changed.append(n)
+        return current, memo.local_in, changed, gone
     if prev is not None and memo.records and len(prev) == len(peers):
         at = changed_places(peers, prev)
         if all(peers[i].name == prev[i].name != local.name for i in at):
@@ -695,7 +711,8 @@ def _peers_delta(memo: PeerMemo, local: NodeRecord, peers: Sequence[NodeRecord],
             splice.put(at, old, res)
         plans_in += res.plans
     memo.records, memo.aside, memo.routes, memo.neighbors = current, aside, routes, neighbors
-    memo.peer_list, memo.local_in = list(peers), local_in
+    # a NodeList is never edited: kept as it is (a copy of 5,000 references touches 5,000 objects)
+    memo.peer_list, memo.local_in = (peers if isinstance(peers, NodeList) else list(peers)), local_in
     if splice is not None:
         lists = splice.lists
     else:

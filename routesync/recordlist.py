@@ -10,11 +10,15 @@ changed: a Node change at 5,000 Nodes must not pay a Python call per Node (issue
   from the back, chunk by chunk: a Node added or gone is the middle left between them.
 - :class:`OwnSplit`: this Node's record and the others', as :func:`own_and_peers` splits them
   (the reference), reusing the last split's place of this Node while only other records changed.
+- :class:`NodeList`: a source's list that says itself what changed since the list before it (the
+  Kubernetes source drains its watch by name already), so that neither :class:`OwnSplit` nor the
+  planner compares 5,000 records to find the one that changed; the comparisons above remain for
+  lists that do not say (the registry's), or that follow a list the caller did not see.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -33,6 +37,32 @@ SPAN = 256
 CHUNK = 64
 
 _NAME = attrgetter("name")
+
+# what a name held in the list a NodeList follows, and holds in it (None: no record of that name)
+Change = tuple[NodeRecord | None, NodeRecord | None]
+
+
+class NodeList(list[NodeRecord]):
+    """Node records, each name once, in name order, that say what changed since the list they
+    follow.
+
+    ``key`` names this list and ``follows`` the one before it (None: follows none that can be
+    named); ``changes`` holds, for every name whose record is another object than there, what
+    it held there and what it holds here (None: no record of that name).  A caller trusts
+    ``changes`` only when ``follows`` is the key of the very list it used last, and never edits
+    the list (it may keep it, instead of a copy)."""
+
+    __slots__ = ("changes", "follows", "key")
+
+    def __init__(self, records: Iterable[NodeRecord], key: Any, follows: Any, changes: Mapping[str, Change]) -> None:
+        super().__init__(records)
+        self.key = key
+        self.follows = follows
+        self.changes = changes
+
+    def changes_since(self, key: Any) -> Mapping[str, Change] | None:
+        """``changes`` when this list follows the one named ``key``; else None."""
+        return self.changes if key is not None and self.follows == key else None
 
 
 def changed_places(now: Sequence[Any], was: Sequence[Any]) -> list[int]:
@@ -108,30 +138,55 @@ class OwnSplit:
     middle where Nodes came or went) are not this Node's and carry other names (before and
     after), this Node is where it was (or moved by as many places as came or went before it) and
     alone with its name, so the split is two slices (the names are not read again: ~0.3 ms at
-    5,000 Nodes).  Anything else splits by the reference."""
+    5,000 Nodes).  A :class:`NodeList` that follows the last list says what changed; any other
+    list is compared with the last one (:func:`changed_places`, :func:`common_ends`).  Anything
+    else splits by the reference.  From a NodeList the peers come as one too, following the
+    peers of the list it follows (the changes but this Node's name's: the peers are the list
+    without that name, whichever way it was split)."""
 
     def __init__(self) -> None:
         self._last: Sequence[NodeRecord] | None = None
         self._at: int | None = None  # this Node's place in it, when it is there once
 
     def split(self, nodes: Sequence[NodeRecord], name: str) -> tuple[NodeRecord | None, list[NodeRecord]]:
+        at = self._place(nodes, name)
+        if at is None:
+            local, peers = own_and_peers(nodes, name)
+            if local is not None and len(peers) == len(nodes) - 1:  # there once: its place is known
+                self._at = next(i for i, n in enumerate(nodes) if n is local)
+        else:
+            local, self._at = nodes[at], at
+        out: list[NodeRecord]
+        if isinstance(nodes, NodeList):
+            changes = {n: c for n, c in nodes.changes.items() if n != name}
+            follows = None if nodes.follows is None else (nodes.follows, name)
+            out = NodeList(nodes if at is not None else peers, (nodes.key, name), follows, changes)
+        else:
+            out = list(nodes) if at is not None else peers
+        if at is not None:
+            del out[at]  # one copy and a memory move (two slices joined copied each reference thrice)
+        return local, out
+
+    def _place(self, nodes: Sequence[NodeRecord], name: str) -> int | None:
+        """This Node's place in ``nodes``, found from the last list's, when it is there once;
+        None: split by the reference."""
         last, at = self._last, self._at
-        self._last = nodes
-        if last is not None and at is not None:
-            if len(last) == len(nodes):
-                moved = changed_places(nodes, last)
-                if all(nodes[i].name != name and last[i].name != name for i in moved):
-                    return nodes[at], [*nodes[:at], *nodes[at + 1:]]
-            else:  # Nodes came or went: between the ends the two lists share
-                front, back = common_ends(nodes, last)
-                outside = at < front or at >= len(last) - back  # this Node is not in the middle
-                if outside and all(n.name != name for n in nodes[front:len(nodes) - back]):
-                    if at >= front:
-                        at += len(nodes) - len(last)
-                    self._at = at
-                    return nodes[at], [*nodes[:at], *nodes[at + 1:]]
-        local, peers = own_and_peers(nodes, name)
-        self._at = None
-        if local is not None and len(peers) == len(nodes) - 1:  # there once: its place is known
-            self._at = next(i for i, n in enumerate(nodes) if n is local)
-        return local, peers
+        self._last, self._at = nodes, None
+        if last is None or at is None:
+            return None
+        changes = nodes.changes_since(getattr(last, "key", None)) if isinstance(nodes, NodeList) else None
+        if changes is not None:
+            if name in changes:
+                return None
+            # moved by the Nodes that came or went before it (the list is in name order)
+            at += sum((now is not None) - (was is not None) for n, (was, now) in changes.items() if n < name)
+            return at if 0 <= at < len(nodes) and nodes[at].name == name else None
+        if len(last) == len(nodes):
+            moved = changed_places(nodes, last)
+            return at if all(nodes[i].name != name and last[i].name != name for i in moved) else None
+        # Nodes came or went: between the ends the two lists share
+        front, back = common_ends(nodes, last)
+        outside = at < front or at >= len(last) - back  # this Node is not in the middle
+        if outside and all(n.name != name for n in nodes[front:len(nodes) - back]):
+            return at + (len(nodes) - len(last) if at >= front else 0)
+        return None

@@ -20,7 +20,8 @@ class NodeSource(abc.ABC):
         Kubernetes object's name; a registry file's, which its record must carry); raises
         SourceError when it has not synced yet.  A list whose records are mostly the very
         objects of the last one (an unchanged Node's record handed over again) lets route-sync
-        find what changed without a pass over every Node (``routesync.recordlist``)."""
+        find what changed without a pass over every Node (``routesync.recordlist``); a
+        ``recordlist.NodeList`` (the Kubernetes source's) says what changed itself."""
 
     @abc.abstractmethod
     def wait_for_change(self, timeout: float) -> bool:

@@ -9,15 +9,20 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 
 from ..model import NodeRecord
+from ..recordlist import Change, NodeList
 
 
 class SortedRecords:
-    """Records by name, in name order; :meth:`change` applies (name -> record now, None: gone)."""
+    """Records by name, in name order; :meth:`change` applies (name -> record now, None: gone).
+    :meth:`list` hands them out as a :class:`NodeList` that says what changed since the last."""
 
     def __init__(self, records: Iterable[NodeRecord] = ()) -> None:
         ordered = sorted(records, key=lambda r: r.name)
         self._names: list[str] = [r.name for r in ordered]
         self._records: list[NodeRecord] = ordered
+        self._token = object()  # the lists' keys are (this, their number): no other's
+        self._handed = 0  # how many lists were handed out
+        self._was: dict[str, NodeRecord | None] = {}  # name -> its record in the last list, once changed
 
     def change(self, changes: Mapping[str, NodeRecord | None]) -> None:
         names, records = self._names, self._records
@@ -26,6 +31,8 @@ class SortedRecords:
                 raise ValueError(f"record {record.name!r} given under the name {name!r}")
             i = bisect_left(names, name)
             here = i < len(names) and names[i] == name
+            if name not in self._was:
+                self._was[name] = records[i] if here else None
             if record is None:
                 if here:
                     del names[i], records[i]
@@ -35,6 +42,21 @@ class SortedRecords:
                 names.insert(i, name)
                 records.insert(i, record)
 
-    def list(self) -> list[NodeRecord]:
-        """The records in name order (a copy: the caller may keep it)."""
-        return list(self._records)
+    def list(self) -> NodeList:
+        """The records in name order (a copy: the caller may keep it), and what changed since the
+        list handed out before (the first follows none)."""
+        changes: dict[str, Change] = {}
+        if self._was:
+            now = dict(zip(self._names, self._records)) if len(self._was) > 64 else None
+            for name, was in self._was.items():
+                if now is not None:
+                    record = now.get(name)
+                else:
+                    i = bisect_left(self._names, name)
+                    record = self._records[i] if i < len(self._names) and self._names[i] == name else None
+                if record is not was:
+                    changes[name] = (was, record)
+            self._was = {}
+        self._handed += 1
+        follows = (self._token, self._handed - 1) if self._handed > 1 else None
+        return NodeList(self._records, (self._token, self._handed), follows, changes)

@@ -4,7 +4,10 @@ file's text keeps the unchanged peers' parts (``routesync.statefile.Encoder``). 
 (no memo) stays the reference: random Node event sequences (added, removed, address, subnet, Pod
 CIDR, MAC changed, CIDRs claimed twice, duplicated and reordered events) are replayed through
 both, and after every step the incremental result equals the full one: the desired state, the
-flows an applier following the deltas would hold, and the state file's text."""
+flows an applier following the deltas would hold, and the state file's text.  Half the sequences
+hand the planner its peers as the Kubernetes source and the daemon do (``SortedRecords`` ->
+``OwnSplit``: lists that say what changed, now and then one no pass planned); the others as
+plain lists in any order."""
 
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ from routesync.config import Config, from_dict
 from routesync.flowdelta import tail_changes
 from routesync.model import MAC_ANNOTATION, DesiredState, LocalFacts, NextHop, NodeRecord
 from routesync.planner import PeerMemo, node_state, plan
-from routesync.recordlist import own_and_peers
+from routesync.recordlist import OwnSplit, own_and_peers
+from routesync.sources.sortedrecords import SortedRecords
 from routesync.statefile import Encoder
 
 FACTS = LocalFacts(gateway_ofport=2, gateway_mac="02:00:00:00:01:01", tunnel_ofport=3, uplink_name="eth0",
@@ -143,15 +147,30 @@ def replay(seed: int, extra: dict[str, Any], steps: int) -> int:
     last_plans: list[Any] | None = None
     last_routes: set[Any] | None = None
     last_neighbors: set[Any] | None = None
+    # the Kubernetes source's way: its sorted records, handed out as lists that say what changed,
+    # this Node's record (there, as the API server has it) split out by the daemon's OwnSplit
+    source = SortedRecords([LOCAL]) if seed % 2 else None
+    split, held = OwnSplit(), dict[str, NodeRecord]()
     for step in range(steps):
         what = [event(rnd, nodes) for _ in range(rnd.choice((1, 1, 1, 2, 3)))]  # a burst is one pass
         events += len(what)
-        peers: Sequence[NodeRecord] = list(nodes.values())  # a record replaced in place, a new one last
-        if rnd.random() < 0.3:
-            peers = rnd.sample(peers, len(peers))  # the source's order is no order
-        if rnd.random() < 0.1:  # this Node's own record among them
-            peers = list(peers)
-            peers.insert(rnd.randrange(len(peers) + 1), LOCAL)
+        peers: Sequence[NodeRecord]
+        if source is not None:
+            moved: dict[str, NodeRecord | None] = {n: r for n, r in nodes.items() if held.get(n) is not r}
+            moved.update((n, None) for n in held.keys() - nodes.keys())
+            source.change(moved)
+            held = dict(nodes)
+            if rnd.random() < 0.1:
+                source.list()  # listed by a pass that failed before it planned
+            own, peers = split.split(source.list(), LOCAL.name)
+            assert own is LOCAL
+        else:
+            peers = list(nodes.values())  # a record replaced in place, a new one last
+            if rnd.random() < 0.3:
+                peers = rnd.sample(peers, len(peers))  # the source's order is no order
+            if rnd.random() < 0.1:  # this Node's own record among them
+                peers = list(peers)
+                peers.insert(rnd.randrange(len(peers) + 1), LOCAL)
         where = f"seed {seed}, step {step}: {what}"
         full = plan(cfg, LOCAL, peers, FACTS, HOPS)
         inc = plan(cfg, LOCAL, peers, FACTS, HOPS, memo=memo)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from routesync.model import NodeRecord
-from routesync.recordlist import SMALL, SPAN, OwnSplit, changed_places, own_and_peers
+from routesync.recordlist import SMALL, SPAN, NodeList, OwnSplit, changed_places, own_and_peers
 
 
 def record(i: int, addr: int = 1) -> NodeRecord:
@@ -106,3 +106,57 @@ def test_own_split_across_calls_equals_own_and_peers(n: int, steps: list[tuple[s
         want = own_and_peers(nodes, me)
         assert got == want
         assert got[0] is want[0]
+
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 40), st.lists(STEP, max_size=30), st.lists(st.booleans(), max_size=30))
+def test_own_split_of_lists_that_say_what_changed_equals_own_and_peers(n: int, steps: list[tuple[str, int]],
+                                                                      skips: list[bool]) -> None:
+    """Lists from ``SortedRecords`` (the Kubernetes source's), now and then one the split does not
+    see: the split equals the reference, and its peers say what changed since the peers before."""
+    from routesync.sources.sortedrecords import SortedRecords
+
+    me = "node-me"
+    held = {x.name: x for x in [record(i) for i in range(n)]}
+    held[me] = NodeRecord(me, ("192.168.0.200",), ("10.244.200.0/24",))
+    source = SortedRecords(held.values())
+    split = OwnSplit()
+    serial, last_peers = 1000, None
+    for k, (kind, r) in enumerate([("none", 0), *steps]):
+        serial += 1
+        others = sorted(x for x in held if x != me)
+        change: dict[str, NodeRecord | None] = {}
+        if kind == "change" and others:
+            name = others[r % len(others)]
+            change[name] = replace(held[name], transport_addresses=(f"192.168.1.{serial % 250}",))
+        elif kind == "add":
+            change[f"node-{serial}"] = record(serial)
+        elif kind == "remove" and others:
+            change[others[r % len(others)]] = None
+        elif kind == "own" and me in held:
+            change[me] = replace(held[me], pod_cidrs=(f"10.245.{serial % 250}.0/24",))
+        elif kind in ("own-gone", "own-replaced"):
+            change[me] = None
+        elif kind == "own-back" and me not in held:
+            change[me] = NodeRecord(me, ("192.168.0.201",), ())
+        source.change(change)
+        for name, rec in change.items():
+            if rec is None:
+                held.pop(name, None)
+            else:
+                held[name] = rec
+        if k < len(skips) and skips[k]:
+            source.list()  # a list the split did not see
+        nodes = source.list()
+        got = split.split(nodes, me)
+        want = own_and_peers(nodes, me)
+        assert got == want
+        assert got[0] is want[0]
+        peers = got[1]
+        assert isinstance(peers, NodeList)
+        if last_peers is not None and peers.changes_since(last_peers.key) is not None:
+            was, now = {x.name: x for x in last_peers}, {x.name: x for x in peers}
+            assert dict(peers.changes) == {m: (was.get(m), now.get(m)) for m in was.keys() | now.keys()
+                                           if was.get(m) is not now.get(m)}
+        last_peers = peers
