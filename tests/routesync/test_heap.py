@@ -28,13 +28,16 @@ def test_a_settle_collects_the_cycles_dropped_before_it_and_freezes_the_rest() -
     dropped = Node()
     gone = weakref.ref(dropped)
     del dropped
-    heap = HeapSettler()
+    heap = HeapSettler(young=700 + 12_345)
+    threshold = gc.get_threshold()
     try:
         heap.settle()
         assert gone() is None  # the cycle was collected
         assert heap.settles == 1 and heap.frozen == gc.get_freeze_count() >= len(kept)
+        assert gc.get_threshold() == (700 + 12_345, *threshold[1:])  # the young generation waits longer
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 def test_the_daemon_settles_after_full_passes_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -42,6 +45,7 @@ def test_the_daemon_settles_after_full_passes_only(tmp_path) -> None:  # type: i
                      "resyncSeconds": 3600,
                      "nodeSource": {"type": "registry", "registryDir": str(tmp_path / "reg"), "pollInterval": 0.05}})
     apl = RecordingAppliers()
+    threshold = gc.get_threshold()
     d = Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a", poll_interval=0.05), apl, settle_heap=True)
     other = RegistrySource(str(tmp_path / "reg"), "node-b")
     t = threading.Thread(target=d.run, daemon=True)
@@ -59,4 +63,5 @@ def test_the_daemon_settles_after_full_passes_only(tmp_path) -> None:  # type: i
         d.stop.set()
         t.join(30)
         gc.unfreeze()
+        gc.set_threshold(*threshold)
     assert Daemon(cfg, RegistrySource(str(tmp_path / "reg"), "node-a"), apl).heap is None  # off unless asked
