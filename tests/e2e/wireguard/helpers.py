@@ -32,6 +32,7 @@ from routesync.wireguard.model import PUBLIC_KEY_ANNOTATION
 from routesync.wireguard.uapi import Uapi
 from tests.e2e.bgp.helpers import all_learned
 from tests.e2e.fastpath.helpers import settled as fast_settled
+from tests.e2e.wireguard.diagnose import Pair, diagnose
 from tests.support.labs import PODS, can_run, start_lab
 from tests.support.waiting import until
 
@@ -177,11 +178,15 @@ def warm_sessions(lab: Lab) -> None:
 
 def settle_encrypted(lab: Lab) -> None:
     """Every peer published its key, every state file sends every peer through WireGuard, every
-    device holds every peer, and every two Nodes have a session (:func:`warm_sessions`)."""
-    until(lambda: all(published_keys(lab).values()), "every Node's public key in the registry")
-    until(lambda: wireguard_to_every_peer(lab), "every Node's state file: every peer through WireGuard")
-    until(lambda: devices_hold_every_peer(lab), "every Node's WireGuard device: every peer's key")
-    warm_sessions(lab)
+    device holds every peer, and every two Nodes have a session (:func:`warm_sessions`).  Not
+    settled: the AssertionError carries the lab's state (:func:`.diagnose.diagnose`)."""
+    try:
+        until(lambda: all(published_keys(lab).values()), "every Node's public key in the registry")
+        until(lambda: wireguard_to_every_peer(lab), "every Node's state file: every peer through WireGuard")
+        until(lambda: devices_hold_every_peer(lab), "every Node's WireGuard device: every peer's key")
+        warm_sessions(lab)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{diagnose(lab, what='not settled')}") from None
 
 
 def settle_clear(lab: Lab, m: Mode) -> None:
@@ -303,6 +308,12 @@ def probe_paths(paths: list[DfPath], size: int = 1500) -> list[DfRow]:
 
     with ThreadPoolExecutor(max_workers=6) as pool:
         return list(pool.map(one, paths))
+
+
+def df_failure_pairs(rows: list[DfRow]) -> list[Pair]:
+    """The DF rows :func:`df_failures` names, as pairs for :func:`.diagnose.diagnose` to probe again."""
+    bad = [r for r in rows if r.full.black_hole or (r.at_mtu is not None and r.at_mtu.outcome != "crossed")]
+    return [Pair(src, dst, r.path.dst) for r in bad for src, _, dst in [r.path.label.partition(" -> ")]]
 
 
 def df_failures(rows: list[DfRow]) -> list[str]:

@@ -17,6 +17,11 @@ BGP), one lab per mode:
 * on a single-family underlay (``--family 4``, ``--family 6``) the WireGuard MTU is exactly the
   transport MTU minus 60 over IPv4, minus 80 over IPv6, and the capture sees UDP to 51820 alone.
 
+A probe that fails (or a lab that does not settle) says why, before the lab is torn down: its
+message carries every Node's WireGuard peers, a second probe of the failing pair and the Nodes' and
+the router's neighbours and routes (``tests/e2e/wireguard/diagnose.py``; also written to a file under
+``$FERRY_TEST_FAILURES``, /tmp/ferry-test-failures by default).
+
 ``tests/e2e/wireguard/test_clear_evidence.py`` is the control: the same capture, unencrypted, sees
 the Pods' addresses."""
 
@@ -33,9 +38,11 @@ from lab.topology import CATEGORIES, node_netns
 from lab.wirecapture import WireCapture
 from routesync.config import DEFAULT_WG_PORT
 from routesync.wireguard.plan import overhead
+from tests.e2e.wireguard.diagnose import diagnose, explain
 from tests.e2e.wireguard.helpers import (
     MODES,
     Mode,
+    df_failure_pairs,
     df_failures,
     df_paths,
     mode,
@@ -85,7 +92,7 @@ def test_encrypted_matrix_and_the_wire_carries_no_pod_address(wg_lab) -> None:  
     took = time.monotonic() - t0
     rows = rows1 + rows2
     failed = [r for r in rows if not r.ok]
-    assert rows1 and rows2 and not failed, f"{m.name}:\n{check.table(lab, failed)}"
+    assert rows1 and rows2 and not failed, explain(lab, failed, m.name)
     for ev in (ev1, ev2):
         assert not any(ev.dropped.values()), ev.dropped
         assert not ev.sightings, f"{m.name}: Pod addresses on the wire, encrypted:\n{ev.report()}"
@@ -95,10 +102,10 @@ def test_encrypted_matrix_and_the_wire_carries_no_pod_address(wg_lab) -> None:  
     addr = {n.name: n.address(4) for n in lab.nodes}
     data = {(s, d) for (s, d, kind) in ev1.wireguard if kind == "transport-data"}
     missing = [(a, b) for a in addr for b in addr if a != b and (addr[a], addr[b]) not in data]
-    assert not missing, f"{m.name}: no WireGuard data {missing}:\n{ev1.report()}"
+    assert not missing, f"{m.name}: no WireGuard data {missing}:\n{ev1.report()}\n{diagnose(lab, what='no data')}"
     # MTU: no black hole on any path; Pods' routes to other Nodes' Pods at the WireGuard MTU
     dfs = df1 + df2
-    assert not df_failures(dfs), "\n".join(df_failures(dfs))
+    assert not df_failures(dfs), "\n".join(df_failures(dfs)) + "\n" + diagnose(lab, df_failure_pairs(dfs), "DF")
     # the Pods' routes to other Nodes' Pods carry what route-sync says (its state file's mtu),
     # which is WireGuard's over the IPv4 endpoints the wire showed (60 bytes)
     state = lab.node("node-1").state() or {}
@@ -136,9 +143,9 @@ def test_wireguard_mtu_per_underlay_family(cni_bin: str, family: str) -> None:
             dfs = probe_paths(df_paths(lab, DF_POD_TO_POD))
             ev = cap.evidence()
         dfs += probe_paths([p for p in df_paths(lab) if p.kind not in DF_POD_TO_POD])
-        assert rows and all(r.ok for r in rows), check.table(lab, rows)
+        assert rows and all(r.ok for r in rows), explain(lab, rows, f"IPv{family} underlay")
         assert not ev.sightings and ev.not_wireguard(DEFAULT_WG_PORT) == set(), ev.report()
-        assert not df_failures(dfs), "\n".join(df_failures(dfs))
+        assert not df_failures(dfs), "\n".join(df_failures(dfs)) + "\n" + diagnose(lab, df_failure_pairs(dfs), "DF")
         state = lab.node("node-1").state() or {}
         want = state["transportMTU"] - overhead(ipv6_underlay=family == "6")
         remote = [r for r in dfs if r.path.kind == "pod-pod-remote"]
