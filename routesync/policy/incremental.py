@@ -339,7 +339,8 @@ class RuleState:
         self.src = not ingress  # the Pods it applies to are the sources (egress)
         numeric = [(p.protocol, p.port if isinstance(p.port, int) else None, p.end_port)
                    for p in rule.ports if not isinstance(p.port, str)]
-        self.named = [(p.port, p.protocol) for p in rule.ports if isinstance(p.port, str)]
+        # each (name, protocol) once, as the full planner takes them
+        self.named = list(dict.fromkeys((p.port, p.protocol) for p in rule.ports if isinstance(p.port, str)))
         self.mult: dict[tuple[str, str], int] = {}
         for name_proto in self.named:
             self.mult[name_proto] = self.mult.get(name_proto, 0) + 1

@@ -339,7 +339,9 @@ def _parts(direction: str, policy: Policy, rule: Rule, applied: tuple[Pod, ...],
     client's egress, judged where it arrives: :func:`plan`)."""
     numeric = [(p.protocol, p.port if isinstance(p.port, int) else None, p.end_port)
                for p in rule.ports if not isinstance(p.port, str)]
-    named = [p for p in rule.ports if isinstance(p.port, str)]
+    # a named port listed twice (``{port: http}`` beside ``{port: http, protocol: TCP}``) is one
+    # conjunction: twice, it was two rules with one id, and the host's judge two sets of one name
+    named = list({(p.port, p.protocol): p for p in rule.ports if isinstance(p.port, str)}.values())
     all_peers: tuple[str, ...] | None = None
     if rule.peers is not None:
         addrs: list[str] = []

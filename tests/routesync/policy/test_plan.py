@@ -100,6 +100,28 @@ def test_named_ports_resolve_per_pod_into_a_conjunction_each() -> None:
     assert p.isolated["a/z"] == (True, False)  # selected, no port of that name: nothing allowed
 
 
+def test_a_named_port_listed_twice_is_one_conjunction_and_the_host_judge_renders() -> None:
+    """``{port: http}`` beside ``{port: http, protocol: TCP}`` (the same port, TCP by default): one
+    rule, not two with one id, whose host judge declared its sets twice and failed every pass."""
+    from routesync.policy import hostjudge
+    from routesync.policy.incremental import IncrementalPlanner
+
+    pods = [pod("a", "x", "10.0.0.1", ports=(NamedPort("http", "TCP", 8080),), app="web"),
+            pod("a", "c", "10.0.0.9", node="n2", app="cli")]
+    pol = policy("a", "http", {"matchLabels": {"app": "web"}},
+                 [{"from": [{"podSelector": {"matchLabels": {"app": "cli"}}}],
+                   "ports": [{"port": "http"}, {"port": "http", "protocol": "TCP"},
+                             {"port": "http", "protocol": "UDP"}]}])
+    p = plan(pods, [pol])
+    assert sorted((r.port, r.pods) for r in p.rules) == [("http=8080/TCP", ("a/x",))]
+    assert len({r.conj_id for r in p.host_rules}) == len(p.host_rules) == 1
+    body = hostjudge.render_body(hostjudge.judge(p, "ferry-gw0", ("192.168.1.1/24",)))
+    assert "tcp dport { 8080 }" in body.text
+    inc = IncrementalPlanner(pp.NodeFacts(NODE))
+    inc.load(pp.Inputs(tuple(pods), {"a": ()}, (policy_from(pol),)))
+    assert inc.snapshot().rules == p.rules
+
+
 def test_egress_named_port_resolves_on_the_peer() -> None:
     pods = [pod("a", "cli", "10.0.0.1", app="cli"),
             pod("b", "srv", "10.0.1.1", node="n2", ports=(NamedPort("dns", "UDP", 5353),), app="srv")]
