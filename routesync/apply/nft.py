@@ -654,6 +654,9 @@ class NftApplier:
         last, self._policy = self._policy, None
         if body is None:
             return self._delete("inet", POLICY_TABLE, verify)
+        if not verify and self._known.get(key) == body.fingerprint:
+            self._policy = body  # what the table holds, as this applier wrote it: nothing to render
+            return False
         if (self.policy_by_element and not verify and last is not None and last.fingerprint != body.fingerprint
                 and self._known.get(key) == last.fingerprint):
             structure = "" if last.shape == body.shape else structure_commands(*key, last, body)

@@ -535,6 +535,8 @@ class RuleState:
                     else:
                         pods = sorted(g.pods.values(), key=lambda p: order[p.key])
                         add(g.part, applied, tag, tuple(dict.fromkeys(ip for p in pods for ip in p.ips)), ports)
+        if self._info is not None and hosts:
+            hosts = _kept_hosts(self._info[2], hosts)
         self._info = (self.version, rules, hosts)
         return rules, hosts
 
@@ -1521,3 +1523,24 @@ class IncrementalPlanner:
             remote_rules=remote_rules, remote_isolated=list(self.remote_sorted) if n is not None else [],
             remote_isolation_id=n, remote_sources=dict(self.remote_sources) if n is not None else {},
             host_rules=hosts)
+
+
+def _kept_hosts(was: Sequence[HostRule], now: list[HostRule]) -> list[HostRule]:
+    """``now`` with what did not move kept as ``was``'s objects: an equal rule as the very rule,
+    else its equal address tuples.  A rule's version moves with more than the host's judge reads
+    (its flows, a remote side), and the judge is rendered again by identity (the rule, its Pods'
+    and its peers' tuples): an equal tuple handed over anew would cost its every address there."""
+    old = {(h.conj_id, h.direction): h for h in was}
+    out: list[HostRule] = []
+    for h in now:
+        o = old.get((h.conj_id, h.direction))
+        if o is None:
+            out.append(h)
+            continue
+        applied = o.applied if o.applied == h.applied else h.applied
+        peers = o.peers if o.peers == h.peers else h.peers
+        if applied is o.applied and peers is o.peers and o.ports == h.ports:
+            out.append(o)
+        else:
+            out.append(HostRule(h.conj_id, h.direction, applied, peers, h.ports))
+    return out

@@ -271,7 +271,8 @@ class PolicyNode:
         self._grouped_tiers = tiers
         # the tiers' own delta (the groups it touched), not all their flows grouped again
         tier_delta = self.tier_planner.take_flow_delta() if moved and self.tier_planner is not None else None
-        return self.flow_tracker.step(plan.flows + tiers.flows, delta.added, delta.removed,
+        flows = plan.flows + tiers.flows if tiers.flows else plan.flows  # the tracker copies it
+        return self.flow_tracker.step(flows, delta.added, delta.removed,
                                       tiers.flows if moved else None, tier_delta)
 
     def _tiers(self, planner: IncrementalPlanner, facts: policy_plan.NodeFacts, full: bool,
@@ -428,6 +429,8 @@ class PolicyNode:
         again only when a plan, the Node's addresses or the Service CIDRs moved."""
         key = (local.node_addresses, services)
         j = self._judged
+        if j is not None and j[0] is not plan and j[1] is tiers and j[2] == key and _same_judge(j[0], plan):
+            j = self._judged = (plan, tiers, key, j[3])  # flows moved, the judge's inputs did not
         if j is None or j[0] is not plan or j[1] is not tiers or j[2] != key:
             from . import hostjudge
 
@@ -464,3 +467,13 @@ class PolicyNode:
                 tier_counters(self.tiers, flows)
         return Need.NOTHING
 
+
+def _same_judge(was: policy_plan.Plan, now: policy_plan.Plan) -> bool:
+    """Whether ``now`` gives the host's judge ``was`` gave (:func:`.hostjudge.judge` reads the
+    local Pods, their isolation and the host rules): by identity, element by element -- the
+    planners hand an unchanged rule and an unchanged Pod over as the same objects -- so a Pod
+    event that moved flows alone costs no render, no fingerprint and no write."""
+    return (was.isolated == now.isolated and len(was.host_rules) == len(now.host_rules)
+            and len(was.local_pods) == len(now.local_pods)
+            and all(a is b for a, b in zip(was.host_rules, now.host_rules))
+            and all(a is b for a, b in zip(was.local_pods, now.local_pods)))
