@@ -44,6 +44,7 @@ write."""
 from __future__ import annotations
 
 import ipaddress
+import socket
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -86,9 +87,13 @@ def judge(plan: Plan, gateway: str, node_addresses: Iterable[str], service_cidrs
                      tuple(tiers.host_rules) if tiers is not None else ())
 
 
-def _order(addr: str) -> tuple[int, int]:
-    a = ipaddress.ip_address(addr)
-    return a.version, int(a)
+def _order(addr: str) -> tuple[int, bytes]:
+    """An address's place: IPv4 first, then by value (the packed bytes, big-endian, compare as the
+    numbers do; ``ipaddress`` costs ~10 times as much, and the local Pods' addresses are sorted on
+    every judge)."""
+    if ":" in addr:
+        return 6, socket.inet_pton(socket.AF_INET6, addr)
+    return 4, socket.inet_pton(socket.AF_INET, addr)
 
 
 # a rule's Pods and peers as rendered (held: the memo's keys are their identities) and its sets and lines

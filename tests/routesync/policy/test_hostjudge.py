@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from routesync.policy import hostjudge as hj
 from routesync.policy import plan as pp
@@ -169,3 +171,12 @@ def test_overlapping_peers_collapse_and_nft_takes_them() -> None:
     proc = subprocess.run(["nft", "-c", "-f", "-"], input=f"table inet ferry_policy {{\n{body}}}\n",
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+@given(st.lists(st.one_of(st.ip_addresses(v=4), st.ip_addresses(v=6)), min_size=1, max_size=30, unique=True))
+def test_the_isolated_pods_addresses_in_ipaddress_order(addrs: list) -> None:
+    """The judge's own order (packed bytes) is ``ipaddress``'s: IPv4 first, then by value."""
+    pods = tuple(Pod("a", f"p{i}", NODE, (("app", "cli"),), (str(a),)) for i, a in enumerate(addrs))
+    j = judge([pol("eg", "cli", ["Egress", "Ingress"], egress=[], ingress=[])], pods)
+    want = tuple(str(a) for a in sorted(addrs, key=lambda a: (a.version, a)))
+    assert j.egress_isolated == j.ingress_isolated == want
