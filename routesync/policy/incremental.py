@@ -326,7 +326,7 @@ class RuleState:
                  remote: bool) -> None:
         self.pl, self.ps, self.direction, self.index, self.rule, self.remote = pl, ps, direction, index, rule, remote
         self.closed = False
-        self.version = 0
+        self._version = 0
         self._info: tuple[int, list[RuleInfo], list[HostRule]] | None = None
         self.a = ps.ra if remote else ps.a
         self.applied = ps.remote if remote else ps.applied
@@ -390,6 +390,19 @@ class RuleState:
                         self._cand(None, pod, 1)
         if self.np is not None:
             self.np.refresh()
+
+    @property
+    def version(self) -> int:
+        """Moves whenever what :meth:`infos` lists may have moved."""
+        return self._version
+
+    @version.setter
+    def version(self, value: int) -> None:
+        self._version = value
+        if self.remote:
+            self.ps.remote_infos_kept = None
+        else:
+            self.ps.local_infos_kept = None
 
     def terminals(self, n: int) -> list[tuple[int, int, tuple[m.MatchItem, ...], tuple[Action, ...]]]:
         return [(self.table, self.prio, (m.CONJ_ID(n),), self.then)]
@@ -578,8 +591,50 @@ class PolicyState:
         self.a = AddrSet()
         self.remote: dict[str, Pod] = {}
         self.ra = AddrSet()
-        self.local_rules: list[RuleState] = []
-        self.remote_rules: list[RuleState] = []
+        self._local_rules: list[RuleState] = []
+        self._remote_rules: list[RuleState] = []
+        # its rules' infos joined, until one of them or the rules themselves move (RuleState.version)
+        self.local_infos_kept: tuple[list[RuleInfo], list[HostRule]] | None = None
+        self.remote_infos_kept: list[RuleInfo] | None = None
+
+    @property
+    def local_rules(self) -> list[RuleState]:
+        return self._local_rules
+
+    @local_rules.setter
+    def local_rules(self, rules: list[RuleState]) -> None:
+        self._local_rules = rules
+        self.local_infos_kept = None
+
+    @property
+    def remote_rules(self) -> list[RuleState]:
+        return self._remote_rules
+
+    @remote_rules.setter
+    def remote_rules(self, rules: list[RuleState]) -> None:
+        self._remote_rules = rules
+        self.remote_infos_kept = None
+
+    def local_infos(self) -> tuple[list[RuleInfo], list[HostRule]]:
+        """Its local rules' :meth:`RuleState.infos`, joined: a snapshot walks the policies whose
+        rules moved, not every rule in force."""
+        kept = self.local_infos_kept
+        if kept is None:
+            rules: list[RuleInfo] = []
+            hosts: list[HostRule] = []
+            for r in self._local_rules:
+                ri, hr = r.infos()
+                rules += ri
+                hosts += hr
+            kept = self.local_infos_kept = (rules, hosts)
+        return kept
+
+    def remote_infos(self) -> list[RuleInfo]:
+        """Its remote rules' :meth:`RuleState.infos`, joined."""
+        kept = self.remote_infos_kept
+        if kept is None:
+            kept = self.remote_infos_kept = [i for r in self._remote_rules for i in r.infos()[0]]
+        return kept
 
 
 class IncrementalPlanner:
@@ -1503,15 +1558,14 @@ class IncrementalPlanner:
         local = self._local_sorted
         rules: list[RuleInfo] = []
         hosts: list[HostRule] = []
+        ps = self.ps
         for key in self.active_local:
-            for r in self.ps[key].local_rules:
-                ri, hr = r.infos()
-                rules += ri
-                hosts += hr
+            ri, hr = ps[key].local_infos()
+            rules += ri
+            hosts += hr
         remote_rules: list[RuleInfo] = []
         for key in self.active_remote:
-            for r in self.ps[key].remote_rules:
-                remote_rules += r.infos()[0]
+            remote_rules += ps[key].remote_infos()
         if self._errors is None:
             self._errors = [f"{k}: {e}" for k in sorted(self.policies) for e in self.policies[k].errors]
         n = self.isolation.n
