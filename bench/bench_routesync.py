@@ -234,6 +234,12 @@ class TimedAppliers:
     def rehandshake_wireguard(self, since: float, among: Any = None) -> tuple[str, ...]:
         return self.inner.rehandshake_wireguard(since, among)
 
+    def kick_wireguard(self, since: float, among: Any) -> tuple[str, ...]:
+        return self.inner.kick_wireguard(since, among)
+
+    def wireguard_awaited(self) -> tuple[tuple[float, tuple[str, ...]], ...]:
+        return self.inner.wireguard_awaited()
+
     def teardown(self, config: Any) -> None:
         self.inner.teardown(config)
 

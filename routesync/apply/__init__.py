@@ -378,6 +378,12 @@ class NodeAppliers:
     def rehandshake_wireguard(self, since: float, among: Collection[str] | None = None) -> tuple[str, ...]:
         return self.wireguard.rehandshake(since, among) if self.wireguard is not None else ()
 
+    def kick_wireguard(self, since: float, among: Collection[str]) -> tuple[str, ...]:
+        return self.wireguard.kick(since, among) if self.wireguard is not None else ()
+
+    def wireguard_awaited(self) -> tuple[tuple[float, tuple[str, ...]], ...]:
+        return self.wireguard.take_awaited() if self.wireguard is not None else ()
+
     def wireguard_implementation(self) -> str | None:
         return self.wireguard.implementation if self.wireguard is not None else None
 

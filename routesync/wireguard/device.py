@@ -30,6 +30,7 @@ from routesync.config import WG_KERNEL, WG_USERSPACE, WireGuardConfig
 from . import kernel, keys
 from .model import KERNEL, USERSPACE, WgBackend, WgChange, WgDeviceState, WgPeerState, WgSpec
 from .plan import change as plan_change
+from .plan import kick as plan_kick
 from .plan import rehandshake as plan_rehandshake
 from .uapi import Uapi, socket_path
 
@@ -92,6 +93,7 @@ class WireGuardDevice:
             self.backend = Uapi(config.run_dir)
         self._applied: WgSpec | None = None
         self._applied_for: int | None = None
+        self._awaited: list[tuple[float, tuple[str, ...]]] = []  # (when, peers): :meth:`take_awaited`
         self._proc: subprocess.Popen[bytes] | None = None  # the userspace device this process started
 
     @property
@@ -185,6 +187,7 @@ class WireGuardDevice:
         """The device to ``spec.device``: read back (full, a new device generation) or diffed
         against the last spec applied; the difference applied in one transaction."""
         gen = self.generation()
+        at = time.time()
         have = self.read() if (full or self._applied is None or gen != self._applied_for) else None
         if have is None and self._applied is not None and not full and gen == self._applied_for:
             change = plan_change(_as_state(self._applied), spec.device)
@@ -193,7 +196,29 @@ class WireGuardDevice:
         if not change.empty:
             self.backend.configure(self.name, change)
         self._applied, self._applied_for = spec, gen
+        if change.awaited:
+            self._awaited.append((at, change.awaited))
         return change
+
+    def take_awaited(self) -> tuple[tuple[float, tuple[str, ...]], ...]:
+        """The first contacts the syncs since the last call left to the peer's handshake
+        (:attr:`.model.WgChange.awaited`): (Unix time before the sync, their public keys)."""
+        out, self._awaited = tuple(self._awaited), []
+        return out
+
+    def kick(self, since: float, among: Collection[str]) -> tuple[str, ...]:
+        """Peers of ``among`` with allowed IPs and no handshake since ``since`` (Unix time) kicked
+        (:func:`.plan.kick`); their public keys."""
+        have = self.read()
+        if have is None:
+            return ()
+        if self.implementation == KERNEL:  # `wg show dump` gives whole seconds
+            since = math.floor(since)
+        change = plan_kick(have, since, among)
+        if change.empty:
+            return ()
+        self.backend.configure(self.name, change)
+        return tuple(p.public_key for p in change.peers)
 
     def rehandshake(self, since: float, among: Collection[str] | None = None) -> tuple[str, ...]:
         """Peers (of ``among``; None: all) with allowed IPs and no handshake since ``since`` (Unix

@@ -12,7 +12,12 @@ After this Node's own key switched, it confirms the new sessions: a peer with no
 the switch :data:`CONFIRM_AFTER` later is made again on the device (its handshake sent at once,
 :func:`.plan.rehandshake` says why a kick cannot), and again every :data:`CONFIRM_EVERY` until
 WireGuard's own retry (REKEY_TIMEOUT) would come.  Only the rotating Node does it: its peers'
-new initiations, made at the same instant, could cross its own again."""
+new initiations, made at the same instant, could cross its own again.
+
+At first contact only the pair's leader kicks (:func:`.plan.change`); the follower confirms: a
+peer it added without a kick and has no handshake with :data:`CONFIRM_AFTER` later is kicked,
+once (the leader's initiation came before the follower had the entry and was dropped; the leader
+would try again only after REKEY_TIMEOUT)."""
 
 from __future__ import annotations
 
@@ -44,11 +49,13 @@ REKEY_TIMEOUT = 5.0  # s: WireGuard's own retry of a handshake; the confirmation
 
 @dataclass
 class Confirm:
-    """This Node's key switch, whose new sessions are being confirmed."""
+    """This Node's key switch, whose new sessions are being confirmed; or first contacts this Node
+    left to the peer's handshake."""
 
     since: float  # Unix time the new key was set (a handshake after it is the new key's)
     peers: tuple[str, ...]  # public keys of the peers with allowed IPs then
     next_at: float  # the next look
+    first_contact: bool = False  # peers added without a kick (this Node follows): one look, a kick
 
 
 class WireGuardAppliers(Protocol):
@@ -61,6 +68,16 @@ class WireGuardAppliers(Protocol):
 
     def wireguard_implementation(self) -> str | None:
         """kernel | userspace (None: no encryption)."""
+        ...
+
+    def wireguard_awaited(self) -> tuple[tuple[float, tuple[str, ...]], ...]:
+        """The peers the device's syncs since the last call added at first contact without a kick
+        (this Node follows): (Unix time before the sync, their public keys)."""
+        ...
+
+    def kick_wireguard(self, since: float, among: Collection[str]) -> tuple[str, ...]:
+        """The device's peers of ``among`` with allowed IPs and no handshake since ``since`` (Unix
+        time) kicked; their public keys."""
         ...
 
     def switch_wireguard(self, spec: WgSpec) -> None:
@@ -87,7 +104,7 @@ class WireGuardLoop:
         self._generation = 0  # the device's, at the last look
         self._private: str | None = None  # the private key last applied (None: none yet)
         self._pass_at = 0.0  # when the pass under way planned
-        self._confirm: Confirm | None = None
+        self._confirms: list[Confirm] = []
         self._names: dict[str, str] = {}  # public key -> Node, as of the last pass
 
     def start(self) -> None:
@@ -109,6 +126,7 @@ class WireGuardLoop:
         names = {dict(n.annotations).get(PUBLIC_KEY_ANNOTATION, ""): n.name for n in peers}
         self._names = {**{dict(n.annotations).get(NEXT_KEY_ANNOTATION, ""): n.name for n in peers}, **names}
         self._key_set(wg.device, self._pass_at)
+        self._await_first_contacts()
         replaced = {p.peer: p.fallback for p in desired.peers if p.fallback is not None}
         self.node.applied(wg, self.appliers.wireguard_implementation(), names, replaced)
         ahead = self.node.plan_ahead(me, peers, wg)
@@ -120,8 +138,11 @@ class WireGuardLoop:
         if self._ahead is not None and self.wall() >= self._ahead[0]:
             self._switch(self._ahead)
             need = Need.PASS  # the pass of the new instant: publish, finish the rotation
-        if self._confirm is not None and self.wall() >= self._confirm.next_at:
-            self._confirm_sessions(self._confirm)
+        for c in [c for c in self._confirms if self.wall() >= c.next_at]:
+            if c.first_contact:
+                self._confirm_first_contacts(c)
+            else:
+                self._confirm_sessions(c)
         if self.node.due(self.wall()):
             need = Need.PASS
         now = self._device_generation()
@@ -134,8 +155,7 @@ class WireGuardLoop:
 
     def wake_in(self) -> float | None:
         """A key rotation's switch, a look at its new sessions: on time, not at the loop's next look."""
-        at = [t for t in (self._ahead[0] if self._ahead else None, self._confirm.next_at if self._confirm else None)
-              if t is not None]
+        at = [c.next_at for c in self._confirms] + ([self._ahead[0]] if self._ahead else [])
         return max(0.0, min(at) - self.wall()) if at else None
 
     def _switch(self, ahead: tuple[float, WgSpec]) -> None:
@@ -158,7 +178,32 @@ class WireGuardLoop:
         if before is None or before == device.private_key:
             return
         peers = tuple(p.public_key for p in device.peers if p.allowed_ips)
-        self._confirm = Confirm(since=at, peers=peers, next_at=at + CONFIRM_AFTER) if peers else None
+        self._confirms = [c for c in self._confirms if c.first_contact]  # a previous switch's: superseded
+        if peers:
+            self._confirms.append(Confirm(since=at, peers=peers, next_at=at + CONFIRM_AFTER))
+
+    def _await_first_contacts(self) -> None:
+        """The peers the pass added at first contact without a kick: looked at once, CONFIRM_AFTER on."""
+        try:
+            awaited = self.appliers.wireguard_awaited()
+        except Exception as e:  # noqa: BLE001 - the leader's retry still comes
+            log.warning("WireGuard: cannot read the first contacts left to the peers' handshakes: %s", e)
+            return
+        self._confirms += [Confirm(since=at, peers=peers, next_at=at + CONFIRM_AFTER, first_contact=True)
+                           for at, peers in awaited if peers]
+
+    def _confirm_first_contacts(self, c: Confirm) -> None:
+        """A peer this Node follows with no handshake yet is kicked (this module's doc)."""
+        self._confirms.remove(c)
+        try:
+            kicked = self.appliers.kick_wireguard(c.since, c.peers)
+        except Exception as e:  # noqa: BLE001 - the leader's retry still comes
+            log.warning("WireGuard: cannot look at the first contacts' sessions: %s", e)
+            return
+        if kicked:
+            log.info("WireGuard: no handshake from %s %.0f ms after this Node added it (the peer makes it at first "
+                     "contact; its initiation came before the entry, or not yet): kicked",
+                     ", ".join(sorted(self._names.get(k, k) for k in kicked)), (self.wall() - c.since) * 1e3)
 
     def _confirm_sessions(self, c: Confirm) -> None:
         """A peer without a handshake since this Node's switch is made again (this module's doc)."""
@@ -173,7 +218,7 @@ class WireGuardLoop:
                         "crossed wait 5 s for WireGuard's retry): made again on the device, its handshake sent",
                         ", ".join(sorted(self._names.get(k, k) for k in redone)), (now - c.since) * 1e3)
         if not redone or now + CONFIRM_EVERY > c.since + REKEY_TIMEOUT:
-            self._confirm = None
+            self._confirms.remove(c)
         else:
             c.next_at = now + CONFIRM_EVERY
 

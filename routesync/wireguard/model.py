@@ -96,6 +96,9 @@ class WgChange:
     private_key: str | None = field(default=None, repr=False)  # None: keep
     listen_port: int | None = None  # None: keep
     peers: tuple[PeerChange, ...] = ()
+    # peers added at first contact without a kick (the peer leads): their handshake is awaited,
+    # confirmed a moment later (:class:`routesync.wireguard.loop.WireGuardLoop`); nothing to apply
+    awaited: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:

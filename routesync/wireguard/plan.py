@@ -213,7 +213,14 @@ def change(have: WgDeviceState | None, want: WgDevice, kick: Sequence[str] = ())
     after WireGuard's 5 s (REKEY_TIMEOUT), a blackout that this Node's handshake ends at once.
     A peer staged without allowed IPs (a key announced) is kicked when it is added: its handshake,
     which the rotating Node cannot read yet, keeps this device from starting another one at the
-    switch time (this module's doc, step 2)."""
+    switch time (this module's doc, step 2).
+
+    First contact (a peer new on an existing device, with allowed IPs no entry held: not a key
+    switch) is kicked only when this Node :func:`leads` the pair: two Nodes that read each other's
+    keys at the same instant would otherwise both send an initiation, and initiations that cross
+    lose the session (:func:`rehandshake`).  The follower's are :attr:`WgChange.awaited`: if the
+    leader's initiation came before the follower had the entry, it was dropped, and the follower
+    kicks them once a moment later (:class:`.loop.WireGuardLoop`)."""
     peers: list[PeerChange] = []
     kicked = set(kick)
     if have is None or have.private_key != want.private_key:
@@ -224,8 +231,13 @@ def change(have: WgDeviceState | None, want: WgDevice, kick: Sequence[str] = ())
                                                p.public_key in kicked) for p in want.peers))
     present = {p.public_key: p for p in have.peers}
     wanted = {p.public_key: p for p in want.peers}
-    kicked |= {k for k, p in wanted.items() if p.allowed_ips and (k not in present or not present[k].allowed_ips)}
+    first = first_contacts(have, want)
+    kicked |= {k for k, p in wanted.items() if p.allowed_ips and k not in first
+               and (k not in present or not present[k].allowed_ips)}
     kicked |= {k for k, p in wanted.items() if not p.allowed_ips and k not in present}  # staged: its handshake now
+    if first:
+        own = keys.public_of(want.private_key)
+        kicked |= {k for k in first if leads(own, k)}
     for k in sorted(set(present) - set(wanted)):
         peers.append(PeerChange(k, remove=True))
     for k, p in sorted(wanted.items()):
@@ -237,7 +249,23 @@ def change(have: WgDeviceState | None, want: WgDevice, kick: Sequence[str] = ())
         private_key=want.private_key if have.private_key != want.private_key else None,
         listen_port=want.listen_port if have.listen_port != want.listen_port else None,
         peers=tuple(peers),
+        awaited=tuple(sorted(first - kicked)),
     )
+
+
+def leads(own: str, peer: str) -> bool:
+    """Whether this Node (public key ``own``) makes the handshake at first contact with ``peer``:
+    the pair's lower key, a rule both Nodes compute alike."""
+    return own < peer
+
+
+def first_contacts(have: WgDeviceState, want: WgDevice) -> frozenset[str]:
+    """Peers of ``want`` new on the device with allowed IPs that no entry of ``have`` holds: first
+    contact, not a key switch (the Pods' allowed IPs moving to a Node's next key)."""
+    present = {p.public_key for p in have.peers}
+    held = {a for p in have.peers for a in p.allowed_ips}
+    return frozenset(p.public_key for p in want.peers
+                     if p.allowed_ips and p.public_key not in present and not held & set(p.allowed_ips))
 
 
 def rehandshake(have: WgDeviceState, since: float, among: Collection[str] | None = None) -> WgChange:
@@ -257,10 +285,23 @@ def rehandshake(have: WgDeviceState, since: float, among: Collection[str] | None
     side must do it (:class:`.loop.WireGuardLoop` does it on the Node whose key switched), or the
     two new initiations could cross again."""
     peers: list[PeerChange] = []
-    stale: list[WgPeerState] = [p for p in have.peers if p.allowed_ips and p.last_handshake < since
-                                and (among is None or p.public_key in among)]
+    stale = _without_handshake(have, since, among)
     for p in stale:
         peers.append(PeerChange(p.public_key, remove=True))
     for p in stale:
         peers.append(PeerChange(p.public_key, False, p.endpoint, p.allowed_ips, p.keepalive, kick=True))
     return WgChange(peers=tuple(peers))
+
+
+def kick(have: WgDeviceState, since: float, among: Collection[str]) -> WgChange:
+    """Each peer of ``among`` with allowed IPs and no handshake since ``since`` kicked, with what
+    the device holds for it: the follower's confirmation at first contact (:func:`change`).  A
+    kick is enough there, unlike after crossed initiations (:func:`rehandshake`): the follower has
+    sent none, so WireGuard does not hold it back, and a session half made meanwhile is kept."""
+    return WgChange(peers=tuple(PeerChange(p.public_key, False, p.endpoint, p.allowed_ips, p.keepalive, kick=True)
+                                for p in _without_handshake(have, since, among)))
+
+
+def _without_handshake(have: WgDeviceState, since: float, among: Collection[str] | None) -> list[WgPeerState]:
+    return [p for p in have.peers if p.allowed_ips and p.last_handshake < since
+            and (among is None or p.public_key in among)]

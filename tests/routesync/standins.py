@@ -87,6 +87,12 @@ class RecordingAppliers(Appliers):
     def rehandshake_wireguard(self, since: float, among: Collection[str] | None = None) -> tuple[str, ...]:
         return ()
 
+    def kick_wireguard(self, since: float, among: Collection[str]) -> tuple[str, ...]:
+        return ()
+
+    def wireguard_awaited(self) -> tuple[tuple[float, tuple[str, ...]], ...]:
+        return ()
+
     def teardown(self, config: Config) -> None:
         pass
 

@@ -31,10 +31,11 @@ def members(protocol: type) -> list[str]:
 
 
 def test_the_protocols_name_every_method_the_daemon_calls() -> None:
-    assert members(Appliers) == ["apply", "close", "next_hops", "ovs_generation", "ovs_restoring", "policy_flows",
-                                 "prepare", "rehandshake_wireguard", "release_pending", "restore_host_path",
-                                 "retry_tunnel_neighbours", "switch_wireguard", "sync_pods", "teardown",
-                                 "wireguard_generation", "wireguard_implementation"]
+    assert members(Appliers) == ["apply", "close", "kick_wireguard", "next_hops", "ovs_generation", "ovs_restoring",
+                                 "policy_flows", "prepare", "rehandshake_wireguard", "release_pending",
+                                 "restore_host_path", "retry_tunnel_neighbours", "switch_wireguard", "sync_pods",
+                                 "teardown", "wireguard_awaited", "wireguard_generation",
+                                 "wireguard_implementation"]
     assert members(DaemonObserver) == ["change_applied", "mac_disagreement", "pods_synced", "policy_counters",
                                        "policy_drift_repaired", "policy_planned", "reconciled", "tick"]
     # mypy: none left out

@@ -12,7 +12,11 @@ way, when): the assertions read that record and the devices' own handshake times
 * the peer made again on one side (``WireGuardDevice.rehandshake``): its initiation goes at once,
   and both sides have a session without any initiation sent again by WireGuard itself;
 * a key rotation as route-sync plans it (``plan.change``): the peer's staged entry for the next
-  key sends its handshake as it is added, so that at the switch only the rotating side's goes."""
+  key sends its handshake as it is added, so that at the switch only the rotating side's goes;
+* first contact as route-sync plans it: two sides that add each other at one instant send one
+  initiation, the leader's (``plan.leads``), and a follower that added the leader only after the
+  leader's initiation was dropped makes the session with its confirmation's kick
+  (``WireGuardDevice.kick``), not WireGuard's retry 5 s later."""
 
 from __future__ import annotations
 
@@ -32,7 +36,8 @@ from routesync.apply.routes import RouteApplier
 from routesync.config import WireGuardConfig
 from routesync.wireguard import keys
 from routesync.wireguard.device import WireGuardDevice
-from routesync.wireguard.model import WgDevice, WgPeer, WgSpec
+from routesync.wireguard.model import PeerChange, WgChange, WgDevice, WgPeer, WgSpec
+from routesync.wireguard.plan import leads
 from tests.support import wireguard_go
 from tests.support.ovs_instance import netns, netns_path
 from tests.support.waiting import until
@@ -55,6 +60,7 @@ class Relay:
 
     ns: str
     cross: bool = True
+    hold_for: float | None = None  # s a held message waits for the other side's, then goes alone (None: ever)
     record: list[tuple[float, str, int]] = field(default_factory=list)  # (monotonic, from side, type) as received
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -64,6 +70,7 @@ class Relay:
         for side, s in self.socks.items():
             s.bind((LO, SEEN_AT[side]))
         self.held: dict[str, bytes] = {}
+        self.held_at = 0.0
         self.holding = INITIATION
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -72,7 +79,8 @@ class Relay:
     def _run(self) -> None:
         sides = {s.fileno(): side for side, s in self.socks.items()}
         while not self.stop.is_set():
-            ready, _, _ = select.select(list(self.socks.values()), [], [], 0.1)
+            ready, _, _ = select.select(list(self.socks.values()), [], [], 0.01 if self.held else 0.1)
+            self._release_alone()
             for s in ready:
                 data, _ = s.recvfrom(65536)
                 # a datagram to the socket side X is seen at comes from the other device, for X
@@ -82,6 +90,7 @@ class Relay:
                     self.record.append((time.monotonic(), frm, data[0]))
                 if self.cross and data[0] == self.holding and frm not in self.held:
                     self.held[frm] = data
+                    self.held_at = time.monotonic()
                     if len(self.held) == 2:  # both sent: each now meets the other's
                         for f, d in sorted(self.held.items()):
                             self._forward(f, d)
@@ -90,6 +99,14 @@ class Relay:
                         self.holding = RESPONSE
                     continue
                 self._forward(frm, data)
+
+    def _release_alone(self) -> None:
+        """A held message the other side did not match within ``hold_for``: sent alone, and no
+        more are held (nothing crossed)."""
+        if self.held and self.hold_for is not None and time.monotonic() - self.held_at >= self.hold_for:
+            for f, d in self.held.items():
+                self._forward(f, d)
+            self.held, self.cross = {}, False
 
     def _forward(self, frm: str, data: bytes) -> None:
         to = "b" if frm == "a" else "a"
@@ -138,13 +155,15 @@ def crossed(tmp_path: str) -> Iterator[Pair]:
 
 
 @contextmanager
-def pair(tmp_path: str, cross: bool) -> Iterator[Pair]:
+def pair(tmp_path: str, cross: bool, introduced: bool = True, hold_for: float | None = None) -> Iterator[Pair]:
+    """Two devices; ``introduced``: each made with the other as its peer (a new device kicks
+    every peer: both initiate), else each with its key and no peer yet."""
     exe = wireguard_go.binary()
     assert exe, "no build/tools/wireguard-go: run tools/build-go-tools.sh wireguard-go"
     private = {side: keys.generate() for side in PORTS}
     with netns(f"wgx{os.getpid()}") as ns:
         routes = RouteApplier(netns=ns)
-        relay = Relay(ns, cross=cross)
+        relay = Relay(ns, cross=cross, hold_for=hold_for)
         devices: dict[str, WireGuardDevice] = {}
         try:
             for side, port in PORTS.items():
@@ -155,8 +174,9 @@ def pair(tmp_path: str, cross: bool) -> Iterator[Pair]:
                 devices[side].ensure()
             for side, d in devices.items():  # a new device's peers are kicked: a's initiation, then b's
                 other = "b" if side == "a" else "a"
-                d.sync(spec(d, side, private[side], (peer_entry(keys.public_of(private[other]), other),)))
-            if cross:
+                peers = (peer_entry(keys.public_of(private[other]), other),) if introduced else ()
+                d.sync(spec(d, side, private[side], peers))
+            if cross and introduced:
                 until(lambda: len(relay.seen(kind=RESPONSE)) == 2, "both initiations answered")
                 first = [(f, k) for _, f, k in relay.record[:4]]
                 assert sorted(first[:2]) == [("a", INITIATION), ("b", INITIATION)], first
@@ -231,3 +251,98 @@ def test_a_staged_next_key_holds_the_peer_back_so_only_the_rotating_side_makes_t
         made = [f for _, f, k in p.relay.record[switched_at:] if k == INITIATION]
         print(f"\ninitiations at the switch: {made}")
         assert made == ["a"]
+
+
+def roles(p: Pair) -> tuple[str, str]:
+    """(leader, follower): the side whose key is lower makes the handshake at first contact."""
+    return ("a", "b") if leads(keys.public_of(p.private["a"]), keys.public_of(p.private["b"])) else ("b", "a")
+
+
+def other_side(side: str) -> str:
+    return "b" if side == "a" else "a"
+
+
+def introduce(p: Pair, side: str) -> WgChange:
+    """``side``'s device gets the other's key with its Pods, as route-sync's pass applies it."""
+    d, other = p.devices[side], other_side(side)
+    return d.sync(spec(d, side, p.private[side], (peer_entry(keys.public_of(p.private[other]), other),)), full=False)
+
+
+def read_text(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def received(d: WireGuardDevice) -> int:
+    st = d.read()
+    assert st is not None and len(st.peers) == 1
+    return st.peers[0].rx_bytes
+
+
+def data_crosses_from(p: Pair, side: str) -> None:
+    """A keepalive from ``side`` on its session (a transport message) is decrypted by the other
+    side: its bytes received from ``side`` grow."""
+    other = p.devices[other_side(side)]
+    before = received(other)
+    entry = peer_entry(keys.public_of(p.private[other_side(side)]), other_side(side))
+    p.devices[side].backend.configure(p.devices[side].name, WgChange(peers=(
+        PeerChange(entry.public_key, False, entry.endpoint, entry.allowed_ips, 0, kick=True),)))
+    until(lambda: received(other) > before, f"{side}'s keepalive decrypted by {other_side(side)}")
+
+
+def test_at_first_contact_only_the_leader_initiates_and_data_crosses_both_ways(tmp_path: str) -> None:
+    """Both sides add each other at one instant (route-sync's plan.change through the device's
+    sync), the relay holding a first initiation up to 1 s for the other's: had both sides kicked,
+    the two would cross (the first test).  One initiation goes, the leader's; the follower awaits."""
+    with pair(tmp_path, cross=True, introduced=False, hold_for=1.0) as p:
+        leader, follower = roles(p)
+        start = threading.Barrier(2)
+        changes: dict[str, WgChange] = {}
+
+        def add(side: str) -> None:
+            start.wait()
+            changes[side] = introduce(p, side)
+
+        threads = [threading.Thread(target=add, args=(side,)) for side in PORTS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [c.kick for c in changes[leader].peers] == [True] and changes[leader].awaited == ()
+        assert [c.kick for c in changes[follower].peers] == [False]
+        assert changes[follower].awaited == (keys.public_of(p.private[leader]),)
+        until(lambda: session(p.devices["a"]) and session(p.devices["b"]), "a session on both sides")
+        data_crosses_from(p, follower)
+        data_crosses_from(p, leader)
+        made = [f for _, f, k in p.relay.record if k == INITIATION]
+        print(f"\nfirst contact: initiations {made}; leader {leader}")
+        assert made == [leader]  # no second initiation: neither the follower's nor WireGuard's retry
+        assert p.relay.seen(follower, TRANSPORT) and p.relay.seen(leader, TRANSPORT)
+
+
+def test_a_follower_that_adds_the_leader_after_its_initiation_was_dropped_kicks_it(
+        tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader adds the follower first; its initiation reaches a device without its entry and is
+    dropped (wireguard-go's own log says so), and WireGuard would send it again only after 5 s.
+    The follower's pass adds the leader without a kick, and its confirmation (what
+    ``WireGuardLoop`` calls CONFIRM_AFTER later: ``WireGuardDevice.kick``) makes the session: the
+    initiation answered is the follower's, before any retry of the leader's."""
+    monkeypatch.setenv("FERRY_WG_LOG_LEVEL", "verbose")
+    with pair(tmp_path, cross=False, introduced=False) as p:
+        leader, follower = roles(p)
+        assert [c.kick for c in introduce(p, leader).peers] == [True]
+        log = os.path.join(tmp_path, follower, f"ferry-wx{follower}.log")
+        until(lambda: "Received invalid initiation message" in read_text(log),
+              "the leader's initiation dropped by the follower")
+        since = time.time()
+        change = introduce(p, follower)
+        assert change.awaited == (keys.public_of(p.private[leader]),)
+        assert p.devices[follower].kick(since, change.awaited) == change.awaited
+        until(lambda: session(p.devices["a"]) and session(p.devices["b"]), "a session on both sides")
+        handshake = [(f, k) for _, f, k in p.relay.record if k in (INITIATION, RESPONSE)]
+        took = min(p.relay.seen(leader, RESPONSE)) - min(p.relay.seen(leader, INITIATION))
+        print(f"\nfirst contact, the leader's initiation dropped: {handshake}; "
+              f"the session {took:.3f} s after the leader's first initiation")
+        assert handshake[:3] == [(leader, INITIATION), (follower, INITIATION), (leader, RESPONSE)]
+        assert p.devices[follower].kick(since, change.awaited) == ()  # a handshake since: nothing to kick
+        data_crosses_from(p, follower)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 
+import pytest
+
 from routesync import planner
 from routesync.config import from_dict
 from routesync.feature import Need
@@ -28,6 +30,8 @@ class DeviceAppliers(RecordingAppliers):
         self.switched: list[WgSpec] = []
         self.looked: list[tuple[float, tuple[str, ...]]] = []  # rehandshake_wireguard's calls
         self.stale: list[tuple[str, ...]] = []  # what its next calls answer
+        self.awaited: list[tuple[float, tuple[str, ...]]] = []  # first contacts its next sync leaves to the peer
+        self.kicked: list[tuple[float, tuple[str, ...]]] = []  # kick_wireguard's calls
 
     def wireguard_generation(self) -> int:
         return self.device
@@ -41,6 +45,14 @@ class DeviceAppliers(RecordingAppliers):
     def rehandshake_wireguard(self, since: float, among: Collection[str] | None = None) -> tuple[str, ...]:
         self.looked.append((since, tuple(among or ())))
         return self.stale.pop(0) if self.stale else ()
+
+    def wireguard_awaited(self) -> tuple[tuple[float, tuple[str, ...]], ...]:
+        out, self.awaited = tuple(self.awaited), []
+        return out
+
+    def kick_wireguard(self, since: float, among: Collection[str]) -> tuple[str, ...]:
+        self.kicked.append((since, tuple(among)))
+        return tuple(among)
 
 
 def test_a_rotation_switches_at_its_instant_and_a_new_device_asks_for_a_full_pass(tmp_path: str) -> None:
@@ -150,3 +162,50 @@ def test_after_its_own_switch_a_node_makes_again_each_peer_without_a_handshake_u
         now[0] += wg.wake_in() or 0.0
         wg.tick()
     assert 1 < len(apl.looked) <= REKEY_TIMEOUT / CONFIRM_EVERY
+
+
+def test_a_first_contact_this_node_follows_is_kicked_once_if_no_handshake_came(tmp_path: str) -> None:
+    """At first contact only the pair's leader kicks (plan.change); the follower's device reports
+    the peers it added without a kick, and the loop kicks them CONFIRM_AFTER later, once (the
+    device kicks only those still without a handshake: kick_wireguard), beside a key switch's
+    confirmation."""
+    cfg = from_dict({"nodeName": "node-1", "podCIDRs": ["10.244.1.0/24"], "trafficEncryptionMode": "wireguard",
+                     "stateFile": os.path.join(tmp_path, "state", "node-state.json"),
+                     "wireguard": {"keyDir": os.path.join(tmp_path, "keys"), "rotationLead": 2}})
+    now = [1_000_000.0]
+    apl = DeviceAppliers()
+    wg = WireGuardLoop(cfg, apl, wall=lambda: now[0])
+    wg.start()
+    facts = apl.prepare(cfg, planner.tunnel_spec(cfg), None, ())
+    peer_key = dict(PEER.annotations)[PUBLIC_KEY_ANNOTATION]
+
+    def one_pass() -> None:
+        me = wg.own_record(planner.self_record(cfg, ME, facts), [PEER])
+        desired = planner.plan(cfg, me, [PEER], facts)
+        wg.desire(desired, facts)
+        wg.applied(me, [PEER], desired)
+
+    one_pass()
+    assert wg.wake_in() is None  # nothing left to the peer
+    added_at = now[0] - 0.01  # the sync, before the pass's end
+    apl.awaited = [(added_at, (peer_key,))]
+    one_pass()
+    assert wg.wake_in() == pytest.approx(CONFIRM_AFTER - 0.01)
+    now[0] += CONFIRM_AFTER - 0.02
+    assert wg.tick() == Need.NOTHING and not apl.kicked
+    now[0] += wg.wake_in() or 0.0
+    assert wg.tick() == Need.NOTHING
+    assert apl.kicked == [(added_at, (peer_key,))] and not apl.looked  # a kick, not the peer made again
+    assert wg.wake_in() is None  # once: the leader's own handshake, or its retry, does the rest
+    # beside this Node's own key switch: each confirmed its own way
+    keys.start_rotation(wg.node.wg.key_dir)
+    wg.tick()
+    one_pass()
+    now[0] += 2.0
+    apl.awaited = [(now[0], (peer_key,))]
+    assert wg.tick() == Need.PASS
+    one_pass()
+    while wg.wake_in() is not None:
+        now[0] += wg.wake_in() or 0.0
+        wg.tick()
+    assert len(apl.kicked) == 2 and len(apl.looked) == 1

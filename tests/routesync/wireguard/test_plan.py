@@ -175,3 +175,59 @@ def test_a_peers_next_key_is_staged_only_within_stage_ahead_of_its_instant() -> 
     assert {e.public_key for e in staged.device.peers} == {PUB["node-2"], PUB["next-2"]}
     assert staged.wake_at == at
     assert wgplan.STAGE_AHEAD < 5.0  # WireGuard's REKEY_TIMEOUT
+
+
+def side(me: str, other: str, routed: bool = True) -> WgDevice:
+    """``me``'s device with ``other``'s key as its one peer (``routed``: with its Pods)."""
+    cidrs = ("10.244.1.0/24",) if other == "node-1" else ("10.244.2.0/24",)
+    return WgDevice("ferry-wg0", 51820, PRIV[me], (WgPeer(PUB[other], "192.168.77.1:51820", cidrs if routed else ()),))
+
+
+def alone(me: str) -> WgDeviceState:
+    """``me``'s device as it exists, with no peer yet."""
+    return WgDeviceState(PUB[me], 51820, (), private_key=PRIV[me])
+
+
+def test_at_first_contact_only_the_lower_key_kicks_and_the_other_awaits_its_handshake() -> None:
+    """Two Nodes that read each other's keys at one instant: if both kicked, their initiations
+    could cross and lose the session (test_crossed_handshakes.py); the leader's alone goes."""
+    leader, follower = sorted(("node-1", "node-2"), key=lambda n: PUB[n])
+    assert wgplan.leads(PUB[leader], PUB[follower]) and not wgplan.leads(PUB[follower], PUB[leader])
+    led = wgplan.change(alone(leader), side(leader, follower))
+    followed = wgplan.change(alone(follower), side(follower, leader))
+    assert [(c.public_key, c.kick) for c in led.peers] == [(PUB[follower], True)] and led.awaited == ()
+    assert [(c.public_key, c.kick) for c in followed.peers] == [(PUB[leader], False)]
+    assert followed.awaited == (PUB[leader],)
+    # asked for explicitly, kicked on either side
+    assert wgplan.change(alone(follower), side(follower, leader), kick=[PUB[leader]]).peers[0].kick
+    # a new device (or a new private key) still kicks every peer: its sessions ended
+    fresh = wgplan.change(None, side(follower, leader))
+    assert [c.kick for c in fresh.peers] == [True] and fresh.awaited == ()
+    rekeyed = WgDeviceState(PUB["next-1"], 51820, (), private_key=PRIV["next-1"])
+    assert [c.kick for c in wgplan.change(rekeyed, side(follower, leader)).peers] == [True]
+
+
+def test_a_key_switch_is_not_first_contact_both_sides_kick() -> None:
+    """The Pods' allowed IPs moving to a key (staged without them, or held by the Node's previous
+    key: a switch read late) is kicked whichever key is lower: the late reader's handshake."""
+    leader, follower = sorted(("node-1", "node-2"), key=lambda n: PUB[n])
+    for me, other in ((leader, follower), (follower, leader)):
+        staged = wgplan.change(state_of(side(me, other, routed=False)), side(me, other))
+        assert [(c.public_key, c.kick) for c in staged.peers] == [(PUB[other], True)] and staged.awaited == ()
+        old = WgDevice("ferry-wg0", 51820, PRIV[me], (WgPeer(PUB["next-2"], "192.168.77.1:51820",
+                                                              side(me, other).peers[0].allowed_ips),))
+        moved = wgplan.change(state_of(old), side(me, other))
+        assert [(c.public_key, c.remove, c.kick) for c in moved.peers] == [(PUB["next-2"], True, False),
+                                                                          (PUB[other], False, True)]
+        assert moved.awaited == ()
+
+
+def test_a_follower_kicks_a_first_contact_without_a_handshake_since_it_was_added() -> None:
+    have = WgDeviceState(PUB["node-1"], 51820, (
+        WgPeerState(PUB["node-2"], "192.168.77.12:51820", ("10.244.2.0/24",), 0, last_handshake=0.0),
+        WgPeerState(PUB["node-3"], "192.168.88.13:51821", ("10.244.3.0/24",), 0, last_handshake=1000.5),
+    ), PRIV["node-1"])
+    ch = wgplan.kick(have, 1000.0, [PUB["node-2"], PUB["node-3"]])
+    assert [(p.public_key, p.remove, p.kick, p.endpoint, p.allowed_ips) for p in ch.peers] == [
+        (PUB["node-2"], False, True, "192.168.77.12:51820", ("10.244.2.0/24",))]  # kicked, not removed
+    assert wgplan.kick(have, 1000.0, [PUB["node-3"]]).empty  # its handshake came
