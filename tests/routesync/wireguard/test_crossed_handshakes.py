@@ -162,7 +162,9 @@ def pair(tmp_path: str, cross: bool, introduced: bool = True, hold_for: float | 
     assert exe, "no build/tools/wireguard-go: run tools/build-go-tools.sh wireguard-go"
     private = {side: keys.generate() for side in PORTS}
     with netns(f"wgx{os.getpid()}") as ns:
-        routes = RouteApplier(netns=ns)
+        # a netlink socket per device: two threads syncing at one instant on one socket each read
+        # the other's reply (one then waits for its own for ever)
+        routes = {side: RouteApplier(netns=ns) for side in PORTS}
         relay = Relay(ns, cross=cross, hold_for=hold_for)
         devices: dict[str, WireGuardDevice] = {}
         try:
@@ -170,7 +172,7 @@ def pair(tmp_path: str, cross: bool, introduced: bool = True, hold_for: float | 
                 run_dir = os.path.join(tmp_path, side)
                 cfg = WireGuardConfig(userspace_command=exe, run_dir=run_dir, key_dir=run_dir,
                                       implementation="userspace", interface=f"ferry-wx{side}", port=port)
-                devices[side] = WireGuardDevice(cfg, routes.index, run_dir, netns=ns)
+                devices[side] = WireGuardDevice(cfg, routes[side].index, run_dir, netns=ns)
                 devices[side].ensure()
             for side, d in devices.items():  # a new device's peers are kicked: a's initiation, then b's
                 other = "b" if side == "a" else "a"
@@ -186,7 +188,8 @@ def pair(tmp_path: str, cross: bool, introduced: bool = True, hold_for: float | 
             relay.close()
             for d in devices.values():
                 d.delete()
-            routes.close()
+            for r in routes.values():
+                r.close()
 
 
 def test_crossed_initiations_leave_no_session_until_wireguard_sends_one_again(crossed: Pair) -> None:
@@ -307,7 +310,8 @@ def test_at_first_contact_only_the_leader_initiates_and_data_crosses_both_ways(t
         for t in threads:
             t.start()
         for t in threads:
-            t.join()
+            t.join(timeout=60)  # a bound on a hang, not on speed: a sync is a few round trips
+        assert not any(t.is_alive() for t in threads), "a device's sync never returned"
         assert [c.kick for c in changes[leader].peers] == [True] and changes[leader].awaited == ()
         assert [c.kick for c in changes[follower].peers] == [False]
         assert changes[follower].awaited == (keys.public_of(p.private[leader]),)
