@@ -320,7 +320,9 @@ def test_at_first_contact_only_the_leader_initiates_and_data_crosses_both_ways(t
         data_crosses_from(p, leader)
         made = [f for _, f, k in p.relay.record if k == INITIATION]
         print(f"\nfirst contact: initiations {made}; leader {leader}")
-        assert made == [leader]  # no second initiation: neither the follower's nor WireGuard's retry
+        # the follower sent none (a retry of the leader's, on a machine slow past WireGuard's 5 s,
+        # would be the leader's again: not what this test is about)
+        assert made and set(made) == {leader}, made
         assert p.relay.seen(follower, TRANSPORT) and p.relay.seen(leader, TRANSPORT)
 
 
