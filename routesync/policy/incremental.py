@@ -591,29 +591,12 @@ class PolicyState:
         self.a = AddrSet()
         self.remote: dict[str, Pod] = {}
         self.ra = AddrSet()
-        self._local_rules: list[RuleState] = []
-        self._remote_rules: list[RuleState] = []
-        # its rules' infos joined, until one of them or the rules themselves move (RuleState.version)
+        self.local_rules: list[RuleState] = []
+        self.remote_rules: list[RuleState] = []
+        # its rules' infos joined, until one of them moves (RuleState.version) or the rules are
+        # replaced (IncrementalPlanner._activate, _deactivate)
         self.local_infos_kept: tuple[list[RuleInfo], list[HostRule]] | None = None
         self.remote_infos_kept: list[RuleInfo] | None = None
-
-    @property
-    def local_rules(self) -> list[RuleState]:
-        return self._local_rules
-
-    @local_rules.setter
-    def local_rules(self, rules: list[RuleState]) -> None:
-        self._local_rules = rules
-        self.local_infos_kept = None
-
-    @property
-    def remote_rules(self) -> list[RuleState]:
-        return self._remote_rules
-
-    @remote_rules.setter
-    def remote_rules(self, rules: list[RuleState]) -> None:
-        self._remote_rules = rules
-        self.remote_infos_kept = None
 
     def local_infos(self) -> tuple[list[RuleInfo], list[HostRule]]:
         """Its local rules' :meth:`RuleState.infos`, joined: a snapshot walks the policies whose
@@ -622,7 +605,7 @@ class PolicyState:
         if kept is None:
             rules: list[RuleInfo] = []
             hosts: list[HostRule] = []
-            for r in self._local_rules:
+            for r in self.local_rules:
                 ri, hr = r.infos()
                 rules += ri
                 hosts += hr
@@ -633,7 +616,7 @@ class PolicyState:
         """Its remote rules' :meth:`RuleState.infos`, joined."""
         kept = self.remote_infos_kept
         if kept is None:
-            kept = self.remote_infos_kept = [i for r in self._remote_rules for i in r.infos()[0]]
+            kept = self.remote_infos_kept = [i for r in self.remote_rules for i in r.infos()[0]]
         return kept
 
 
@@ -1207,6 +1190,7 @@ class IncrementalPlanner:
         policy = ps.policy
         if remote:
             ps.remote_rules = [RuleState(self, ps, EGRESS, i, r, True) for i, r in enumerate(policy.egress)]
+            ps.remote_infos_kept = None
             bisect.insort(self.active_remote, policy.key)
             return
         rules = []
@@ -1215,6 +1199,7 @@ class IncrementalPlanner:
             if on:
                 rules += [RuleState(self, ps, direction, i, r, False) for i, r in enumerate(rs)]
         ps.local_rules = rules
+        ps.local_infos_kept = None
         bisect.insort(self.active_local, policy.key)
 
     def _deactivate(self, ps: PolicyState, remote: bool) -> None:
@@ -1225,9 +1210,9 @@ class IncrementalPlanner:
         if i < len(active) and active[i] == ps.policy.key:
             del active[i]
         if remote:
-            ps.remote_rules = []
+            ps.remote_rules, ps.remote_infos_kept = [], None
         else:
-            ps.local_rules = []
+            ps.local_rules, ps.local_infos_kept = [], None
 
     def _select_local(self, ps: PolicyState, pod: str, on: bool) -> None:
         """Local Pod ``pod`` selected by ``ps`` (``on``) or no longer: its policies, isolation."""
