@@ -12,7 +12,7 @@ import pytest
 from routesync import planner
 from routesync.config import from_dict
 from routesync.feature import Need
-from routesync.model import NodeRecord
+from routesync.model import DesiredState, NodeRecord
 from routesync.wireguard import keys
 from routesync.wireguard.loop import CONFIRM_AFTER, CONFIRM_EVERY, REKEY_TIMEOUT, WireGuardLoop
 from routesync.wireguard.model import NEXT_KEY_ANNOTATION, PUBLIC_KEY_ANNOTATION, SWITCH_AT_ANNOTATION, WgSpec
@@ -55,22 +55,37 @@ class DeviceAppliers(RecordingAppliers):
         return tuple(among)
 
 
+class Rig:
+    """A :class:`WireGuardLoop` for node-1 over :class:`DeviceAppliers`, on a wall clock the test
+    moves (``now[0]``), and one pass of route-sync through it."""
+
+    def __init__(self, tmp_path: str) -> None:
+        self.cfg = from_dict({"nodeName": "node-1", "podCIDRs": ["10.244.1.0/24"], "trafficEncryptionMode": "wireguard",
+                              "stateFile": os.path.join(tmp_path, "state", "node-state.json"),
+                              "wireguard": {"keyDir": os.path.join(tmp_path, "keys"), "rotationLead": 2}})
+        self.now = [1_000_000.0]
+        self.apl = DeviceAppliers()
+        self.wg = WireGuardLoop(self.cfg, self.apl, wall=lambda: self.now[0])
+        self.wg.start()
+        self.facts = self.apl.prepare(self.cfg, planner.tunnel_spec(self.cfg), None, ())
+
+    def one_pass(self, peers: list[NodeRecord] | None = None) -> tuple[NodeRecord, DesiredState]:
+        """A pass with ``peers`` (None: PEER): this Node's record and what it desired."""
+        peers = [PEER] if peers is None else peers
+        me = self.wg.own_record(planner.self_record(self.cfg, ME, self.facts), peers)
+        desired = planner.plan(self.cfg, me, peers, self.facts)
+        self.wg.desire(desired, self.facts)
+        self.wg.applied(me, peers, desired)
+        return me, desired
+
+
 def test_a_rotation_switches_at_its_instant_and_a_new_device_asks_for_a_full_pass(tmp_path: str) -> None:
-    cfg = from_dict({"nodeName": "node-1", "podCIDRs": ["10.244.1.0/24"], "trafficEncryptionMode": "wireguard",
-                     "stateFile": os.path.join(tmp_path, "state", "node-state.json"),
-                     "wireguard": {"keyDir": os.path.join(tmp_path, "keys"), "rotationLead": 2}})
-    now = [1_000_000.0]
-    apl = DeviceAppliers()
-    wg = WireGuardLoop(cfg, apl, wall=lambda: now[0])
-    wg.start()
-    facts = apl.prepare(cfg, planner.tunnel_spec(cfg), None, ())
+    rig = Rig(tmp_path)
+    now, apl, wg = rig.now, rig.apl, rig.wg
 
     def one_pass() -> NodeRecord:
-        me = wg.own_record(planner.self_record(cfg, ME, facts), [PEER])
-        desired = planner.plan(cfg, me, [PEER], facts)
-        wg.desire(desired, facts)
+        me, desired = rig.one_pass()
         assert desired.wireguard is not None and len(desired.wireguard.device.peers) == 1
-        wg.applied(me, [PEER], desired)
         return me
 
     me = one_pass()
@@ -101,22 +116,11 @@ def test_after_its_own_switch_a_node_makes_again_each_peer_without_a_handshake_u
     CONFIRM_AFTER after its switch and makes again each peer still without a handshake, every
     CONFIRM_EVERY while one is missing, not past WireGuard's own retry.  A peer's switch, or the
     first key a process applies, is not looked at."""
-    cfg = from_dict({"nodeName": "node-1", "podCIDRs": ["10.244.1.0/24"], "trafficEncryptionMode": "wireguard",
-                     "stateFile": os.path.join(tmp_path, "state", "node-state.json"),
-                     "wireguard": {"keyDir": os.path.join(tmp_path, "keys"), "rotationLead": 2}})
-    now = [1_000_000.0]
-    apl = DeviceAppliers()
-    wg = WireGuardLoop(cfg, apl, wall=lambda: now[0])
-    wg.start()
-    facts = apl.prepare(cfg, planner.tunnel_spec(cfg), None, ())
+    rig = Rig(tmp_path)
+    now, apl, wg = rig.now, rig.apl, rig.wg
     peer_key = dict(PEER.annotations)[PUBLIC_KEY_ANNOTATION]
 
-    def one_pass(peers: list[NodeRecord]) -> None:
-        me = wg.own_record(planner.self_record(cfg, ME, facts), peers)
-        desired = planner.plan(cfg, me, peers, facts)
-        wg.desire(desired, facts)
-        wg.applied(me, peers, desired)
-
+    one_pass = rig.one_pass
     one_pass([PEER])
     assert wg.wake_in() is None  # the first key this process applies: nothing to confirm
     # a peer's own rotation, switched at its instant here: not this Node's key, not looked at
@@ -169,22 +173,11 @@ def test_a_first_contact_this_node_follows_is_kicked_once_if_no_handshake_came(t
     the peers it added without a kick, and the loop kicks them CONFIRM_AFTER later, once (the
     device kicks only those still without a handshake: kick_wireguard), beside a key switch's
     confirmation."""
-    cfg = from_dict({"nodeName": "node-1", "podCIDRs": ["10.244.1.0/24"], "trafficEncryptionMode": "wireguard",
-                     "stateFile": os.path.join(tmp_path, "state", "node-state.json"),
-                     "wireguard": {"keyDir": os.path.join(tmp_path, "keys"), "rotationLead": 2}})
-    now = [1_000_000.0]
-    apl = DeviceAppliers()
-    wg = WireGuardLoop(cfg, apl, wall=lambda: now[0])
-    wg.start()
-    facts = apl.prepare(cfg, planner.tunnel_spec(cfg), None, ())
+    rig = Rig(tmp_path)
+    now, apl, wg = rig.now, rig.apl, rig.wg
     peer_key = dict(PEER.annotations)[PUBLIC_KEY_ANNOTATION]
 
-    def one_pass() -> None:
-        me = wg.own_record(planner.self_record(cfg, ME, facts), [PEER])
-        desired = planner.plan(cfg, me, [PEER], facts)
-        wg.desire(desired, facts)
-        wg.applied(me, [PEER], desired)
-
+    one_pass = rig.one_pass
     one_pass()
     assert wg.wake_in() is None  # nothing left to the peer
     added_at = now[0] - 0.01  # the sync, before the pass's end
